@@ -1,0 +1,42 @@
+# The README's commands. `make bench` and `make test` each create .venv on first use.
+#
+# TORCH picks the torch build installed before the project. The default takes the CPU wheel a
+# CI machine keeps on disk, and on other machines the matching PyPI build; a GPU box may pass e.g.
+#   make test TORCH='torch --index-url https://download.pytorch.org/whl/cu128'
+# and a machine that already has a suitable torch may pass TORCH= (empty) with SYSTEM_SITE=1.
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH       ?= torch==2.13.0
+EXTRAS      ?= dev
+SYSTEM_SITE ?= 0
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+SOURCES     := pyproject.toml setup.py $(wildcard envs/*.c envs/*.h)
+
+.PHONY: bench test lint install clean env-debug
+
+$(PY):
+	$(PYTHON) -m venv $(if $(filter 1,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
+
+$(STAMP): $(SOURCES) | $(PY)
+	$(if $(strip $(TORCH)),$(PY) -m pip install --quiet $(TORCH))
+	$(PY) -m pip install --quiet setuptools wheel
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(EXTRAS)]"
+	@touch $@
+
+install: $(STAMP)
+
+# The main job on the embedded default (CPU, no GPU): machine fingerprint, then env speed.
+bench: $(STAMP)
+	$(VENV)/bin/puffer-bench info
+	$(VENV)/bin/puffer-bench envs sps --threads 1,2 --seconds 1
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check appliance tests
+	$(VENV)/bin/ruff format --check appliance tests
+
+clean:
+	rm -rf build dist *.egg-info appliance/*.so envs/build

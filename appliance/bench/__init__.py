@@ -1,0 +1,1 @@
+"""Benchmarks that are part of the product: env speed now; suites, reports and compare later."""

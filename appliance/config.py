@@ -1,0 +1,414 @@
+"""Layered, typed configuration.
+
+Layers, later wins::
+
+    appliance/config/default.yaml          every key and its type
+    appliance/config/envs/<env>.yaml       the env's parameters (the ``env`` section) and tuned values
+    bench/profiles/<profile>.yaml          sizes for a class of machine (``--gpu 4090``)
+    --config FILE                          the user's YAML
+    --section.key VALUE                    command-line overrides (dashes or underscores)
+
+The default of a key fixes its type; every layer is checked against it, and a bad key or value is a
+:class:`~appliance.errors.ConfigError` that names the key, where it came from, the expected type and
+the nearest valid key. The result is a plain nested dict (:meth:`Config.to_dict`) with attribute
+access on top (``cfg.train.learning_rate``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from appliance.errors import ConfigError
+from appliance.paths import config_dir, data_dir
+
+SECTIONS = ("vec", "train", "policy", "env", "bench")
+AUTO = "auto"
+# String keys that take one of a fixed set of values (checked with a "did you mean").
+CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("vec", "backend"): ("native", "serial", "multiprocessing", "ray"),
+    ("train", "device"): ("auto", "cpu", "cuda"),
+    ("train", "optimizer"): ("adam", "muon"),
+    ("train", "precision"): ("float32", "bfloat16"),
+    ("policy", "core"): ("mlp", "lstm", "mingru"),
+    ("policy", "encoder"): ("auto", "linear", "cnn"),
+    ("bench", "suite"): ("quick", "full"),
+}
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
+    """Read a YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(f"bad YAML in {path}: {where}{e.problem or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"bad YAML in {path}: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must hold a mapping of sections, not a {type(data).__name__}")
+    return data
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    return read_yaml(config_dir() / "default.yaml", "default config")
+
+
+def env_names() -> list[str]:
+    """Ocean envs that have a config YAML."""
+    return sorted(p.stem for p in (config_dir() / "envs").glob("*.yaml"))
+
+
+def profile_dir() -> Path:
+    return data_dir("bench") / "profiles"
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in profile_dir().glob("*.yaml"))
+
+
+# ----------------------------------------------------------------------------- typing
+
+
+def _type_name(default: Any) -> str:
+    if default == AUTO:
+        return "'auto' or a number"
+    return {bool: "a bool", int: "an int", float: "a float", str: "a string", list: "a list"}.get(
+        type(default), type(default).__name__
+    )
+
+
+def _number(value: Any) -> int | float | None:
+    """Parse ints and floats, including strings like '3e-4' that YAML 1.1 leaves as text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+def coerce(value: Any, default: Any) -> Any:
+    """Convert ``value`` to the type of ``default``; raise ValueError if it cannot be."""
+    if default == AUTO:
+        if isinstance(value, str) and value.strip().lower() == AUTO:
+            return AUTO
+        number = _number(value)
+        if number is None:
+            raise ValueError
+        return int(number) if float(number).is_integer() else number
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ValueError
+    if isinstance(default, int):
+        number = _number(value)
+        if number is None or not float(number).is_integer():
+            raise ValueError
+        return int(number)
+    if isinstance(default, float):
+        number = _number(value)
+        if number is None:
+            raise ValueError
+        return float(number)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    if isinstance(default, list):
+        if isinstance(value, str):
+            text = value.strip()
+            value = yaml.safe_load(text) if text.startswith("[") else [v for v in text.split(",") if v]
+        if not isinstance(value, list):
+            raise ValueError
+        if default:
+            return [coerce(v, default[0]) for v in value]
+        return value
+    raise ValueError
+
+
+# ----------------------------------------------------------------------------- layers
+
+
+def _cli_name(section: str, key: str) -> str:
+    return f"--{section}.{key.replace('_', '-')}"
+
+
+def _nearest(name: str, candidates: Iterable[str]) -> str | None:
+    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def _nearest_strict(name: str, candidates: Iterable[str]) -> str | None:
+    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.85)
+    return matches[0] if matches else None
+
+
+def _unknown_key(section: str, key: str, schema: Mapping[str, Mapping[str, Any]], source: str) -> ConfigError:
+    cli = source == "command line"
+
+    def name(s: str, k: str) -> str:
+        return _cli_name(s, k) if cli else f"{s}.{k}"
+
+    shown = name(section, key)
+    if section not in schema:
+        guess = _nearest(section, SECTIONS)
+        hint = f"did you mean '{guess}'? " if guess else ""
+        return ConfigError(
+            f"unknown config section '{section}' (from {source}); {hint}valid sections: {', '.join(SECTIONS)}"
+        )
+    # the same section first; then the same key name in another section (--vec.learning-rate)
+    guess = _nearest(key, schema[section])
+    other = (
+        None
+        if guess
+        else next(
+            (name(s, m) for s in SECTIONS if s != section for m in [_nearest_strict(key, schema[s])] if m),
+            None,
+        )
+    )
+    if guess or other:
+        hint = f"did you mean {name(section, guess) if guess else other}?"
+    elif schema[section]:
+        hint = f"valid keys in {section}: {', '.join(sorted(schema[section]))}"
+    else:
+        hint = f"section '{section}' has no keys here" + (
+            " (env parameters come with an env: puffer-bench config ENV)" if section == "env" else ""
+        )
+    return ConfigError(f"unknown config key {shown} (from {source}); {hint}")
+
+
+def _apply(
+    data: dict[str, dict[str, Any]],
+    layer: Mapping[str, Any],
+    schema: Mapping[str, Mapping[str, Any]],
+    source: str,
+) -> None:
+    """Check ``layer`` against ``schema`` and merge it into ``data`` in place."""
+    for section, values in layer.items():
+        if section not in schema:
+            raise _unknown_key(str(section), "", schema, source)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"section '{section}' in {source} must be a mapping of keys, not {values!r}")
+        for key, value in values.items():
+            key = str(key)
+            if key not in schema[section]:
+                raise _unknown_key(section, key, schema, source)
+            default = schema[section][key]
+            name = _cli_name(section, key) if source == "command line" else f"{section}.{key}"
+            choices = CHOICES.get((section, key))
+            if choices is not None:
+                if value not in choices:
+                    guess = _nearest(str(value), choices)
+                    hint = f"did you mean '{guess}'? " if guess else ""
+                    raise ConfigError(
+                        f"{name} (from {source}): {value!r} is not a valid choice; {hint}choose one of: {', '.join(choices)}"
+                    )
+                data[section][key] = value
+                continue
+            try:
+                data[section][key] = coerce(value, default)
+            except ValueError:
+                raise ConfigError(
+                    f"{name} (from {source}): expected {_type_name(default)}, got {value!r}"
+                ) from None
+
+
+def parse_overrides(args: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Turn ``['--train.learning-rate', '3e-4', '--vec.zero-copy=false']`` into a layer.
+
+    Values stay strings here; :func:`resolve` types them. A flag with no value (``--train.compile``)
+    means ``true``; it is checked to be a bool key when typed.
+    """
+    tokens = list(args)
+    layer: dict[str, dict[str, Any]] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or len(token) <= 2:
+            raise ConfigError(
+                f"unexpected argument {token!r}; overrides look like --section.key VALUE (e.g. --train.learning-rate 3e-4)"
+            )
+        name, sep, value = token[2:].partition("=")
+        if not sep:
+            if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                value = tokens[i + 1]
+                i += 1
+            else:
+                value = "true"
+        i += 1
+        section, dot, key = name.partition(".")
+        if not dot or not key:
+            raise ConfigError(
+                f"override --{name} needs the form --section.key VALUE (sections: {', '.join(SECTIONS)})"
+            )
+        layer.setdefault(section.replace("-", "_"), {})[key.replace("-", "_")] = value
+    return layer
+
+
+# ----------------------------------------------------------------------------- result
+
+
+class Section(Mapping[str, Any]):
+    """Read-only view of one section with attribute access: ``cfg.train.learning_rate``."""
+
+    def __init__(self, name: str, values: dict[str, Any]) -> None:
+        self._name = name
+        self._values = values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_"):
+            raise AttributeError(key)
+        try:
+            return self._values[key]
+        except KeyError:
+            guess = _nearest(key, self._values)
+            hint = f"; did you mean {guess}?" if guess else ""
+            raise AttributeError(f"config section '{self._name}' has no key '{key}'{hint}") from None
+
+    def __repr__(self) -> str:
+        return f"Section({self._name}, {self._values!r})"
+
+
+class Config:
+    """The resolved configuration: sections plus where it came from."""
+
+    def __init__(
+        self,
+        data: dict[str, dict[str, Any]],
+        env_name: str | None = None,
+        profile: str | None = None,
+        sources: list[str] | None = None,
+    ) -> None:
+        self.data = data
+        self.env_name = env_name
+        self.profile = profile
+        self.sources = sources or []
+
+    def __getattr__(self, section: str) -> Section:
+        if section in SECTIONS:
+            return Section(section, self.data[section])
+        raise AttributeError(f"config has no section '{section}'")
+
+    def __getitem__(self, section: str) -> dict[str, Any]:
+        return self.data[section]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict (copied), ready for YAML, JSON and reports."""
+        out: dict[str, Any] = {
+            "env_name": self.env_name,
+            "profile": self.profile,
+            "sources": list(self.sources),
+        }
+        out.update(json.loads(json.dumps(self.data)))
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _strip_profile_meta(layer: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    meta = layer.pop("profile", None) or {}
+    if not isinstance(meta, dict):
+        raise ConfigError(f"'profile' in {path} must be a mapping (name, gpu, description)")
+    return layer, meta
+
+
+def resolve(
+    env: str | None = None,
+    profile: str | None = None,
+    config_file: str | Path | None = None,
+    overrides: Iterable[str] | Mapping[str, Mapping[str, Any]] = (),
+) -> Config:
+    """Build the config a run would use; see the module docstring for the layers."""
+    base = defaults()
+    schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
+    data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
+    sources = [str(config_dir() / "default.yaml")]
+
+    if env is not None:
+        known = env_names()
+        if env not in known:
+            guess = _nearest(env, known)
+            hint = f"did you mean '{guess}'? " if guess else ""
+            raise ConfigError(f"unknown env '{env}'; {hint}known envs: {', '.join(known)}")
+        path = config_dir() / "envs" / f"{env}.yaml"
+        layer = read_yaml(path, "env config")
+        env_params = layer.pop("env", None) or {}
+        if not isinstance(env_params, dict):
+            raise ConfigError(f"section 'env' in {path} must be a mapping of env parameters")
+        schema["env"] = dict(env_params)  # the env's own parameters define the env section
+        data["env"] = dict(env_params)
+        _apply(data, layer, schema, str(path))
+        sources.append(str(path))
+
+    if profile is not None:
+        known = profile_names()
+        if profile not in known:
+            guess = _nearest(profile, known)
+            hint = f"did you mean '{guess}'? " if guess else ""
+            raise ConfigError(
+                f"unknown hardware profile '{profile}'; {hint}valid profiles: {', '.join(known)}"
+            )
+        path = profile_dir() / f"{profile}.yaml"
+        layer, meta = _strip_profile_meta(read_yaml(path, "hardware profile"), path)
+        _apply(data, layer, schema, str(path))
+        data["bench"]["profile"] = profile
+        data["bench"]["expected_gpu"] = str(meta.get("gpu", ""))
+        sources.append(str(path))
+
+    if config_file is not None:
+        path = Path(config_file)
+        layer = read_yaml(path, "config file")
+        if isinstance(layer.get("profile"), dict):  # a saved autotune profile carries its metadata
+            layer, _ = _strip_profile_meta(layer, path)
+        _apply(data, layer, schema, str(path))
+        sources.append(str(path))
+
+    layer = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    if layer:
+        _apply(data, layer, schema, "command line")
+        sources.append("command line")
+
+    return Config(data, env_name=env, profile=profile, sources=sources)

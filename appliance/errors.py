@@ -1,0 +1,22 @@
+"""Errors that carry a message meant for the user, printed by the CLI in one line."""
+
+
+class ApplianceError(Exception):
+    """Base class for errors the CLI reports without a traceback."""
+
+    exit_code = 1
+
+
+class ConfigError(ApplianceError, ValueError):
+    """A configuration, size rule or input the user gave is invalid.
+
+    The message names what was wrong (key, file, rule) and what would be right.
+    """
+
+    exit_code = 2
+
+
+class DeviceError(ApplianceError, RuntimeError):
+    """A device the user asked for (``--train.device cuda``) is not available."""
+
+    exit_code = 2

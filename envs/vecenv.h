@@ -1,0 +1,194 @@
+/* vecenv.h: what every Ocean env needs, written once.
+ *
+ *  - Rng: PCG32, one per env, seeded from (run seed, env index). Results never depend on thread
+ *    count or scheduling, and no env touches global state (no rand()).
+ *  - Log: each env keeps a struct of floats, `n` last; it adds to it when an episode ends and the
+ *    vector sums all envs' logs and divides by n (vecenv_log in vecenv.c).
+ *  - EnvSpec: the table that tells the generic vector how big an env is, where its buffers and log
+ *    are, its parameters, and its functions. OCEAN_ENV(...) at the bottom of each env header fills
+ *    it in and registers it, so adding an env is its header plus one #include in registry.h.
+ *  - ThreadPool: persistent pthreads; each step hands every thread a contiguous range of envs.
+ */
+#ifndef OCEAN_VECENV_H
+#define OCEAN_VECENV_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ RNG (PCG32) */
+
+typedef struct Rng {
+    uint64_t state;
+    uint64_t inc;
+} Rng;
+
+static inline uint32_t rng_u32(Rng* r) {
+    uint64_t old = r->state;
+    r->state = old * 6364136223846793005ULL + r->inc;
+    uint32_t xorshifted = (uint32_t)(((old >> 18u) ^ old) >> 27u);
+    uint32_t rot = (uint32_t)(old >> 59u);
+    return (xorshifted >> rot) | (xorshifted << ((-rot) & 31));
+}
+
+static inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+/* Seed from the run seed and the env's global index: independent streams per env. */
+static inline void rng_seed(Rng* r, uint64_t seed, uint64_t index) {
+    r->state = 0;
+    r->inc = (splitmix64(index ^ 0xA5A5A5A5ULL) << 1u) | 1u;
+    rng_u32(r);
+    r->state += splitmix64(seed * 0x100000001B3ULL + index);
+    rng_u32(r);
+}
+
+/* Uniform integer in [0, n), unbiased (Lemire). n must be > 0. */
+static inline uint32_t rng_below(Rng* r, uint32_t n) {
+    uint64_t m = (uint64_t)rng_u32(r) * n;
+    uint32_t low = (uint32_t)m;
+    if (low < n) {
+        uint32_t threshold = (uint32_t)(-n) % n;
+        while (low < threshold) {
+            m = (uint64_t)rng_u32(r) * n;
+            low = (uint32_t)m;
+        }
+    }
+    return (uint32_t)(m >> 32);
+}
+
+/* Uniform float in [0, 1). */
+static inline float rng_float(Rng* r) { return (rng_u32(r) >> 8) * (1.0f / 16777216.0f); }
+
+/* ------------------------------------------------------------------ spaces and spec */
+
+typedef enum { OBS_UINT8 = 0, OBS_INT8 = 1, OBS_FLOAT32 = 2 } ObsDtype;
+
+#define OCEAN_MAX_ACTION_DIMS 16
+#define OCEAN_MAX_PARAMS 16
+
+typedef struct Layout {
+    int agents_per_env;               /* rows each env owns in every buffer */
+    int obs_size;                     /* elements per agent */
+    ObsDtype obs_dtype;
+    float obs_low, obs_high;          /* documented bounds of every observation element */
+    int action_dims;                  /* 1 = Discrete, >1 = MultiDiscrete */
+    int action_n[OCEAN_MAX_ACTION_DIMS];
+    int frame_h, frame_w;             /* RGB render size */
+    int text_h, text_w;               /* terminal render size (chars, without newlines) */
+} Layout;
+
+typedef struct ParamSpec {
+    const char* name;
+    double value;                     /* default */
+    double min, max;                  /* valid range, checked by the binding */
+} ParamSpec;
+
+/* Buffers an env writes into: pointers to its own rows of the vector's arrays. */
+typedef struct Buffers {
+    void* observations;
+    int32_t* actions;
+    float* rewards;
+    uint8_t* terminals;
+    uint8_t* truncations;
+} Buffers;
+
+typedef struct EnvSpec {
+    const char* name;
+    size_t size;                      /* sizeof the env struct */
+    size_t log_offset;                /* offsetof(Env, log) */
+    size_t rng_offset;                /* offsetof(Env, rng): reseeded by vecenv_reset */
+    int log_fields;                   /* floats in the Log struct, n last */
+    const char* const* log_names;
+    const ParamSpec* params;          /* terminated by a NULL name */
+    void (*layout)(const double* params, Layout* out);
+    /* init: set parameters and point at buffers; no allocation after this call. */
+    void (*init)(void* env, const double* params, Buffers buffers, Rng rng);
+    void (*reset)(void* env);
+    void (*step)(void* env);
+    void (*render)(void* env, uint8_t* rgb);    /* frame_h x frame_w x 3 */
+    void (*render_text)(void* env, char* text); /* text_h rows of text_w chars */
+    void (*close)(void* env);
+} EnvSpec;
+
+/* The registry, filled by OCEAN_ENV in each header (see registry.h). */
+void ocean_register(const EnvSpec* spec);
+const EnvSpec* ocean_find(const char* name);
+int ocean_count(void);
+const EnvSpec* ocean_get(int index);
+
+/* Read a parameter in the order of the env's ParamSpec table. */
+#define PARAM(params, i) ((params)[(i)])
+
+/* Every env header ends with this: it checks the Log layout, builds the spec and registers it.
+ * Env is the struct type, prefix the function-name prefix (prefix##_init, _reset, _step, ...). */
+#define OCEAN_ENV(prefix, Env, LogT, ...)                                                         \
+    _Static_assert(sizeof(LogT) % sizeof(float) == 0, "Log must hold floats only");              \
+    _Static_assert(sizeof(LogT) / sizeof(float) <= 64, "at most 64 Log fields");                 \
+    static const char* const prefix##_log_names[] = {__VA_ARGS__, NULL};                          \
+    _Static_assert(sizeof(LogT) / sizeof(float) ==                                                \
+                       sizeof(prefix##_log_names) / sizeof(char*) - 1,                           \
+                   "log names must match the Log fields");                                        \
+    static void prefix##_init_v(void* e, const double* p, Buffers b, Rng r) { prefix##_init((Env*)e, p, b, r); } \
+    static void prefix##_reset_v(void* e) { prefix##_reset((Env*)e); }                            \
+    static void prefix##_step_v(void* e) { prefix##_step((Env*)e); }                              \
+    static void prefix##_render_v(void* e, uint8_t* f) { prefix##_render((Env*)e, f); }           \
+    static void prefix##_render_text_v(void* e, char* t) { prefix##_render_text((Env*)e, t); }    \
+    static void prefix##_close_v(void* e) { prefix##_close((Env*)e); }                            \
+    static const EnvSpec prefix##_spec = {                                                        \
+        #prefix, sizeof(Env), offsetof(Env, log), offsetof(Env, rng), (int)(sizeof(LogT) / sizeof(float)),           \
+        prefix##_log_names, prefix##_params, prefix##_layout, prefix##_init_v, prefix##_reset_v,  \
+        prefix##_step_v, prefix##_render_v, prefix##_render_text_v, prefix##_close_v};            \
+    __attribute__((constructor)) static void prefix##_register(void) { ocean_register(&prefix##_spec); }
+
+/* ------------------------------------------------------------------ drawing helpers */
+
+static inline void fill_rect(uint8_t* rgb, int fw, int fh, int x, int y, int w, int h,
+                             uint8_t r, uint8_t g, uint8_t b) {
+    for (int yy = y < 0 ? 0 : y; yy < y + h && yy < fh; yy++) {
+        for (int xx = x < 0 ? 0 : x; xx < x + w && xx < fw; xx++) {
+            uint8_t* px = rgb + 3 * (yy * fw + xx);
+            px[0] = r; px[1] = g; px[2] = b;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ thread pool */
+
+typedef void (*RangeFn)(void* ctx, int start, int end);
+typedef struct ThreadPool ThreadPool;
+
+/* Create num_threads-1 workers (the caller is thread 0). Returns NULL on failure. */
+ThreadPool* pool_create(int num_threads);
+/* Run fn over [0, count) split in contiguous ranges, one per thread; returns when all are done. */
+void pool_run(ThreadPool* pool, RangeFn fn, void* ctx, int count);
+void pool_destroy(ThreadPool* pool);
+
+/* ------------------------------------------------------------------ vector of envs */
+
+typedef struct VecEnv {
+    const EnvSpec* spec;
+    Layout layout;
+    int num_envs;
+    char* envs;                       /* num_envs * spec->size bytes, allocated once */
+    ThreadPool* pool;
+    int num_threads;
+} VecEnv;
+
+/* Allocate and init num_envs envs over caller-owned buffers. Returns NULL and fills err on failure. */
+VecEnv* vecenv_create(const EnvSpec* spec, const double* params, int num_envs, int num_threads,
+                      uint64_t seed, void* observations, int32_t* actions, float* rewards,
+                      uint8_t* terminals, uint8_t* truncations, char* err, size_t err_size);
+void vecenv_reset(VecEnv* vec, uint64_t seed);
+void vecenv_step(VecEnv* vec);
+/* Sum every env's log into out (log_fields floats) and zero them. */
+void vecenv_log(VecEnv* vec, float* out);
+void vecenv_close(VecEnv* vec);
+size_t ocean_obs_itemsize(ObsDtype dtype);
+
+#endif

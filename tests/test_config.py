@@ -1,0 +1,194 @@
+"""Config layering, override parsing and every ConfigError path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from appliance.config import Config, coerce, env_names, parse_overrides, profile_names, resolve
+from appliance.errors import ConfigError
+
+
+def test_defaults_have_every_section_and_typed_values():
+    cfg = resolve()
+    assert set(cfg.data) == {"vec", "train", "policy", "env", "bench"}
+    assert isinstance(cfg.train.learning_rate, float)
+    assert isinstance(cfg.vec.num_envs, int)
+    assert cfg.vec.num_threads == "auto"
+    assert cfg.env == {}
+
+
+def test_layers_apply_in_order(tmp_path):
+    user = tmp_path / "user.yaml"
+    user.write_text("train:\n  learning_rate: 0.5\n  minibatch_size: 1024\n")
+    cfg = resolve(
+        env="squared", profile="4090", config_file=user, overrides=["--train.minibatch-size", "512"]
+    )
+    assert cfg.env["size"] == 11  # env layer
+    assert cfg.train.total_timesteps == 2_000_000  # env layer beats defaults
+    assert cfg.train.precision == "bfloat16"  # profile layer
+    assert cfg.bench.expected_gpu == "RTX 4090" and cfg.bench.profile == "4090"
+    assert cfg.train.learning_rate == 0.5  # user file beats env layer
+    assert cfg.train.minibatch_size == 512  # command line beats user file
+    assert cfg.sources[-1] == "command line"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--train.learning-rate", "3e-4"], {"train": {"learning_rate": "3e-4"}}),
+        (["--train.learning_rate=3e-4"], {"train": {"learning_rate": "3e-4"}}),
+        (["--train.compile"], {"train": {"compile": "true"}}),
+        (
+            ["--train.compile", "--vec.num-envs", "8"],
+            {"train": {"compile": "true"}, "vec": {"num_envs": "8"}},
+        ),
+        (["--train.learning-rate", "-1e-3"], {"train": {"learning_rate": "-1e-3"}}),
+    ],
+)
+def test_parse_overrides(args, expected):
+    assert parse_overrides(args) == expected
+
+
+def test_override_values_are_typed_from_defaults():
+    cfg = resolve(
+        overrides=[
+            "--train.learning-rate",
+            "3e-4",
+            "--vec.num-envs",
+            "1e3",
+            "--vec.zero-copy",
+            "no",
+            "--bench.threads",
+            "1,2,4",
+            "--vec.batch-size",
+            "64",
+            "--train.device",
+            "cpu",
+        ]
+    )
+    assert cfg.train.learning_rate == pytest.approx(3e-4)
+    assert cfg.vec.num_envs == 1000 and isinstance(cfg.vec.num_envs, int)
+    assert cfg.vec.zero_copy is False
+    assert cfg.bench.threads == [1, 2, 4]
+    assert cfg.vec.batch_size == 64
+    assert cfg.train.device == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("default", "value", "result"),
+    [
+        (1, "7", 7),
+        (1.0, 2, 2.0),
+        (True, "off", False),
+        ("a", "b", "b"),
+        ([1], "[3, 4]", [3, 4]),
+        ("auto", "auto", "auto"),
+        ("auto", "12", 12),
+        ("auto", 0.5, 0.5),
+    ],
+)
+def test_coerce(default, value, result):
+    assert coerce(value, default) == result
+
+
+@pytest.mark.parametrize(
+    ("default", "value"),
+    [(1, "x"), (1, 1.5), (1, True), (True, "maybe"), ("a", 3), (1.0, "fast"), ("auto", True)],
+)
+def test_coerce_rejects(default, value):
+    with pytest.raises(ValueError):
+        coerce(value, default)
+
+
+def test_unknown_key_suggests_nearest_cli_name():
+    with pytest.raises(ConfigError, match=r"--train\.learnin-rate.*did you mean --train\.learning-rate\?"):
+        resolve(overrides=["--train.learnin-rate", "1"])
+
+
+def test_unknown_section_suggests_nearest():
+    with pytest.raises(ConfigError, match="unknown config section 'trian'.*did you mean 'train'"):
+        resolve(overrides=["--trian.learning-rate", "1"])
+
+
+def test_wrong_type_names_key_and_expected_type():
+    with pytest.raises(ConfigError, match=r"--vec\.num-envs.*expected an int, got 'many'"):
+        resolve(overrides=["--vec.num-envs", "many"])
+
+
+def test_bad_choice_suggests_nearest():
+    with pytest.raises(ConfigError, match="did you mean 'adam'"):
+        resolve(overrides=["--train.optimizer", "adma"])
+
+
+def test_env_key_without_env_is_explained():
+    with pytest.raises(ConfigError, match="env parameters come with an env"):
+        resolve(overrides=["--env.size", "5"])
+
+
+def test_env_params_are_typed_by_env_yaml():
+    assert resolve(env="squared", overrides=["--env.size", "7"]).env["size"] == 7
+    with pytest.raises(ConfigError, match="expected an int"):
+        resolve(env="squared", overrides=["--env.size", "big"])
+
+
+def test_malformed_overrides():
+    with pytest.raises(ConfigError, match="needs the form --section.key"):
+        parse_overrides(["--learning-rate", "1"])
+    with pytest.raises(ConfigError, match="unexpected argument 'oops'"):
+        parse_overrides(["oops"])
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        resolve(config_file=tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  learning_rate: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"bad YAML in .*bad\.yaml: line \d+, column \d+"):
+        resolve(config_file=bad)
+    notmap = tmp_path / "list.yaml"
+    notmap.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        resolve(config_file=notmap)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("train:\n  learnig_rate: 0.1\n")
+    with pytest.raises(
+        ConfigError, match=r"train\.learnig_rate.*typo\.yaml.*did you mean train\.learning_rate"
+    ):
+        resolve(config_file=typo)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("vec:\n  zero_copy: 3\n")
+    with pytest.raises(ConfigError, match=r"vec\.zero_copy.*expected a bool, got 3"):
+        resolve(config_file=wrong)
+
+
+def test_unknown_env_and_profile_list_valid_ones():
+    with pytest.raises(ConfigError, match="did you mean 'squared'.*known envs"):
+        resolve(env="squarde")
+    with pytest.raises(ConfigError, match="did you mean '4090'.*valid profiles: .*h100"):
+        resolve(profile="4091")
+
+
+def test_every_profile_and_env_yaml_resolves():
+    for profile in profile_names():
+        assert resolve(profile=profile).bench.profile == profile
+    for env in env_names():
+        assert resolve(env=env).env_name == env
+    assert {"cpu", "2080", "4090", "5090", "h100"} <= set(profile_names())
+
+
+def test_serializes_to_yaml_and_json_round_trip():
+    cfg = resolve(env="squared", overrides=["--train.seed", "7"])
+    as_yaml = yaml.safe_load(cfg.to_yaml())
+    as_json = json.loads(cfg.to_json())
+    assert as_yaml == as_json == cfg.to_dict()
+    assert as_json["train"]["seed"] == 7
+    again = Config({s: as_json[s] for s in ("vec", "train", "policy", "env", "bench")})
+    assert again.train.seed == 7
+
+
+def test_section_attribute_error_suggests():
+    with pytest.raises(AttributeError, match="did you mean learning_rate"):
+        _ = resolve().train.learning_rat
