@@ -40,3 +40,14 @@ lint: $(STAMP)
 
 clean:
 	rm -rf build dist *.egg-info appliance/*.so envs/build
+
+# A standalone binary of one env (or ENV=all) under AddressSanitizer and UBSan, stepped with
+# random actions: make env-debug ENV=breakout [STEPS=3000]
+ENV   ?= all
+STEPS ?= 3000
+SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+env-debug:
+	@mkdir -p envs/build
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers $(SANITIZE) \
+		-Ienvs envs/debug.c envs/vecenv.c -o envs/build/debug -lm -pthread
+	./envs/build/debug $(ENV) $(STEPS)

@@ -1,4 +1,12 @@
 /* registry.h: the Ocean envs compiled into appliance._ocean, one line each.
  * Each header ends with OCEAN_ENV(...), which registers it; adding an env is its header, a line
  * here and its YAML in appliance/config/envs/. */
+#include "benchmark.h"
+#include "breakout.h"
+#include "connect4.h"
+#include "g2048.h"
+#include "go.h"
+#include "pong.h"
+#include "snake.h"
 #include "squared.h"
+#include "target.h"
