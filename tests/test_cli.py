@@ -66,3 +66,57 @@ def test_config_bad_profile_and_missing_file(tmp_path):
     assert result.exit_code == 2 and "valid profiles" in result.output
     result = run("config", "--config", str(tmp_path / "none.yaml"))
     assert result.exit_code == 2 and "not found" in result.output
+
+
+def test_envs_lists_every_env_with_spaces():
+    result = run("envs")
+    assert result.exit_code == 0
+    for name in ("breakout", "snake", "go", "MultiDiscrete"):
+        assert name in result.output
+
+
+def test_envs_show_draws_frames_and_writes_a_gif(tmp_path):
+    gif = tmp_path / "out.gif"
+    result = run("envs", "show", "squared", "--frames", "3", "--gif", str(gif))
+    assert result.exit_code == 0, result.output
+    assert "A" in result.output and "wrote 4 frames" in result.output
+    from PIL import Image
+
+    with Image.open(gif) as im:
+        assert im.n_frames >= 2
+
+
+def test_envs_show_unknown_env_is_one_line():
+    result = run("envs", "show", "brekout")
+    assert result.exit_code == 2 and "did you mean 'breakout'" in result.output
+
+
+def test_envs_sps_table_and_json(tmp_path):
+    out = tmp_path / "sps.json"
+    result = run(
+        "envs",
+        "sps",
+        "squared,pong",
+        "--threads",
+        "1,2",
+        "--seconds",
+        "0.1",
+        "--num-envs",
+        "32",
+        "--json",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert [(r["env"], r["threads"]) for r in data["rows"]] == [
+        ("squared", 1),
+        ("squared", 2),
+        ("pong", 1),
+        ("pong", 2),
+    ]
+    assert all(r["sps"] > 0 for r in data["rows"]) and "cpu" in data["fingerprint"]
+
+
+def test_envs_sps_rejects_unknown_env_and_bad_threads():
+    assert run("envs", "sps", "nope", "--seconds", "0.1").exit_code == 2
+    assert run("envs", "sps", "squared", "--threads", "0").exit_code == 2

@@ -1,0 +1,390 @@
+"""Ocean C envs through appliance.envs: spaces, bounds, episodes, logs, determinism, bad input."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from appliance import _ocean, envs
+from appliance.bench.envsps import random_actions, scaling
+from appliance.config import env_names, resolve
+from appliance.errors import ConfigError
+
+NAMES = envs.names()
+ROOT = Path(__file__).resolve().parents[1]
+MULTI_AGENT = ["snake", "target"]
+
+
+def make(name, num_envs=4, num_threads=1, seed=0, **params):
+    return envs.make(
+        name, num_envs=num_envs, num_threads=num_threads, seed=seed, **{**resolve(env=name).env, **params}
+    )
+
+
+def rollout(vec, steps, seed=0, action_seed=0):
+    """Step with a fixed random action sequence; return stacked obs, rewards, terminals, truncations."""
+    actions = random_actions(vec, count=steps, seed=action_seed)
+    obs, _ = vec.reset(seed)
+    out = {"obs": [obs.copy()], "rew": [], "term": [], "trunc": []}
+    for a in actions:
+        obs, rew, term, trunc, _ = vec.step(a)
+        out["obs"].append(obs.copy())
+        out["rew"].append(rew.copy())
+        out["term"].append(term.copy())
+        out["trunc"].append(trunc.copy())
+    return {k: np.stack(v) for k, v in out.items()}
+
+
+def test_all_nine_envs_are_registered_with_a_yaml():
+    expected = {"squared", "target", "breakout", "pong", "snake", "connect4", "g2048", "go", "benchmark"}
+    assert set(NAMES) == expected
+    assert set(env_names()) == expected
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_spaces_match_buffers(name):
+    with make(name) as vec:
+        info = vec.info
+        assert vec.observations.shape == (vec.num_agents, *vec.single_observation_space.shape)
+        assert vec.observations.dtype == vec.single_observation_space.dtype
+        assert vec.num_agents == 4 * info["agents_per_env"]
+        nvec = info["action_nvec"]
+        assert vec.actions.shape == ((vec.num_agents,) if len(nvec) == 1 else (vec.num_agents, len(nvec)))
+        sample = np.stack([vec.single_action_space.sample() for _ in range(vec.num_agents)])
+        vec.step(sample.reshape(vec.actions.shape).astype(np.int32))
+        for buf in (vec.observations, vec.actions, vec.rewards, vec.terminals):
+            assert buf.ctypes.data % 64 == 0 and buf.flags.c_contiguous
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_obs_in_bounds_episodes_end_and_logs_aggregate(name):
+    with make(name, num_envs=4, num_threads=2, seed=1) as vec:
+        low, high = vec.single_observation_space.low.min(), vec.single_observation_space.high.max()
+        actions = random_actions(vec, count=64, seed=1)
+        vec.reset(1)
+        ended = 0
+        for i in range(10_000):
+            obs, rew, term, trunc, _ = vec.step(actions[i % 64])
+            if i % 10 == 0 or term.any() or trunc.any():
+                o = obs.astype(np.float64)
+                assert np.isfinite(o).all(), f"non-finite obs at step {i}"
+                assert o.min() >= low and o.max() <= high, f"obs outside [{low}, {high}] at step {i}"
+                assert np.isfinite(rew).all()
+            ended += int(term.sum() + trunc.sum())
+        assert ended > 0, "no episode ended in 10k steps"
+        stats = vec.log()
+        assert {"perf", "score", "episode_return", "episode_length", "n"} <= set(stats)
+        assert stats["n"] == ended, "every finished episode is logged exactly once"
+        assert 0.0 <= stats["perf"] <= 1.0 and stats["episode_length"] > 0
+        assert vec.log() == {}, "log() zeroes what it reported"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_trajectory_for_any_thread_count(name):
+    runs = []
+    for threads in (1, 2, 3):
+        with make(name, num_envs=6, num_threads=threads, seed=5) as vec:
+            runs.append(rollout(vec, 300, seed=5))
+    for other in runs[1:]:
+        for key in runs[0]:
+            np.testing.assert_array_equal(runs[0][key], other[key], err_msg=key)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_different_seeds_differ(name):
+    with make(name, num_envs=4, seed=0) as vec:
+        a = rollout(vec, 200, seed=1)
+        b = rollout(vec, 200, seed=2)
+    assert not np.array_equal(a["obs"], b["obs"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_envs_do_not_leak_into_each_other(name):
+    """Env 0's trajectory does not depend on what the other envs are told to do."""
+    with make(name, num_envs=3, seed=4) as vec:
+        k = vec.agents_per_env
+        base = random_actions(vec, count=150, seed=0)
+        other = random_actions(vec, count=150, seed=99)
+        mixed = [np.concatenate([b[:k], o[k:]]) for b, o in zip(base, other, strict=True)]
+        vec.reset(4)
+        first = [vec.step(a)[0][:k].copy() for a in base]
+        vec.reset(4)
+        second = [vec.step(a)[0][:k].copy() for a in mixed]
+    np.testing.assert_array_equal(np.stack(first), np.stack(second))
+
+
+@pytest.mark.parametrize("name", MULTI_AGENT)
+def test_multi_agent_rows_are_separate_agents(name):
+    with make(name, num_envs=2, seed=0) as vec:
+        assert vec.agents_per_env > 1
+        obs, _ = vec.reset(0)
+        rows = obs[: vec.agents_per_env]
+        assert len({r.tobytes() for r in rows}) == vec.agents_per_env, "each agent sees its own observation"
+
+
+def test_target_agents_move_by_their_own_action():
+    with make("target", num_envs=1, seed=0) as vec:
+        obs, _ = vec.reset(0)
+        before = obs[:, :2].copy()
+        actions = np.ones((vec.num_agents, 2), dtype=np.int32)  # everyone stays
+        actions[0] = (2, 1)  # agent 0 moves right
+        obs, *_ = vec.step(actions)
+        assert obs[0, 0] > before[0, 0]
+        np.testing.assert_allclose(obs[1:, :2], before[1:, :2])
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_action_dtype_shape_value():
+    with make("breakout", num_envs=4) as vec:
+        with pytest.raises(TypeError, match="breakout: actions must be integers"):
+            vec.step(np.zeros(4, dtype=np.float32))
+        with pytest.raises(ValueError, match=r"breakout: actions have shape \(3,\); expected \(4,\)"):
+            vec.step(np.zeros(3, dtype=np.int32))
+        bad = np.zeros(4, dtype=np.int32)
+        bad[2] = 3
+        with pytest.raises(
+            ValueError, match=r"breakout: action 3 for agent 2 \(env 2\) is out of range; valid: 0\.\.2"
+        ):
+            vec.step(bad)
+        with pytest.raises(ValueError, match="breakout: action -1 for agent 0"):
+            vec.step(np.array([-1, 0, 0, 0], dtype=np.int64))
+        with pytest.raises(ValueError, match="out of range"):
+            vec.step(np.array([0, 0, 0, 2**32 + 1], dtype=np.int64))  # would wrap to 1 in int32
+        vec.step(np.array([0, 1, 2, 1], dtype=np.int64))  # other integer dtypes are fine
+
+
+def test_bad_multidiscrete_value_names_dimension():
+    with make("target", num_envs=1) as vec:
+        actions = np.ones((8, 2), dtype=np.int32)
+        actions[5, 1] = 3
+        with pytest.raises(
+            ValueError,
+            match=r"target: action 3 for agent 5 \(env 0, dimension 1\) is out of range; valid: 0\.\.2",
+        ):
+            vec.step(actions)
+
+
+def test_bad_params_and_sizes():
+    with pytest.raises(ConfigError, match="unknown parameter 'frame_skip'.*frameskip"):
+        envs.make("breakout", num_envs=2, frame_skip=4)
+    with pytest.raises(ConfigError, match=r"'frameskip' = 0 is outside its valid range \[1, 16\]"):
+        envs.make("breakout", num_envs=2, frameskip=0)
+    with pytest.raises(ConfigError, match="unknown Ocean env 'breakot'"):
+        envs.make("breakot", num_envs=2)
+    with pytest.raises(ConfigError, match="num_envs must be a positive int"):
+        envs.make("squared", num_envs=0)
+    with pytest.raises(ConfigError, match=r"num_threads \(3\) > num_envs \(2\)"):
+        envs.make("squared", num_envs=2, num_threads=3)
+
+
+def test_binding_checks_buffers_at_creation():
+    n = 4
+    good = {
+        "observations": np.zeros((n, 121), np.uint8),
+        "actions": np.zeros(n, np.int32),
+        "rewards": np.zeros(n, np.float32),
+        "terminals": np.zeros(n, np.bool_),
+        "truncations": np.zeros(n, np.bool_),
+    }
+
+    def create(**changes):
+        bufs = {**good, **changes}
+        return _ocean.Vec(
+            "squared",
+            n,
+            bufs["observations"],
+            bufs["actions"],
+            bufs["rewards"],
+            bufs["terminals"],
+            bufs["truncations"],
+        )
+
+    create().close()
+    with pytest.raises(TypeError, match="observations has dtype format 'f'.*expected 'B'"):
+        create(observations=np.zeros((n, 121), np.float32))
+    with pytest.raises(ValueError, match=r"rewards has the wrong shape; expected \(4, 1\)"):
+        create(rewards=np.zeros(n + 1, np.float32))
+    with pytest.raises(ValueError, match="observations must be C-contiguous"):
+        create(observations=np.zeros((n, 242), np.uint8)[:, ::2])
+    misaligned = np.zeros(4 * n + 1, np.uint8)[1:].view(np.float32)
+    with pytest.raises(ValueError, match="rewards is not aligned to 4 bytes"):
+        create(rewards=misaligned)
+    with pytest.raises(TypeError, match="actions must be a writable array"):
+        create(actions=np.zeros(n, np.int32).tobytes())
+
+
+def test_close_is_idempotent_and_use_after_close_is_an_error():
+    vec = make("squared")
+    vec.close()
+    vec.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.step(np.zeros(4, np.int32))
+
+
+# ----------------------------------------------------------------------------- rendering and scores
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_render_frame_and_text(name):
+    with make(name, num_envs=2) as vec:
+        vec.reset(0)
+        frame = vec.render(1)
+        assert frame.shape == (*vec.info["frame"], 3) and frame.dtype == np.uint8
+        assert frame.any(), "the frame shows something"
+        text = vec.render_text(0)
+        assert len(text.splitlines()) == vec.info["text"][0]
+        with pytest.raises(IndexError):
+            vec.render(2)
+
+
+def test_breakout_random_policy_scores():
+    with make("breakout", num_envs=16, seed=0) as vec:
+        actions = random_actions(vec, count=64)
+        vec.reset(0)
+        for i in range(3000):
+            vec.step(actions[i % 64])
+        stats = vec.log()
+    assert stats["n"] > 0 and stats["score"] > 0
+
+
+def test_breakout_scripted_paddle_clears_the_wall():
+    """A paddle that tracks the ball (aiming off-centre to vary the angle) clears a whole wall (432)."""
+    width = 576.0
+    with make("breakout", num_envs=4, seed=3, frameskip=1) as vec:
+        obs, _ = vec.reset(3)
+        score, best = np.zeros(4), 0.0
+        for t in range(40_000):
+            paddle_x, ball_x, paddle_w = obs[:, 0] * width, obs[:, 2] * width, obs[:, 9] * width
+            aim = ball_x + 3 - paddle_w / 2 - 0.6 * np.sin(t / 37.0 + np.arange(4)) * paddle_w / 2
+            action = np.where(paddle_x < aim - 4, 2, np.where(paddle_x > aim + 4, 1, 0)).astype(np.int32)
+            obs, rew, term, trunc, _ = vec.step(action)
+            score += rew
+            best = max(best, score.max())
+            score[term | trunc] = 0
+            if best >= 432:
+                break
+    assert best >= 432
+
+
+def test_pong_tracking_paddle_beats_random():
+    def play(policy):
+        with make("pong", num_envs=4, seed=0) as vec:
+            obs, _ = vec.reset(0)
+            rng = np.random.default_rng(0)
+            total = 0.0
+            for _ in range(4000):
+                obs, rew, *_ = vec.step(policy(obs, rng))
+                total += rew.sum()
+            return total
+
+    def track(obs, rng):
+        paddle_centre = obs[:, 0] + 12 / 192
+        return np.where(
+            obs[:, 3] < paddle_centre - 0.02, 1, np.where(obs[:, 3] > paddle_centre + 0.02, 2, 0)
+        ).astype(np.int32)
+
+    assert play(track) > play(lambda obs, rng: rng.integers(0, 3, 4).astype(np.int32)) + 10
+
+
+def test_connect4_opponent_depth_matters():
+    def random_win_rate(depth):
+        with make("connect4", num_envs=32, seed=0, depth=depth) as vec:
+            actions = random_actions(vec, count=64)
+            vec.reset(0)
+            for i in range(1500):
+                vec.step(actions[i % 64])
+            return vec.log()["perf"]
+
+    assert random_win_rate(0) > random_win_rate(3) + 0.1
+
+
+def test_g2048_and_go_rules_hold():
+    with make("g2048", num_envs=1, seed=0) as vec:
+        obs, _ = vec.reset(0)
+        assert (obs > 0).sum() == 2, "a new game starts with two tiles"
+    with make("go", num_envs=1, seed=0) as vec:
+        obs, _ = vec.reset(0)
+        assert obs[0, 81:].all(), "every point is legal on an empty board"
+        obs, *_ = vec.step(np.array([40], np.int32))  # centre stone
+        assert obs[0, 40] == 1 and obs[0, 81 + 40] == 0, "an occupied point is no longer legal"
+        assert (obs[0, :81] == -1).sum() == 1, "the opponent answered with one stone"
+
+
+# ----------------------------------------------------------------------------- speed benchmark and C
+
+
+def test_scaling_reports_sps_and_efficiency():
+    rows = scaling("squared", [1, 2], num_envs=64, seconds=0.1)
+    assert [r["threads"] for r in rows] == [1, 2]
+    assert all(r["sps"] > 0 and r["steps"] > 0 for r in rows)
+    assert rows[0]["efficiency"] == pytest.approx(1.0)
+    assert rows[1]["efficiency"] == pytest.approx(rows[1]["sps"] / (2 * rows[0]["sps"]))
+
+
+@pytest.mark.slow
+def test_c_envs_under_address_and_ub_sanitizers(tmp_path):
+    """Every env, a few thousand random steps, built with -fsanitize=address,undefined."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed for the C-level tests"
+    binary = tmp_path / "debug"
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-O1",
+            "-g",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer",
+            f"-I{ROOT / 'envs'}",
+            str(ROOT / "envs/debug.c"),
+            str(ROOT / "envs/vecenv.c"),
+            "-o",
+            str(binary),
+            "-lm",
+            "-pthread",
+        ],
+        check=True,
+    )
+    result = subprocess.run(
+        [str(binary), "all", "3000", "8", "2"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(" ok") == len(NAMES)
+
+
+@pytest.mark.slow
+def test_template_env_compiles_and_passes_the_c_checks(tmp_path):
+    """envs/template.h is a working env: built beside the harness, it passes the same checks."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    unit = tmp_path / "template_unit.c"
+    unit.write_text('#include "template.h"\n')
+    binary = tmp_path / "debug"
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-O1",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            f"-I{ROOT / 'envs'}",
+            str(ROOT / "envs/debug.c"),
+            str(ROOT / "envs/vecenv.c"),
+            str(unit),
+            "-o",
+            str(binary),
+            "-lm",
+            "-pthread",
+        ],
+        check=True,
+    )
+    result = subprocess.run([str(binary), "template", "2000"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "template" in result.stdout and " ok" in result.stdout, (
+        result.stdout + result.stderr
+    )
