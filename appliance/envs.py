@@ -76,6 +76,9 @@ class OceanVec:
         self.agents_per_env = self.info["agents_per_env"]
         self.num_agents = self.num_envs * self.agents_per_env
         self.agents_per_batch = self.num_agents
+        self.batch_size = self.num_envs  # synchronous: every recv returns all envs
+        self.num_workers = 1
+        self.obs_codec = None  # flat observations are the native structure
         nvec = self.info["action_nvec"]
         obs_dtype = np.dtype(self.info["obs_dtype"])
         self.single_observation_space = gymnasium.spaces.Box(
@@ -95,7 +98,6 @@ class OceanVec:
         self.truncations = aligned_empty((n,), np.bool_)
         self.agent_ids = np.arange(n)
         self.masks = np.ones(n, dtype=np.bool_)
-        self._action_high = int(max(nvec))
         self._c = _ocean.Vec(
             name,
             self.num_envs,
@@ -184,28 +186,18 @@ class OceanVec:
             raise RuntimeError(f"{self.name}: this vector is closed")
 
     def _write_actions(self, actions: Any) -> None:
-        """Check dtype and shape, then copy into the C-owned actions buffer (values are checked in C)."""
-        if hasattr(actions, "detach"):  # a torch tensor
-            actions = actions.detach().cpu().numpy()
-        actions = np.asarray(actions)
-        if actions.dtype.kind not in "iu":
-            raise TypeError(
-                f"{self.name}: actions must be integers for {self.single_action_space}, got dtype {actions.dtype}"
-            )
-        if actions.shape != self.actions.shape:
-            raise ValueError(
-                f"{self.name}: actions have shape {actions.shape}; expected {self.actions.shape} "
-                f"({self.num_agents} agents x {self.single_action_space})"
-            )
-        if actions.dtype != np.int32 and actions.size:
-            low, high = int(actions.min()), int(actions.max())
-            if low < 0 or high >= self._action_high:
-                bad = int(np.flatnonzero((actions < 0) | (actions >= self._action_high))[0])
-                row = bad // max(1, actions.size // self.num_agents)
-                raise ValueError(
-                    f"{self.name}: action {int(actions.reshape(-1)[bad])} for agent {row} "
-                    f"(env {row // self.agents_per_env}) is out of range for {self.single_action_space}"
-                )
+        """Check dtype and shape, then copy into the C-owned actions buffer. int32 values are range-checked
+        by C; other integer dtypes here, before a cast could wrap them into range."""
+        from appliance.vector.base import check_actions
+
+        actions = np.asarray(actions.detach().cpu().numpy() if hasattr(actions, "detach") else actions)
+        check_actions(
+            self.name,
+            actions,
+            self.actions.shape,
+            self.single_action_space,
+            check_values=actions.dtype != np.int32,
+        )
         np.copyto(self.actions, actions, casting="unsafe")
 
 

@@ -204,17 +204,17 @@ static void release(PyVec* self) {
 
 static int Vec_init(PyVec* self, PyObject* args, PyObject* kwds) {
     static char* kwlist[] = {"name", "num_envs", "observations", "actions", "rewards", "terminals",
-                             "truncations", "num_threads", "seed", "params", NULL};
+                             "truncations", "num_threads", "seed", "params", "env_offset", NULL};
     const char* name;
     int num_envs, num_threads = 1;
-    unsigned long long seed = 0;
+    unsigned long long seed = 0, env_offset = 0;
     PyObject *obs, *act, *rew, *term, *trunc, *params = Py_None;
     if (self->vec) {
         PyErr_SetString(PyExc_RuntimeError, "Vec is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "siOOOOO|iKO", kwlist, &name, &num_envs, &obs, &act, &rew,
-                                     &term, &trunc, &num_threads, &seed, &params))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "siOOOOO|iKOK", kwlist, &name, &num_envs, &obs, &act, &rew,
+                                     &term, &trunc, &num_threads, &seed, &params, &env_offset))
         return -1;
     const EnvSpec* spec = find_spec(name);
     if (!spec) return -1;
@@ -242,7 +242,7 @@ static int Vec_init(PyVec* self, PyObject* args, PyObject* kwds) {
     char err[256] = {0};
     VecEnv* vec;
     Py_BEGIN_ALLOW_THREADS
-    vec = vecenv_create(spec, values, num_envs, num_threads, seed, self->obs.buf, self->act.buf, self->rew.buf,
+    vec = vecenv_create(spec, values, num_envs, num_threads, seed, env_offset, self->obs.buf, self->act.buf, self->rew.buf,
                         self->term.buf, self->trunc.buf, err, sizeof(err));
     Py_END_ALLOW_THREADS
     if (!vec) {
@@ -428,7 +428,8 @@ static PyTypeObject VecType = {
     .tp_basicsize = sizeof(PyVec),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Vec(name, num_envs, observations, actions, rewards, terminals, truncations, num_threads=1, "
-              "seed=0, params=None): Ocean envs stepped in place over caller-owned buffers.",
+              "seed=0, params=None, env_offset=0): Ocean envs stepped in place over caller-owned buffers; env i "
+              "is seeded from (seed, env_offset + i).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Vec_init,
     .tp_dealloc = (destructor)Vec_dealloc,

@@ -31,7 +31,7 @@ static int check_env(const EnvSpec* spec, int steps, int num_envs, int threads) 
     uint8_t* trunc = malloc(rows);
     memset(obs, 0xAB, obs_bytes); /* poison: reset must write every observation */
     char err[256];
-    VecEnv* vec = vecenv_create(spec, params, num_envs, threads, 7, obs, act, rew, term, trunc, err, sizeof(err));
+    VecEnv* vec = vecenv_create(spec, params, num_envs, threads, 7, 0, obs, act, rew, term, trunc, err, sizeof(err));
     if (!vec) {
         fprintf(stderr, "%s: create failed: %s\n", spec->name, err);
         return 1;

@@ -193,13 +193,13 @@ static void reset_range(void* raw, int start, int end) {
     VecEnv* vec = ctx->vec;
     for (int i = start; i < end; i++) {
         char* env = env_at(vec, i);
-        rng_seed((Rng*)(env + vec->spec->rng_offset), ctx->seed, (uint64_t)i);
+        rng_seed((Rng*)(env + vec->spec->rng_offset), ctx->seed, vec->env_offset + (uint64_t)i);
         vec->spec->reset(env);
     }
 }
 
 VecEnv* vecenv_create(const EnvSpec* spec, const double* params, int num_envs, int num_threads,
-                      uint64_t seed, void* observations, int32_t* actions, float* rewards,
+                      uint64_t seed, uint64_t env_offset, void* observations, int32_t* actions, float* rewards,
                       uint8_t* terminals, uint8_t* truncations, char* err, size_t err_size) {
     VecEnv* vec = calloc(1, sizeof(VecEnv));
     if (!vec) {
@@ -209,6 +209,7 @@ VecEnv* vecenv_create(const EnvSpec* spec, const double* params, int num_envs, i
     vec->spec = spec;
     spec->layout(params, &vec->layout);
     vec->num_envs = num_envs;
+    vec->env_offset = env_offset;
     vec->num_threads = num_threads < 1 ? 1 : (num_threads > num_envs ? num_envs : num_threads);
     /* 64-byte aligned, one block for all envs: neighbouring envs share no cache line per thread range. */
     size_t bytes = ((size_t)num_envs * spec->size + 63) & ~(size_t)63;
@@ -231,7 +232,7 @@ VecEnv* vecenv_create(const EnvSpec* spec, const double* params, int num_envs, i
             truncations + row,
         };
         Rng rng;
-        rng_seed(&rng, seed, (uint64_t)i);
+        rng_seed(&rng, seed, env_offset + (uint64_t)i);
         spec->init(env_at(vec, i), params, b, rng);
     }
     vec->pool = pool_create(vec->num_threads);

@@ -175,6 +175,7 @@ typedef struct VecEnv {
     const EnvSpec* spec;
     Layout layout;
     int num_envs;
+    uint64_t env_offset;              /* global index of env 0: seeds are (seed, env_offset + i) */
     char* envs;                       /* num_envs * spec->size bytes, allocated once */
     ThreadPool* pool;
     int num_threads;
@@ -182,7 +183,7 @@ typedef struct VecEnv {
 
 /* Allocate and init num_envs envs over caller-owned buffers. Returns NULL and fills err on failure. */
 VecEnv* vecenv_create(const EnvSpec* spec, const double* params, int num_envs, int num_threads,
-                      uint64_t seed, void* observations, int32_t* actions, float* rewards,
+                      uint64_t seed, uint64_t env_offset, void* observations, int32_t* actions, float* rewards,
                       uint8_t* terminals, uint8_t* truncations, char* err, size_t err_size);
 void vecenv_reset(VecEnv* vec, uint64_t seed);
 void vecenv_step(VecEnv* vec);

@@ -1,0 +1,166 @@
+"""Small Python envs for benchmarks and tests of the vector backends.
+
+They live in the package (not under tests/) because spawned workers must import them, and because
+``puffer-bench vector-bench --step-us`` uses :class:`BusyEnv` to stand in for a costlier env.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, ClassVar
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+
+class BusyEnv(gymnasium.Env):
+    """CartPole-sized observations; each step busy-waits ``step_us`` microseconds (no sleep: CPU cost)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, step_us: float = 50.0, episode_length: int = 200) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.step_us, self.episode_length = step_us, episode_length
+        self._t = 0
+        self._rng = np.random.default_rng()
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self._t = 0
+        return self._rng.uniform(-1, 1, 4).astype(np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        end = time.perf_counter() + self.step_us * 1e-6
+        while time.perf_counter() < end:
+            pass
+        self._t += 1
+        obs = self._rng.uniform(-1, 1, 4).astype(np.float32)
+        return obs, float(action), self._t >= self.episode_length, False, {}
+
+
+class CountingEnv(gymnasium.Env):
+    """Deterministic: obs = [seed-derived id, step count]; reward = action; ends after ``length`` steps.
+
+    ``fail_at``: raise at that step; ``kill_at``: SIGKILL its own process; ``sleep_at``: sleep that long.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(
+        self, length: int = 10, fail_at: int = -1, kill_at: int = -1, sleep_at: int = -1, sleep_s: float = 0.0
+    ) -> None:
+        self.observation_space = spaces.Box(-1e9, 1e9, (2,), np.float32)
+        self.action_space = spaces.Discrete(4)
+        self.length, self.fail_at, self.kill_at, self.sleep_at, self.sleep_s = (
+            length,
+            fail_at,
+            kill_at,
+            sleep_at,
+            sleep_s,
+        )
+        self._id, self._t, self._total = 0.0, 0, 0
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        if seed is not None:
+            self._id = float(seed)
+        self._t = 0
+        return np.array([self._id, 0], np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self._t += 1
+        self._total += 1
+        if self._total == self.fail_at:
+            raise RuntimeError(f"CountingEnv failed on purpose at step {self._total}")
+        if self._total == self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self._total == self.sleep_at:
+            time.sleep(self.sleep_s)
+        return np.array([self._id, self._t], np.float32), float(action), self._t >= self.length, False, {}
+
+
+STRUCTURED_OBS = spaces.Dict(
+    {
+        "pos": spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "grid": spaces.Box(0, 255, (3, 3), np.uint8),
+        "flags": spaces.MultiBinary(3),
+        "mode": spaces.Discrete(4, start=1),
+        "pair": spaces.Tuple((spaces.Discrete(3), spaces.MultiDiscrete([2, 5]))),
+    }
+)
+STRUCTURED_ACTION = spaces.Dict({"move": spaces.Discrete(3), "power": spaces.MultiDiscrete([2, 4])})
+
+
+class StructuredEnv(gymnasium.Env):
+    """Dict/Tuple observations of mixed dtypes and a Dict action, for emulation tests and examples."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    observation_space = STRUCTURED_OBS
+    action_space = STRUCTURED_ACTION
+
+    def __init__(self, length: int = 20) -> None:
+        self.length, self._t = length, 0
+        self.last_action: Any = None
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.observation_space.seed(seed)
+        self._t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        assert self.action_space.contains(action), action
+        self.last_action = action
+        self._t += 1
+        return self.observation_space.sample(), float(action["move"]), self._t >= self.length, False, {}
+
+
+class ComingAndGoing:
+    """A PettingZoo-style ParallelEnv whose agents come and go: agent_i is present on steps where
+    (t + i) % 3 != 0, and leaves for good after ``life + i`` steps. Rewards equal the action."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "name": "coming_and_going"}
+
+    def __init__(self, num_agents: int = 3, life: int = 6) -> None:
+        self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
+        self.life = life
+        self.agents: list[str] = []
+        self._t = 0
+        self._obs = spaces.Box(0.0, 100.0, (2,), np.float32)
+        self._act = spaces.Discrete(3)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act
+
+    def _present(self) -> list[str]:
+        return [
+            a
+            for i, a in enumerate(self.possible_agents)
+            if self._t < self.life + i and (self._t + i) % 3 != 0
+        ]
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        return {a: np.array([self.possible_agents.index(a), self._t], np.float32) for a in self.agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self._t = 1
+        self.agents = self._present()
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        rewards = {a: float(actions[a]) for a in self.agents}
+        self._t += 1
+        terminations = {a: self._t >= self.life + self.possible_agents.index(a) for a in self.agents}
+        truncations = {a: False for a in self.agents}
+        self.agents = self._present()  # empty once every agent's life is over: the episode ends
+        return self._observe(), rewards, terminations, truncations, {a: {} for a in self.agents}
+
+    def close(self) -> None:
+        pass

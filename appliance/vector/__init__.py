@@ -1,0 +1,109 @@
+"""One Vector API over every backend (DESIGN.md "Vector API").
+
+    vec = appliance.vector.make(env, backend="native"|"serial"|"multiprocessing"|"ray",
+                                num_envs=..., num_workers=..., batch_size=..., zero_copy=True, seed=0, **env_params)
+    vec.async_reset(seed); obs, rewards, terminals, truncations, infos, agent_ids, masks = vec.recv(); vec.send(actions)
+    vec.reset(seed) / vec.step(actions) / vec.close()
+
+``env`` is an Ocean name ("breakout", or "ocean:breakout"), a Gymnasium id ("CartPole-v1"), or a
+zero-argument creator of a Gymnasium env or a PettingZoo parallel env (emulated: structured spaces
+flattened; ``vec.obs_codec.unflatten`` restores them). Sizes are checked by
+:func:`appliance.vector.base.check_sizes`; broken rules raise ConfigError with valid alternatives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.errors import ConfigError
+from appliance.vector.base import Vector, WorkerError, check_sizes, resolve_source
+
+BACKENDS = ("native", "serial", "multiprocessing", "ray")
+
+__all__ = ["BACKENDS", "Vector", "WorkerError", "make", "make_from_config"]
+
+
+def make(
+    env: Any,
+    backend: str = "native",
+    num_envs: int = 1,
+    num_workers: int | str | None = None,
+    batch_size: int | str | None = None,
+    zero_copy: bool = True,
+    seed: int = 0,
+    overwork: bool = False,
+    recv_timeout: float = 30.0,
+    num_threads: int | str | None = None,
+    ray_address: str = "",
+    start_method: str = "spawn",
+    **env_params: Any,
+) -> Any:
+    """Create a vector of ``num_envs`` envs on ``backend``; see the module docstring."""
+    from appliance.sysinfo import physical_cores
+
+    if backend not in BACKENDS:
+        import difflib
+
+        guess = difflib.get_close_matches(str(backend), BACKENDS, n=1)
+        raise ConfigError(
+            f"unknown backend {backend!r}"
+            + (f"; did you mean {guess[0]!r}?" if guess else "")
+            + f" valid backends: {', '.join(BACKENDS)}"
+        )
+    cores = physical_cores()
+    if backend == "native":
+        from appliance import envs as ocean
+
+        name = env.split(":", 1)[1] if isinstance(env, str) and env.startswith("ocean:") else env
+        if not (isinstance(name, str) and name in ocean.names()):
+            raise ConfigError(
+                f"the native backend runs Ocean C envs only ({', '.join(ocean.names())}); "
+                f"use backend='multiprocessing' or 'serial' for {env!r}"
+            )
+        if batch_size not in (None, "auto", num_envs):
+            raise ConfigError(
+                f"the native backend steps all envs at once: batch_size must be num_envs ({num_envs}) or 'auto', "
+                f"got {batch_size}; use backend='multiprocessing' for async batches"
+            )
+        return ocean.make(name, num_envs=num_envs, num_threads=num_threads, seed=seed, **env_params)
+    source = resolve_source(env, **env_params)
+    if backend == "serial":
+        from appliance.vector.serial import Serial
+
+        sizes = check_sizes(num_envs, 1, batch_size, False, True, cores)
+        if sizes.batch_size != num_envs:
+            raise ConfigError(
+                f"the serial backend is synchronous: batch_size must be num_envs ({num_envs}) or 'auto'"
+            )
+        return Serial(source, sizes, seed=seed)
+    if backend == "ray":
+        from appliance.vector.ray_backend import RayVector
+
+        # Ray moves data by value: zero_copy does not apply, and the cluster (not this host) has the cores
+        sizes = check_sizes(num_envs, num_workers, batch_size, zero_copy=False, overwork=True, cores=cores)
+        return RayVector(source, sizes, recv_timeout=recv_timeout, address=ray_address, overwork=overwork)
+    sizes = check_sizes(num_envs, num_workers, batch_size, zero_copy, overwork, cores)
+    from appliance.vector.mp import Multiprocessing
+
+    return Multiprocessing(
+        source, sizes, zero_copy=zero_copy, recv_timeout=recv_timeout, start_method=start_method
+    )
+
+
+def make_from_config(cfg: Any, env: Any | None = None) -> Any:
+    """A vector from a resolved config (``appliance.config.resolve``): vec section plus env params."""
+    v = cfg.vec
+    return make(
+        env if env is not None else cfg.env_name,
+        backend=v.backend,
+        num_envs=v.num_envs,
+        num_workers=v.num_workers,
+        batch_size=v.batch_size,
+        zero_copy=v.zero_copy,
+        seed=cfg.train.seed,
+        overwork=v.overwork,
+        recv_timeout=v.recv_timeout,
+        num_threads=v.num_threads,
+        ray_address=v.ray_address,
+        **dict(cfg.env),
+    )
