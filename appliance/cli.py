@@ -272,6 +272,174 @@ def envs_sps(
         click.echo(f"wrote {json_out}")
 
 
+# ----------------------------------------------------------------------------- vectorization
+
+
+@cli.command("vector-bench", context_settings=CONTEXT)
+@click.option(
+    "--env", "env", default="cartpole", show_default=True, help="cartpole, a Gymnasium id, or ocean:NAME."
+)
+@click.option(
+    "--step-us", type=float, help="Use a Python test env that busy-waits this many microseconds per step."
+)
+@click.option("--cores", type=int, help="Cores for every approach (default: physical cores).")
+@click.option("--seconds", default=1.0, show_default=True, help="Timed seconds per measurement.")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False),
+    help="Also write all samples (with fingerprint) here.",
+)
+def vector_bench(
+    env: str, step_us: float | None, cores: int | None, seconds: float, json_out: str | None
+) -> None:
+    """Our vector backends against gymnasium's SyncVectorEnv and AsyncVectorEnv, side by side.
+
+    Same env, same cores, random actions; each approach at its best num_envs. Prints SPS and the ratio
+    to the faster of gymnasium's two.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from appliance.bench import vectorbench
+    from appliance.sysinfo import physical_cores
+
+    cores = cores or physical_cores()
+    console = Console(stderr=True)
+    result = vectorbench.run(
+        env,
+        step_us,
+        cores,
+        seconds,
+        progress=lambda r: console.print(
+            f"  {r['family']:<45} num_envs={r['num_envs']:<6} {r['sps']:>12,.0f} SPS"
+        ),
+    )
+    table = Table(title=f"{result['env']} on {cores} cores: agent-steps/s, best num_envs per approach")
+    for col in ("approach", "num_envs", "SPS", "vs best gymnasium"):
+        table.add_column(col, justify="right" if col != "approach" else "left")
+    for r in sorted(result["rows"], key=lambda r: -r["sps"]):
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        table.add_row(r["family"], str(r["num_envs"]), f"{r['sps']:,.0f}", ratio)
+    Console().print(table)
+    if json_out:
+        from appliance.report_io import write_json_atomic
+        from appliance.sysinfo import fingerprint
+
+        write_json_atomic(json_out, {"kind": "vector-bench", "fingerprint": fingerprint(), **result})
+        click.echo(f"wrote {json_out}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("env")
+@click.option(
+    "--batch-size", type=int, help="Envs the trainer wants per batch; tune everything else around it."
+)
+@click.option("--seconds", default=0.5, show_default=True, help="Timed seconds per candidate.")
+@click.option(
+    "--max-ram-gb", default=8.0, show_default=True, help="Skip configurations whose envs need more RAM."
+)
+@click.option(
+    "--forward-ms",
+    default=0.0,
+    show_default=True,
+    help="Simulated policy time per batch (judges async fairly).",
+)
+@click.option("--cores", type=int, help="Cores to use (default: physical cores).")
+@click.option(
+    "--save",
+    type=click.Path(dir_okay=False),
+    help="Write the fastest config as a YAML profile (for --config).",
+)
+def autotune(
+    env: str,
+    batch_size: int | None,
+    seconds: float,
+    max_ram_gb: float,
+    forward_ms: float,
+    cores: int | None,
+    save: str | None,
+) -> None:
+    """Profile ENV, time candidate vector configurations, and pick the fastest.
+
+    ENV is an Ocean name, a Gymnasium id or ocean:NAME. With --save, the winner is written as a
+    profile that train and run accept through --config.
+    """
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from appliance.bench import autotune as tuner
+    from appliance.sysinfo import fingerprint, physical_cores
+
+    cores = cores or physical_cores()
+    name = env.split(":", 1)[1] if env.startswith("ocean:") else env
+    params: dict[str, Any] = {}
+    if name in _ocean_names():
+        params = _env_params(name)[1]
+    console = Console()
+    rows: list[dict[str, Any]] = []
+
+    def table() -> Table:
+        t = Table(title=f"autotune {env} ({cores} cores, {seconds:g} s per candidate)")
+        for col in ("backend", "num_envs", "workers/threads", "batch_size", "SPS"):
+            t.add_column(col, justify="right")
+        best = max((r["sps"] for r in rows if r["sps"]), default=None)
+        for r in rows:
+            sps = "error" if r["sps"] is None else f"{r['sps']:,.0f}" + (" *" if r["sps"] == best else "")
+            t.add_row(
+                r["backend"],
+                str(r["num_envs"]),
+                str(r.get("num_workers", r.get("num_threads", 1))),
+                str(r["batch_size"]),
+                sps,
+            )
+        return t
+
+    def show_profile(p: dict[str, Any]) -> None:
+        console.print(
+            f"[bold]{env}[/]: {p['sps_per_core']:,.0f} agent-steps/s on one core; step {p['step_us_mean']:.1f} us "
+            f"(CV {p['step_time_cv']:.2f}); reset {p['reset_ms']:.3f} ms; {p['ram_per_env_bytes'] / 1024:.1f} KiB per env; "
+            f"obs {p['obs_bytes_per_env_step']} B per env-step = {p['obs_mb_per_s_per_core']:.1f} MB/s per core"
+        )
+
+    with Live(table(), console=console, refresh_per_second=4) as live:
+
+        def on_result(r: dict[str, Any]) -> None:
+            rows.append(r)
+            live.update(table())
+
+        result = tuner.tune(
+            name if name in _ocean_names() else env,
+            params,
+            cores,
+            seconds,
+            batch_size,
+            max_ram_gb,
+            forward_ms,
+            on_profile=show_profile,
+            on_result=on_result,
+        )
+    best = result["best"]
+    console.print(
+        f"fastest: {best['backend']} num_envs={best['num_envs']} "
+        f"{'threads' if best['backend'] == 'native' else 'workers'}={best.get('num_threads', best.get('num_workers', 1))} "
+        f"batch_size={best['batch_size']}: {best['sps']:,.0f} agent-steps/s"
+    )
+    if save:
+        from appliance.report_io import write_bytes_atomic
+
+        text = tuner.profile_yaml(env, best, forward_ms, fingerprint()["cpu"]["model"])
+        write_bytes_atomic(save, text.encode())
+        console.print(f"wrote {save} (use it with --config {save})")
+
+
+def _ocean_names() -> list[str]:
+    from appliance import envs as ocean
+
+    return ocean.names()
+
+
 def main() -> None:
     """Console-script entry point."""
     cli.main(prog_name="puffer-bench")

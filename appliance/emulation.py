@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
@@ -35,10 +35,10 @@ class Leaf:
     space: spaces.Space
     shape: tuple[int, ...]
     dtype: np.dtype
+    size: int = field(init=False)
 
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape)) if self.shape else 1
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", int(np.prod(self.shape)) if self.shape else 1)
 
 
 def _leaves(space: spaces.Space, path: tuple[Any, ...] = ()) -> list[Leaf]:
@@ -86,6 +86,9 @@ class SpaceCodec:
         self.offsets = offsets
         self.size = position
         self.flat_space = self._flat_space()
+        # fast path: a plain Box/MultiDiscrete/MultiBinary/Discrete observation is already flat
+        self._leaf = self.leaves[0] if len(self.leaves) == 1 and not self.leaves[0].path else None
+        self._leaf_flat = self._leaf is not None and len(self._leaf.shape) <= 1
 
     def _flat_space(self) -> spaces.Box:
         if not self.same_dtype:
@@ -119,6 +122,9 @@ class SpaceCodec:
         """One sample into a flat array (written into ``out`` when given)."""
         if out is None:
             out = np.empty(self.size, self.dtype)
+        if self._leaf is not None:
+            out[:] = sample if self._leaf_flat else np.asarray(sample).reshape(-1)
+            return out
         raw = out if self.same_dtype else out.view(np.uint8)
         for leaf, offset in zip(self.leaves, self.offsets, strict=True):
             value = np.asarray(_get(sample, leaf.path), dtype=leaf.dtype)
@@ -171,6 +177,8 @@ class ActionCodec:
             high = np.concatenate([self._bounds(leaf)[1] for leaf in self.leaves]).astype(np.float32)
             self.flat_space = spaces.Box(low, high, (self.size,), np.float32)
             self.dtype = np.dtype(np.float32)
+        top = space if len(self.leaves) == 1 and not self.leaves[0].path else None
+        self._discrete_start = int(top.start) if isinstance(top, spaces.Discrete) else None  # fast path
 
     @staticmethod
     def _nvec(leaf: Leaf) -> np.ndarray:
@@ -190,6 +198,10 @@ class ActionCodec:
 
     def unflatten(self, flat: np.ndarray) -> Any:
         """One agent's flat action into the env's action structure."""
+        if (
+            self._discrete_start is not None
+        ):  # a plain Discrete action: one Python int (cheapest for env checks)
+            return int(flat[0] if getattr(flat, "ndim", 0) else flat) + self._discrete_start
         flat = np.asarray(flat).reshape(-1)
         values, i = {}, 0
         for leaf in self.leaves:
@@ -256,7 +268,11 @@ class GymnasiumEmulator:
         sample, reward, terminal, truncated, _ = self.env.step(self.action_codec.unflatten(actions[0]))
         self.episode_return += float(reward)
         self.episode_length += 1
-        rewards[0], terminals[0], truncations[0], mask[0] = reward, terminal, truncated, True
+        rewards[0], terminals[0], truncations[0] = (
+            reward,
+            terminal,
+            truncated,
+        )  # mask stays True (set on reset)
         info = None
         if terminal or truncated:
             info = {"episode_return": self.episode_return, "episode_length": self.episode_length}

@@ -13,17 +13,14 @@ from typing import Any
 import numpy as np
 
 from appliance import envs
+from appliance.bench.vecsps import action_sets
 
 ACTION_SETS = 64  # cached random action arrays cycled through
 
 
 def random_actions(vec: envs.OceanVec, count: int = ACTION_SETS, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    nvec = np.asarray(vec.info["action_nvec"])
-    return [
-        (rng.integers(0, nvec, size=(vec.num_agents, len(nvec))).astype(np.int32)).reshape(vec.actions.shape)
-        for _ in range(count)
-    ]
+    """Cached random actions shaped like ``vec.actions``."""
+    return action_sets(vec.single_action_space, vec.num_agents, count=count, seed=seed)
 
 
 def measure(

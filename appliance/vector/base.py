@@ -243,6 +243,15 @@ class EmulatedGroup:
             except Exception as e:
                 self.close()
                 raise EnvStepError(env_offset + j, "creation", traceback.format_exc()) from e
+        # each env's row views, made once: slicing six arrays per env per step costs more than a small env
+        b = buffers
+        self._views = [
+            tuple(
+                a[self._rows(j)]
+                for a in (b.actions, b.observations, b.rewards, b.terminals, b.truncations, b.masks)
+            )
+            for j in range(count)
+        ]
 
     def _rows(self, j: int) -> slice:
         return slice(j * self.k, (j + 1) * self.k)
@@ -263,18 +272,10 @@ class EmulatedGroup:
         return []
 
     def step(self) -> list[dict[str, Any]]:
-        b, infos = self.buffers, []
-        for j, env in enumerate(self.envs):
-            rows = self._rows(j)
+        infos = []
+        for j, (env, views) in enumerate(zip(self.envs, self._views, strict=True)):
             try:
-                info = env.step(
-                    b.actions[rows],
-                    b.observations[rows],
-                    b.rewards[rows],
-                    b.terminals[rows],
-                    b.truncations[rows],
-                    b.masks[rows],
-                )
+                info = env.step(*views)
             except Exception as e:
                 raise EnvStepError(self.offset + j, "step", traceback.format_exc()) from e
             if info:
@@ -400,10 +401,19 @@ def check_actions(
             f"{name}: actions have shape {actions.shape}; expected {expected_shape} (agents x {space})"
         )
     if discrete and check_values and actions.size:
-        nvec = np.asarray(space.n if isinstance(space, spaces.Discrete) else space.nvec)
-        bad = (actions < 0) | (actions >= nvec)
-        if bad.any():
-            flat = int(np.flatnonzero(bad)[0])
+        nvec = (
+            [int(space.n)]
+            if isinstance(space, spaces.Discrete)
+            else [int(n) for n in np.asarray(space.nvec).reshape(-1)]
+        )
+        if actions.dtype in (np.int32, np.int64) and actions.flags.c_contiguous:
+            from appliance import _ocean
+
+            flat = _ocean.first_invalid(actions, nvec)  # one pass in C: no numpy fixed costs on the hot path
+        else:
+            bad = (actions < 0) | (actions >= np.asarray(nvec))
+            flat = int(np.flatnonzero(bad)[0]) if bad.any() else -1
+        if flat >= 0:
             agent = flat // max(1, actions.size // expected_shape[0])
             value = int(actions.reshape(-1)[flat])
             raise ValueError(f"{name}: action {value} for agent {agent} is out of range for {space}")

@@ -281,6 +281,26 @@ class Multiprocessing(Vector):
 
             self._gathered = allocate(source, self.agents_per_batch)
         self._infos: list[dict[str, Any]] = []
+        if self.zero_copy:  # each block's views and agent ids, made once (recv returns them as they are)
+            rows_per_block = sizes.workers_per_batch * epw * k
+            self._block_views = []
+            for block in range(self._num_blocks):
+                r = slice(block * rows_per_block, (block + 1) * rows_per_block)
+                b = self.buffers
+                self._block_views.append(
+                    (
+                        b.observations[r],
+                        b.rewards[r],
+                        b.terminals[r],
+                        b.truncations[r],
+                        np.arange(r.start, r.stop),
+                        b.masks[r],
+                    )
+                )
+        self._wait_ema = 0.0  # recent recv wait (s), for the sleep-before-spin fast path
+        from appliance.sysinfo import physical_cores
+
+        self._oversubscribed = sizes.num_workers >= physical_cores()  # no core left for this process
         # workers report DONE once their envs exist; startup may import heavy modules, so allow extra time
         self._collect(
             list(range(sizes.num_workers)),
@@ -296,7 +316,7 @@ class Multiprocessing(Vector):
         return f"worker {w} (envs {w * epw}..{(w + 1) * epw - 1})"
 
     def _fail(self, message: str) -> None:
-        self.buffers = self._seeds = None
+        self.buffers = self._seeds = self._block_views = None
         self._res.close(grace=0.2)  # a failed or hung worker will not answer: do not wait long for it
         self._finalizer.detach()
         raise WorkerError(f"{self.source.name}: {message}")
@@ -331,6 +351,11 @@ class Multiprocessing(Vector):
         pending, ready = list(workers), []
         sweeps, sleep = 0, 0.0
         deadline = None
+        began = time.perf_counter()
+        # Fast path for slow steps: when recent waits were long, sleep through most of the expected wait
+        # instead of spinning, so the main process leaves the cores to the workers.
+        if self._oversubscribed and self._wait_ema > 3e-4 and not startup:
+            time.sleep(0.6 * self._wait_ema)
         while True:
             still = []
             for w in pending:
@@ -342,6 +367,8 @@ class Multiprocessing(Vector):
                     still.append(w)
             pending = still
             if len(ready) >= need:
+                if not startup:
+                    self._wait_ema = 0.8 * self._wait_ema + 0.2 * (time.perf_counter() - began)
                 return ready
             sweeps += 1
             if sweeps <= MAIN_SPIN:

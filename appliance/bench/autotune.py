@@ -1,0 +1,232 @@
+"""Autotune: measure one env, time candidate vector configurations, keep the fastest.
+
+1. Profile the env: agent-steps/s on one core, step-time variance, reset cost, RAM per env and the
+   observation bandwidth it implies.
+2. Build candidates (backend, num_envs, num_workers or threads, batch_size, zero_copy) that fit the
+   cores and ``max_ram_gb``, time each with :func:`appliance.bench.vecsps.measure` (optionally
+   spending ``forward_ms`` per batch to stand in for the policy), and pick the highest SPS.
+3. Write the winner as a YAML profile that ``--config`` accepts.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import psutil
+import yaml
+
+from appliance import envs as ocean
+from appliance.bench.vecsps import action_sets, measure
+from appliance.errors import ConfigError
+
+
+def _is_ocean(env: Any) -> bool:
+    name = env.split(":", 1)[1] if isinstance(env, str) and env.startswith("ocean:") else env
+    return isinstance(name, str) and name in ocean.names()
+
+
+def _bare(env: Any) -> Any:
+    return env.split(":", 1)[1] if isinstance(env, str) and env.startswith("ocean:") else env
+
+
+def profile_env(env: Any, params: dict[str, Any], seconds: float = 0.5) -> dict[str, Any]:
+    """Speed, variance, reset cost, memory and bandwidth of one env (measured, not looked up)."""
+    from appliance import vector
+
+    out: dict[str, Any] = {}
+    if _is_ocean(env):
+        name = _bare(env)
+        info = ocean.describe(name, **params)
+        itemsize = 4 if info["obs_dtype"] == "float32" else 1
+        obs_bytes = info["obs_size"] * itemsize * info["agents_per_env"]
+        row_bytes = obs_bytes + info["agents_per_env"] * (4 * len(info["action_nvec"]) + 4 + 2)
+        out["ram_per_env_bytes"] = info["env_bytes"] + row_bytes
+        one_core = vector.make(name, backend="native", num_envs=256, num_threads=1, **params)
+        single = vector.make(name, backend="native", num_envs=1, num_threads=1, **params)
+    else:
+        out["ram_per_env_bytes"] = _python_env_ram(env)
+        one_core = vector.make(env, backend="serial", num_envs=8)
+        single = vector.make(env, backend="serial", num_envs=1)
+        obs_bytes = (
+            int(np.prod(one_core.single_observation_space.shape))
+            * one_core.single_observation_space.dtype.itemsize
+        )
+        obs_bytes *= one_core.agents_per_env
+    try:
+        m = measure(one_core, seconds=seconds)
+        out["sps_per_core"] = m.sps
+        actions = action_sets(single.single_action_space, single.agents_per_batch, count=8)
+        single.reset(0)
+        times = []
+        for i in range(300):
+            t = time.perf_counter()
+            single.step(actions[i % 8])
+            times.append(time.perf_counter() - t)
+        times_arr = np.asarray(times[20:])
+        out["step_us_mean"] = float(times_arr.mean() * 1e6)
+        out["step_time_cv"] = float(times_arr.std() / times_arr.mean())
+        t = time.perf_counter()
+        for i in range(10):
+            single.reset(i)
+        out["reset_ms"] = (time.perf_counter() - t) / 10 * 1e3
+    finally:
+        one_core.close()
+        single.close()
+    out["obs_bytes_per_env_step"] = obs_bytes
+    out["obs_mb_per_s_per_core"] = obs_bytes * out["sps_per_core"] / max(1, one_core.agents_per_env) / 1e6
+    return out
+
+
+def _python_env_ram(env: Any, count: int = 32) -> float:
+    """RSS growth per env when ``count`` envs are created in this process (a measured estimate)."""
+    from appliance import vector
+
+    gc.collect()
+    before = psutil.Process().memory_info().rss
+    vec = vector.make(env, backend="serial", num_envs=count)
+    after = psutil.Process().memory_info().rss
+    vec.close()
+    return max(after - before, 0) / count
+
+
+def candidates(
+    env: Any, cores: int, batch_size: int | None, max_ram_bytes: float, ram_per_env: float
+) -> list[dict[str, Any]]:
+    """Configurations worth timing on this machine, within RAM; the trainer's batch size if given."""
+    c = max(1, cores)
+    workers = sorted({w for w in (1, 2, 4, 8, 16, 32, c) if w <= c})
+    out: list[dict[str, Any]] = []
+    if _is_ocean(env):
+        sizes = [batch_size] if batch_size else [1024, 4096, 16384]
+        for n in sizes:
+            for t in workers:
+                if t <= n:
+                    out.append(
+                        {
+                            "backend": "native",
+                            "num_envs": n,
+                            "num_threads": t,
+                            "batch_size": n,
+                            "zero_copy": True,
+                        }
+                    )
+        for n in sizes:
+            if n % c == 0:
+                out.append(
+                    {
+                        "backend": "multiprocessing",
+                        "num_envs": n,
+                        "num_workers": c,
+                        "batch_size": n,
+                        "zero_copy": True,
+                    }
+                )
+    else:
+        per_worker = [1, 4, 16]
+        for w in workers:
+            for k in per_worker:
+                n = w * k
+                if batch_size and n not in (batch_size, 2 * batch_size):
+                    continue
+                out.append(
+                    {
+                        "backend": "multiprocessing",
+                        "num_envs": n,
+                        "num_workers": w,
+                        "batch_size": batch_size or n,
+                        "zero_copy": True,
+                    }
+                )
+                if w % 2 == 0 and not batch_size:
+                    out.append(
+                        {
+                            "backend": "multiprocessing",
+                            "num_envs": 2 * n,
+                            "num_workers": w,
+                            "batch_size": n,
+                            "zero_copy": True,
+                        }
+                    )
+        for n in [batch_size] if batch_size else [4, 16]:
+            out.append({"backend": "serial", "num_envs": n, "batch_size": n, "zero_copy": False})
+    fitting = [cand for cand in out if cand["num_envs"] * ram_per_env <= max_ram_bytes]
+    if not fitting:
+        raise ConfigError(
+            f"no configuration fits --max-ram-gb {max_ram_bytes / 2**30:g}: one env needs {ram_per_env / 2**20:.2f} MiB"
+        )
+    return fitting
+
+
+def time_candidate(
+    env: Any, params: dict[str, Any], cand: dict[str, Any], seconds: float, forward_ms: float
+) -> float:
+    from appliance import vector
+
+    kwargs = {k: v for k, v in cand.items() if k != "backend"}
+    vec = vector.make(
+        _bare(env) if _is_ocean(env) else env,
+        backend=cand["backend"],
+        overwork=False,
+        **kwargs,
+        **(params if _is_ocean(env) else {}),
+    )
+    try:
+        return measure(vec, seconds=seconds, forward_s=forward_ms / 1e3).sps
+    finally:
+        vec.close()
+
+
+def tune(
+    env: Any,
+    params: dict[str, Any],
+    cores: int,
+    seconds: float,
+    batch_size: int | None,
+    max_ram_gb: float,
+    forward_ms: float,
+    on_profile: Callable[[dict[str, Any]], None] | None = None,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Profile, time every candidate, and return {profile, results, best}."""
+    profile = profile_env(env, params, seconds=min(seconds, 0.5))
+    if on_profile:
+        on_profile(profile)
+    cands = candidates(env, cores, batch_size, max_ram_gb * 2**30, profile["ram_per_env_bytes"])
+    results = []
+    for cand in cands:
+        try:
+            sps = time_candidate(env, params, cand, seconds, forward_ms)
+            row = {**cand, "sps": sps}
+        except ConfigError as e:  # a rule the candidate broke on this machine: report, go on
+            row = {**cand, "sps": None, "error": str(e)}
+        results.append(row)
+        if on_result:
+            on_result(row)
+    timed = [r for r in results if r["sps"]]
+    if not timed:
+        raise ConfigError("no candidate configuration could be timed")
+    best = max(timed, key=lambda r: r["sps"])
+    return {"profile": profile, "results": results, "best": best}
+
+
+def profile_yaml(env: Any, best: dict[str, Any], forward_ms: float, cpu: str | None) -> str:
+    """The winner as a config layer for ``--config``: the vec section plus a descriptive header."""
+    vec = {
+        k: best[k]
+        for k in ("backend", "num_envs", "num_workers", "num_threads", "batch_size", "zero_copy")
+        if k in best
+    }
+    doc = {
+        "profile": {
+            "description": f"autotuned for {env} on {cpu or 'this CPU'}: {best['sps']:.0f} agent-steps/s measured"
+            + (f" with {forward_ms:g} ms simulated policy time per batch" if forward_ms else ""),
+            "gpu": "",
+        },
+        "vec": vec,
+    }
+    header = f"# written by puffer-bench autotune {env} on {time.strftime('%Y-%m-%d', time.gmtime())}\n"
+    return header + yaml.safe_dump(doc, sort_keys=False)
