@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -432,6 +434,263 @@ def autotune(
         text = tuner.profile_yaml(env, best, forward_ms, fingerprint()["cpu"]["model"])
         write_bytes_atomic(save, text.encode())
         console.print(f"wrote {save} (use it with --config {save})")
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _run_dir(cfg: Any, run_id: str | None) -> Path:
+    return Path(cfg.train.data_dir) / (
+        run_id or f"{cfg.env_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    )
+
+
+def _resolve_run(data_dir: str, which: str) -> Path:
+    """A run folder from 'latest', a run id, or a path to a folder or model.pt."""
+    from appliance.errors import ConfigError
+
+    if which == "latest":
+        pointer = Path(data_dir) / "latest"
+        if not pointer.is_file():
+            raise ConfigError(
+                f"no 'latest' run in {data_dir}/ yet: train first, or pass a run folder or model.pt"
+            )
+        which = str(Path(data_dir) / pointer.read_text().strip())
+    path = Path(which)
+    if path.is_file():
+        path = path.parent
+    if not path.is_dir() and (Path(data_dir) / which).is_dir():
+        path = Path(data_dir) / which
+    if not (path / "model.pt").is_file():
+        raise ConfigError(f"no model.pt in {path}")
+    return path
+
+
+@cli.command(context_settings=OVERRIDES)
+@click.option("--gpu", "profile", metavar="PROFILE", help="Hardware profile from bench/profiles.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    help="Your YAML config (e.g. from autotune --save).",
+)
+@click.option("--run-id", help="Name of the run folder under train.data_dir (default: ENV-UTC time).")
+@click.option(
+    "--resume", "resume", metavar="RUN|latest", help="Continue a run: weights, optimizer and counters."
+)
+@click.option(
+    "--load-model-path", metavar="PATH|latest", help="Start from these weights (a run folder or model.pt)."
+)
+@click.option(
+    "--no-dashboard",
+    is_flag=True,
+    help="Plain log lines instead of the live dashboard (default when not a TTY).",
+)
+@click.option(
+    "--profile-trace",
+    type=click.Path(dir_okay=False),
+    help="Run 3 epochs under torch.profiler, write a Chrome/Perfetto trace, stop.",
+)
+@click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to the run folder.")
+@click.option(
+    "--wandb", "use_wandb", is_flag=True, help="Also log to Weights & Biases (needs wandb installed)."
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def train(
+    profile: str | None,
+    config_file: str | None,
+    run_id: str | None,
+    resume: str | None,
+    load_model_path: str | None,
+    no_dashboard: bool,
+    profile_trace: str | None,
+    tensorboard: bool,
+    use_wandb: bool,
+    args: tuple[str, ...],
+) -> None:
+    """Train a PPO policy on ENV (an Ocean env or a Gymnasium id).
+
+    \b
+    puffer-bench train ENV [--gpu PROFILE] [--config FILE] [--section.key VALUE ...]
+    e.g. puffer-bench train squared --train.device cpu --train.total-timesteps 2e6
+    """
+    import sys
+
+    from appliance import vector
+    from appliance.config import resolve
+    from appliance.errors import ConfigError
+    from appliance.report_io import write_bytes_atomic
+    from appliance.train import Trainer
+    from appliance.train.dashboard import Reporter
+
+    env, overrides = _split_env(args)
+    if env is None:
+        raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
+    cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides)
+    writers = _writers(tensorboard, use_wandb, cfg)
+    run_dir = _resolve_run(cfg.train.data_dir, resume) if resume else _run_dir(cfg, run_id)
+    vec = vector.make_from_config(cfg)
+    trainer = Trainer(cfg, vec, run_dir=run_dir, profile=bool(profile_trace))
+    try:
+        if resume:
+            trainer.load_checkpoint(run_dir, resume=True)
+        elif load_model_path:
+            trainer.load_checkpoint(_resolve_run(cfg.train.data_dir, load_model_path), resume=False)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(run_dir / "config.yaml", cfg.to_yaml().encode())
+        write_bytes_atomic(Path(cfg.train.data_dir) / "latest", run_dir.name.encode())
+        if profile_trace:
+            _profile(trainer, profile_trace)
+            return
+        reporter = Reporter(trainer, env, live=not no_dashboard and sys.stdout.isatty())
+        last_metrics = 0.0
+        try:
+            while trainer.global_step < cfg.train.total_timesteps:
+                trainer.evaluate()
+                trainer.train()
+                if trainer.epoch % cfg.train.checkpoint_interval == 0:
+                    trainer.save_checkpoint()
+                if time.time() - last_metrics > 1.0:
+                    last_metrics = time.time()
+                    record = trainer.log_metrics()
+                    for w in writers:
+                        w(record)
+                reporter.update()
+        except KeyboardInterrupt:
+            click.echo("interrupted: saving a checkpoint", err=True)
+        finally:
+            reporter.update(force=True)
+            reporter.close()
+        path = trainer.save_checkpoint()
+        trainer.log_metrics()
+        click.echo(
+            f"{trainer.global_step:,} steps in {time.time() - trainer.start_time:.0f} s ({trainer.sps:,.0f} SPS); "
+            f"saved {path}"
+        )
+    finally:
+        trainer.close()
+
+
+def _writers(tensorboard: bool, use_wandb: bool, cfg: Any) -> list[Any]:
+    from appliance.errors import ConfigError
+
+    writers = []
+    if tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise ConfigError(
+                "--tensorboard needs the tensorboard package: pip install tensorboard"
+            ) from None
+        tb = SummaryWriter(str(_run_dir(cfg, None)))
+        writers.append(
+            lambda r: [
+                tb.add_scalar(k, v, r["global_step"]) for k, v in r.items() if isinstance(v, int | float)
+            ]
+        )
+    if use_wandb:
+        try:
+            import wandb
+        except ImportError:
+            raise ConfigError("--wandb needs wandb: pip install wandb") from None
+        wandb.init(project="puffer-bench", config=cfg.to_dict())
+        writers.append(lambda r: wandb.log(r, step=r["global_step"]))
+    return writers
+
+
+def _profile(trainer: Any, path: str) -> None:
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(3):
+            trainer.evaluate()
+            trainer.train()
+    prof.export_chrome_trace(path)
+    click.echo(f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing)")
+
+
+@cli.command("eval", context_settings=OVERRIDES)
+@click.option(
+    "--load-model-path", default="latest", show_default=True, metavar="PATH|latest", help="Weights to run."
+)
+@click.option("--episodes", default=5, show_default=True, help="Episodes to play.")
+@click.option(
+    "--gif", type=click.Path(dir_okay=False), help="Write the first episode as an animated GIF (Ocean envs)."
+)
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def evaluate(
+    load_model_path: str, episodes: int, gif: str | None, config_file: str | None, args: tuple[str, ...]
+) -> None:
+    """Run a trained policy on ENV and print episode scores (render frames with --gif)."""
+    import numpy as np
+    import torch
+
+    from appliance import vector
+    from appliance.config import resolve
+    from appliance.errors import ConfigError
+    from appliance.train import make_policy
+
+    env, overrides = _split_env(args)
+    if env is None:
+        raise ConfigError("eval needs an ENV")
+    cfg = resolve(
+        env=env,
+        config_file=config_file,
+        overrides=[*overrides, "--vec.num-envs", "1", "--vec.num-workers", "1"],
+    )
+    run = _resolve_run(cfg.train.data_dir, load_model_path)
+    saved = run / "config.yaml"
+    if saved.is_file():  # the policy shape the run was trained with
+        import yaml
+
+        cfg.data["policy"].update(yaml.safe_load(saved.read_text()).get("policy", {}))
+    vec = vector.make_from_config(cfg)
+    try:
+        policy = make_policy(cfg, vec)
+        policy.load_state_dict(torch.load(run / "model.pt", map_location="cpu", weights_only=True))
+        policy.eval()
+        state = policy.initial_state(vec.num_agents)
+        obs, _ = vec.reset(cfg.train.seed)
+        frames, scores, steps = [], [], 0
+        ocean = hasattr(vec, "render")
+        while len(scores) < episodes and steps < 1_000_000:
+            if gif and ocean and not scores:
+                frames.append(vec.render(0).copy())
+            with torch.no_grad():
+                out, _, state = policy.step(torch.as_tensor(obs), state)
+                action, _ = policy.sample(out)
+            obs, _, _, _, infos = vec.step(action.numpy())
+            steps += 1
+            log = vec.log() if ocean else {}
+            if log:
+                scores.append(log.get("score", log.get("episode_return", float("nan"))))
+                click.echo(
+                    f"episode {len(scores)}: score {scores[-1]:.4g}"
+                    + (f"  perf {log['perf']:.3f}" if "perf" in log else "")
+                )
+            for info in infos or ():
+                scores.append(info["episode_return"])
+                click.echo(f"episode {len(scores)}: return {scores[-1]:.4g}  length {info['episode_length']}")
+        if scores:
+            click.echo(f"mean over {len(scores)} episodes: {np.mean(scores):.4g}")
+        if gif:
+            if not frames:
+                click.echo("--gif renders Ocean envs only", err=True)
+            else:
+                from PIL import Image
+
+                scale = max(1, 256 // max(frames[0].shape[:2]))
+                pil = [
+                    Image.fromarray(np.kron(f, np.ones((scale, scale, 1), dtype=np.uint8))) for f in frames
+                ]
+                pil[0].save(gif, save_all=True, append_images=pil[1:], duration=60, loop=0)
+                click.echo(f"wrote {len(pil)} frames to {gif}")
+    finally:
+        vec.close()
 
 
 def _ocean_names() -> list[str]:

@@ -75,6 +75,15 @@ def env_names() -> list[str]:
     return sorted(p.stem for p in (config_dir() / "envs").glob("*.yaml"))
 
 
+def _is_gymnasium_id(env: str) -> bool:
+    try:
+        import gymnasium
+
+        return env in gymnasium.registry
+    except ImportError:  # pragma: no cover - gymnasium is a dependency
+        return False
+
+
 def profile_dir() -> Path:
     return data_dir("bench") / "profiles"
 
@@ -367,7 +376,11 @@ def resolve(
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(config_dir() / "default.yaml")]
 
-    if env is not None:
+    if env is not None and env not in env_names() and _is_gymnasium_id(env):
+        # a Gymnasium id: no env YAML and no env parameters; Python envs need a process backend
+        data["vec"]["backend"] = "multiprocessing"
+        sources.append(f"gymnasium:{env}")
+    elif env is not None:
         known = env_names()
         if env not in known:
             guess = _nearest(env, known)

@@ -2,8 +2,8 @@
  * starts in the centre and must reach a target placed at random.
  *   obs      uint8[size*size]: 0 empty, 1 agent, 2 target
  *   action   Discrete(5): 0 stay, 1 down, 2 up, 3 left, 4 right
- *   reward   +1 on reaching the target, -1 for walking off the grid; both end the episode.
- *            An episode that runs out of time (3*size ticks) is truncated with reward 0.
+ *   reward   +1 on reaching the target, which ends the episode. Walls block: a move off the grid
+ *            stays put. An episode that runs out of time (3*size ticks) is truncated with reward 0.
  *   perf     1 for an episode that reached the target, else 0.
  */
 #include "vecenv.h"
@@ -95,11 +95,8 @@ static void squared_step(Squared* env) {
     env->truncations[0] = 0;
     int row = env->row + dr[a], col = env->col + dc[a];
     if (row < 0 || col < 0 || row >= env->size || col >= env->size) {
-        env->rewards[0] = -1;
-        env->episode_return -= 1;
-        env->terminals[0] = 1;
-        squared_end(env, 0);
-        return;
+        row = env->row; /* a wall: stay put */
+        col = env->col;
     }
     env->row = row;
     env->col = col;

@@ -120,3 +120,78 @@ def test_envs_sps_table_and_json(tmp_path):
 def test_envs_sps_rejects_unknown_env_and_bad_threads():
     assert run("envs", "sps", "nope", "--seconds", "0.1").exit_code == 2
     assert run("envs", "sps", "squared", "--threads", "0").exit_code == 2
+
+
+def test_train_then_eval_then_resume(tmp_path):
+    data = str(tmp_path / "exp")
+    common = [
+        "--train.device",
+        "cpu",
+        "--vec.num-envs",
+        "8",
+        "--train.bptt-horizon",
+        "8",
+        "--train.minibatch-size",
+        "64",
+        "--train.data-dir",
+        data,
+        "--policy.hidden-size",
+        "32",
+    ]
+    result = run(
+        "train", "squared", "--run-id", "r1", "--no-dashboard", "--train.total-timesteps", "256", *common
+    )
+    assert result.exit_code == 0, result.output
+    assert "saved" in result.output and "epoch" in result.output
+    run_dir = tmp_path / "exp" / "r1"
+    for name in ("model.pt", "trainer_state.pt", "config.yaml", "metrics.jsonl"):
+        assert (run_dir / name).is_file(), name
+    assert (tmp_path / "exp" / "latest").read_text() == "r1"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["global_step"] >= 256 and "loss/policy_loss" in records[-1]
+    result = run("eval", "squared", "--episodes", "2", "--gif", str(tmp_path / "e.gif"), *common)
+    assert result.exit_code == 0, result.output
+    assert "episode 2" in result.output and "mean over 2 episodes" in result.output
+    result = run(
+        "train", "squared", "--resume", "latest", "--no-dashboard", "--train.total-timesteps", "512", *common
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        records[-1]["epoch"] < json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["epoch"]
+    )
+
+
+def test_train_errors_are_one_line(tmp_path):
+    result = run("train", "--train.device", "cpu")
+    assert result.exit_code == 2 and "train needs an ENV" in result.output
+    result = run("eval", "squared", "--train.data-dir", str(tmp_path))
+    assert result.exit_code == 2 and "no 'latest' run" in result.output
+    import torch
+
+    if not torch.cuda.is_available():
+        result = run("train", "squared", "--train.device", "cuda", "--train.data-dir", str(tmp_path))
+        assert (
+            result.exit_code == 2 and "no CUDA device" in result.output and "Traceback" not in result.output
+        )
+
+
+def test_profile_trace_writes_a_chrome_trace(tmp_path):
+    trace = tmp_path / "trace.json"
+    result = run(
+        "train",
+        "squared",
+        "--profile-trace",
+        str(trace),
+        "--train.device",
+        "cpu",
+        "--vec.num-envs",
+        "8",
+        "--train.bptt-horizon",
+        "8",
+        "--train.minibatch-size",
+        "64",
+        "--train.data-dir",
+        str(tmp_path),
+    )
+    assert result.exit_code == 0, result.output
+    assert "traceEvents" in trace.read_text()[:2000]

@@ -1,0 +1,5 @@
+"""The PPO trainer: policies, advantages, the rollout/update loop, timings, checkpoints."""
+
+from appliance.train.trainer import Trainer, TrainingError, make_policy
+
+__all__ = ["Trainer", "TrainingError", "make_policy"]

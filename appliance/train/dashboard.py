@@ -1,0 +1,128 @@
+"""What a training run shows: a rich live dashboard, or plain log lines (CI, pipes, --no-dashboard).
+
+Both read the trainer's own counters and Timings; neither is redrawn more than ~3 times a second, so
+printing costs no measurable SPS.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil
+
+REFRESH_S = 0.34
+
+
+def _gpu_line() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        util = pynvml.nvmlDeviceGetUtilizationRates(h)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        return f"GPU {util.gpu}%  VRAM {mem.used / 2**30:.1f}/{mem.total / 2**30:.1f} GiB"
+    except Exception:
+        return None
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return (
+        f"{seconds // 3600}h{seconds // 60 % 60:02d}m{seconds % 60:02d}s"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+class Reporter:
+    """Call :meth:`update` after every epoch; it redraws or prints only when REFRESH_S has passed."""
+
+    def __init__(self, trainer: Any, env_name: str, live: bool) -> None:
+        self.trainer, self.env_name = trainer, env_name
+        self.params = sum(p.numel() for p in {id(p): p for p in trainer.policy.parameters()}.values())
+        self._last = 0.0
+        self._live = None
+        self._gpu = _gpu_line() is not None
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(self._render(), console=Console(), refresh_per_second=3, auto_refresh=False)
+            self._live.start()
+
+    def update(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self._last < REFRESH_S:
+            return
+        self._last = now
+        if self._live is not None:
+            self._live.update(self._render(), refresh=True)
+        else:
+            print(self.line(), flush=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render(), refresh=True)
+            self._live.stop()
+
+    # ------------------------------------------------------------------ views
+
+    def line(self) -> str:
+        t = self.trainer
+        losses = " ".join(
+            f"{k}={t.losses[k]:.4g}"
+            for k in ("policy_loss", "value_loss", "entropy", "approx_kl")
+            if k in t.losses
+        )
+        env = " ".join(f"{k}={v:.4g}" for k, v in t.env_stats.items() if k != "n")
+        return f"epoch {t.epoch} step {t.global_step} sps {t.sps:,.0f} | {losses} | {env}"
+
+    def _render(self) -> Any:
+        from rich.table import Table
+
+        t = self.trainer
+        total = t.t.total_timesteps
+        elapsed = time.time() - t.start_time
+        remaining = (total - t.global_step) / t.sps if t.sps > 0 else float("inf")
+        grid = Table.grid(padding=(0, 2))
+        head = Table(show_header=False, box=None)
+        head.add_row("env", self.env_name, "params", f"{self.params:,}")
+        head.add_row("steps", f"{t.global_step:,} / {total:,}", "SPS", f"{t.sps:,.0f}")
+        head.add_row("epoch", str(t.epoch), "uptime", _fmt_time(elapsed))
+        head.add_row(
+            "remaining", _fmt_time(remaining) if remaining != float("inf") else "-", "device", str(t.device)
+        )
+        cpu = f"CPU {psutil.cpu_percent():.0f}%  RAM {psutil.virtual_memory().percent:.0f}%"
+        head.add_row("system", cpu, "", (_gpu_line() or "") if self._gpu else "")
+        perf = Table(title="performance", box=None)
+        for col in ("phase", "seconds", "%"):
+            perf.add_column(col, justify="right" if col != "phase" else "left")
+        for phase in ("evaluate", "train"):
+            share = t.timings.phase_totals[phase] / max(1e-9, sum(t.timings.phase_totals.values()))
+            perf.add_row(f"[bold]{phase}", f"{t.timings.phase_totals[phase]:.1f}", f"{100 * share:.0f}")
+            for key, v in t.timings.breakdown().items():
+                if key.startswith(phase + "."):
+                    perf.add_row(f"  {key.split('.')[1]}", f"{v['seconds']:.1f}", f"{100 * v['share']:.0f}")
+        losses = Table(title="losses", box=None)
+        losses.add_column("name")
+        losses.add_column("value", justify="right")
+        for k, v in t.losses.items():
+            losses.add_row(k, f"{v:.4g}")
+        env = Table(title="env", box=None)
+        env.add_column("name")
+        env.add_column("value", justify="right")
+        for k, v in t.env_stats.items():
+            env.add_row(k, f"{v:.4g}")
+        grid.add_row(head)
+        grid.add_row(_row(perf, losses, env))
+        return grid
+
+
+def _row(*tables: Any) -> Any:
+    from rich.table import Table
+
+    row = Table.grid(padding=(0, 4))
+    row.add_row(*tables)
+    return row

@@ -1,0 +1,261 @@
+"""Policies: encoder -> core -> action head + value head, shared by every agent row.
+
+* Encoder: observations to floats (restoring emulated structure, scaling by the space's bounds),
+  then Linear + GELU, or a small CNN for image-like (H, W, C) observations.
+* Core: ``mlp``; ``lstm`` (an ``nn.LSTM`` for whole sequences in training and an ``nn.LSTMCell``
+  that shares its weights for per-step inference); ``mingru`` (minimal GRU: a parallel log-space scan
+  over time for training, the same recurrence one step at a time for inference).
+* Heads: Discrete and MultiDiscrete logits, or a Gaussian for Box actions with a learned log-std.
+  The logits layer starts with std 0.01 and the value layer with std 1, under any core.
+
+The recurrent state carries across episode boundaries in rollout and training alike, and each
+training segment starts from the state its rollout started with, so the training forward pass
+reproduces the rollout's exactly (ratios start at 1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.nn import functional as F
+
+State = tuple[torch.Tensor, ...]
+
+
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+_TORCH_DTYPES = {
+    np.dtype(k): v
+    for k, v in {
+        np.float32: torch.float32,
+        np.float64: torch.float64,
+        np.uint8: torch.uint8,
+        np.int8: torch.int8,
+        np.int16: torch.int16,
+        np.int32: torch.int32,
+        np.int64: torch.int64,
+        np.bool_: torch.bool,
+    }.items()
+}
+
+
+class ObsToFloat(nn.Module):
+    """Flat observations (any dtype, or emulated bytes) to float features scaled to about [-1, 1]."""
+
+    def __init__(self, obs_space: spaces.Box, codec: Any = None) -> None:
+        super().__init__()
+        self.obs_ndim = max(1, len(obs_space.shape))
+        self.slices: list[tuple[int, int, torch.dtype, int]] = []
+        if codec is not None and not codec.same_dtype:  # mixed dtypes travel as bytes: reinterpret per leaf
+            for leaf, offset in zip(codec.leaves, codec.offsets, strict=True):
+                self.slices.append(
+                    (offset, offset + leaf.size * leaf.dtype.itemsize, _TORCH_DTYPES[leaf.dtype], leaf.size)
+                )
+            self.size = sum(s[3] for s in self.slices)
+            scale = torch.ones(self.size)
+        else:
+            self.size = int(np.prod(obs_space.shape))
+            high = np.maximum(
+                np.abs(np.broadcast_to(obs_space.low, obs_space.shape)),
+                np.abs(np.broadcast_to(obs_space.high, obs_space.shape)),
+            )
+            high = np.where(np.isfinite(high) & (high > 1), high, 1.0).reshape(-1)
+            scale = torch.as_tensor(high, dtype=torch.float32)
+        self.register_buffer("inv_scale", 1.0 / scale, persistent=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [..., *obs_shape] -> [..., size]: the observation's own dims flattened."""
+        if self.slices:
+            # clone: a fresh, aligned copy (a contiguous slice may start mid-word, which view(dtype) refuses)
+            parts = [
+                obs[..., a:b].clone(memory_format=torch.contiguous_format).view(dtype).float()
+                for a, b, dtype, _ in self.slices
+            ]
+            return torch.cat(parts, dim=-1)
+        return obs.flatten(-self.obs_ndim).float() * self.inv_scale
+
+
+class MinGRU(nn.Module):
+    """Minimal GRU: h_t = (1 - z_t) * h_{t-1} + z_t * g(W_h x_t), z_t = sigmoid(W_z x_t).
+
+    g(x) = x + 0.5 for x >= 0, sigmoid(x) otherwise, keeps h positive so training can run the
+    recurrence as a log-space parallel scan (a cumulative logsumexp) instead of a loop over time.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(size, 2 * size)
+
+    @staticmethod
+    def _g(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x >= 0, x + 0.5, torch.sigmoid(x))
+
+    @staticmethod
+    def _log_g(x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x >= 0, torch.log(F.relu(x) + 0.5), -F.softplus(-x))
+
+    def step(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """One step: x [B, H], h [B, H] (positive) -> new h."""
+        k, v = self.linear(x).chunk(2, dim=-1)
+        z = torch.sigmoid(k)
+        return (1 - z) * h + z * self._g(v)
+
+    def scan(self, x: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+        """All steps at once: x [B, T, H], h0 [B, H] -> h [B, T, H] via log-space cumulative sums."""
+        k, v = self.linear(x).chunk(2, dim=-1)
+        log_coeff = -F.softplus(k)  # log(1 - z)
+        log_values = -F.softplus(-k) + self._log_g(v)  # log(z * g(v))
+        log_h0 = torch.log(h0.clamp_min(1e-30)).unsqueeze(1)
+        a_star = torch.cumsum(log_coeff, dim=1)
+        # h_t = exp(a*_t) * (h0 + sum_{s<=t} exp(log_values_s - a*_s))
+        log_terms = torch.cat([log_h0, log_values - a_star], dim=1)
+        return torch.exp(a_star + torch.logcumsumexp(log_terms, dim=1)[:, 1:])
+
+
+class Policy(nn.Module):
+    def __init__(
+        self,
+        obs_space: spaces.Box,
+        action_space: spaces.Space,
+        core: str = "lstm",
+        hidden_size: int = 128,
+        encoder: str = "auto",
+        obs_codec: Any = None,
+    ) -> None:
+        super().__init__()
+        if core not in ("mlp", "lstm", "mingru"):
+            raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
+        self.core_kind, self.hidden_size = core, hidden_size
+        self.to_float = ObsToFloat(obs_space, obs_codec)
+        image = len(obs_space.shape) == 3 and min(obs_space.shape[:2]) >= 8
+        if encoder == "cnn" or (encoder == "auto" and image):
+            if len(obs_space.shape) != 3:
+                raise ValueError(f"the cnn encoder needs (H, W, C) observations, got shape {obs_space.shape}")
+            h, w, c = obs_space.shape
+            self.image_shape: tuple[int, int, int] | None = (h, w, c)
+            conv = nn.Sequential(
+                layer_init(nn.Conv2d(c, 32, 3, stride=2)),
+                nn.GELU(),
+                layer_init(nn.Conv2d(32, 64, 3, stride=1)),
+                nn.GELU(),
+                nn.Flatten(),
+            )
+            with torch.no_grad():
+                flat = conv(torch.zeros(1, c, h, w)).shape[-1]
+            self.encoder = nn.Sequential(conv, layer_init(nn.Linear(flat, hidden_size)), nn.GELU())
+        else:
+            self.image_shape = None
+            self.encoder = nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), nn.GELU())
+        if core == "mlp":
+            self.core = nn.Sequential(layer_init(nn.Linear(hidden_size, hidden_size)), nn.GELU())
+        elif core == "lstm":
+            self.core = nn.LSTM(hidden_size, hidden_size, batch_first=True)
+            self.cell = nn.LSTMCell(hidden_size, hidden_size)
+            # one set of weights: the cell's parameters are the LSTM's
+            self.cell.weight_ih, self.cell.weight_hh = self.core.weight_ih_l0, self.core.weight_hh_l0
+            self.cell.bias_ih, self.cell.bias_hh = self.core.bias_ih_l0, self.core.bias_hh_l0
+        else:
+            self.core = MinGRU(hidden_size)
+        self.action_space = action_space
+        if isinstance(action_space, spaces.Discrete):
+            self.nvec: list[int] | None = [int(action_space.n)]
+        elif isinstance(action_space, spaces.MultiDiscrete):
+            self.nvec = [int(n) for n in np.asarray(action_space.nvec).reshape(-1)]
+        elif isinstance(action_space, spaces.Box):
+            self.nvec = None
+        else:
+            raise ValueError(f"no action head for {action_space}")
+        out = sum(self.nvec) if self.nvec else int(np.prod(action_space.shape))
+        self.decoder = layer_init(nn.Linear(hidden_size, out), std=0.01)
+        self.value = layer_init(nn.Linear(hidden_size, 1), std=1.0)
+        if self.nvec is None:
+            self.log_std = nn.Parameter(torch.zeros(out))
+
+    # ------------------------------------------------------------------ state
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
+        if self.core_kind == "lstm":
+            return (
+                torch.zeros(batch, self.hidden_size, device=device),
+                torch.zeros(batch, self.hidden_size, device=device),
+            )
+        if self.core_kind == "mingru":
+            return (
+                torch.full((batch, self.hidden_size), 0.5, device=device),
+            )  # g(0): inside the positive range
+        return ()
+
+    # ------------------------------------------------------------------ forward
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.to_float(obs)
+        if self.image_shape is not None:
+            h, w, c = self.image_shape
+            x = x.reshape(-1, h, w, c).permute(0, 3, 1, 2)
+            return self.encoder(x).reshape(*obs.shape[:-3], -1)  # leading (batch[, time]) dims
+        return self.encoder(x)
+
+    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """Inference for one step: obs [B, ...] -> (logits or mean [B, A], value [B], state)."""
+        x = self.encode(obs)
+        if self.core_kind == "lstm":
+            h, c = self.cell(x, state)
+            x, state = h, (h, c)
+        elif self.core_kind == "mingru":
+            h = self.core.step(x, state[0])
+            x, state = h, (h,)
+        else:
+            x = self.core(x)
+        return self.decoder(x), self.value(x).squeeze(-1), state
+
+    def sequence(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training over segments: obs [B, T, ...] from initial state [B, H] -> ([B, T, A], [B, T])."""
+        x = self.encode(obs)
+        if self.core_kind == "lstm":
+            h0, c0 = state
+            x, _ = self.core(x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
+        elif self.core_kind == "mingru":
+            x = self.core.scan(x, state[0])
+        else:
+            x = self.core(x)
+        return self.decoder(x), self.value(x).squeeze(-1)
+
+    # ------------------------------------------------------------------ distributions
+
+    def distribution(self, out: torch.Tensor) -> Any:
+        if self.nvec is None:
+            return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
+        return [torch.distributions.Categorical(logits=part) for part in torch.split(out, self.nvec, dim=-1)]
+
+    def sample(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and their log-probabilities."""
+        dist = self.distribution(out)
+        if self.nvec is None:
+            action = dist.sample()
+            return action, dist.log_prob(action).sum(-1)
+        actions = [d.sample() for d in dist]
+        logprob = sum(d.log_prob(a) for d, a in zip(dist, actions, strict=True))
+        action = (
+            actions[0] if isinstance(self.action_space, spaces.Discrete) else torch.stack(actions, dim=-1)
+        )
+        return action, logprob
+
+    def evaluate_actions(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities and entropies of given actions."""
+        dist = self.distribution(out)
+        if self.nvec is None:
+            return dist.log_prob(action).sum(-1), dist.entropy().sum(-1)
+        if isinstance(self.action_space, spaces.Discrete):
+            return dist[0].log_prob(action), dist[0].entropy()
+        logprob = sum(d.log_prob(action[..., i]) for i, d in enumerate(dist))
+        entropy = sum(d.entropy() for d in dist)
+        return logprob, entropy

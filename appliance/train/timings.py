@@ -1,0 +1,63 @@
+"""Per-phase wall-clock timing of the training loop, read by the dashboard, the logs and reports.
+
+Evaluate: forward, env, copy, misc. Train: forward, learn, copy, misc. ``misc`` is whatever the
+phase spent outside its named parts. With ``sync=True`` (profiling) every section waits for CUDA
+first, so GPU time lands in the section that queued it; otherwise nothing synchronizes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+PHASES = {"evaluate": ("forward", "env", "copy"), "train": ("forward", "learn", "copy")}
+
+
+class Timings:
+    def __init__(self, sync: bool = False) -> None:
+        self.sync = sync
+        self.totals: dict[str, float] = {
+            f"{p}.{s}": 0.0 for p, parts in PHASES.items() for s in (*parts, "misc")
+        }
+        self.phase_totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._phase: str | None = None
+
+    def _sync(self) -> None:
+        if self.sync:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self._sync()
+        start = time.perf_counter()
+        self._phase = name
+        named_before = sum(self.totals[f"{name}.{s}"] for s in PHASES[name])
+        try:
+            yield
+        finally:
+            self._sync()
+            elapsed = time.perf_counter() - start
+            named = sum(self.totals[f"{name}.{s}"] for s in PHASES[name]) - named_before
+            self.totals[f"{name}.misc"] += max(0.0, elapsed - named)
+            self.phase_totals[name] += elapsed
+            self._phase = None
+
+    @contextmanager
+    def __call__(self, section: str) -> Iterator[None]:
+        """``with timings("env"):`` inside a phase."""
+        self._sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._sync()
+            self.totals[f"{self._phase}.{section}"] += time.perf_counter() - start
+
+    def breakdown(self) -> dict[str, dict[str, float]]:
+        """Seconds and share of total for every section."""
+        total = sum(self.phase_totals.values()) or 1e-12
+        return {k: {"seconds": v, "share": v / total} for k, v in self.totals.items()}

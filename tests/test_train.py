@@ -1,0 +1,355 @@
+"""Trainer pieces: advantages against plain loops, recurrent cores in both forms, invariants, learning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from appliance import vector
+from appliance.config import resolve
+from appliance.errors import ConfigError, DeviceError
+from appliance.testing import BusyEnv
+from appliance.train import Trainer, TrainingError
+from appliance.train.advantage import compute_advantages
+from appliance.train.policy import MinGRU, Policy
+from appliance.train.trainer import resolve_device
+
+
+def gae_reference(values, rewards, dones, gamma, lam):
+    """Textbook GAE in plain Python, in the buffer convention (reward/done at t+1 belong to action t)."""
+    S, T = values.shape
+    adv = np.zeros((S, T))
+    for s in range(S):
+        last = 0.0
+        for t in range(T - 2, -1, -1):
+            nonterminal = 1.0 - dones[s, t + 1]
+            delta = rewards[s, t + 1] + gamma * values[s, t + 1] * nonterminal - values[s, t]
+            last = delta + gamma * lam * nonterminal * last
+            adv[s, t] = last
+    return adv
+
+
+def vtrace_reference(values, rewards, dones, ratios, gamma, lam, rho_clip, c_clip):
+    S, T = values.shape
+    adv = np.zeros((S, T))
+    for s in range(S):
+        last = 0.0
+        for t in range(T - 2, -1, -1):
+            nd = 1.0 - dones[s, t + 1]
+            delta = min(ratios[s, t], rho_clip) * (
+                rewards[s, t + 1] + gamma * values[s, t + 1] * nd - values[s, t]
+            )
+            last = delta + gamma * lam * min(ratios[s, t], c_clip) * nd * last
+            adv[s, t] = last
+    return adv
+
+
+def random_rows(seed, S=7, T=13):
+    rng = np.random.default_rng(seed)
+    return (
+        rng.normal(size=(S, T)),
+        rng.normal(size=(S, T)),
+        (rng.random((S, T)) < 0.15).astype(np.float64),
+        rng.uniform(0.3, 2.0, size=(S, T)),
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_advantage_with_rho_one_is_exactly_gae(seed):
+    values, rewards, dones, _ = random_rows(seed)
+    assert dones[:, 1:-1].any(), "dones in the middle of rows"
+    got = compute_advantages(
+        *(torch.tensor(x) for x in (values, rewards, dones, np.ones_like(values))), 0.97, 0.9
+    )
+    np.testing.assert_allclose(
+        got.numpy(), gae_reference(values, rewards, dones, 0.97, 0.9), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vtrace_clipping_matches_the_formula(seed):
+    values, rewards, dones, ratios = random_rows(seed)
+    got = compute_advantages(
+        *(torch.tensor(x) for x in (values, rewards, dones, ratios)), 0.99, 0.95, 1.2, 0.8
+    )
+    np.testing.assert_allclose(
+        got.numpy(),
+        vtrace_reference(values, rewards, dones, ratios, 0.99, 0.95, 1.2, 0.8),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_mingru_scan_equals_stepwise_recurrence():
+    torch.manual_seed(0)
+    core = MinGRU(16)
+    x = torch.randn(5, 40, 16)
+    h0 = torch.rand(5, 16) + 0.05
+    scanned = core.scan(x, h0)
+    h, steps = h0, []
+    for t in range(40):
+        h = core.step(x[:, t], h)
+        steps.append(h)
+    torch.testing.assert_close(scanned, torch.stack(steps, dim=1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("core", ["lstm", "mingru", "mlp"])
+def test_sequence_and_step_forms_agree(core):
+    torch.manual_seed(1)
+    policy = Policy(
+        spaces.Box(-1, 1, (6,), np.float32), spaces.MultiDiscrete([3, 4]), core=core, hidden_size=32
+    )
+    obs = torch.randn(3, 20, 6)
+    state = policy.initial_state(3)
+    logits_seq, values_seq = policy.sequence(obs, state)
+    logits, values = [], []
+    for t in range(20):
+        out, v, state = policy.step(obs[:, t], state)
+        logits.append(out)
+        values.append(v)
+    torch.testing.assert_close(logits_seq, torch.stack(logits, 1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(values_seq, torch.stack(values, 1), rtol=1e-5, atol=1e-5)
+
+
+def test_lstm_cell_shares_the_sequence_weights():
+    policy = Policy(spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2), core="lstm", hidden_size=8)
+    assert policy.cell.weight_hh is policy.core.weight_hh_l0
+    assert len(list(policy.parameters())) == len({id(p) for p in policy.parameters()})
+
+
+@pytest.mark.parametrize("core", ["mlp", "lstm", "mingru"])
+def test_heads_are_initialized_small_logits_unit_value(core):
+    torch.manual_seed(0)
+    policy = Policy(spaces.Box(0, 2, (121,), np.uint8), spaces.Discrete(5), core=core, hidden_size=128)
+    w_logits, w_value = policy.decoder.weight, policy.value.weight
+    # orthogonal rows scaled by std: each row has norm std
+    torch.testing.assert_close(w_logits.norm(dim=1), torch.full((5,), 0.01), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(w_value.norm(dim=1), torch.ones(1), rtol=1e-4, atol=1e-5)
+
+
+def test_box_actions_have_a_learned_log_std():
+    policy = Policy(
+        spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32), core="mlp", hidden_size=16
+    )
+    out, _, _ = policy.step(torch.randn(4, 3), ())
+    action, logprob = policy.sample(out)
+    assert action.shape == (4, 2) and logprob.shape == (4,)
+    assert policy.log_std.requires_grad
+
+
+def small_config(env, *extra):
+    return resolve(
+        env=env,
+        overrides=[
+            "--train.device",
+            "cpu",
+            "--train.bptt-horizon",
+            "8",
+            "--train.minibatch-size",
+            "64",
+            "--train.max-minibatch-size",
+            "32",
+            "--vec.num-envs",
+            "8",
+            *extra,
+        ],
+    )
+
+
+@pytest.mark.parametrize("core", ["mlp", "lstm", "mingru"])
+def test_training_forward_reproduces_the_rollout(core):
+    """Ratios start at exactly 1: the update sees the policy the rollout used."""
+    cfg = small_config("squared", "--policy.core", core, "--policy.hidden-size", "32")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        trainer.evaluate()
+        with torch.no_grad():
+            out, values = trainer.policy.sequence(trainer.obs, trainer.initial_state)
+            logprob, _ = trainer.policy.evaluate_actions(out, trainer.actions)
+        torch.testing.assert_close(logprob, trainer.logprobs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values, trainer.values, rtol=1e-5, atol=1e-5)
+    finally:
+        trainer.close()
+
+
+def run_epochs(cfg, epochs):
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        return [trainer.evaluate() or trainer.train() for _ in range(epochs)]
+    finally:
+        trainer.close()
+
+
+def test_same_seed_same_losses_and_gradient_accumulation():
+    cfg = small_config(
+        "breakout", "--policy.core", "lstm", "--policy.hidden-size", "32", "--train.optimizer", "muon"
+    )
+    a, b = run_epochs(cfg, 3), run_epochs(cfg, 3)
+    assert a == b, "two runs with one seed give identical losses"
+    other = run_epochs(
+        small_config("breakout", "--policy.core", "lstm", "--policy.hidden-size", "32", "--train.seed", "1"),
+        3,
+    )
+    assert other != a
+
+
+def test_learns_a_contextual_bandit():
+    """Name the colour you see: PPO must go from chance (4 of 16) to nearly always right."""
+    from appliance.testing import ColourBandit
+
+    cfg = resolve(
+        env="CartPole-v1",
+        overrides=[
+            "--vec.backend",
+            "serial",
+            "--vec.num-envs",
+            "32",
+            "--train.bptt-horizon",
+            "16",
+            "--train.minibatch-size",
+            "128",
+            "--train.max-minibatch-size",
+            "512",
+            "--policy.core",
+            "mlp",
+            "--train.device",
+            "cpu",
+            "--train.optimizer",
+            "adam",
+            "--train.learning-rate",
+            "0.01",
+            "--train.gamma",
+            "0.5",
+            "--train.total-timesteps",
+            "100000",
+        ],
+    )
+    trainer = Trainer(cfg, vector.make(ColourBandit, backend="serial", num_envs=32))
+    try:
+        for _ in range(2):  # episodes are 16 steps: the first ones end in the second rollout
+            trainer.evaluate()
+            trainer.train()
+        first = trainer.env_stats["episode_return"]
+        for _ in range(25):
+            trainer.evaluate()
+            trainer.train()
+        assert trainer.env_stats["episode_return"] >= 14 > first + 5
+    finally:
+        trainer.close()
+
+
+def test_size_rules_and_devices():
+    with pytest.raises(ConfigError, match="minibatch_size"):
+        cfg = small_config("squared", "--train.minibatch-size", "12")
+        Trainer(cfg, vector.make_from_config(cfg))
+    with pytest.raises(ConfigError, match="at least num_agents"):
+        cfg = small_config("squared", "--train.batch-size", "16")
+        Trainer(cfg, vector.make_from_config(cfg))
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="no CUDA device"):
+            resolve_device("cuda")
+    assert resolve_device("cpu").type == "cpu"
+
+
+def test_nan_loss_stops_with_the_last_good_checkpoint(tmp_path):
+    cfg = small_config("squared")
+    trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=tmp_path / "run")
+    try:
+        trainer.evaluate()
+        trainer.train()
+        good = trainer.save_checkpoint()
+        with torch.no_grad():
+            trainer.policy.value.weight.fill_(float("nan"))
+        trainer.evaluate()
+        with pytest.raises(TrainingError, match=rf"epoch 1 .*last good checkpoint {good} is kept"):
+            trainer.train()
+        assert good.exists()
+    finally:
+        trainer.close()
+
+
+def test_checkpoint_resume_restores_counters_and_weights(tmp_path):
+    cfg = small_config("squared")
+    first = Trainer(cfg, vector.make_from_config(cfg), run_dir=tmp_path)
+    first.evaluate()
+    first.train()
+    first.save_checkpoint()
+    weights = {k: v.clone() for k, v in first.policy.state_dict().items()}
+    first.close()
+    second = Trainer(cfg, vector.make_from_config(cfg), run_dir=tmp_path)
+    second.load_checkpoint(tmp_path, resume=True)
+    assert (second.epoch, second.global_step) == (first.epoch, first.global_step)
+    for k, v in second.policy.state_dict().items():
+        torch.testing.assert_close(v, weights[k])
+    second.close()
+    assert not list(tmp_path.glob("*.tmp")), "no temp files left by atomic writes"
+
+
+def test_timings_cover_every_phase():
+    cfg = small_config("squared")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        trainer.train()
+        parts = trainer.timings.breakdown()
+        for key in ("evaluate.forward", "evaluate.env", "evaluate.copy", "train.forward", "train.learn"):
+            assert parts[key]["seconds"] > 0, key
+        assert sum(p["share"] for p in parts.values()) == pytest.approx(1.0, rel=1e-6)
+        assert trainer.sps > 0 and trainer.global_step >= 8 * 8  # one row of 8 steps per agent
+    finally:
+        trainer.close()
+
+
+def test_emulated_envs_train_through_multiprocessing():
+    cfg = resolve(
+        env="CartPole-v1",
+        overrides=[
+            "--vec.num-envs",
+            "4",
+            "--vec.num-workers",
+            "2",
+            "--train.device",
+            "cpu",
+            "--train.bptt-horizon",
+            "8",
+            "--train.minibatch-size",
+            "32",
+            "--policy.core",
+            "mlp",
+        ],
+    )
+    assert cfg.vec.backend == "multiprocessing"
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        losses = trainer.train()
+        assert np.isfinite(losses["policy_loss"]) and trainer.global_step >= 32
+    finally:
+        trainer.close()
+
+
+def test_busy_env_is_a_valid_training_env():
+    assert BusyEnv(step_us=0).step(1)[1] == 1.0
+
+
+def test_image_observations_use_the_cnn_and_structured_ones_are_restored():
+    image = Policy(spaces.Box(0, 255, (16, 16, 3), np.uint8), spaces.Discrete(3), core="mlp", hidden_size=32)
+    assert image.image_shape == (16, 16, 3)
+    out, value, _ = image.step(torch.randint(0, 255, (2, 16, 16, 3), dtype=torch.uint8), ())
+    assert out.shape == (2, 3) and value.shape == (2,)
+    seq_out, _ = image.sequence(torch.randint(0, 255, (2, 5, 16, 16, 3), dtype=torch.uint8), ())
+    assert seq_out.shape == (2, 5, 3)
+    from appliance.emulation import SpaceCodec
+    from appliance.testing import STRUCTURED_OBS
+
+    codec = SpaceCodec(STRUCTURED_OBS)
+    policy = Policy(codec.flat_space, spaces.Discrete(3), core="mlp", hidden_size=16, obs_codec=codec)
+    sample = STRUCTURED_OBS.sample()
+    features = policy.to_float(torch.as_tensor(codec.flatten(sample))[None])
+    assert features.shape == (1, sum(leaf.size for leaf in codec.leaves))
+    torch.testing.assert_close(
+        features[0, :2], torch.as_tensor(sample["pos"])
+    )  # float32 leaf restored exactly
