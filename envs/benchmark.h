@@ -40,12 +40,7 @@ static void benchmark_layout(const double* p, Layout* out) {
 }
 
 static void benchmark_init(Benchmark* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->obs_bytes = (int)PARAM(p, 0);
     env->work = (int)PARAM(p, 1);
     env->episode_length = (int)PARAM(p, 2);
@@ -83,11 +78,7 @@ static void benchmark_step(Benchmark* env) {
     env->terminals[0] = 0;
     env->truncations[0] = 0;
     if (env->tick >= env->episode_length) {
-        env->log.perf += env->episode_return / (float)env->tick;
-        env->log.score += env->episode_return;
-        env->log.episode_return += env->episode_return;
-        env->log.episode_length += (float)env->tick;
-        env->log.n += 1;
+        OCEAN_LOG_EPISODE(env->log, env->episode_return / (float)env->tick, env->episode_return, env->episode_return, (float)env->tick);
         benchmark_reset(env);
         env->rewards[0] = reward;
         env->terminals[0] = 1;

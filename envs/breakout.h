@@ -62,12 +62,7 @@ static void breakout_layout(const double* p, Layout* out) {
 }
 
 static void breakout_init(Breakout* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->frameskip = (int)PARAM(p, 0);
     env->paddle_w = (float)PARAM(p, 1);
     env->max_ticks = (int)PARAM(p, 2);
@@ -227,11 +222,7 @@ static void breakout_step(Breakout* env) {
     env->episode_return += reward;
     int truncated = !done && env->tick >= env->max_ticks;
     if (done || truncated) {
-        env->log.perf += env->score / BO_MAX_SCORE;
-        env->log.score += env->score;
-        env->log.episode_return += env->episode_return;
-        env->log.episode_length += (float)env->tick / env->frameskip;
-        env->log.n += 1;
+        OCEAN_LOG_EPISODE(env->log, env->score / BO_MAX_SCORE, env->score, env->episode_return, (float)env->tick / env->frameskip);
         breakout_reset(env);
         env->terminals[0] = (uint8_t)done;
         env->truncations[0] = (uint8_t)truncated;

@@ -43,12 +43,7 @@ static void connect4_layout(const double* p, Layout* out) {
 }
 
 static void connect4_init(Connect4* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->depth = (int)PARAM(p, 0);
 }
 
@@ -132,11 +127,7 @@ static void connect4_reset(Connect4* env) {
 }
 
 static void connect4_finish(Connect4* env, float result) {
-    env->log.perf += (result + 1) / 2;
-    env->log.score += result;
-    env->log.episode_return += result;
-    env->log.episode_length += (float)((env->moves + 1) / 2);
-    env->log.n += 1;
+    OCEAN_LOG_EPISODE(env->log, (result + 1) / 2, result, result, (float)((env->moves + 1) / 2));
     connect4_reset(env);
     env->rewards[0] = result;
     env->terminals[0] = 1;

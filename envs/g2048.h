@@ -43,12 +43,7 @@ static void g2048_layout(const double* p, Layout* out) {
 }
 
 static void g2048_init(G2048* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->max_ticks = (int)PARAM(p, 0);
     env->invalid_penalty = (float)PARAM(p, 1);
 }
@@ -139,11 +134,7 @@ static void g2048_step(G2048* env) {
         for (int i = 0; i < 16; i++)
             if (env->board[i] > top) top = env->board[i];
         float perf = (float)top / 11.0f;
-        env->log.perf += perf > 1 ? 1 : perf;
-        env->log.score += env->score;
-        env->log.episode_return += env->episode_return;
-        env->log.episode_length += (float)env->tick;
-        env->log.n += 1;
+        OCEAN_LOG_EPISODE(env->log, perf > 1 ? 1 : perf, env->score, env->episode_return, (float)env->tick);
         g2048_reset(env);
         env->terminals[0] = (uint8_t)done;
         env->truncations[0] = (uint8_t)truncated;

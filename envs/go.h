@@ -50,12 +50,7 @@ static void go_layout(const double* p, Layout* out) {
 }
 
 static void go_init(Go* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->komi = (float)PARAM(p, 0);
     env->max_moves = (int)PARAM(p, 1);
 }
@@ -233,12 +228,8 @@ static int go_opponent_move(Go* env, int agent_passed) {
 static void go_finish(Go* env, int truncated) {
     float score = (float)go_area(env) - env->komi;
     float result = score > 0 ? 1.0f : -1.0f;
-    env->log.perf += result > 0 ? 1.0f : 0.0f;
-    env->log.score += score;
-    env->log.episode_return += result;
-    env->log.episode_length += (float)((env->moves + 1) / 2);
     env->log.illegal += (float)env->illegal;
-    env->log.n += 1;
+    OCEAN_LOG_EPISODE(env->log, result > 0 ? 1.0f : 0.0f, score, result, (float)((env->moves + 1) / 2));
     go_reset(env);
     env->rewards[0] = result;
     env->terminals[0] = (uint8_t)!truncated;

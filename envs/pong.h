@@ -51,12 +51,7 @@ static void pong_layout(const double* p, Layout* out) {
 }
 
 static void pong_init(Pong* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->frameskip = (int)PARAM(p, 0);
     env->max_score = (int)PARAM(p, 1);
     env->opponent_speed = (float)PARAM(p, 2);
@@ -163,11 +158,7 @@ static void pong_step(Pong* env) {
     int truncated = !done && env->tick >= env->max_ticks;
     if (done || truncated) {
         float diff = (float)(env->own_points - env->opp_points);
-        env->log.perf += (diff + env->max_score) / (2.0f * env->max_score);
-        env->log.score += diff;
-        env->log.episode_return += env->episode_return;
-        env->log.episode_length += (float)env->tick / env->frameskip;
-        env->log.n += 1;
+        OCEAN_LOG_EPISODE(env->log, (diff + env->max_score) / (2.0f * env->max_score), diff, env->episode_return, (float)env->tick / env->frameskip);
         pong_reset(env);
         env->terminals[0] = (uint8_t)done;
         env->truncations[0] = (uint8_t)truncated;

@@ -57,12 +57,7 @@ static void snake_layout(const double* p, Layout* out) {
 }
 
 static void snake_init(Snake* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->width = (int)PARAM(p, 0);
     env->height = (int)PARAM(p, 1);
     env->num_snakes = (int)PARAM(p, 2);
@@ -145,11 +140,7 @@ static void snake_reset(Snake* env) {
 
 static void snake_end_life(Snake* env, int s) {
     float len = (float)env->length[s];
-    env->log.perf += (len - 1) / (float)(env->max_length - 1);
-    env->log.score += len;
-    env->log.episode_return += env->returns[s];
-    env->log.episode_length += (float)env->ticks[s];
-    env->log.n += 1;
+    OCEAN_LOG_EPISODE(env->log, (len - 1) / (float)(env->max_length - 1), len, env->returns[s], (float)env->ticks[s]);
     for (int k = 0; k < env->length[s]; k++) {
         int idx = (env->head[s] - k + SNAKE_MAX_LEN) % SNAKE_MAX_LEN;
         env->grid[env->body_r[s][idx] * env->width + env->body_c[s][idx]] = 0;

@@ -38,12 +38,7 @@ static void squared_layout(const double* p, Layout* out) {
 }
 
 static void squared_init(Squared* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->size = (int)PARAM(p, 0) | 1; /* odd, so there is a centre */
     if (env->size > 63) env->size = 63;
     env->max_ticks = 3 * env->size;
@@ -72,11 +67,7 @@ static void squared_reset(Squared* env) {
 }
 
 static void squared_end(Squared* env, float perf) {
-    env->log.perf += perf;
-    env->log.score += env->episode_return;
-    env->log.episode_return += env->episode_return;
-    env->log.episode_length += (float)env->tick;
-    env->log.n += 1;
+    OCEAN_LOG_EPISODE(env->log, perf, env->episode_return, env->episode_return, (float)env->tick);
     /* auto-reset: keep this step's reward and done flags, start the next episode's observation */
     float reward = env->rewards[0];
     uint8_t term = env->terminals[0], trunc = env->truncations[0];

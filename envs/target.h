@@ -45,12 +45,7 @@ static void target_layout(const double* p, Layout* out) {
 }
 
 static void target_init(Target* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->num_agents = (int)PARAM(p, 0);
     env->max_ticks = (int)PARAM(p, 1);
 }
@@ -133,11 +128,7 @@ static void target_step(Target* env) {
         float expected = (float)env->max_ticks / 25.0f;
         for (int i = 0; i < env->num_agents; i++) {
             float perf = env->goals[i] / expected;
-            env->log.perf += perf > 1 ? 1 : perf;
-            env->log.score += env->goals[i];
-            env->log.episode_return += env->returns[i];
-            env->log.episode_length += (float)env->tick;
-            env->log.n += 1;
+            OCEAN_LOG_EPISODE(env->log, perf > 1 ? 1 : perf, env->goals[i], env->returns[i], (float)env->tick);
         }
         float rewards[TARGET_MAX_AGENTS];
         memcpy(rewards, env->rewards, sizeof(float) * (size_t)env->num_agents);

@@ -46,14 +46,10 @@ static void template_layout(const double* p, Layout* out) {
                     .text_h = 1, .text_w = colors};
 }
 
-/* 5. init: copy parameters and buffer pointers. Called once; never allocate after this. */
+/* 5. init: OCEAN_BIND takes the RNG and this env's rows of the buffers; then copy parameters.
+ *    Called once; never allocate after this. */
 static void template_init(Template* env, const double* p, Buffers b, Rng rng) {
-    env->rng = rng;
-    env->observations = b.observations;
-    env->actions = b.actions;
-    env->rewards = b.rewards;
-    env->terminals = b.terminals;
-    env->truncations = b.truncations;
+    OCEAN_BIND(env, b, rng);
     env->num_colors = (int)PARAM(p, 0);
     env->length = (int)PARAM(p, 1);
 }
@@ -76,17 +72,14 @@ static void template_reset(Template* env) {
 }
 
 /* 7. step: read actions, write rewards/terminals/truncations/observations. At an episode's end: log
- *    it, reset (auto-reset), then put back this step's reward and done flag, which the trainer needs. */
+ *    it (OCEAN_LOG_EPISODE), reset (auto-reset), then put back this step's reward and done flag,
+ *    which the trainer needs. */
 static void template_step(Template* env) {
     float reward = env->actions[0] == env->color ? 1.0f : 0.0f;
     env->tick++;
     env->episode_return += reward;
     if (env->tick >= env->length) {
-        env->log.perf += env->episode_return / (float)env->tick;
-        env->log.score += env->episode_return;
-        env->log.episode_return += env->episode_return;
-        env->log.episode_length += (float)env->tick;
-        env->log.n += 1;
+        OCEAN_LOG_EPISODE(env->log, env->episode_return / (float)env->tick, env->episode_return, env->episode_return, (float)env->tick);
         template_reset(env);
         env->rewards[0] = reward;
         env->terminals[0] = 1;

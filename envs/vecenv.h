@@ -122,6 +122,27 @@ const EnvSpec* ocean_find(const char* name);
 int ocean_count(void);
 const EnvSpec* ocean_get(int index);
 
+/* In init: take the env's RNG and its rows of the vector's buffers (every env has these fields). */
+#define OCEAN_BIND(env, buffers, rng_)                   \
+    do {                                                 \
+        (env)->rng = (rng_);                             \
+        (env)->observations = (buffers).observations;    \
+        (env)->actions = (buffers).actions;              \
+        (env)->rewards = (buffers).rewards;              \
+        (env)->terminals = (buffers).terminals;          \
+        (env)->truncations = (buffers).truncations;      \
+    } while (0)
+
+/* At an episode's end: add it to the env's Log (perf, score, episode_return, episode_length, n). */
+#define OCEAN_LOG_EPISODE(log_, perf_, score_, return_, length_) \
+    do {                                                         \
+        (log_).perf += (perf_);                                  \
+        (log_).score += (score_);                                \
+        (log_).episode_return += (return_);                      \
+        (log_).episode_length += (length_);                      \
+        (log_).n += 1;                                           \
+    } while (0)
+
 /* Read a parameter in the order of the env's ParamSpec table. */
 #define PARAM(params, i) ((params)[(i)])
 
