@@ -495,6 +495,11 @@ def _resolve_run(data_dir: str, which: str) -> Path:
 @click.option(
     "--wandb", "use_wandb", is_flag=True, help="Also log to Weights & Biases (needs wandb installed)."
 )
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False),
+    help="At the end, write fingerprint, config, SPS and phase breakdown as JSON.",
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def train(
     profile: str | None,
@@ -506,6 +511,7 @@ def train(
     profile_trace: str | None,
     tensorboard: bool,
     use_wandb: bool,
+    report: str | None,
     args: tuple[str, ...],
 ) -> None:
     """Train a PPO policy on ENV (an Ocean env or a Gymnasium id).
@@ -563,6 +569,28 @@ def train(
             reporter.close()
         path = trainer.save_checkpoint()
         trainer.log_metrics()
+        if report:
+            from appliance.report_io import write_json_atomic
+            from appliance.sysinfo import fingerprint
+
+            write_json_atomic(
+                report,
+                {
+                    "kind": "train",
+                    "env": env,
+                    "fingerprint": fingerprint(),
+                    "config": cfg.to_dict(),
+                    "device": str(trainer.device),
+                    "global_step": trainer.global_step,
+                    "epochs": trainer.epoch,
+                    "seconds": time.time() - trainer.start_time,
+                    "sps": trainer.sps,
+                    "phases": trainer.timings.breakdown(),
+                    "losses": trainer.losses,
+                    "env_stats": trainer.env_stats,
+                },
+            )
+            click.echo(f"wrote {report}")
         click.echo(
             f"{trainer.global_step:,} steps in {time.time() - trainer.start_time:.0f} s ({trainer.sps:,.0f} SPS); "
             f"saved {path}"
