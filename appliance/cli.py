@@ -183,7 +183,6 @@ def envs(ctx: click.Context) -> None:
 @click.option("--seed", default=0, show_default=True)
 def envs_show(name: str, frames: int, gif: str | None, seed: int) -> None:
     """Draw a few random-policy frames of env NAME in the terminal (and optionally a GIF)."""
-    import numpy as np
 
     from appliance import envs as ocean
     from appliance.bench.envsps import random_actions
@@ -203,12 +202,18 @@ def envs_show(name: str, frames: int, gif: str | None, seed: int) -> None:
         if stats:
             click.echo("episodes finished: " + ", ".join(f"{k}={v:.3g}" for k, v in stats.items()))
     if gif:
-        from PIL import Image
+        _save_gif(images, gif, duration_ms=80)
 
-        scale = max(1, 256 // max(images[0].shape[:2]))
-        pil = [Image.fromarray(np.kron(f, np.ones((scale, scale, 1), dtype=np.uint8))) for f in images]
-        pil[0].save(gif, save_all=True, append_images=pil[1:], duration=80, loop=0)
-        click.echo(f"wrote {len(pil)} frames to {gif}")
+
+def _save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
+    """Frames (HxWx3 uint8) as an animated GIF, scaled up by whole pixels to about 256 px."""
+    import numpy as np
+    from PIL import Image
+
+    scale = max(1, 256 // max(frames[0].shape[:2]))
+    pil = [Image.fromarray(np.kron(f, np.ones((scale, scale, 1), dtype=np.uint8))) for f in frames]
+    pil[0].save(path, save_all=True, append_images=pil[1:], duration=duration_ms, loop=0)
+    click.echo(f"wrote {len(pil)} frames to {path}")
 
 
 @envs.command("sps", context_settings=CONTEXT)
@@ -375,10 +380,10 @@ def autotune(
     from appliance.sysinfo import fingerprint, physical_cores
 
     cores = cores or physical_cores()
-    name = env.split(":", 1)[1] if env.startswith("ocean:") else env
-    params: dict[str, Any] = {}
-    if name in _ocean_names():
-        params = _env_params(name)[1]
+    from appliance.envs import ocean_name
+
+    name = ocean_name(env)
+    params: dict[str, Any] = _env_params(name)[1] if name else {}
     console = Console()
     rows: list[dict[str, Any]] = []
 
@@ -412,7 +417,7 @@ def autotune(
             live.update(table())
 
         result = tuner.tune(
-            name if name in _ocean_names() else env,
+            name or env,
             params,
             cores,
             seconds,
@@ -709,22 +714,9 @@ def evaluate(
             if not frames:
                 click.echo("--gif renders Ocean envs only", err=True)
             else:
-                from PIL import Image
-
-                scale = max(1, 256 // max(frames[0].shape[:2]))
-                pil = [
-                    Image.fromarray(np.kron(f, np.ones((scale, scale, 1), dtype=np.uint8))) for f in frames
-                ]
-                pil[0].save(gif, save_all=True, append_images=pil[1:], duration=60, loop=0)
-                click.echo(f"wrote {len(pil)} frames to {gif}")
+                _save_gif(frames, gif, duration_ms=60)
     finally:
         vec.close()
-
-
-def _ocean_names() -> list[str]:
-    from appliance import envs as ocean
-
-    return ocean.names()
 
 
 def main() -> None:

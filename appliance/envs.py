@@ -34,6 +34,14 @@ def names() -> builtins.list[str]:
     return sorted(_ocean.names())
 
 
+def ocean_name(env: Any) -> str | None:
+    """The Ocean env that ``env`` names ("breakout" or "ocean:breakout"), or None if it names none."""
+    if not isinstance(env, str):
+        return None
+    name = env.split(":", 1)[1] if env.startswith("ocean:") else env
+    return name if name in _ocean.names() else None
+
+
 def describe(name: str, **params: Any) -> dict[str, Any]:
     """Layout of one env: agents per env, observation size/dtype/bounds, action sizes, params."""
     try:

@@ -24,22 +24,13 @@ from appliance.bench.vecsps import action_sets, measure
 from appliance.errors import ConfigError
 
 
-def _is_ocean(env: Any) -> bool:
-    name = env.split(":", 1)[1] if isinstance(env, str) and env.startswith("ocean:") else env
-    return isinstance(name, str) and name in ocean.names()
-
-
-def _bare(env: Any) -> Any:
-    return env.split(":", 1)[1] if isinstance(env, str) and env.startswith("ocean:") else env
-
-
 def profile_env(env: Any, params: dict[str, Any], seconds: float = 0.5) -> dict[str, Any]:
     """Speed, variance, reset cost, memory and bandwidth of one env (measured, not looked up)."""
     from appliance import vector
 
     out: dict[str, Any] = {}
-    if _is_ocean(env):
-        name = _bare(env)
+    name = ocean.ocean_name(env)
+    if name is not None:
         info = ocean.describe(name, **params)
         itemsize = 4 if info["obs_dtype"] == "float32" else 1
         obs_bytes = info["obs_size"] * itemsize * info["agents_per_env"]
@@ -100,7 +91,7 @@ def candidates(
     c = max(1, cores)
     workers = sorted({w for w in (1, 2, 4, 8, 16, 32, c) if w <= c})
     out: list[dict[str, Any]] = []
-    if _is_ocean(env):
+    if ocean.ocean_name(env) is not None:
         sizes = [batch_size] if batch_size else [1024, 4096, 16384]
         for n in sizes:
             for t in workers:
@@ -168,11 +159,11 @@ def time_candidate(
 
     kwargs = {k: v for k, v in cand.items() if k != "backend"}
     vec = vector.make(
-        _bare(env) if _is_ocean(env) else env,
+        ocean.ocean_name(env) or env,
         backend=cand["backend"],
         overwork=False,
         **kwargs,
-        **(params if _is_ocean(env) else {}),
+        **(params if ocean.ocean_name(env) else {}),
     )
     try:
         return measure(vec, seconds=seconds, forward_s=forward_ms / 1e3).sps

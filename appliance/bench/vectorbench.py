@@ -38,8 +38,8 @@ def resolve_env(env: str, step_us: float | None) -> tuple[str, Any]:
     if env.lower() == "cartpole":
         env = "CartPole-v1"
     if env.startswith("ocean:"):
-        name = env.split(":", 1)[1]
-        if name not in ocean.names():
+        name = ocean.ocean_name(env)
+        if name is None:
             raise ConfigError(f"unknown Ocean env {name!r}; known: {', '.join(ocean.names())}")
         return env, name
     from appliance.emulation import make_factory

@@ -54,8 +54,8 @@ def make(
     if backend == "native":
         from appliance import envs as ocean
 
-        name = env.split(":", 1)[1] if isinstance(env, str) and env.startswith("ocean:") else env
-        if not (isinstance(name, str) and name in ocean.names()):
+        name = ocean.ocean_name(env)
+        if name is None:
             raise ConfigError(
                 f"the native backend runs Ocean C envs only ({', '.join(ocean.names())}); "
                 f"use backend='multiprocessing' or 'serial' for {env!r}"

@@ -77,9 +77,9 @@ def resolve_source(env: Any, **params: Any) -> EnvSource:
     """Turn an Ocean name, a Gymnasium id or an env creator into an :class:`EnvSource`."""
     from appliance import envs as ocean
 
-    if isinstance(env, str) and env.startswith("ocean:"):
-        env = env.split(":", 1)[1]
-    if isinstance(env, str) and env in ocean.names():
+    name = ocean.ocean_name(env)
+    if name is not None:
+        env = name
         info = ocean.describe(env, **params)
         nvec = info["action_nvec"]
         return EnvSource(

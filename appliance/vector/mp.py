@@ -112,16 +112,21 @@ def _worker(
     seeds = np.ndarray((sizes.num_workers,), np.int64, buffer=mm, offset=seed_off)
     me = index * FLAG_STRIDE
     k = source.agents_per_env
-    rows = _views(mm, arrays).rows(index * sizes.envs_per_worker * k, (index + 1) * sizes.envs_per_worker * k)
+    first_env = index * sizes.envs_per_worker
+    rows = _views(mm, arrays).rows(first_env * k, (first_env + sizes.envs_per_worker) * k)
+
+    def report(error: BaseException, where: str) -> None:
+        """Send the traceback (with the env that raised, when known) and flag the error."""
+        if isinstance(error, EnvStepError):
+            conn.send(("error", error.env_index, error.where, error.tb))
+        else:
+            conn.send(("error", first_env, where, traceback.format_exc()))
+        flags[me] = ERROR
+
     try:
-        group = make_group(source, index * sizes.envs_per_worker, sizes.envs_per_worker, rows)
-    except EnvStepError as e:
-        conn.send(("error", e.env_index, e.where, e.tb))
-        flags[me] = ERROR
-        return
-    except BaseException:
-        conn.send(("error", index * sizes.envs_per_worker, "creation", traceback.format_exc()))
-        flags[me] = ERROR
+        group = make_group(source, first_env, sizes.envs_per_worker, rows)
+    except BaseException as e:
+        report(e, "creation")
         return
     flags[me] = DONE
     idle, sleep, last_parent_check = 0, 0.0, time.monotonic()
@@ -150,13 +155,8 @@ def _worker(
                     infos = group.reset(None if seed < 0 else seed)
                 else:
                     infos = group.step()
-            except EnvStepError as e:
-                conn.send(("error", e.env_index, e.where, e.tb))
-                flags[me] = ERROR
-                continue
-            except Exception:
-                conn.send(("error", index * sizes.envs_per_worker, "step", traceback.format_exc()))
-                flags[me] = ERROR
+            except Exception as e:
+                report(e, "step")
                 continue
             if infos:
                 conn.send(infos)
