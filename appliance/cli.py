@@ -538,8 +538,8 @@ def train(
     if env is None:
         raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
     cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides)
-    writers = _writers(tensorboard, use_wandb, cfg)
     run_dir = _resolve_run(cfg.train.data_dir, resume) if resume else _run_dir(cfg, run_id)
+    writers = _writers(tensorboard, use_wandb, cfg, run_dir)
     vec = vector.make_from_config(cfg)
     trainer = Trainer(cfg, vec, run_dir=run_dir, profile=bool(profile_trace))
     try:
@@ -604,7 +604,7 @@ def train(
         trainer.close()
 
 
-def _writers(tensorboard: bool, use_wandb: bool, cfg: Any) -> list[Any]:
+def _writers(tensorboard: bool, use_wandb: bool, cfg: Any, run_dir: Path) -> list[Any]:
     from appliance.errors import ConfigError
 
     writers = []
@@ -615,7 +615,7 @@ def _writers(tensorboard: bool, use_wandb: bool, cfg: Any) -> list[Any]:
             raise ConfigError(
                 "--tensorboard needs the tensorboard package: pip install tensorboard"
             ) from None
-        tb = SummaryWriter(str(_run_dir(cfg, None)))
+        tb = SummaryWriter(str(run_dir))  # beside the run's checkpoints and metrics
         writers.append(
             lambda r: [
                 tb.add_scalar(k, v, r["global_step"]) for k, v in r.items() if isinstance(v, int | float)
