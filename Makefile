@@ -13,7 +13,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 SOURCES     := pyproject.toml setup.py $(wildcard envs/*.c envs/*.h)
 
-.PHONY: bench test lint install clean env-debug
+.PHONY: bench test lint install clean env-debug readme-results
 
 $(PY):
 	$(PYTHON) -m venv $(if $(filter 1,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
@@ -26,10 +26,15 @@ $(STAMP): $(SOURCES) | $(PY)
 
 install: $(STAMP)
 
-# The main job on the embedded default (CPU, no GPU): machine fingerprint, then env speed.
+# The main job on the embedded default (CPU, no GPU): the fingerprint, then the quick suite
+# (probe, env and vector speed, training speed), written to results/<profile>/ as JSON, Markdown, PNG.
 bench: $(STAMP)
 	$(VENV)/bin/puffer-bench info
-	$(VENV)/bin/puffer-bench envs sps --threads 1,2 --seconds 1
+	$(VENV)/bin/puffer-bench run --suite quick
+
+# The README's results table and results/summary.png, from the newest report of each profile.
+readme-results: $(STAMP)
+	$(VENV)/bin/puffer-bench report --readme README.md
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -719,6 +719,326 @@ def evaluate(
         vec.close()
 
 
+# ----------------------------------------------------------------------------- profile, run, compare
+
+
+def _bench_profile(profile: str | None, fp: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
+    """Profile name (given, or detected from the GPU), its report entry, and warnings about a mismatch."""
+    from appliance.bench.report import gpu_name
+    from appliance.bench.suite import _gpu_matches, detect_profile
+    from appliance.config import resolve
+
+    name = profile or detect_profile(fp.get("gpus") or [])
+    cfg = resolve(profile=name)  # unknown names list the valid ones
+    expected = str(cfg.bench.expected_gpu or "")
+    detected = gpu_name(fp)
+    warnings = []
+    if expected and not any(_gpu_matches(expected, str(g.get("name"))) for g in fp.get("gpus") or []):
+        warnings.append(
+            f"profile '{name}' is written for a {expected} GPU but this machine has {detected}: "
+            "its sizes may not suit this machine, and its figures compare with other machines of that profile only"
+        )
+    entry = {
+        "name": name,
+        "expected_gpu": expected,
+        "detected_gpu": detected,
+        "auto_detected": profile is None,
+    }
+    return name, entry, warnings
+
+
+def _new_report(suite: dict[str, Any], path: str, profile: str | None, repeats: int | None) -> Any:
+    from appliance.bench.report import Report
+    from appliance.config import resolve
+    from appliance.sysinfo import fingerprint
+
+    fp = fingerprint()
+    name, entry, warnings = _bench_profile(profile, fp)
+    base = resolve(profile=name)
+    report = Report(
+        {"name": suite["name"], "path": path, "definition": suite},
+        entry,
+        fp,
+        {},
+        seed=int(base.train.seed),
+        repeats=int(repeats or base.bench.repeats),
+        command="puffer-bench " + " ".join(sys.argv[1:]),
+    )
+    for w in warnings:
+        report.warn(w)
+    return name, report
+
+
+def _run_steps(runner: Any, title: str) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]{task.description:<44}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(title, total=len(runner.steps))
+
+        def progress(step: Any, i: int) -> None:
+            bar.update(task, description=step.label, completed=i)
+            if not console.is_terminal:
+                console.print(f"[{i + 1}/{len(runner.steps)}] {step.label}")
+
+        runner.run_all(progress)
+        bar.update(task, completed=len(runner.steps), description="done")
+
+
+def _print_analysis(report: dict[str, Any]) -> None:
+    analysis = report.get("analysis") or {}
+    for r in analysis.get("roofline") or []:
+        click.echo(f"roofline: {r['summary']}")
+    for t in (analysis.get("training") or {}).values():
+        click.echo(f"training: {t['summary']}")
+        for s in t["suggestions"]:
+            click.echo(f"  - {s}")
+    for w in report.get("warnings") or []:
+        click.echo(f"warning: {w}", err=True)
+    for s in report.get("skipped") or []:
+        click.echo(f"skipped {s['what']}: {s['why']}", err=True)
+
+
+@cli.command("profile", context_settings=CONTEXT)
+@click.option(
+    "--gpu", "profile", metavar="PROFILE", help="Hardware profile for the sizes (default: detected)."
+)
+@click.option(
+    "--env", default="breakout", show_default=True, help="Ocean env for env speed and the roofline."
+)
+@click.option("--runs", default=5, show_default=True, help="Timed runs per figure.")
+@click.option("--seconds", default=1.0, show_default=True, help="Timed seconds of each env-speed run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the probe report as JSON instead of a table.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Also write the probe report (JSON) here.")
+def profile_cmd(
+    profile: str | None, env: str, runs: int, seconds: float, as_json: bool, out: str | None
+) -> None:
+    """Probe this machine: copy bandwidth, matmul, launch latency, CPU memory and env speed.
+
+    Each figure is the median of timed runs after warm-up, beside its ceiling where one is known,
+    followed by a roofline in RL terms (which of PCIe, env threads and policy forward limits
+    agent-steps/s). Without a GPU only the CPU side is probed.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from appliance.bench import report as rpt
+    from appliance.bench.suite import SuiteRunner, validate
+
+    if runs < 1:
+        raise click.BadParameter("--runs must be at least 1", param_hint="--runs")
+    suite = validate({"name": "probe", "seconds": seconds, "probe": {"envs": [env], "runs": runs}}, "--env")
+    name, report = _new_report(suite, "(puffer-bench profile)", profile, runs)
+    start = time.time()
+    runner = SuiteRunner(suite, name, report, repeats=runs)
+    _run_steps(runner, "probe")
+    report.data["config"] = runner.resolved_configs()
+    report.data["duration_s"] = time.time() - start
+    data = rpt.validate(report.data)
+    if out:
+        from appliance.report_io import write_json_atomic
+
+        write_json_atomic(out, data)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    table = Table(title=f"puffer-bench profile: {rpt.machine_line(data['fingerprint'])}")
+    for col in ("figure", "median", "min - max", "unit", "ceiling", "of ceiling"):
+        table.add_column(col, justify="left" if col in ("figure", "ceiling") else "right")
+    for metric_name, m in data["metrics"].items():
+        ceiling = m.get("ceiling") or {}
+        share = (
+            f"{100 * m['median'] / ceiling['value']:.0f}%" if ceiling.get("value") and m.get("median") else ""
+        )
+        table.add_row(
+            metric_name.removeprefix("probe/"),
+            rpt.fmt(m["median"], m["unit"]),
+            f"{rpt.fmt(m['min'], m['unit'])} - {rpt.fmt(m['max'], m['unit'])}",
+            m["unit"],
+            f"{rpt.fmt(ceiling.get('value'), m['unit'])} {ceiling.get('source', '')}" if ceiling else "",
+            share,
+        )
+    Console().print(table)
+    _print_analysis(data)
+    if out:
+        click.echo(f"wrote {out}")
+
+
+@cli.command("run", context_settings=CONTEXT)
+@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
+@click.option(
+    "--gpu", "profile", metavar="PROFILE", help="Hardware profile (default: detected from the GPU)."
+)
+@click.option("--envs", "env_list", help="Only measure these envs (comma-separated).")
+@click.option("--repeats", type=int, help="Repeats per measurement (default: bench.repeats, 3).")
+@click.option("--seconds", type=float, help="Timed seconds per measurement (default: the suite's).")
+@click.option("--out", "out_dir", default="results", show_default=True, help="Reports go to OUT/<profile>/.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--container", metavar="IMAGE", help="Run the suite inside this Docker image (see docker.sh).")
+def run_cmd(
+    suite_name: str,
+    profile: str | None,
+    env_list: str | None,
+    repeats: int | None,
+    seconds: float | None,
+    out_dir: str,
+    no_plots: bool,
+    container: str | None,
+) -> None:
+    """Run a benchmark suite and write results/<profile>/<date>-<host>.json, .md and PNG plots.
+
+    \b
+    puffer-bench run                       # quick suite, profile detected (cpu without a GPU)
+    puffer-bench run --suite full --gpu h100
+    puffer-bench run --envs breakout --repeats 5
+    """
+    from appliance.bench import report as rpt
+    from appliance.bench.suite import SuiteRunner, load
+
+    if repeats is not None and repeats < 1:
+        raise click.BadParameter("--repeats must be at least 1", param_hint="--repeats")
+    if seconds is not None and seconds <= 0:
+        raise click.BadParameter("--seconds must be positive", param_hint="--seconds")
+    if container:
+        from appliance.container import run_in_container
+
+        args = [a for a in sys.argv[1:]]
+        sys.exit(run_in_container(container, args, results=Path(out_dir)))
+    suite, path = load(suite_name)
+    envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
+    name, report = _new_report(suite, str(path), profile, repeats)
+    runner = SuiteRunner(suite, name, report, report.data["repeats"], envs_filter, seconds)
+    for w in report.data["warnings"]:
+        click.echo(f"warning: {w}", err=True)
+    click.echo(
+        f"suite '{suite['name']}' on profile '{name}' ({report.data['profile']['detected_gpu']} GPU): "
+        f"{len(runner.steps)} measurements x {report.data['repeats']} repeats",
+        err=True,
+    )
+    start = time.time()
+    _run_steps(runner, suite["name"])
+    report.data["config"] = runner.resolved_configs()
+    report.data["duration_s"] = time.time() - start
+    stem = rpt.output_stem(out_dir, name, report.data["fingerprint"], report.data["created_utc"])
+    paths = rpt.write(report.data, stem, plots=not no_plots)
+    _print_analysis(report.data)
+    for p in paths:
+        click.echo(f"wrote {p}")
+
+
+@cli.command("compare", context_settings=CONTEXT)
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--threshold", default=0.05, show_default=True, help="Relative change that counts as a regression."
+)
+@click.option("--markdown", is_flag=True, help="Print Markdown instead of a table.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Also write the Markdown comparison here.")
+def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out: str | None) -> None:
+    """Compare reports metric by metric (the first is the base); exit 1 on a significant regression.
+
+    Shows each report's median, the ratio to the base with a 95% bootstrap interval, whether the
+    change is significant, and what differs between the machines.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from appliance.bench import compare as cmp
+    from appliance.bench import report as rpt
+    from appliance.errors import ReportError
+
+    if len(reports) < 2:
+        raise ReportError("compare needs at least two reports: puffer-bench compare BASE.json NEW.json")
+    if not 0 < threshold < 1:
+        raise click.BadParameter("--threshold must be between 0 and 1 (0.05 = 5%)", param_hint="--threshold")
+    loaded = []
+    for path in reports:
+        data = rpt.load(path)
+        data["_path"] = path
+        loaded.append(data)
+    result = cmp.compare(loaded, threshold)
+    text = cmp.to_markdown(result)
+    if out:
+        from appliance.report_io import write_bytes_atomic
+
+        write_bytes_atomic(out, text.encode())
+    if markdown:
+        click.echo(text, nl=False)
+    else:
+        console = Console()
+        if result["differences"]:
+            diff = Table(title="what differs")
+            diff.add_column("")
+            for i in range(len(reports)):
+                diff.add_column(f"report {i + 1}")
+            for key, values in result["differences"]:
+                diff.add_row(key, *[str(v) for v in values])
+            console.print(diff)
+        table = Table(title=f"base: {reports[0]} (threshold {100 * threshold:.0f}%)")
+        table.add_column("metric")
+        for i in range(len(reports)):
+            table.add_column(f"median {i + 1}", justify="right")
+        for i in range(1, len(reports)):
+            table.add_column(f"ratio {i + 1}/1 (95% CI)", justify="right")
+        for row in result["rows"]:
+            cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
+            for x in row["ratios"]:
+                if x["ratio"] is None:
+                    cells.append("-")
+                    continue
+                ci = f" ({x['ci'][0]:.3f}-{x['ci'][1]:.3f})" if x["ci"] else ""
+                style = {"regression": "red", "improvement": "green"}.get(x["verdict"], "")
+                cell = f"{x['ratio']:.3f}{ci} {x['verdict']}"
+                cells.append(f"[{style}]{cell}[/{style}]" if style else cell)
+            better = "" if row["better"] == "info" else f", {row['better']} better"
+            table.add_row(f"{row['metric']} ({row['unit']}{better})", *cells)
+        console.print(table)
+    if out:
+        click.echo(f"wrote {out}", err=True)
+    if result["regressions"]:
+        click.echo(f"regressed beyond {100 * threshold:.0f}%: {', '.join(result['regressions'])}", err=True)
+        sys.exit(1)
+
+
+@cli.command("report", context_settings=CONTEXT)
+@click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
+@click.option(
+    "--markdown", "md_out", type=click.Path(dir_okay=False), help="Re-render one report's Markdown here."
+)
+@click.option(
+    "--readme", type=click.Path(dir_okay=False, exists=True), help="Rewrite this README's results table."
+)
+@click.option("--results", "results_dir", default="results", show_default=True, help="Where reports live.")
+def report_cmd(reports: tuple[str, ...], md_out: str | None, readme: str | None, results_dir: str) -> None:
+    """Render reports: one report's Markdown, or the README's results table and plot.
+
+    Without REPORTS, --readme takes the newest report of each profile folder under --results.
+    """
+    from appliance.bench import readme as readme_mod
+    from appliance.bench import report as rpt
+    from appliance.report_io import write_bytes_atomic
+
+    if not md_out and not readme:
+        raise click.UsageError("give --markdown FILE or --readme README.md")
+    loaded = [rpt.load(p) for p in reports] if reports else []
+    if md_out:
+        if len(loaded) != 1:
+            raise click.UsageError("--markdown renders exactly one report")
+        write_bytes_atomic(md_out, rpt.to_markdown(loaded[0]).encode())
+        click.echo(f"wrote {md_out}")
+    if readme:
+        paths = [Path(p) for p in reports] or readme_mod.latest_reports(Path(results_dir))
+        for p in readme_mod.update_readme(Path(readme), paths, Path(results_dir)):
+            click.echo(f"wrote {p}")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli.main(prog_name="puffer-bench")

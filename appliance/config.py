@@ -36,7 +36,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "precision"): ("float32", "bfloat16"),
     ("policy", "core"): ("mlp", "lstm", "mingru"),
-    ("policy", "encoder"): ("auto", "linear", "cnn"),
+    ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
     ("bench", "suite"): ("quick", "full"),
 }
 _TRUE = {"true", "yes", "on", "1"}

@@ -20,3 +20,9 @@ class DeviceError(ApplianceError, RuntimeError):
     """A device the user asked for (``--train.device cuda``) is not available."""
 
     exit_code = 2
+
+
+class ReportError(ApplianceError, ValueError):
+    """A benchmark report cannot be read or compared (bad file, other schema, nothing in common)."""
+
+    exit_code = 2

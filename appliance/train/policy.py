@@ -48,13 +48,43 @@ _TORCH_DTYPES = {
 }
 
 
-class ObsToFloat(nn.Module):
-    """Flat observations (any dtype, or emulated bytes) to float features scaled to about [-1, 1]."""
+MAX_CATEGORIES = 32  # integer observations with at most this many values can be one-hot encoded
 
-    def __init__(self, obs_space: spaces.Box, codec: Any = None) -> None:
+
+def categories(obs_space: spaces.Box, codec: Any = None) -> tuple[int, int] | None:
+    """(low, count) when every observation element is an integer in one small shared range, else None.
+
+    Such observations are categorical (0 empty, 1 agent, 2 target; a board's -1/0/1), so a linear layer
+    over their scaled values would have to tell cell contents apart by magnitude; one-hot codes let it
+    see each value as its own feature."""
+    if codec is not None and not codec.same_dtype:
+        return None
+    if not np.issubdtype(obs_space.dtype, np.integer) or obs_space.dtype == np.bool_:
+        return None
+    low, high = (
+        np.broadcast_to(obs_space.low, obs_space.shape),
+        np.broadcast_to(obs_space.high, obs_space.shape),
+    )
+    if low.size == 0 or low.min() != low.max() or high.min() != high.max():
+        return None
+    count = int(high.flat[0]) - int(low.flat[0]) + 1
+    return (int(low.flat[0]), count) if 2 <= count <= MAX_CATEGORIES else None
+
+
+class ObsToFloat(nn.Module):
+    """Flat observations (any dtype, or emulated bytes) to float features scaled to about [-1, 1],
+    or, with ``onehot``, small-range integer observations to one-hot codes (``size * count`` features)."""
+
+    def __init__(self, obs_space: spaces.Box, codec: Any = None, onehot: bool = False) -> None:
         super().__init__()
         self.obs_ndim = max(1, len(obs_space.shape))
         self.slices: list[tuple[int, int, torch.dtype, int]] = []
+        self.onehot = categories(obs_space, codec) if onehot else None
+        if onehot and self.onehot is None:
+            raise ValueError(
+                f"the onehot encoder needs integer observations sharing one range of at most {MAX_CATEGORIES} "
+                f"values; got {obs_space.dtype} in [{np.min(obs_space.low)}, {np.max(obs_space.high)}]"
+            )
         if codec is not None and not codec.same_dtype:  # mixed dtypes travel as bytes: reinterpret per leaf
             for leaf, offset in zip(codec.leaves, codec.offsets, strict=True):
                 self.slices.append(
@@ -71,6 +101,8 @@ class ObsToFloat(nn.Module):
             high = np.where(np.isfinite(high) & (high > 1), high, 1.0).reshape(-1)
             scale = torch.as_tensor(high, dtype=torch.float32)
         self.register_buffer("inv_scale", 1.0 / scale, persistent=False)
+        if self.onehot is not None:
+            self.size *= self.onehot[1]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [..., *obs_shape] -> [..., size]: the observation's own dims flattened."""
@@ -81,6 +113,10 @@ class ObsToFloat(nn.Module):
                 for a, b, dtype, _ in self.slices
             ]
             return torch.cat(parts, dim=-1)
+        if self.onehot is not None:
+            low, count = self.onehot
+            codes = (obs.flatten(-self.obs_ndim).long() - low).clamp_(0, count - 1)
+            return F.one_hot(codes, count).flatten(-2).float()
         return obs.flatten(-self.obs_ndim).float() * self.inv_scale
 
 
@@ -135,8 +171,11 @@ class Policy(nn.Module):
         if core not in ("mlp", "lstm", "mingru"):
             raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
         self.core_kind, self.hidden_size = core, hidden_size
-        self.to_float = ObsToFloat(obs_space, obs_codec)
         image = len(obs_space.shape) == 3 and min(obs_space.shape[:2]) >= 8
+        onehot = encoder == "onehot" or (
+            encoder == "auto" and not image and categories(obs_space, obs_codec) is not None
+        )
+        self.to_float = ObsToFloat(obs_space, obs_codec, onehot=onehot)
         if encoder == "cnn" or (encoder == "auto" and image):
             if len(obs_space.shape) != 3:
                 raise ValueError(f"the cnn encoder needs (H, W, C) observations, got shape {obs_space.shape}")

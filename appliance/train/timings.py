@@ -17,6 +17,10 @@ PHASES = {"evaluate": ("forward", "env", "copy"), "train": ("forward", "learn", 
 class Timings:
     def __init__(self, sync: bool = False) -> None:
         self.sync = sync
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero every total (e.g. after warm-up epochs a benchmark should not count)."""
         self.totals: dict[str, float] = {
             f"{p}.{s}": 0.0 for p, parts in PHASES.items() for s in (*parts, "misc")
         }

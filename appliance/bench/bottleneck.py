@@ -1,0 +1,122 @@
+"""From measured figures to a diagnosis: what limits training speed, and which knob to turn.
+
+* :func:`roofline` puts the probe's figures in RL units for one env: the bytes an agent-step moves,
+  the agent-steps/s that PCIe, the env threads and the policy forward each allow; the smallest is
+  the bottleneck.
+* :func:`diagnose_training` reads a training run's phase breakdown, names the phase that dominates
+  and suggests the knobs that address it, quoting the figures that led there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# phase sections of appliance.train.timings grouped by what they cost
+CATEGORIES = {
+    "env": ("evaluate.env",),
+    "forward": ("evaluate.forward", "train.forward"),
+    "copy": ("evaluate.copy", "train.copy"),
+    "learn": ("train.learn",),
+    "overhead": ("evaluate.misc", "train.misc"),
+}
+MEMORY_BOUND = 0.85  # peak GPU memory over total beyond which memory is the constraint
+
+
+def _rate(value: float) -> str:
+    """'1.2M ' style rates, to be followed by the unit."""
+    for scale, suffix in ((1e9, "G "), (1e6, "M "), (1e3, "K ")):
+        if value >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g} "
+
+
+def step_bytes(obs_space: Any, action_space: Any, agents: int = 1) -> int:
+    """Bytes one agent-step moves between env and policy: obs, action, reward, terminal, truncation."""
+    import numpy as np
+
+    obs = int(np.prod(obs_space.shape)) * np.dtype(obs_space.dtype).itemsize
+    action = max(1, int(np.prod(action_space.shape or (1,)))) * 4
+    return obs + action + 4 + 1 + 1
+
+
+def roofline(env: str, bytes_per_step: int, limits: dict[str, tuple[float, str]]) -> dict[str, Any]:
+    """``limits``: name -> (agent-steps/s it allows, how that figure was obtained)."""
+    known = {k: v for k, v in limits.items() if v[0]}
+    parts = [f"{name} allows {_rate(v[0])}agent-steps/s ({v[1]})" for name, v in known.items()]
+    bottleneck = min(known, key=lambda k: known[k][0]) if known else None
+    summary = f"{env}: {bytes_per_step} B/agent-step; " + "; ".join(parts)
+    summary += f"; the bottleneck is {bottleneck}." if bottleneck else "; nothing measured."
+    return {
+        "env": env,
+        "bytes_per_step": bytes_per_step,
+        "limits": {k: {"sps": v[0], "source": v[1]} for k, v in known.items()},
+        "bottleneck": bottleneck,
+        "summary": summary,
+    }
+
+
+def diagnose_training(
+    env: str,
+    shares: dict[str, float],
+    sps: float,
+    cfg: dict[str, Any],
+    figures: dict[str, Any],
+) -> dict[str, Any]:
+    """``shares``: phase section -> share of wall time; ``figures``: facts for the suggestions
+    (bytes_per_step, obs_dtype, env_sps_single, usable_cores, forward_sps, memory_peak, memory_total)."""
+    totals = {cat: sum(shares.get(s, 0.0) for s in secs) for cat, secs in CATEGORIES.items()}
+    top = max(totals, key=lambda k: totals[k])
+    vec, train = cfg.get("vec", {}), cfg.get("train", {})
+    pct = {k: f"{100 * v:.0f}%" for k, v in totals.items()}
+    breakdown = ", ".join(f"{k} {pct[k]}" for k in sorted(totals, key=lambda k: -totals[k]))
+    suggestions: list[str] = []
+    mem_peak, mem_total = figures.get("memory_peak"), figures.get("memory_total")
+    if mem_peak and mem_total and mem_peak / mem_total > MEMORY_BOUND:
+        top = "memory"
+        suggestions.append(
+            f"memory-bound: training peaked at {mem_peak / 2**30:.1f} of {mem_total / 2**30:.1f} GiB GPU memory; "
+            f"set train.cpu_offload true (observations in pinned host memory) or lower train.minibatch_size "
+            f"(now {train.get('minibatch_size')})"
+        )
+    if top == "env":
+        single = figures.get("env_sps_single")
+        cores = figures.get("usable_cores")
+        threads = vec.get("num_threads")
+        fact = f"; one core steps {_rate(single)}agent-steps/s" if single else ""
+        suggestions.append(
+            f"env-bound: stepping envs took {pct['env']} of wall time{fact}; raise vec.num_threads "
+            f"(now {threads}, {cores} usable cores) or vec.num_workers, or make the env's step cheaper"
+        )
+    elif top == "forward":
+        fwd = figures.get("forward_sps")
+        fact = f"; the policy forward alone runs at {_rate(fwd)}agent-steps/s" if fwd else ""
+        suggestions.append(
+            f"forward-bound: policy forward passes took {pct['forward']}{fact}; raise vec.num_envs "
+            f"(now {vec.get('num_envs')}) for bigger batches, use train.precision bfloat16 on a GPU, "
+            f"or train.compile true"
+        )
+    elif top == "copy":
+        suggestions.append(
+            f"copy-bound: copies took {pct['copy']}; one agent-step moves {figures.get('bytes_per_step')} B "
+            f"(obs dtype {figures.get('obs_dtype')}); keep vec.zero_copy true, use a smaller obs dtype "
+            f"(uint8 instead of float32) and pinned memory"
+        )
+    elif top == "learn":
+        suggestions.append(
+            f"learn-bound: backward passes and optimizer steps took {pct['learn']} (minibatch "
+            f"{train.get('minibatch_size')}, {train.get('update_epochs')} update epochs); use train.precision "
+            f"bfloat16 or train.compile true on a GPU, fewer train.update_epochs or a larger minibatch"
+        )
+    elif top == "overhead":
+        suggestions.append(
+            f"overhead-bound: time outside the named sections took {pct['overhead']} (Python and launch "
+            f"overhead); larger batches (vec.num_envs, train.minibatch_size) amortize it, CUDA graphs remove it"
+        )
+    summary = f"{env} trains at {_rate(sps)}agent-steps/s; time went to {breakdown}. The bottleneck is {top}."
+    return {
+        "env": env,
+        "bottleneck": top,
+        "categories": totals,
+        "summary": summary,
+        "suggestions": suggestions,
+    }

@@ -1,0 +1,138 @@
+"""The README's results table and plot, generated from committed reports (``make readme-results``).
+
+The table sits between two markers in README.md and is replaced whole; nothing in it is typed by
+hand. The plot (``results/summary.png``) shows the same reports' speed figures side by side.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from appliance.bench import report as rpt
+from appliance.errors import ReportError
+from appliance.report_io import write_bytes_atomic
+
+BEGIN, END = "<!-- results:begin (make readme-results) -->", "<!-- results:end -->"
+HEADLINE = (
+    "probe/cpu/",
+    "probe/gpu/h2d_pinned/256MiB",
+    "probe/gpu/d2h_pinned/256MiB",
+    "probe/gpu/d2d/256MiB",
+    "probe/gpu/matmul_",
+    "probe/gpu/launch_",
+    "probe/gpu/graph_replay",
+    "probe/gpu/policy_forward/",
+    "env_sps/",
+    "vector_sps/",
+    "train_sps/",
+    "time_to_score/",
+)
+
+
+def latest_reports(results: Path) -> list[Path]:
+    """The newest puffer-bench/report/1 JSON in each profile folder (other JSON files are skipped)."""
+    out = []
+    for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
+        best: tuple[str, Path] | None = None
+        for path in folder.glob("*.json"):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if isinstance(data, dict) and data.get("schema") == rpt.SCHEMA:
+                key = str(data.get("created_utc"))
+                if best is None or key > best[0]:
+                    best = (key, path)
+        if best:
+            out.append(best[1])
+    if not out:
+        raise ReportError(f"no {rpt.SCHEMA} reports under {results}/<profile>/; run puffer-bench run first")
+    return out
+
+
+def headline(name: str) -> bool:
+    return name.startswith(HEADLINE) and "/4096" not in name
+
+
+def table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
+    names: list[str] = []
+    for r in reports:
+        names += [n for n in r["metrics"] if headline(n) and n not in names]
+    head = [
+        f"`{r['profile']['name']}`: {rpt.gpu_name(r['fingerprint'])}, "
+        f"{r['fingerprint']['cpu'].get('physical_cores')} cores"
+        for r in reports
+    ]
+    lines = [
+        "| metric | unit | " + " | ".join(head) + " |",
+        "|---|---|" + "---|" * len(reports),
+    ]
+    for name in names:
+        unit = next(r["metrics"][name]["unit"] for r in reports if name in r["metrics"])
+        cells = []
+        for r in reports:
+            m = r["metrics"].get(name)
+            cells.append(rpt.fmt(m.get("median"), unit) if m else "-")
+        lines.append(f"| `{name}` | {unit} | " + " | ".join(cells) + " |")
+    sources = ", ".join(f"[{p.name}]({p.as_posix()})" for p in paths)
+    lines += ["", f"Medians of each report's repeats, from {sources}."]
+    return "\n".join(lines)
+
+
+def plot(reports: list[dict[str, Any]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    groups = ("env_sps/", "vector_sps/", "train_sps/")
+    names: list[str] = []
+    for r in reports:
+        names += [n for n in r["metrics"] if n.startswith(groups) and n not in names]
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(names) * len(reports) + 1.5))
+    height = 0.8 / max(1, len(reports))
+    for i, r in enumerate(reports):
+        values = [(r["metrics"].get(n) or {}).get("median") or 0 for n in names]
+        ax.barh(
+            [j + i * height for j in range(len(names))],
+            values,
+            height=height,
+            label=f"{r['profile']['name']}: {rpt.gpu_name(r['fingerprint'])}",
+        )
+    ax.set_yticks([j + 0.4 - height / 2 for j in range(len(names))], names, fontsize=7)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlabel("agent-steps/s (median)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return write_bytes_atomic(path, buf.getvalue())
+
+
+def update_readme(readme: Path, paths: list[Path], results: Path) -> list[Path]:
+    reports = [rpt.load(p) for p in paths]
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        raise ReportError(f"{readme} has no results block; add the lines {BEGIN!r} and {END!r}")
+    image = plot(reports, results / "summary.png")
+    rel = lambda p: Path(p).resolve().relative_to(readme.resolve().parent).as_posix()  # noqa: E731
+    block = "\n".join(
+        [
+            BEGIN,
+            "",
+            table(reports, [Path(rel(p)) for p in paths]),
+            "",
+            f"![speed per env and backend]({rel(image)})",
+            "",
+            END,
+        ]
+    )
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    write_bytes_atomic(readme, (head + block + tail).encode())
+    return [readme, image]

@@ -1,0 +1,305 @@
+"""Benchmark suites, reports and compare: schema round-trip, statistics, validation and the CPU probe."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from appliance.bench import compare as cmp
+from appliance.bench import readme, suite
+from appliance.bench import report as rpt
+from appliance.bench.bottleneck import diagnose_training, roofline
+from appliance.bench.stats import ratio_interval, summarize
+from appliance.cli import _bench_profile, cli
+from appliance.errors import ConfigError, ReportError
+from appliance.sysinfo import fingerprint
+
+
+def make_report(metrics, fp=None, name="quick"):
+    r = rpt.Report(
+        {"name": name}, {"name": "cpu"}, fp or fingerprint(), {"train": {"seed": 0}}, seed=0, repeats=3
+    )
+    for metric, (samples, better) in metrics.items():
+        r.add(metric, samples, "agent-steps/s", better, env=metric.split("/")[1])
+    return r.data
+
+
+def noisy(center, n=10, spread=0.02, seed=0):
+    return list(center * (1 + spread * np.random.default_rng(seed).standard_normal(n)))
+
+
+# ---------------------------------------------------------------------- statistics
+
+
+def test_summary_has_median_range_cv_and_interval():
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median"] == 3.0 and s["min"] == 1.0 and s["max"] == 100.0 and s["n"] == 5
+    assert s["ci"][0] <= 3.0 <= s["ci"][1] and s["cv"] > 1
+    assert summarize([])["median"] is None and summarize([5.0])["ci"] is None
+
+
+def test_ratio_interval_covers_the_true_ratio():
+    ratio, ci = ratio_interval(noisy(100, seed=1), noisy(90, seed=2))
+    assert 0.85 < ratio < 0.95 and ci[0] < 0.9 < ci[1] and ci[1] < 1
+
+
+# ---------------------------------------------------------------------- reports
+
+
+def test_report_round_trip_writes_json_markdown_and_plots(tmp_path):
+    data = make_report(
+        {
+            "env_sps/breakout/threads=1": (noisy(1e6, 3), "higher"),
+            "env_sps/breakout/threads=2": (noisy(1.9e6, 3), "higher"),
+        }
+    )
+    data["metrics"]["env_sps/breakout/threads=1"]["labels"]["threads"] = 1
+    data["metrics"]["env_sps/breakout/threads=2"]["labels"]["threads"] = 2
+    stem = rpt.output_stem(tmp_path, "cpu", data["fingerprint"], data["created_utc"])
+    paths = rpt.write(data, stem)
+    loaded = rpt.load(stem.with_suffix(".json"))
+    assert loaded == json.loads(json.dumps(data)) and loaded["schema"] == rpt.SCHEMA
+    md = stem.with_suffix(".md").read_text()
+    assert "env_sps/breakout/threads=2" in md and "1.9 M" in md
+    pngs = [p for p in paths if p.suffix == ".png"]
+    assert {p.name.rsplit("-", 1)[1] for p in pngs} == {"sps.png", "scaling.png"}
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+    # a second report on the same machine and day does not overwrite the first
+    assert rpt.output_stem(tmp_path, "cpu", data["fingerprint"], data["created_utc"]) != stem
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(schema="puffer-bench/report/0"), "report/0"),
+        (lambda d: d.pop("schema"), "no 'schema'"),
+        (lambda d: d.pop("fingerprint"), "lacks fingerprint"),
+        (lambda d: d["metrics"]["env_sps/x/t"].pop("samples"), "lacks samples"),
+    ],
+)
+def test_invalid_reports_are_refused(tmp_path, mutate, message):
+    data = make_report({"env_sps/x/t": ([1.0, 2.0], "higher")})
+    mutate(data)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=message):
+        rpt.load(path)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ReportError, match="cannot read"):
+        rpt.load(tmp_path / "bad.json")
+
+
+# ---------------------------------------------------------------------- compare
+
+
+def test_compare_flags_a_real_regression_and_not_noise():
+    base = make_report(
+        {"train_sps/a": (noisy(1e5, seed=1), "higher"), "probe/gpu/launch": (noisy(5, seed=2), "lower")}
+    )
+    same = make_report(
+        {"train_sps/a": (noisy(1e5, seed=3), "higher"), "probe/gpu/launch": (noisy(5, seed=4), "lower")}
+    )
+    worse = make_report(
+        {"train_sps/a": (noisy(0.9e5, seed=5), "higher"), "probe/gpu/launch": (noisy(5.5, seed=6), "lower")}
+    )
+    quiet = cmp.compare([base, same], threshold=0.05)
+    assert quiet["regressions"] == []
+    loud = cmp.compare([base, worse], threshold=0.05)
+    assert set(loud["regressions"]) == {"train_sps/a", "probe/gpu/launch"}  # slower and higher latency
+    better = cmp.compare([worse, base], threshold=0.05)
+    assert better["regressions"] == [] and {x["ratios"][0]["verdict"] for x in better["rows"]} == {
+        "improvement"
+    }
+    assert "**regression**" in cmp.to_markdown(loud)
+
+
+def test_compare_never_flags_descriptive_figures_and_lists_differences():
+    a = make_report({"train_phase/a/env": (noisy(0.2, seed=1), "info")})
+    b = make_report({"train_phase/a/env": (noisy(0.4, seed=2), "info")})
+    b["fingerprint"]["cpu"]["physical_cores"] = 999
+    b["config"] = {"train": {"seed": 1}}
+    result = cmp.compare([a, b])
+    assert result["regressions"] == [] and result["rows"][0]["ratios"][0]["verdict"] == "changed"
+    what = dict(result["differences"])
+    assert what["physical cores"][1] == 999 and "config train.seed" in what
+
+
+def test_compare_refuses_reports_with_nothing_in_common():
+    with pytest.raises(ReportError, match="no metric in common"):
+        cmp.compare([make_report({"a/x": ([1.0], "higher")}), make_report({"b/x": ([1.0], "higher")})])
+
+
+def test_compare_cli_exit_codes(tmp_path):
+    paths = {}
+    for key, center in (("base", 1e5), ("same", 1e5), ("slow", 0.85e5)):
+        paths[key] = tmp_path / f"{key}.json"
+        seed = {"base": 1, "same": 2, "slow": 3}[key]
+        paths[key].write_text(json.dumps(make_report({"train_sps/a": (noisy(center, seed=seed), "higher")})))
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["compare", str(paths["base"]), str(paths["same"])])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(cli, ["compare", str(paths["base"]), str(paths["slow"]), "--markdown"])
+    assert bad.exit_code == 1 and "regression" in bad.output
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema": "puffer-bench/report/2"}))
+    refused = runner.invoke(cli, ["compare", str(paths["base"]), str(other)])
+    assert refused.exit_code == 2 and "report/2" in refused.output and "Traceback" not in refused.output
+
+
+# ---------------------------------------------------------------------- suites and profiles
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"bogus": 1}, "unknown keys"),
+        ({"env_sps": {"envs": ["breakuot"]}}, "unknown env 'breakuot'"),
+        ({"env_sps": {"envs": ["breakout"], "threads": [0]}}, "positive integer"),
+        ({"vector_sps": [{"env": "breakout", "backends": ["fork"]}]}, "backends"),
+        ({"train_sps": {"envs": ["squared"], "seconds": -1}}, "positive number"),
+        ({"time_to_score": [{"env": "squared", "metric": "perf"}]}, "needs"),
+        ({"name": 3}, "'name'"),
+    ],
+)
+def test_suite_validation_names_the_problem(change, message):
+    with pytest.raises(ConfigError, match=message):
+        suite.validate({"name": "t", **change})
+
+
+def test_shipped_suites_are_valid_and_unknown_names_list_them():
+    assert {"quick", "full"} <= set(suite.suite_names())
+    for name in suite.suite_names():
+        suite.load(name)
+    with pytest.raises(ConfigError, match="did you mean 'quick'.*valid suites"):
+        suite.load("quik")
+
+
+def test_profile_detection_and_mismatch_warning():
+    assert suite.detect_profile([{"name": "NVIDIA H100 80GB HBM3"}]) == "h100"
+    assert suite.detect_profile([{"name": "NVIDIA GeForce RTX 4090"}]) == "4090"
+    assert suite.detect_profile([]) == "cpu"
+    fp = {"gpus": [{"name": "NVIDIA GeForce RTX 2080"}]}
+    name, entry, warnings = _bench_profile("4090", fp)
+    assert name == "4090" and entry["expected_gpu"] == "RTX 4090" and "RTX 2080" in entry["detected_gpu"]
+    assert warnings and "written for a RTX 4090" in warnings[0]
+    assert _bench_profile(None, fp)[2] == []  # detected: the 2080 profile
+    with pytest.raises(ConfigError, match="valid profiles"):
+        _bench_profile("4080", fp)
+
+
+# ---------------------------------------------------------------------- analysis
+
+
+def test_roofline_names_the_smallest_limit():
+    r = roofline(
+        "breakout", 482, {"PCIe": (5e7, "x"), "env threads": (1e7, "y"), "policy forward": (2e6, "z")}
+    )
+    assert r["bottleneck"] == "policy forward" and "482 B/agent-step" in r["summary"]
+
+
+@pytest.mark.parametrize(
+    "shares, top, knob",
+    [
+        ({"evaluate.env": 0.6, "train.learn": 0.2}, "env", "vec.num_threads"),
+        ({"evaluate.forward": 0.4, "train.forward": 0.2, "train.learn": 0.3}, "forward", "bfloat16"),
+        ({"evaluate.copy": 0.5, "train.learn": 0.2}, "copy", "zero_copy"),
+        ({"train.learn": 0.7}, "learn", "update_epochs"),
+    ],
+)
+def test_training_diagnosis_suggests_the_knob(shares, top, knob):
+    d = diagnose_training(
+        "breakout", shares, 1e6, {"vec": {"num_threads": 2}, "train": {}}, {"env_sps_single": 5e6}
+    )
+    assert d["bottleneck"] == top and knob in d["suggestions"][0]
+    memory = diagnose_training("b", shares, 1e6, {}, {"memory_peak": 79 * 2**30, "memory_total": 80 * 2**30})
+    assert memory["bottleneck"] == "memory" and "cpu_offload" in memory["suggestions"][0]
+
+
+# ---------------------------------------------------------------------- end to end on the CPU
+
+
+def test_profile_cli_probes_the_cpu_and_skips_the_gpu(tmp_path):
+    out = tmp_path / "probe.json"
+    result = CliRunner().invoke(
+        cli, ["profile", "--env", "squared", "--runs", "2", "--seconds", "0.2", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    data = rpt.load(out)
+    assert data["metrics"]["probe/cpu/memory_bandwidth"]["median"] > 0
+    assert data["metrics"]["probe/cpu/env_step/squared"]["median"] > 0
+    assert data["metrics"]["probe/cpu/policy_forward/squared"]["median"] > 0
+    assert "roofline: squared" in result.output and data["analysis"]["roofline"][0]["bottleneck"]
+    import torch
+
+    if not torch.cuda.is_available():
+        assert any(s["what"] == "GPU probe" for s in data["skipped"])
+
+
+def test_run_cli_writes_a_report_and_the_readme_table(tmp_path):
+    spec = {
+        "name": "tiny",
+        "seconds": 0.2,
+        "env_sps": {"envs": ["squared"], "threads": [1]},
+        "vector_sps": [{"env": "squared", "backends": ["native", "serial"], "num_envs": 16}],
+        "train_sps": {"envs": ["squared"], "seconds": 0.3},
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "results"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--suite",
+            str(path),
+            "--gpu",
+            "cpu",
+            "--repeats",
+            "2",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--envs",
+            "squared",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    (json_path,) = (out / "cpu").glob("*.json")
+    data = rpt.load(json_path)
+    assert data["profile"]["name"] == "cpu" and data["suite"]["definition"] == spec
+    for name in ("env_sps/squared/threads=1", "vector_sps/squared/native", "train_sps/squared"):
+        assert len(data["metrics"][name]["samples"]) == 2 and data["metrics"][name]["median"] > 0
+    assert data["analysis"]["training"]["squared"]["bottleneck"] in (
+        "env",
+        "forward",
+        "copy",
+        "learn",
+        "overhead",
+    )
+    assert data["config"]["envs"]["squared"]["env_name"] == "squared"
+    assert json_path.with_suffix(".md").exists()
+
+    readme_path = tmp_path / "README.md"
+    readme_path.write_text(f"intro\n{readme.BEGIN}\nold\n{readme.END}\nrest\n")
+    written = readme.update_readme(readme_path, readme.latest_reports(out), out)
+    text = readme_path.read_text()
+    assert "old" not in text and "`train_sps/squared`" in text and text.endswith("rest\n")
+    assert written[1].read_bytes().startswith(b"\x89PNG")
+
+
+def test_run_cli_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    bad_profile = runner.invoke(cli, ["run", "--gpu", "4080", "--out", str(tmp_path)])
+    assert bad_profile.exit_code == 2 and "valid profiles" in bad_profile.output
+    bad_suite = runner.invoke(cli, ["run", "--suite", "nope", "--out", str(tmp_path)])
+    assert bad_suite.exit_code == 2 and "valid suites" in bad_suite.output
+    typo = runner.invoke(cli, ["run", "--envs", "breakuot", "--out", str(tmp_path)])
+    assert typo.exit_code == 2 and "unknown env 'breakuot'" in typo.output
+    only = tmp_path / "only.yaml"
+    only.write_text(yaml.safe_dump({"name": "only", "env_sps": {"envs": ["pong"]}}))
+    nothing = runner.invoke(cli, ["run", "--suite", str(only), "--envs", "squared", "--out", str(tmp_path)])
+    assert nothing.exit_code == 2 and "nothing to measure" in nothing.output
