@@ -356,3 +356,22 @@ def test_image_observations_use_the_cnn_and_structured_ones_are_restored():
             break
         start += leaf.size
     torch.testing.assert_close(features[0, start : start + 2], torch.as_tensor(sample["pos"]))
+
+
+def test_small_range_integer_observations_are_one_hot_encoded():
+    from appliance.train.policy import categories
+
+    board = spaces.Box(0, 2, (121,), np.uint8)
+    assert categories(board) == (0, 3) and categories(spaces.Box(-1, 1, (4,), np.int8)) == (-1, 3)
+    assert categories(spaces.Box(-1.0, 1.0, (4,), np.float32)) is None
+    assert categories(spaces.Box(0, 255, (4,), np.uint8)) is None  # too many values: scaled instead
+    policy = Policy(board, spaces.Discrete(5), core="mlp")
+    obs = torch.zeros(2, 121, dtype=torch.uint8)
+    obs[0, 5], obs[1, 5] = 1, 2
+    x = policy.to_float(obs)
+    assert x.shape == (2, 363) and x.sum().item() == 2 * 121  # exactly one hot code per cell
+    assert x[0, 5 * 3 + 1] == 1 and x[1, 5 * 3 + 2] == 1 and x[0, 5 * 3] == 0
+    linear = Policy(board, spaces.Discrete(5), core="mlp", encoder="linear")
+    assert linear.to_float.size == 121
+    with pytest.raises(ValueError, match="onehot encoder needs integer"):
+        Policy(spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2), encoder="onehot")
