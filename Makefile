@@ -42,6 +42,8 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check appliance tests
 	$(VENV)/bin/ruff format --check appliance tests
+	$(VENV)/bin/hadolint --config .hadolint.yaml images/cuda.Dockerfile images/cpu.Dockerfile
+	$(VENV)/bin/shellcheck docker.sh .ci/run
 
 clean:
 	rm -rf build dist *.egg-info appliance/*.so envs/build

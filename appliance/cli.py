@@ -1009,15 +1009,18 @@ def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out:
 
 @cli.command("report", context_settings=CONTEXT)
 @click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--render", is_flag=True, help="Re-render each report's Markdown and plots next to its JSON.")
 @click.option(
-    "--markdown", "md_out", type=click.Path(dir_okay=False), help="Re-render one report's Markdown here."
+    "--markdown", "md_out", type=click.Path(dir_okay=False), help="Write one report's Markdown here."
 )
 @click.option(
     "--readme", type=click.Path(dir_okay=False, exists=True), help="Rewrite this README's results table."
 )
 @click.option("--results", "results_dir", default="results", show_default=True, help="Where reports live.")
-def report_cmd(reports: tuple[str, ...], md_out: str | None, readme: str | None, results_dir: str) -> None:
-    """Render reports: one report's Markdown, or the README's results table and plot.
+def report_cmd(
+    reports: tuple[str, ...], render: bool, md_out: str | None, readme: str | None, results_dir: str
+) -> None:
+    """Render reports: their Markdown and plots, or the README's results table and plot.
 
     Without REPORTS, --readme takes the newest report of each profile folder under --results.
     """
@@ -1025,9 +1028,13 @@ def report_cmd(reports: tuple[str, ...], md_out: str | None, readme: str | None,
     from appliance.bench import report as rpt
     from appliance.report_io import write_bytes_atomic
 
-    if not md_out and not readme:
-        raise click.UsageError("give --markdown FILE or --readme README.md")
+    if not (render or md_out or readme):
+        raise click.UsageError("give --render, --markdown FILE or --readme README.md")
     loaded = [rpt.load(p) for p in reports] if reports else []
+    if render:
+        for path, data in zip(reports, loaded, strict=True):
+            for p in rpt.render(data, Path(path).with_suffix("")):
+                click.echo(f"wrote {p}")
     if md_out:
         if len(loaded) != 1:
             raise click.UsageError("--markdown renders exactly one report")

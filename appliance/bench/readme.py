@@ -61,11 +61,11 @@ def table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
     names: list[str] = []
     for r in reports:
         names += [n for n in r["metrics"] if headline(n) and n not in names]
-    head = [
-        f"`{r['profile']['name']}`: {rpt.gpu_name(r['fingerprint'])}, "
-        f"{r['fingerprint']['cpu'].get('physical_cores')} cores"
-        for r in reports
-    ]
+    head = []
+    for r in reports:
+        gpu = rpt.gpu_name(r["fingerprint"])
+        cores = r["fingerprint"]["cpu"].get("physical_cores")
+        head.append(f"`{r['profile']['name']}`: {'no GPU' if gpu == 'none' else gpu}, {cores} cores")
     lines = [
         "| metric | unit | " + " | ".join(head) + " |",
         "|---|---|" + "---|" * len(reports),

@@ -140,7 +140,12 @@ def output_stem(out_dir: str | Path, profile: str, fingerprint: dict[str, Any], 
 def write(report: dict[str, Any], stem: Path, plots: bool = True) -> list[Path]:
     """The JSON, the Markdown and the plots next to each other; every file written atomically."""
     validate(report)
-    written = [write_json_atomic(stem.with_suffix(".json"), report)]
+    return [write_json_atomic(stem.with_suffix(".json"), report), *render(report, stem, plots)]
+
+
+def render(report: dict[str, Any], stem: Path, plots: bool = True) -> list[Path]:
+    """The Markdown and plots of a report (also re-rendered later from its JSON: ``puffer-bench report``)."""
+    written = []
     images = render_plots(report, stem) if plots else []
     md = to_markdown(report, images=[p.name for p in images])
     written.append(write_bytes_atomic(stem.with_suffix(".md"), md.encode()))
@@ -329,7 +334,7 @@ def render_plots(report: dict[str, Any], stem: Path) -> list[Path]:
     for _, m in _metrics(report, "train_phase"):
         phases.setdefault(m["labels"]["env"], {})[m["labels"]["phase"]] = m["median"]
     if phases:
-        fig, ax = plt.subplots(figsize=(7, 0.6 * len(phases) + 1.5))
+        fig, ax = plt.subplots(figsize=(9, 0.6 * len(phases) + 1.6))
         names = sorted({p for v in phases.values() for p in v})
         cmap = plt.get_cmap("tab10")
         for row, (_env, shares) in enumerate(sorted(phases.items())):
@@ -340,7 +345,7 @@ def render_plots(report: dict[str, Any], stem: Path) -> list[Path]:
                 left += width
         ax.set_yticks(range(len(phases)), sorted(phases))
         ax.set_xlabel("% of training wall time")
-        ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set_title("training phase breakdown")
         save(fig, "phases")
     return out

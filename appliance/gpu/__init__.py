@@ -1,0 +1,1 @@
+"""GPU helpers: kernel loading and the kernel cache (cupy), streams and graphs."""
