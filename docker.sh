@@ -41,6 +41,8 @@ CUDA=12
 TAG=""
 VERB=""
 ARGS=()
+IMG=""
+GPU_ARGS=()
 
 parse() {
     while [ $# -gt 0 ]; do
@@ -107,14 +109,23 @@ need_image() {
         die "image $1 is not built yet; build it with: $(build_hint)"
 }
 
-gpu_flags() {
-    # prints --gpus all when the GPU image can get the GPU; $1=required makes a missing runtime an error
+set_gpu_args() {
+    # GPU_ARGS=(--gpus all) when the GPU image can get the GPU; $1=required makes a missing runtime an error
+    GPU_ARGS=()
     [ "$CPU" = 1 ] && return 0
     if has_nvidia_runtime; then
-        echo "--gpus all"
+        GPU_ARGS=(--gpus all)
     elif [ "${1:-}" = required ]; then
         die "the NVIDIA container runtime is missing, so the GPU image cannot see the GPU; install the NVIDIA Container Toolkit, or use --cpu"
     fi
+}
+
+prepare() {
+    # the checks every verb that runs the image needs; sets IMG and GPU_ARGS
+    need_docker
+    IMG=$(image)
+    need_image "$IMG"
+    set_gpu_args "${1:-}"
 }
 
 cmd_build() {
@@ -137,54 +148,33 @@ cmd_build() {
 }
 
 cmd_test() {
-    need_docker
-    local img
-    img=$(image)
-    need_image "$img"
-    local gpus
-    gpus=$(gpu_flags)
+    prepare
     if [ "$CPU" = 1 ]; then
         echo "docker.sh: CPU image: GPU tests (marked gpu) will be reported skipped" >&2
-    elif [ -n "$gpus" ]; then
+    elif [ ${#GPU_ARGS[@]} -gt 0 ]; then
         echo "docker.sh: NVIDIA runtime found: passing --gpus all, GPU tests will run" >&2
     else
         echo "docker.sh: no NVIDIA container runtime: GPU tests (marked gpu) will be reported skipped" >&2
     fi
-    # shellcheck disable=SC2086  # $gpus is empty or two words
-    "$DOCKER" run --rm $gpus --entrypoint python "$img" -m pytest -rs "${ARGS[@]}"
+    "$DOCKER" run --rm "${GPU_ARGS[@]}" --entrypoint python "$IMG" -m pytest -rs "${ARGS[@]}"
 }
 
 cmd_bench() {
-    need_docker
-    local img
-    img=$(image)
-    need_image "$img"
-    local gpus
-    gpus=$(gpu_flags required)
+    prepare required
     mkdir -p results
-    # shellcheck disable=SC2086
-    "$DOCKER" run --rm $gpus --user "$(id -u):$(id -g)" -v "$PWD/results:/opt/puffer-bench/results" \
-        "$img" run --out results "${ARGS[@]}"
+    "$DOCKER" run --rm "${GPU_ARGS[@]}" --user "$(id -u):$(id -g)" -v "$PWD/results:/opt/puffer-bench/results" \
+        "$IMG" run --out results "${ARGS[@]}"
 }
 
 cmd_shell() {
-    need_docker
-    local img
-    img=$(image)
-    need_image "$img"
-    local gpus
-    gpus=$(gpu_flags)
-    # shellcheck disable=SC2086
-    "$DOCKER" run --rm -it $gpus -v "$PWD/results:/opt/puffer-bench/results" --entrypoint bash "$img" "${ARGS[@]}"
+    prepare
+    "$DOCKER" run --rm -it "${GPU_ARGS[@]}" -v "$PWD/results:/opt/puffer-bench/results" --entrypoint bash "$IMG" "${ARGS[@]}"
 }
 
 cmd_push() {
     [ ${#ARGS[@]} -eq 0 ] || die "push takes no arguments besides --cpu, --cuda, --tag (got: ${ARGS[*]})"
-    need_docker
-    local img
-    img=$(image)
-    need_image "$img"
-    "$DOCKER" push "$img"
+    prepare
+    "$DOCKER" push "$IMG"
 }
 
 main() {

@@ -990,12 +990,8 @@ def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out:
         for row in result["rows"]:
             cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
             for x in row["ratios"]:
-                if x["ratio"] is None:
-                    cells.append("-")
-                    continue
-                ci = f" ({x['ci'][0]:.3f}-{x['ci'][1]:.3f})" if x["ci"] else ""
                 style = {"regression": "red", "improvement": "green"}.get(x["verdict"], "")
-                cell = f"{x['ratio']:.3f}{ci} {x['verdict']}"
+                cell = cmp.ratio_text(x)
                 cells.append(f"[{style}]{cell}[/{style}]" if style else cell)
             better = "" if row["better"] == "info" else f", {row['better']} better"
             table.add_row(f"{row['metric']} ({row['unit']}{better})", *cells)

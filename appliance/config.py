@@ -175,6 +175,13 @@ def _nearest(name: str, candidates: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
+def unknown_name(kind: str, name: str, known: list[str], plural: str, also: str = "") -> ConfigError:
+    """ "unknown env 'breakuot'; did you mean 'breakout'? known envs: ..." as a ConfigError."""
+    guess = _nearest(name, known)
+    hint = f"did you mean '{guess}'? " if guess else ""
+    return ConfigError(f"unknown {kind} '{name}'; {hint}{plural}: {', '.join(known)}{also}")
+
+
 def _nearest_strict(name: str, candidates: Iterable[str]) -> str | None:
     matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.85)
     return matches[0] if matches else None
@@ -383,9 +390,7 @@ def resolve(
     elif env is not None:
         known = env_names()
         if env not in known:
-            guess = _nearest(env, known)
-            hint = f"did you mean '{guess}'? " if guess else ""
-            raise ConfigError(f"unknown env '{env}'; {hint}known envs: {', '.join(known)}")
+            raise unknown_name("env", env, known, "known envs")
         path = config_dir() / "envs" / f"{env}.yaml"
         layer = read_yaml(path, "env config")
         env_params = layer.pop("env", None) or {}
@@ -399,11 +404,7 @@ def resolve(
     if profile is not None:
         known = profile_names()
         if profile not in known:
-            guess = _nearest(profile, known)
-            hint = f"did you mean '{guess}'? " if guess else ""
-            raise ConfigError(
-                f"unknown hardware profile '{profile}'; {hint}valid profiles: {', '.join(known)}"
-            )
+            raise unknown_name("hardware profile", profile, known, "valid profiles")
         path = profile_dir() / f"{profile}.yaml"
         layer, meta = _strip_profile_meta(read_yaml(path, "hardware profile"), path)
         _apply(data, layer, schema, str(path))

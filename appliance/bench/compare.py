@@ -129,6 +129,14 @@ def compare(reports: list[dict[str, Any]], threshold: float = 0.05) -> dict[str,
     }
 
 
+def ratio_text(x: dict[str, Any]) -> str:
+    """'0.912 (0.884-0.951) regression': ratio, its 95% interval and the verdict; '-' without data."""
+    if x["ratio"] is None:
+        return "-"
+    ci = f" ({x['ci'][0]:.3f}-{x['ci'][1]:.3f})" if x["ci"] else ""
+    return f"{x['ratio']:.3f}{ci} {x['verdict']}"
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     paths = result["reports"]
     lines = [f"# puffer-bench compare (base: `{paths[0]}`)", ""]
@@ -148,13 +156,7 @@ def to_markdown(result: dict[str, Any]) -> str:
     lines += ["|---" * (2 + len(paths) + len(paths) - 1) + "|"]
     for row in result["rows"]:
         cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
-        for x in row["ratios"]:
-            if x["ratio"] is None:
-                cells.append("-")
-                continue
-            ci = f" ({x['ci'][0]:.3f}-{x['ci'][1]:.3f})" if x["ci"] else ""
-            mark = " **regression**" if x["verdict"] == "regression" else f" {x['verdict']}"
-            cells.append(f"{x['ratio']:.3f}{ci}{mark}")
+        cells += [ratio_text(x).replace("regression", "**regression**") for x in row["ratios"]]
         unit = row["unit"] if row["better"] == "info" else f"{row['unit']} ({row['better']} is better)"
         lines.append(f"| `{row['metric']}` | {unit} | " + " | ".join(cells) + " |")
     if result["not_common"]:

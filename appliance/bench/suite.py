@@ -140,17 +140,13 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
 
 def load(name_or_path: str) -> tuple[dict[str, Any], Path]:
     """A suite by name (bench/suites/NAME.yaml) or by path to a YAML file."""
-    from appliance.config import _nearest, read_yaml
+    from appliance.config import read_yaml, unknown_name
 
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") and path.exists()):
         known = suite_names()
         if name_or_path not in known:
-            guess = _nearest(name_or_path, known)
-            hint = f"did you mean '{guess}'? " if guess else ""
-            raise ConfigError(
-                f"unknown suite '{name_or_path}'; {hint}valid suites: {', '.join(known)} (or a YAML path)"
-            )
+            raise unknown_name("suite", name_or_path, known, "valid suites", " (or a YAML path)")
         path = suite_dir() / f"{name_or_path}.yaml"
     return validate(read_yaml(path, "suite"), str(path)), path
 
