@@ -63,9 +63,8 @@ def table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
         names += [n for n in r["metrics"] if headline(n) and n not in names]
     head = []
     for r in reports:
-        gpu = rpt.gpu_name(r["fingerprint"])
         cores = r["fingerprint"]["cpu"].get("physical_cores")
-        head.append(f"`{r['profile']['name']}`: {'no GPU' if gpu == 'none' else gpu}, {cores} cores")
+        head.append(f"`{r['profile']['name']}`: {rpt.gpu_label(r['fingerprint'])}, {cores} cores")
     lines = [
         "| metric | unit | " + " | ".join(head) + " |",
         "|---|---|" + "---|" * len(reports),
@@ -100,7 +99,7 @@ def plot(reports: list[dict[str, Any]], path: Path) -> Path:
             [j + i * height for j in range(len(names))],
             values,
             height=height,
-            label=f"{r['profile']['name']}: {rpt.gpu_name(r['fingerprint'])}",
+            label=f"{r['profile']['name']}: {rpt.gpu_label(r['fingerprint'])}",
         )
     ax.set_yticks([j + 0.4 - height / 2 for j in range(len(names))], names, fontsize=7)
     ax.set_xscale("log")

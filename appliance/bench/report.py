@@ -173,12 +173,18 @@ def gpu_name(fingerprint: dict[str, Any]) -> str:
     return ", ".join(str(g.get("name")) for g in gpus) or "none"
 
 
+def gpu_label(fingerprint: dict[str, Any]) -> str:
+    """The GPU names, or 'no GPU'."""
+    name = gpu_name(fingerprint)
+    return "no GPU" if name == "none" else name
+
+
 def machine_line(fingerprint: dict[str, Any]) -> str:
     cpu = fingerprint.get("cpu") or {}
     ram = fingerprint.get("ram_bytes")
     ram_text = f"{ram / 2**30:.0f} GiB" if ram else "?"
     return (
-        f"GPU {gpu_name(fingerprint)}; CPU {cpu.get('model') or '?'} ({cpu.get('physical_cores')} physical cores, "
+        f"GPU {gpu_label(fingerprint)}; CPU {cpu.get('model') or '?'} ({cpu.get('physical_cores')} physical cores, "
         f"{cpu.get('usable_cores')} usable); RAM {ram_text}"
     )
 
@@ -306,10 +312,9 @@ def render_plots(report: dict[str, Any], stem: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.invert_yaxis()
         ax.set_xlabel("agent-steps/s (median, min-max bars)")
-        gpu = gpu_name(report["fingerprint"])
         cores = report["fingerprint"].get("cpu", {}).get("physical_cores")
         ax.set_title(
-            f"{report['suite'].get('name')} suite: {'no GPU' if gpu == 'none' else gpu}, {cores} cores"
+            f"{report['suite'].get('name')} suite: {gpu_label(report['fingerprint'])}, {cores} cores"
         )
         save(fig, "sps")
 
