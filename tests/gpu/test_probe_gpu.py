@@ -23,7 +23,7 @@ def test_gpu_probe_figures_are_sane():
     h2d, f = median(figures, "probe/gpu/h2d_pinned/64MiB")
     pageable, _ = median(figures, "probe/gpu/h2d_pageable/64MiB")
     d2d, d2d_f = median(figures, "probe/gpu/d2d/64MiB")
-    assert 0 < h2d and 0 < pageable and d2d > h2d  # on-device copies beat the PCIe link
+    assert h2d > 0 and pageable > 0 and d2d > h2d  # on-device copies beat the PCIe link
     if f.ceiling and "PCIe" in f.ceiling["source"]:
         assert h2d <= 1.05 * f.ceiling["value"]
     if d2d_f.ceiling and "bus" in d2d_f.ceiling["source"]:
