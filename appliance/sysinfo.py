@@ -131,7 +131,8 @@ def gpu_info(nvml: Any | None = None) -> tuple[list[dict[str, Any]], str | None,
                     "mem_clock_max_mhz": _nvml_call(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_MEM),
                     "sm_clock_mhz": _nvml_call(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM),
                     "mem_clock_mhz": _nvml_call(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM),
-                    "memory_bus_width": _nvml_call(nvml.nvmlDeviceGetMemoryBusWidth, h),
+                    # absent from older nvidia-ml-py releases: None then, like any unsupported field
+                    "memory_bus_width": _nvml_call(getattr(nvml, "nvmlDeviceGetMemoryBusWidth", None), h),
                     "power_limit_w": power_mw / 1000.0 if isinstance(power_mw, int | float) else None,
                 }
             )

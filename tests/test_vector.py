@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -350,10 +351,11 @@ def test_close_is_idempotent_and_gc_closes():
 
 
 SCRIPT = """
-import os, signal, sys, time
+import faulthandler, os, signal, sys, time
 import numpy as np
 from appliance import vector
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1)  # the test asks for a stack dump if this ever hangs
     vec = vector.make("squared", backend="multiprocessing", num_envs=4, num_workers=2)
     vec.reset(0)
     print(" ".join(map(str, vec.pids)), flush=True)
@@ -388,7 +390,17 @@ def test_interpreter_exit_and_ctrl_c_leave_nothing_behind(mode, tmp_path):
     if mode == "sigint":
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=20)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # dump every thread's stack, then make sure nothing is left
+        time.sleep(1)
+        for p in [*pids, proc.pid]:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(p).kill()
+        pytest.fail(
+            f"{mode}: the main process did not exit within 20 s; its stderr:\n{proc.communicate()[1]}"
+        )
     if mode == "sigint":
         assert "KeyboardInterrupt" in proc.stderr.read()
     deadline = time.monotonic() + 5
