@@ -356,6 +356,8 @@ import numpy as np
 from appliance import vector
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1)  # the test asks for a stack dump if this ever hangs
+    # an interactive Ctrl-C; a background job (CI under nohup ... &) inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     vec = vector.make("squared", backend="multiprocessing", num_envs=4, num_workers=2)
     vec.reset(0)
     print(" ".join(map(str, vec.pids)), flush=True)
