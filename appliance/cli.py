@@ -910,8 +910,7 @@ def run_cmd(
     if container:
         from appliance.container import run_in_container
 
-        args = [a for a in sys.argv[1:]]
-        sys.exit(run_in_container(container, args, results=Path(out_dir)))
+        sys.exit(run_in_container(container, sys.argv[1:], results=Path(out_dir)))
     suite, path = load(suite_name)
     envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
     name, report = _new_report(suite, str(path), profile, repeats)

@@ -223,15 +223,8 @@ static void breakout_step(Breakout* env) {
     int truncated = !done && env->tick >= env->max_ticks;
     if (done || truncated) {
         OCEAN_LOG_EPISODE(env->log, env->score / BO_MAX_SCORE, env->score, env->episode_return, (float)env->tick / env->frameskip);
-        breakout_reset(env);
-        env->terminals[0] = (uint8_t)done;
-        env->truncations[0] = (uint8_t)truncated;
-    } else {
-        env->terminals[0] = 0;
-        env->truncations[0] = 0;
-        breakout_observe(env);
     }
-    env->rewards[0] = reward;
+    OCEAN_END_STEP(env, done, truncated, reward, breakout_reset, breakout_observe);
 }
 
 static void breakout_render(Breakout* env, uint8_t* rgb) {

@@ -56,13 +56,15 @@ static void g2048_spawn(G2048* env) {
     env->board[empty[rng_below(&env->rng, (uint32_t)n)]] = rng_below(&env->rng, 10) == 0 ? 2 : 1;
 }
 
+static void g2048_observe(G2048* env) { memcpy(env->observations, env->board, 16); }
+
 static void g2048_reset(G2048* env) {
     memset(env->board, 0, 16);
     env->tick = 0;
     env->score = env->episode_return = 0;
     g2048_spawn(env);
     g2048_spawn(env);
-    memcpy(env->observations, env->board, 16);
+    g2048_observe(env);
     env->rewards[0] = 0;
     env->terminals[0] = 0;
     env->truncations[0] = 0;
@@ -135,15 +137,8 @@ static void g2048_step(G2048* env) {
             if (env->board[i] > top) top = env->board[i];
         float perf = (float)top / 11.0f;
         OCEAN_LOG_EPISODE(env->log, perf > 1 ? 1 : perf, env->score, env->episode_return, (float)env->tick);
-        g2048_reset(env);
-        env->terminals[0] = (uint8_t)done;
-        env->truncations[0] = (uint8_t)truncated;
-    } else {
-        env->terminals[0] = 0;
-        env->truncations[0] = 0;
-        memcpy(env->observations, env->board, 16);
     }
-    env->rewards[0] = reward;
+    OCEAN_END_STEP(env, done, truncated, reward, g2048_reset, g2048_observe);
 }
 
 static void g2048_render(G2048* env, uint8_t* rgb) {

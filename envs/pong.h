@@ -159,15 +159,8 @@ static void pong_step(Pong* env) {
     if (done || truncated) {
         float diff = (float)(env->own_points - env->opp_points);
         OCEAN_LOG_EPISODE(env->log, (diff + env->max_score) / (2.0f * env->max_score), diff, env->episode_return, (float)env->tick / env->frameskip);
-        pong_reset(env);
-        env->terminals[0] = (uint8_t)done;
-        env->truncations[0] = (uint8_t)truncated;
-    } else {
-        env->terminals[0] = 0;
-        env->truncations[0] = 0;
-        pong_observe(env);
     }
-    env->rewards[0] = reward;
+    OCEAN_END_STEP(env, done, truncated, reward, pong_reset, pong_observe);
 }
 
 static void pong_render(Pong* env, uint8_t* rgb) {

@@ -143,6 +143,23 @@ const EnvSpec* ocean_get(int index);
         (log_).n += 1;                                           \
     } while (0)
 
+/* End a single-agent step: after a finished episode (log it first) auto-reset and raise the flag that
+ * ended it, else clear both flags and write the next observation; the reward goes in last, since a
+ * reset clears it. */
+#define OCEAN_END_STEP(env_, done_, truncated_, reward_, reset_, observe_) \
+    do {                                                                   \
+        if ((done_) || (truncated_)) {                                     \
+            reset_(env_);                                                  \
+            (env_)->terminals[0] = (uint8_t)(done_);                       \
+            (env_)->truncations[0] = (uint8_t)(truncated_);                \
+        } else {                                                           \
+            (env_)->terminals[0] = 0;                                      \
+            (env_)->truncations[0] = 0;                                    \
+            observe_(env_);                                                \
+        }                                                                  \
+        (env_)->rewards[0] = (reward_);                                    \
+    } while (0)
+
 /* Read a parameter in the order of the env's ParamSpec table. */
 #define PARAM(params, i) ((params)[(i)])
 
