@@ -54,6 +54,7 @@ FLAG_STRIDE = 64  # one cache line per worker flag: no false sharing between spi
 WORKER_SPIN = 20_000  # flag checks before a worker starts sleeping
 MAIN_SPIN = 2_000  # flag sweeps before the main process starts sleeping
 MAX_SLEEP = 1e-3  # longest idle sleep: bounds the wake-up latency after a long pause
+ERROR_GRACE = 0.5  # seconds the other workers get to finish (or fail) once one has raised
 
 
 def _align(n: int, a: int = 64) -> int:
@@ -324,12 +325,28 @@ class Multiprocessing(Vector):
     def _read_state(self, w: int, state: int) -> list[dict[str, Any]]:
         if state == DONE:
             return []
-        msg = self._res.conns[w].recv()
-        if state == INFO:
-            return msg
-        _, env_index, where, tb = msg
-        self._fail(f"{self._worker_envs(w)}: env {env_index} raised in {where}:\n{tb.rstrip()}")
-        return []  # unreachable
+        if state == ERROR:
+            self._raise_errors(w)
+        return self._res.conns[w].recv()
+
+    def _raise_errors(self, first: int) -> None:
+        """A worker raised: give the others in flight a moment, then report every error in worker order
+        (workers that fail on the same step would otherwise be reported by whichever was swept first)."""
+        errors = {first: self._res.conns[first].recv()}
+        flags, others = self._flags, [w for w in range(self.sizes.num_workers) if w != first]
+        deadline = time.monotonic() + ERROR_GRACE
+        while others and time.monotonic() < deadline:
+            for w in [w for w in others if flags[w * FLAG_STRIDE] == ERROR]:
+                errors[w] = self._res.conns[w].recv()
+            others = [w for w in others if flags[w * FLAG_STRIDE] < DONE]  # still stepping
+            if others:
+                time.sleep(1e-3)
+        self._fail(
+            "\n".join(
+                f"{self._worker_envs(w)}: env {env_index} raised in {where}:\n{tb.rstrip()}"
+                for w, (_, env_index, where, tb) in sorted(errors.items())
+            )
+        )
 
     def _check_alive(self) -> None:
         dead = connection.wait(list(self._sentinels), timeout=0)
