@@ -2,19 +2,22 @@
 
 * ``appliance._ocean`` is compiled from ``envs/`` with ``-O3``. Builds are portable by default;
   set ``PUFFER_NATIVE=1`` to add ``-march=native`` for a machine-tuned local build.
-* ``envs/``, ``kernels/`` and ``bench/`` live at the top of the checkout (DESIGN.md) and are copied
-  into ``appliance/_data/`` of the built package, so ``pip install .`` works outside the checkout.
+* ``envs/``, ``kernels/`` and ``bench/`` live at the top of the checkout (DESIGN.md). ``package_dir``
+  maps each to ``appliance/_data/<name>`` in a wheel, with the files ``DATA`` lists as package
+  data, so ``pip install .`` works outside the checkout; ``appliance.paths`` finds them either way.
 """
 
 import os
-import shutil
 from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
-from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent.resolve()
-DATA_TREES = ("envs", "kernels", "bench")
+DATA = {
+    "envs": ["*.h", "*.c"],
+    "kernels": ["*.cu", "*.cuh", "*.md"],
+    "bench": ["suites/*.yaml", "profiles/*.yaml"],
+}
 
 
 def _compile_args() -> list[str]:
@@ -22,21 +25,6 @@ def _compile_args() -> list[str]:
     if os.environ.get("PUFFER_NATIVE", "0") not in ("", "0"):
         args.append("-march=native")
     return args
-
-
-class BuildPyWithData(build_py):
-    """Copy the data trees next to the Python sources of the built package."""
-
-    def run(self) -> None:
-        super().run()
-        if getattr(self, "editable_mode", False):
-            return  # an editable install reads the checkout directly (appliance.paths)
-        for name in DATA_TREES:
-            src = ROOT / name
-            dst = Path(self.build_lib) / "appliance" / "_data" / name
-            if dst.exists():
-                shutil.rmtree(dst)
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("build", "*.o", "__pycache__"))
 
 
 ocean = Extension(
@@ -49,7 +37,11 @@ ocean = Extension(
 )
 
 setup(
-    packages=find_packages(include=["appliance", "appliance.*"]),
+    packages=find_packages(include=["appliance", "appliance.*"]) + [f"appliance._data.{n}" for n in DATA],
+    package_dir={f"appliance._data.{n}": n for n in DATA},
+    package_data={
+        "appliance": ["defaults/*.yaml", "defaults/envs/*.yaml"],
+        **{f"appliance._data.{n}": globs for n, globs in DATA.items()},
+    },
     ext_modules=[ocean],
-    cmdclass={"build_py": BuildPyWithData},
 )

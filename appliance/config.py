@@ -2,8 +2,8 @@
 
 Layers, later wins::
 
-    appliance/config/default.yaml          every key and its type
-    appliance/config/envs/<env>.yaml       the env's parameters (the ``env`` section) and tuned values
+    appliance/defaults/default.yaml        every key and its type
+    appliance/defaults/envs/<env>.yaml     the env's parameters (the ``env`` section) and tuned values
     bench/profiles/<profile>.yaml          sizes for a class of machine (``--gpu 4090``)
     --config FILE                          the user's YAML
     --section.key VALUE                    command-line overrides (dashes or underscores)
@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from appliance.errors import ConfigError
-from appliance.paths import config_dir, data_dir
+from appliance.paths import data_dir, defaults_dir
 
 SECTIONS = ("vec", "train", "policy", "env", "bench")
 AUTO = "auto"
@@ -67,12 +67,12 @@ def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
 
 
 def defaults() -> dict[str, dict[str, Any]]:
-    return read_yaml(config_dir() / "default.yaml", "default config")
+    return read_yaml(defaults_dir() / "default.yaml", "default config")
 
 
 def env_names() -> list[str]:
     """Ocean envs that have a config YAML."""
-    return sorted(p.stem for p in (config_dir() / "envs").glob("*.yaml"))
+    return sorted(p.stem for p in (defaults_dir() / "envs").glob("*.yaml"))
 
 
 def _is_gymnasium_id(env: str) -> bool:
@@ -90,6 +90,21 @@ def profile_dir() -> Path:
 
 def profile_names() -> list[str]:
     return sorted(p.stem for p in profile_dir().glob("*.yaml"))
+
+
+def gpu_matches(expected: str, name: str) -> bool:
+    """Whether a GPU's name (from NVML) is the one a profile expects ("4090" in "NVIDIA GeForce RTX 4090")."""
+    return expected.replace(" ", "").lower() in name.replace(" ", "").lower()
+
+
+def detect_profile(gpus: list[dict[str, Any]]) -> str:
+    """The hardware profile whose expected GPU this machine has; 'cpu' without a GPU or a match."""
+    names = [str(g.get("name") or "") for g in gpus]
+    for path in sorted(profile_dir().glob("*.yaml")):
+        expected = str((read_yaml(path, "hardware profile").get("profile") or {}).get("gpu") or "")
+        if expected and any(gpu_matches(expected, n) for n in names):
+            return path.stem
+    return "cpu"
 
 
 # ----------------------------------------------------------------------------- typing
@@ -381,7 +396,7 @@ def resolve(
     base = defaults()
     schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
-    sources = [str(config_dir() / "default.yaml")]
+    sources = [str(defaults_dir() / "default.yaml")]
 
     if env is not None and env not in env_names() and _is_gymnasium_id(env):
         # a Gymnasium id: no env YAML and no env parameters; Python envs need a process backend
@@ -391,7 +406,7 @@ def resolve(
         known = env_names()
         if env not in known:
             raise unknown_name("env", env, known, "known envs")
-        path = config_dir() / "envs" / f"{env}.yaml"
+        path = defaults_dir() / "envs" / f"{env}.yaml"
         layer = read_yaml(path, "env config")
         env_params = layer.pop("env", None) or {}
         if not isinstance(env_params, dict):

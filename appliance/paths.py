@@ -1,7 +1,10 @@
-"""Where the shipped data trees (envs/, kernels/, bench/) live.
+"""Where the data the package ships lives: one lookup for every reader.
 
-In a checkout (or an editable install) they are the top-level folders; in an installed wheel
-``setup.py`` copies them to ``appliance/_data/``. Every reader goes through :func:`data_dir`.
+* ``defaults/``: ``default.yaml`` and ``envs/<env>.yaml``, inside the package.
+* ``envs/`` (C sources), ``kernels/`` (CUDA sources) and ``bench/`` (suites, hardware profiles) sit
+  at the top of the checkout (DESIGN.md). A wheel carries them as ``appliance/_data/<name>``
+  (``setup.py`` maps them there with ``package_dir``; nothing is copied by hand); an editable
+  install or a plain checkout reads the top-level folders.
 """
 
 from __future__ import annotations
@@ -9,12 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+DATA_TREES = ("envs", "kernels", "bench")
 _INSTALLED = PACKAGE_DIR / "_data"
 _CHECKOUT = PACKAGE_DIR.parent
 
 
 def data_dir(name: str) -> Path:
     """Return the folder ``name`` (``"envs"``, ``"kernels"`` or ``"bench"``)."""
+    if name not in DATA_TREES:
+        raise ValueError(f"unknown data folder {name!r}; shipped: {', '.join(DATA_TREES)}")
     for root in (_INSTALLED, _CHECKOUT):
         path = root / name
         if path.is_dir():
@@ -22,9 +28,9 @@ def data_dir(name: str) -> Path:
     raise FileNotFoundError(f"data folder {name!r} is neither in {_INSTALLED} nor in {_CHECKOUT}")
 
 
-def config_dir() -> Path:
+def defaults_dir() -> Path:
     """Folder of ``default.yaml`` and ``envs/<name>.yaml``."""
-    return PACKAGE_DIR / "config"
+    return PACKAGE_DIR / "defaults"
 
 
 def checkout_root() -> Path | None:

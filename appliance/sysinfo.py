@@ -183,3 +183,37 @@ def physical_cores() -> int:
     physical = psutil.cpu_count(logical=False) or 1
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else physical
     return max(1, min(physical, usable))
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def summary(fp: dict[str, Any]) -> list[tuple[str, str]]:
+    """The fingerprint as (field, value) lines for ``puffer-bench info``."""
+    cpu, git = fp["cpu"], fp["git"]
+    rows = [
+        ("CPU", f"{cpu['model']} ({cpu['arch']})"),
+        (
+            "cores",
+            f"{cpu['physical_cores']} physical, {cpu['logical_cores']} logical, {cpu['usable_cores']} usable",
+        ),
+        ("RAM", _gib(fp["ram_bytes"])),
+        ("OS", fp["os"]["platform"]),
+        ("Python", fp["python"]),
+        *((name, str(version) if version else "-") for name, version in fp["versions"].items()),
+        ("git", f"{git['commit'][:12]}{' (dirty)' if git['dirty'] else ''}" if git else "- (not a checkout)"),
+        ("host", fp["host_hash"]),
+    ]
+    for gpu in fp["gpus"]:
+        link = f"PCIe gen{gpu['pcie_gen']} x{gpu['pcie_width']} (max gen{gpu['pcie_max_gen']} x{gpu['pcie_max_width']})"
+        rows.append(
+            (
+                f"GPU {gpu['index']}",
+                f"{gpu['name']}, {_gib(gpu['memory_total_bytes'])}, {link}, "
+                f"SM {gpu['sm_clock_max_mhz']} MHz max, {gpu['power_limit_w']} W limit",
+            )
+        )
+    if not fp["gpus"]:
+        rows.append(("GPU", f"none ({fp['gpu_error']})"))
+    return rows

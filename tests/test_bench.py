@@ -13,8 +13,10 @@ from appliance.bench import compare as cmp
 from appliance.bench import readme, suite
 from appliance.bench import report as rpt
 from appliance.bench.bottleneck import diagnose_training, roofline
+from appliance.bench.run import bench_profile
 from appliance.bench.stats import ratio_interval, summarize
-from appliance.cli import _bench_profile, cli
+from appliance.cli import cli
+from appliance.config import detect_profile
 from appliance.errors import ConfigError, ReportError
 from appliance.sysinfo import fingerprint
 
@@ -179,16 +181,16 @@ def test_shipped_suites_are_valid_and_unknown_names_list_them():
 
 
 def test_profile_detection_and_mismatch_warning():
-    assert suite.detect_profile([{"name": "NVIDIA H100 80GB HBM3"}]) == "h100"
-    assert suite.detect_profile([{"name": "NVIDIA GeForce RTX 4090"}]) == "4090"
-    assert suite.detect_profile([]) == "cpu"
+    assert detect_profile([{"name": "NVIDIA H100 80GB HBM3"}]) == "h100"
+    assert detect_profile([{"name": "NVIDIA GeForce RTX 4090"}]) == "4090"
+    assert detect_profile([]) == "cpu"
     fp = {"gpus": [{"name": "NVIDIA GeForce RTX 2080"}]}
-    name, entry, warnings = _bench_profile("4090", fp)
+    name, entry, warnings = bench_profile("4090", fp)
     assert name == "4090" and entry["expected_gpu"] == "RTX 4090" and "RTX 2080" in entry["detected_gpu"]
     assert warnings and "written for a RTX 4090" in warnings[0]
-    assert _bench_profile(None, fp)[2] == []  # detected: the 2080 profile
+    assert bench_profile(None, fp)[2] == []  # detected: the 2080 profile
     with pytest.raises(ConfigError, match="valid profiles"):
-        _bench_profile("4080", fp)
+        bench_profile("4080", fp)
 
 
 # ---------------------------------------------------------------------- analysis

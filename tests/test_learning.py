@@ -9,10 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from appliance import envs, vector
+from appliance import vector
 from appliance.bench.envsps import random_actions
 from appliance.config import resolve
-from appliance.train import Trainer
+from appliance.train import Trainer, loop
+from appliance.train.loop import Stop
+from appliance.vector import native
 
 CPU = [
     "--train.device",
@@ -26,20 +28,18 @@ CPU = [
 ]
 
 
-def train(env, overrides, until=None, vec=None):
+def train(env, overrides, target=None, window=5, min_epochs=1, vec=None):
+    """Env stats of every epoch, trained through the one training loop until the steps run out or
+    the mean of ``target = (metric, value)`` over ``window`` epochs reaches the value."""
     cfg = resolve(env=env, overrides=[*CPU, *overrides])
     trainer = Trainer(cfg, vec or vector.make_from_config(cfg))
-    history = []
+    stop = Stop(
+        total_timesteps=cfg.train.total_timesteps, target=target, window=window, min_epochs=min_epochs
+    )
     try:
-        while trainer.global_step < cfg.train.total_timesteps:
-            trainer.evaluate()
-            trainer.train()
-            history.append(dict(trainer.env_stats))
-            if until and until(history):
-                break
+        return loop.run(trainer, stop).history
     finally:
         trainer.close()
-    return history
 
 
 def recent(history, key, epochs=5):
@@ -51,7 +51,7 @@ def recent(history, key, epochs=5):
 
 def random_score(env, key, steps=3000, num_envs=64):
     params = dict(resolve(env=env).env)
-    with envs.make(env, num_envs=num_envs, seed=0, **params) as vec:
+    with native.make(env, num_envs=num_envs, seed=0, **params) as vec:
         actions = random_actions(vec, count=64)
         vec.reset(0)
         for i in range(steps):
@@ -91,7 +91,9 @@ def test_cartpole_reaches_475():
             "--train.max-grad-norm",
             "0.5",
         ],
-        until=lambda h: len(h) >= 10 and recent(h, "episode_return", 3) >= 475,
+        target=("episode_return", 475),
+        window=3,
+        min_epochs=10,
     )
     assert recent(history, "episode_return", 3) >= 475
 
@@ -122,7 +124,8 @@ def test_squared_learns_to_reach_the_target():
     history = train(
         "squared",
         [*SQUARED, "--train.total-timesteps", "2000000"],
-        until=lambda h: len(h) >= 20 and recent(h, "perf") >= 0.92,
+        target=("perf", 0.92),
+        min_epochs=20,
     )
     assert len(history) >= 20 and recent(history, "perf") >= 0.9 > baseline + 0.5
 
@@ -180,6 +183,7 @@ def test_breakout_scores_clearly_above_random():
             "--train.total-timesteps",
             "4000000",
         ],
-        until=lambda h: len(h) >= 20 and recent(h, "score") >= 1.4 * baseline,
+        target=("score", 1.4 * baseline),
+        min_epochs=20,
     )
     assert len(history) >= 20 and recent(history, "score") >= 1.4 * baseline, baseline

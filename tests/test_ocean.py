@@ -1,4 +1,4 @@
-"""Ocean C envs through appliance.envs: spaces, bounds, episodes, logs, determinism, bad input."""
+"""Ocean C envs through appliance.ocean: spaces, bounds, episodes, logs, determinism, bad input."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance import _ocean, envs
+from appliance import _ocean, ocean
 from appliance.bench.envsps import random_actions, scaling
 from appliance.config import env_names, resolve
 from appliance.errors import ConfigError
+from appliance.vector import native
 
-NAMES = envs.names()
+NAMES = ocean.names()
 ROOT = Path(__file__).resolve().parents[1]
 MULTI_AGENT = ["snake", "target"]
 
 
 def make(name, num_envs=4, num_threads=1, seed=0, **params):
-    return envs.make(
+    return native.make(
         name, num_envs=num_envs, num_threads=num_threads, seed=seed, **{**resolve(env=name).env, **params}
     )
 
@@ -172,15 +173,15 @@ def test_bad_multidiscrete_value_names_dimension():
 
 def test_bad_params_and_sizes():
     with pytest.raises(ConfigError, match="unknown parameter 'frame_skip'.*frameskip"):
-        envs.make("breakout", num_envs=2, frame_skip=4)
+        native.make("breakout", num_envs=2, frame_skip=4)
     with pytest.raises(ConfigError, match=r"'frameskip' = 0 is outside its valid range \[1, 16\]"):
-        envs.make("breakout", num_envs=2, frameskip=0)
+        native.make("breakout", num_envs=2, frameskip=0)
     with pytest.raises(ConfigError, match="unknown Ocean env 'breakot'"):
-        envs.make("breakot", num_envs=2)
+        native.make("breakot", num_envs=2)
     with pytest.raises(ConfigError, match="num_envs must be a positive int"):
-        envs.make("squared", num_envs=0)
+        native.make("squared", num_envs=0)
     with pytest.raises(ConfigError, match=r"num_threads \(3\) > num_envs \(2\)"):
-        envs.make("squared", num_envs=2, num_threads=3)
+        native.make("squared", num_envs=2, num_threads=3)
 
 
 def test_binding_checks_buffers_at_creation():

@@ -167,10 +167,10 @@ def test_training_forward_reproduces_the_rollout(core):
         trainer.evaluate()
         trainer.evaluate()
         with torch.no_grad():
-            out, values = trainer.policy.sequence(trainer.obs, trainer.initial_state)
-            logprob, _ = trainer.policy.evaluate_actions(out, trainer.actions)
-        torch.testing.assert_close(logprob, trainer.logprobs, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(values, trainer.values, rtol=1e-5, atol=1e-5)
+            out, values = trainer.policy.sequence(trainer.rollout.obs, trainer.rollout.initial_state)
+            logprob, _ = trainer.policy.evaluate_actions(out, trainer.rollout.actions)
+        torch.testing.assert_close(logprob, trainer.rollout.logprobs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values, trainer.rollout.values, rtol=1e-5, atol=1e-5)
     finally:
         trainer.close()
 

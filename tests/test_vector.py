@@ -20,7 +20,7 @@ import pytest
 from appliance import vector
 from appliance.errors import ConfigError
 from appliance.testing import ComingAndGoing, CountingEnv, StructuredEnv
-from appliance.vector.base import check_sizes
+from appliance.vector.sizes import check_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ import numpy as np
 import psutil
 import yaml
 
-from appliance import envs as ocean
+from appliance import ocean
 from appliance.bench.vecsps import action_sets, measure
 from appliance.errors import ConfigError
 
@@ -221,3 +221,32 @@ def profile_yaml(env: Any, best: dict[str, Any], forward_ms: float, cpu: str | N
     }
     header = f"# written by puffer-bench autotune {env} on {time.strftime('%Y-%m-%d', time.gmtime())}\n"
     return header + yaml.safe_dump(doc, sort_keys=False)
+
+
+def profile_line(env: str, p: dict[str, Any]) -> str:
+    """One line on the env's own cost, printed before the candidates are timed."""
+    return (
+        f"[bold]{env}[/]: {p['sps_per_core']:,.0f} agent-steps/s on one core; step {p['step_us_mean']:.1f} us "
+        f"(CV {p['step_time_cv']:.2f}); reset {p['reset_ms']:.3f} ms; {p['ram_per_env_bytes'] / 1024:.1f} KiB per env; "
+        f"obs {p['obs_bytes_per_env_step']} B per env-step = {p['obs_mb_per_s_per_core']:.1f} MB/s per core"
+    )
+
+
+def candidate_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """Timed candidates as table cells; the fastest is starred."""
+    best = max((r["sps"] for r in rows if r["sps"]), default=None)
+    cells = []
+    for r in rows:
+        sps = "error" if r["sps"] is None else f"{r['sps']:,.0f}" + (" *" if r["sps"] == best else "")
+        workers = str(r.get("num_workers", r.get("num_threads", 1)))
+        cells.append([r["backend"], str(r["num_envs"]), workers, str(r["batch_size"]), sps])
+    return cells
+
+
+def best_line(best: dict[str, Any]) -> str:
+    kind = "threads" if best["backend"] == "native" else "workers"
+    count = best.get("num_threads", best.get("num_workers", 1))
+    return (
+        f"fastest: {best['backend']} num_envs={best['num_envs']} {kind}={count} "
+        f"batch_size={best['batch_size']}: {best['sps']:,.0f} agent-steps/s"
+    )

@@ -120,3 +120,83 @@ def diagnose_training(
         "summary": summary,
         "suggestions": suggestions,
     }
+
+
+# ----------------------------------------------------------------------------- from a report
+
+
+def _ocean_spaces(env: str, cfg: Any) -> tuple[Any, Any] | None:
+    """Observation and action space of an Ocean env (None for other envs)."""
+    from appliance import ocean
+    from appliance.vector.sources import resolve_source
+
+    if env not in ocean.names():
+        return None
+    source = resolve_source(env, **dict(cfg.env))
+    return source.observation_space, source.action_space
+
+
+def roofline_from_report(env: str, cfg: Any, report: dict[str, Any]) -> dict[str, Any]:
+    """The roofline of a probed Ocean env from every figure a suite measured into ``report``."""
+    import torch
+
+    obs_space, action_space = _ocean_spaces(env, cfg) or (None, None)
+    nbytes = step_bytes(obs_space, action_space)
+    limits: dict[str, tuple[float, str]] = {}
+    metrics = report["metrics"]
+    pinned = [m for n, m in metrics.items() if n.startswith("probe/gpu/h2d_pinned/") and m.get("median")]
+    if pinned:
+        best = max(m["median"] for m in pinned)
+        limits["PCIe"] = (best * 1e9 / nbytes, f"best pinned host-to-device copy, {best:.1f} GB/s")
+    env_rows = [m for n, m in metrics.items() if n.startswith(f"env_sps/{env}/") and m.get("median")]
+    single = metrics.get(f"probe/cpu/env_step/{env}", {}).get("median")
+    if env_rows:
+        best_row = max(env_rows, key=lambda m: m["median"])
+        limits["env threads"] = (best_row["median"], f"measured at {best_row['labels']['threads']} threads")
+    elif single:
+        cores = report["fingerprint"]["cpu"].get("usable_cores") or 1
+        limits["env threads"] = (
+            single * cores,
+            f"one core's {single / 1e6:.3g} M x {cores} cores, estimated",
+        )
+    device = "gpu" if torch.cuda.is_available() else "cpu"
+    fwd = metrics.get(f"probe/{device}/policy_forward/{env}", {})
+    if fwd.get("median"):
+        limits["policy forward"] = (
+            fwd["median"],
+            f"{fwd['labels']['core']} policy, batch {fwd['labels']['batch']} on the {device.upper()}",
+        )
+    train = metrics.get(f"train_sps/{env}", {})
+    learn = metrics.get(f"train_phase/{env}/train.learn", {})
+    if train.get("median") and learn.get("median"):
+        limits["PPO update"] = (
+            train["median"] / learn["median"],
+            f"training ran {train['median'] / 1e3:.3g}K agent-steps/s with {100 * learn['median']:.0f}% "
+            "of its time in backward passes and optimizer steps",
+        )
+    return roofline(env, nbytes, limits)
+
+
+def diagnosis_from_report(env: str, cfg: Any, report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The training diagnosis of ``env`` from a suite's phase shares and probe figures; ``run`` holds
+    the last training measurement's memory figures."""
+    metrics = report["metrics"]
+    shares = {
+        m["labels"]["phase"]: m["median"] for n, m in metrics.items() if n.startswith(f"train_phase/{env}/")
+    }
+    figures: dict[str, Any] = {
+        "memory_peak": run.get("memory_peak"),
+        "memory_total": run.get("memory_total"),
+        "usable_cores": report["fingerprint"]["cpu"].get("usable_cores"),
+        "env_sps_single": (metrics.get(f"probe/cpu/env_step/{env}") or {}).get("median"),
+        "forward_sps": (
+            metrics.get(f"probe/gpu/policy_forward/{env}")
+            or metrics.get(f"probe/cpu/policy_forward/{env}")
+            or {}
+        ).get("median"),
+    }
+    spaces = _ocean_spaces(env, cfg)
+    if spaces is not None:
+        figures["bytes_per_step"] = step_bytes(*spaces)
+        figures["obs_dtype"] = str(spaces[0].dtype)
+    return diagnose_training(env, shares, metrics[f"train_sps/{env}"]["median"], cfg.to_dict(), figures)

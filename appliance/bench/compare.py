@@ -162,3 +162,17 @@ def to_markdown(result: dict[str, Any]) -> str:
     if result["not_common"]:
         lines += ["", f"Not in every report (left out): {', '.join(result['not_common'])}"]
     return "\n".join(lines) + "\n"
+
+
+def table_rows(result: dict[str, Any]) -> list[list[str]]:
+    """Each metric's medians and ratios as cells (rich markup: regressions red, improvements green)."""
+    rows = []
+    for row in result["rows"]:
+        cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
+        for x in row["ratios"]:
+            style = {"regression": "red", "improvement": "green"}.get(x["verdict"], "")
+            cell = ratio_text(x)
+            cells.append(f"[{style}]{cell}[/{style}]" if style else cell)
+        better = "" if row["better"] == "info" else f", {row['better']} better"
+        rows.append([f"{row['metric']} ({row['unit']}{better})", *cells])
+    return rows

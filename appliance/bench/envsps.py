@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from appliance import envs
 from appliance.bench.vecsps import action_sets
+from appliance.vector import native
 
 ACTION_SETS = 64  # cached random action arrays cycled through
 
 
-def random_actions(vec: envs.OceanVec, count: int = ACTION_SETS, seed: int = 0) -> list[np.ndarray]:
+def random_actions(vec: native.OceanVec, count: int = ACTION_SETS, seed: int = 0) -> list[np.ndarray]:
     """Cached random actions shaped like ``vec.actions``."""
     return action_sets(vec.single_action_space, vec.num_agents, count=count, seed=seed)
 
@@ -33,7 +33,7 @@ def measure(
     **params: Any,
 ) -> dict[str, Any]:
     """Step ``num_envs`` envs with ``num_threads`` threads for ``seconds``; return SPS and counts."""
-    with envs.make(name, num_envs=num_envs, num_threads=num_threads, seed=seed, **params) as vec:
+    with native.make(name, num_envs=num_envs, num_threads=num_threads, seed=seed, **params) as vec:
         actions = random_actions(vec, seed=seed)
         vec.reset(seed)
         deadline = time.perf_counter() + warmup
@@ -82,3 +82,12 @@ def scaling(
     for r in rows:
         r["efficiency"] = r["sps"] / (r["threads"] * base) if base else None
     return rows
+
+
+def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """:func:`scaling` rows as table cells: env, agents, threads, M SPS, efficiency."""
+    cells = []
+    for r in rows:
+        eff = "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.0f}%"
+        cells.append([r["env"], str(r["num_agents"]), str(r["threads"]), f"{r['sps'] / 1e6:.3f}", eff])
+    return cells

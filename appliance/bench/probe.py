@@ -69,10 +69,10 @@ def policy_forward(cfg: Any, device: str, runs: int, batch: int | None = None) -
     """Agent-steps/s of the configured policy's inference step (forward + sampling) at the run's batch."""
     import torch
 
-    from appliance import envs
     from appliance.train.trainer import make_policy
+    from appliance.vector import native
 
-    with envs.make(cfg.env_name, num_envs=1, seed=0, **dict(cfg.env)) as vec:
+    with native.make(cfg.env_name, num_envs=1, seed=0, **dict(cfg.env)) as vec:
         policy = make_policy(cfg, vec).to(device).eval()
         rows = batch or int(cfg.vec.num_envs) * vec.num_agents
         obs_np = _random_obs(vec, rows)
@@ -294,3 +294,26 @@ def gpu_probe(
             for f in best:
                 f.ceiling = {"value": peak, "source": "best figure of this probe"}
     return figures, skipped
+
+
+def table_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The probe's figures as table cells: figure, median, range, unit, ceiling, share of the ceiling."""
+    from appliance.bench.report import fmt
+
+    rows = []
+    for name, m in report["metrics"].items():
+        ceiling = m.get("ceiling") or {}
+        share = (
+            f"{100 * m['median'] / ceiling['value']:.0f}%" if ceiling.get("value") and m.get("median") else ""
+        )
+        rows.append(
+            [
+                name.removeprefix("probe/"),
+                fmt(m["median"], m["unit"]),
+                f"{fmt(m['min'], m['unit'])} - {fmt(m['max'], m['unit'])}",
+                m["unit"],
+                f"{fmt(ceiling.get('value'), m['unit'])} {ceiling.get('source', '')}" if ceiling else "",
+                share,
+            ]
+        )
+    return rows

@@ -28,7 +28,7 @@ class Approach:
 
 def resolve_env(env: str, step_us: float | None) -> tuple[str, Any]:
     """(label, creator or Ocean name) for --env / --step-us."""
-    from appliance import envs as ocean
+    from appliance import ocean
     from appliance.testing import BusyEnv
 
     if step_us is not None:
@@ -123,9 +123,9 @@ class _OceanSingle(gymnasium.Env):
     """One Ocean env as a plain Gymnasium env, so gymnasium's vector envs can run it too."""
 
     def __init__(self, name: str) -> None:
-        from appliance import envs as ocean
+        from appliance.vector import native
 
-        self.vec = ocean.make(name, num_envs=1, num_threads=1)
+        self.vec = native.make(name, num_envs=1, num_threads=1)
         self.observation_space = self.vec.single_observation_space
         self.action_space = self.vec.single_action_space
 
@@ -203,3 +203,12 @@ def run(
     gym_best = max((r["sps"] for r in best.values() if r["baseline"]), default=None)
     rows = [{**r, "ratio": r["sps"] / gym_best if gym_best else None} for r in best.values()]
     return {"env": label, "cores": cores, "seconds": seconds, "rows": rows, "samples": samples}
+
+
+def table_rows(result: dict[str, Any]) -> list[list[str]]:
+    """:func:`run`'s rows, fastest first, as cells: approach, num_envs, SPS, ratio to the best gymnasium."""
+    cells = []
+    for r in sorted(result["rows"], key=lambda r: -r["sps"]):
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        cells.append([r["family"], str(r["num_envs"]), f"{r['sps']:,.0f}", ratio])
+    return cells

@@ -83,7 +83,7 @@ class Reporter:
         from rich.table import Table
 
         t = self.trainer
-        total = t.t.total_timesteps
+        total = t.hp.total_timesteps
         elapsed = time.time() - t.start_time
         remaining = (total - t.global_step) / t.sps if t.sps > 0 else float("inf")
         grid = Table.grid(padding=(0, 2))

@@ -14,22 +14,22 @@ larger than ``max_minibatch_size``.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from gymnasium import spaces
 
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError, DeviceError
-from appliance.report_io import write_bytes_atomic
+from appliance.train import checkpoint
 from appliance.train.advantage import compute_advantages
 from appliance.train.policy import Policy, State
+from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
 
 
@@ -87,9 +87,9 @@ class MultiOptimizer:
             o.load_state_dict(s)
 
 
-def make_optimizer(policy: Policy, t: Any) -> MultiOptimizer:
-    adam_kwargs = {"lr": t.learning_rate, "betas": (t.adam_beta1, t.adam_beta2), "eps": t.adam_eps}
-    if t.optimizer == "adam":
+def make_optimizer(policy: Policy, hp: Any) -> MultiOptimizer:
+    adam_kwargs = {"lr": hp.learning_rate, "betas": (hp.adam_beta1, hp.adam_beta2), "eps": hp.adam_eps}
+    if hp.optimizer == "adam":
         return MultiOptimizer([torch.optim.Adam(policy.parameters(), **adam_kwargs)])
     if not hasattr(torch.optim, "Muon"):
         raise ConfigError(
@@ -107,13 +107,24 @@ def make_optimizer(policy: Policy, t: Any) -> MultiOptimizer:
     opts: list[torch.optim.Optimizer] = [torch.optim.Adam(others, **adam_kwargs)]
     if matrices:
         opts.append(
-            torch.optim.Muon(matrices, lr=t.learning_rate, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
+            torch.optim.Muon(matrices, lr=hp.learning_rate, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
         )
     return MultiOptimizer(opts)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+@dataclass
+class _Step:
+    """One batch from ``recv``, on the trainer's device."""
+
+    obs: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    masks: torch.Tensor
+    ids: torch.Tensor
 
 
 class Trainer:
@@ -125,54 +136,53 @@ class Trainer:
         run_dir: str | Path | None = None,
         profile: bool = False,
     ) -> None:
-        t = config.train
-        self.config, self.vec, self.t = config, vec, t
-        self.device = resolve_device(t.device)
-        torch.manual_seed(t.seed)
-        self.generator = torch.Generator(device="cpu").manual_seed(t.seed)
+        hp = config.train
+        self.config, self.vec, self.hp = config, vec, hp
+        self.device = resolve_device(hp.device)
+        torch.manual_seed(hp.seed)
+        self.generator = torch.Generator(device="cpu").manual_seed(hp.seed)
         self.policy = (policy or make_policy(config, vec)).to(self.device)
-        self.amp = self.device.type == "cuda" and t.precision == "bfloat16"
-        self.forward_step = torch.compile(self.policy.step) if t.compile else self.policy.step
-        self.forward_sequence = torch.compile(self.policy.sequence) if t.compile else self.policy.sequence
+        self.amp = self.device.type == "cuda" and hp.precision == "bfloat16"
+        self.forward_step = torch.compile(self.policy.step) if hp.compile else self.policy.step
+        self.forward_sequence = torch.compile(self.policy.sequence) if hp.compile else self.policy.sequence
 
-        n, horizon = vec.num_agents, t.bptt_horizon
-        batch = n * horizon if t.batch_size == "auto" else int(t.batch_size)
+        n, horizon = vec.num_agents, hp.bptt_horizon
+        batch = n * horizon if hp.batch_size == "auto" else int(hp.batch_size)
         if batch % horizon or batch < n * horizon:
             raise ConfigError(
                 f"train.batch_size ({batch}) must be a multiple of train.bptt_horizon ({horizon}) and at least "
                 f"num_agents * bptt_horizon ({n * horizon}) so every agent has a row; use 'auto' for {n * horizon}"
             )
-        if t.minibatch_size % horizon or batch % t.minibatch_size:
+        if hp.minibatch_size % horizon or batch % hp.minibatch_size:
             raise ConfigError(
-                f"train.minibatch_size ({t.minibatch_size}) must be a multiple of bptt_horizon ({horizon}) "
-                f"that divides batch_size ({batch}); e.g. {max(horizon, min(batch, t.minibatch_size) // horizon * horizon)}"
+                f"train.minibatch_size ({hp.minibatch_size}) must be a multiple of bptt_horizon ({horizon}) "
+                f"that divides batch_size ({batch}); e.g. {max(horizon, min(batch, hp.minibatch_size) // horizon * horizon)}"
             )
-        if t.max_minibatch_size % horizon:
+        if hp.max_minibatch_size % horizon:
             raise ConfigError(
-                f"train.max_minibatch_size ({t.max_minibatch_size}) must be a multiple of bptt_horizon ({horizon})"
+                f"train.max_minibatch_size ({hp.max_minibatch_size}) must be a multiple of bptt_horizon ({horizon})"
             )
         self.batch_size, self.horizon = batch, horizon
         self.segments = batch // horizon
-        self.mb_segments = t.minibatch_size // horizon
-        self.chunk_segments = min(self.mb_segments, t.max_minibatch_size // horizon)
+        self.mb_segments = hp.minibatch_size // horizon
+        self.chunk_segments = min(self.mb_segments, hp.max_minibatch_size // horizon)
 
         # ---- preallocated experience: one row per segment
-        obs_space, act_space = vec.single_observation_space, vec.single_action_space
-        obs_device = torch.device("cpu") if t.cpu_offload else self.device
-        pin = t.cpu_offload and self.device.type == "cuda"
-        S, T = self.segments, horizon
-        obs_dtype = torch.from_numpy(np.zeros(0, obs_space.dtype)).dtype
-        self.obs = torch.zeros((S, T, *obs_space.shape), dtype=obs_dtype, device=obs_device, pin_memory=pin)
-        act_shape = () if isinstance(act_space, spaces.Discrete) else tuple(np.shape(act_space.sample()))
-        act_dtype = torch.float32 if isinstance(act_space, spaces.Box) else torch.int64
-        self.actions = torch.zeros((S, T, *act_shape), dtype=act_dtype, device=self.device)
-        self.logprobs, self.values, self.rewards, self.dones, self.ratios, self.masks = (
-            torch.zeros((S, T), device=self.device) for _ in range(6)
+        obs_device = torch.device("cpu") if hp.cpu_offload else self.device
+        self.rollout = Rollout(
+            self.segments,
+            horizon,
+            n,
+            vec.single_observation_space,
+            vec.single_action_space,
+            self.policy.initial_state(self.segments, self.device),
+            self.device,
+            obs_device,
+            pin_obs=hp.cpu_offload and self.device.type == "cuda",
         )
         self.state = self.policy.initial_state(n, self.device)
-        self.initial_state = self.policy.initial_state(S, self.device)
 
-        self.optimizer = make_optimizer(self.policy, t)
+        self.optimizer = make_optimizer(self.policy, hp)
         self.timings = Timings(sync=profile)
         self.global_step, self.epoch = 0, 0
         self.start_time, self._start_step = time.time(), 0
@@ -181,80 +191,58 @@ class Trainer:
         self._episodes: list[dict[str, float]] = []
         self.run_dir = Path(run_dir) if run_dir else None
         self.last_checkpoint: Path | None = None
-        self.vec.async_reset(t.seed)
+        self.vec.async_reset(hp.seed)
 
     # ------------------------------------------------------------------ rollout
 
-    def _gather_state(self, ids: torch.Tensor) -> State:
-        return tuple(s[ids] for s in self.state)
-
     def evaluate(self) -> None:
-        """Step the envs until every segment row holds ``horizon`` steps."""
-        t, n, T = self.t, self.vec.num_agents, self.horizon
-        agent_row = np.arange(n)  # row each agent writes; -1: no row left this rollout
-        agent_pos = np.zeros(n, dtype=np.int64)
-        next_free, filled = n, 0
+        """Step the envs until every segment row holds ``horizon`` steps: recv -> forward -> write -> send."""
+        rollout = self.rollout
+        rollout.reset()
         with self.timings.phase("evaluate"):
-            while filled < self.segments:
+            while not rollout.full:
                 with self.timings("env"):
-                    obs, rew, term, trunc, infos, ids, mask = self.vec.recv()
+                    obs, rewards, terminals, truncations, infos, ids, masks = self.vec.recv()
                 self._collect_infos(infos)
-                ids_np = np.asarray(ids)
-                rows_np, pos_np = agent_row[ids_np], agent_pos[ids_np]
+                ids = np.asarray(ids)
                 with self.timings("copy"):
-                    obs_t = torch.as_tensor(obs).to(self.device, non_blocking=True)
-                    rew_t = (
-                        torch.as_tensor(rew)
-                        .to(self.device, non_blocking=True)
-                        .clamp(-t.reward_clamp, t.reward_clamp)
-                    )
-                    done_t = (
-                        torch.as_tensor(np.logical_or(term, trunc)).to(self.device, non_blocking=True).float()
-                    )
-                    mask_t = (
-                        torch.as_tensor(np.ones(len(ids_np), bool) if mask is None else mask)
-                        .to(self.device)
-                        .float()
-                    )
-                    ids_t = torch.as_tensor(ids_np, device=self.device)
-                with (
-                    self.timings("forward"),
-                    torch.no_grad(),
-                    torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp),
-                ):
-                    state = self._gather_state(ids_t)
-                    out, value, new_state = self.forward_step(obs_t, state)
-                    action, logprob = self.policy.sample(out.float())
-                    for s, new in zip(self.state, new_state, strict=True):
-                        s[ids_t] = new.to(s.dtype)
-                valid = rows_np >= 0
-                if valid.any():
-                    sel = torch.as_tensor(np.flatnonzero(valid), device=self.device)
-                    r = torch.as_tensor(rows_np[valid], device=self.device)
-                    p = torch.as_tensor(pos_np[valid], device=self.device)
-                    starting = torch.as_tensor(pos_np[valid] == 0, device=self.device)
-                    for s_buf, s_now in zip(self.initial_state, state, strict=True):
-                        s_buf[r[starting]] = s_now[sel[starting]].to(s_buf.dtype)
-                    self.obs[r.to(self.obs.device), p.to(self.obs.device)] = obs_t[sel].to(self.obs.device)
-                    self.actions[r, p] = action[sel].to(self.actions.dtype)
-                    self.logprobs[r, p] = logprob[sel].float()
-                    self.values[r, p] = value[sel].float()
-                    self.rewards[r, p] = rew_t[sel]
-                    self.dones[r, p] = done_t[sel]
-                    self.masks[r, p] = mask_t[sel]
-                    agent_pos[ids_np[valid]] += 1
-                    full = ids_np[valid][agent_pos[ids_np[valid]] == T]
-                    filled += len(full)
-                    for agent in full:  # a full row: the agent moves to the next free one, if any
-                        agent_row[agent] = next_free if next_free < self.segments else -1
-                        agent_pos[agent] = 0
-                        next_free += 1
+                    step = self._to_device(obs, rewards, terminals, truncations, ids, masks)
+                with self.timings("forward"):
+                    state = tuple(s[step.ids] for s in self.state)
+                    action, logprob, value = self._act(step.obs, state, step.ids)
+                rollout.write(
+                    ids, state, step.obs, action, logprob, value, step.rewards, step.dones, step.masks
+                )
                 with self.timings("copy"):
-                    action_np = action.cpu().numpy()
+                    actions = action.cpu().numpy()
                 with self.timings("env"):
-                    self.vec.send(action_np)
-                self.global_step += int(mask_t.sum().item()) if mask is not None else len(ids_np)
+                    self.vec.send(actions)
+                self.global_step += len(ids) if masks is None else int(step.masks.sum().item())
         self._update_env_stats()
+
+    def _to_device(
+        self, obs: Any, rewards: Any, terminals: Any, truncations: Any, ids: np.ndarray, masks: Any
+    ) -> _Step:
+        """One ``recv`` on the trainer's device: rewards clamped, dones = terminal or truncated."""
+        dev, clamp = self.device, self.hp.reward_clamp
+        return _Step(
+            obs=torch.as_tensor(obs).to(dev, non_blocking=True),
+            rewards=torch.as_tensor(rewards).to(dev, non_blocking=True).clamp(-clamp, clamp),
+            dones=torch.as_tensor(np.logical_or(terminals, truncations)).to(dev, non_blocking=True).float(),
+            masks=torch.as_tensor(np.ones(len(ids), bool) if masks is None else masks).to(dev).float(),
+            ids=torch.as_tensor(ids, device=dev),
+        )
+
+    @torch.no_grad()
+    def _act(self, obs: torch.Tensor, state: State, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Policy step for the agents ``ids``: sampled actions, their log-probs and the values; the
+        agents' recurrent state moves on in ``self.state``."""
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
+            out, value, new_state = self.forward_step(obs, state)
+            action, logprob = self.policy.sample(out.float())
+        for s, new in zip(self.state, new_state, strict=True):
+            s[ids] = new.to(s.dtype)
+        return action, logprob, value
 
     def _collect_infos(self, infos: list[dict[str, Any]]) -> None:
         for info in infos or ():
@@ -275,49 +263,49 @@ class Trainer:
 
     def train(self) -> dict[str, float]:
         """PPO over the buffer; returns the epoch's mean losses."""
-        t = self.t
-        progress = min(1.0, self.global_step / max(1, t.total_timesteps))
-        lr_scale = 0.5 * (1 + math.cos(math.pi * progress)) if t.anneal_lr else 1.0
+        hp, b = self.hp, self.rollout
+        progress = min(1.0, self.global_step / max(1, hp.total_timesteps))
+        lr_scale = 0.5 * (1 + math.cos(math.pi * progress)) if hp.anneal_lr else 1.0
         for g in self.optimizer.param_groups:
             g["lr"] = g["initial_lr"] * lr_scale
-        beta = t.prio_beta0 + (1 - t.prio_beta0) * progress
+        beta = hp.prio_beta0 + (1 - hp.prio_beta0) * progress
         sums: dict[str, float] = {}
-        minibatches = t.update_epochs * self.segments // self.mb_segments
+        minibatches = hp.update_epochs * self.segments // self.mb_segments
         with self.timings.phase("train"):
-            self.ratios.fill_(1.0)
+            b.ratios.fill_(1.0)
             for _ in range(minibatches):
                 adv = compute_advantages(
-                    self.values,
-                    self.rewards,
-                    self.dones,
-                    self.ratios,
-                    t.gamma,
-                    t.gae_lambda,
-                    t.vtrace_rho_clip,
-                    t.vtrace_c_clip,
+                    b.values,
+                    b.rewards,
+                    b.dones,
+                    b.ratios,
+                    hp.gamma,
+                    hp.gae_lambda,
+                    hp.vtrace_rho_clip,
+                    hp.vtrace_c_clip,
                 )
-                prio = adv.abs().sum(1).pow(t.prio_alpha)
+                prio = adv.abs().sum(1).pow(hp.prio_alpha)
                 probs = prio / prio.sum() if prio.sum() > 0 else torch.full_like(prio, 1.0 / self.segments)
                 idx = torch.multinomial(
                     probs.cpu(), self.mb_segments, replacement=True, generator=self.generator
                 ).to(self.device)
                 importance = (self.segments * probs[idx]).pow(-beta)
                 mb_adv = adv[idx]
-                mb_returns = mb_adv + self.values[idx]
+                mb_returns = mb_adv + b.values[idx]
                 norm_adv = importance[:, None] * (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 self.optimizer.zero_grad()
                 stats = self._minibatch(idx, norm_adv, mb_returns)
                 with self.timings("learn"):
-                    grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), t.max_grad_norm)
+                    grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), hp.max_grad_norm)
                     self.optimizer.step()
                 stats["grad_norm"] = float(grad_norm)
                 stats["importance"] = float(importance.mean())
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v / minibatches
-            returns = adv + self.values
+            returns = adv + b.values
             var = returns.var()
             sums["explained_variance"] = (
-                float(1 - (returns - self.values).var() / var) if var > 0 else float("nan")
+                float(1 - (returns - b.values).var() / var) if var > 0 else float("nan")
             )
             sums["learning_rate"] = self.optimizer.param_groups[0]["lr"]
         self.epoch += 1
@@ -327,33 +315,33 @@ class Trainer:
     def _minibatch(
         self, idx: torch.Tensor, norm_adv: torch.Tensor, returns: torch.Tensor
     ) -> dict[str, float]:
-        t = self.t
+        hp, b = self.hp, self.rollout
         stats: dict[str, float] = {}
         for start in range(0, len(idx), self.chunk_segments):
             sl = slice(start, start + self.chunk_segments)
             rows = idx[sl]
             weight = len(rows) / len(idx)
             with self.timings("copy"):
-                obs = self.obs[rows.to(self.obs.device)].to(self.device, non_blocking=True)
+                obs = b.obs[rows.to(b.obs.device)].to(self.device, non_blocking=True)
             with self.timings("forward"), torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
-                state = tuple(s[rows] for s in self.initial_state)
+                state = tuple(s[rows] for s in b.initial_state)
                 out, new_value = self.forward_sequence(obs, state)
-                new_logprob, entropy = self.policy.evaluate_actions(out.float(), self.actions[rows])
+                new_logprob, entropy = self.policy.evaluate_actions(out.float(), b.actions[rows])
                 new_value = new_value.float()
-            mask = self.masks[rows]
-            logratio = new_logprob - self.logprobs[rows]
+            mask = b.masks[rows]
+            logratio = new_logprob - b.logprobs[rows]
             ratio = logratio.exp()
             adv = norm_adv[sl]
             pg_loss = _masked_mean(
-                torch.max(-adv * ratio, -adv * ratio.clamp(1 - t.clip_coef, 1 + t.clip_coef)), mask
+                torch.max(-adv * ratio, -adv * ratio.clamp(1 - hp.clip_coef, 1 + hp.clip_coef)), mask
             )
-            old_value = self.values[rows]
-            v_clipped = old_value + (new_value - old_value).clamp(-t.vf_clip_coef, t.vf_clip_coef)
+            old_value = b.values[rows]
+            v_clipped = old_value + (new_value - old_value).clamp(-hp.vf_clip_coef, hp.vf_clip_coef)
             v_loss = 0.5 * _masked_mean(
                 torch.max((new_value - returns[sl]) ** 2, (v_clipped - returns[sl]) ** 2), mask
             )
             ent = _masked_mean(entropy, mask)
-            loss = pg_loss + t.vf_coef * v_loss - t.ent_coef * ent
+            loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
             if not torch.isfinite(loss):
                 where = (
                     f"the last good checkpoint {self.last_checkpoint} is kept"
@@ -366,14 +354,14 @@ class Trainer:
             with self.timings("learn"):
                 (loss * weight).backward()
             with torch.no_grad():  # fresh ratios and values for the next minibatch's V-trace advantages
-                self.ratios[rows] = ratio.detach()
-                self.values[rows] = new_value.detach()
+                b.ratios[rows] = ratio.detach()
+                b.values[rows] = new_value.detach()
                 part = {
                     "policy_loss": pg_loss.item(),
                     "value_loss": v_loss.item(),
                     "entropy": ent.item(),
                     "approx_kl": _masked_mean((ratio - 1) - logratio, mask).item(),
-                    "clipfrac": _masked_mean(((ratio - 1).abs() > t.clip_coef).float(), mask).item(),
+                    "clipfrac": _masked_mean(((ratio - 1).abs() > hp.clip_coef).float(), mask).item(),
                 }
             for k, v in part.items():
                 stats[k] = stats.get(k, 0.0) + v * weight
@@ -382,42 +370,17 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self) -> Path | None:
-        """Model and trainer state, each written atomically; returns the model path."""
+        """Weights and trainer state into the run folder (see :mod:`appliance.train.checkpoint`)."""
         if self.run_dir is None:
             return None
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        model = self.run_dir / "model.pt"
-        buf = io.BytesIO()
-        torch.save(self.policy.state_dict(), buf)
-        write_bytes_atomic(self.run_dir / f"model_{self.epoch:06d}.pt", buf.getvalue())
-        write_bytes_atomic(model, buf.getvalue())
-        buf = io.BytesIO()
-        torch.save(
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "global_step": self.global_step,
-                "epoch": self.epoch,
-                "torch_rng": torch.get_rng_state(),
-                "generator": self.generator.get_state(),
-            },
-            buf,
-        )
-        write_bytes_atomic(self.run_dir / "trainer_state.pt", buf.getvalue())
-        self.last_checkpoint = model
-        return model
+        self.last_checkpoint = checkpoint.save(self, self.run_dir)
+        return self.last_checkpoint
 
     def load_checkpoint(self, run_dir: Path, resume: bool = True) -> None:
-        self.policy.load_state_dict(
-            torch.load(run_dir / "model.pt", map_location=self.device, weights_only=True)
-        )
+        checkpoint.load(self, run_dir, resume)
         if resume:
-            state = torch.load(run_dir / "trainer_state.pt", map_location="cpu", weights_only=False)
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.global_step, self.epoch = state["global_step"], state["epoch"]
             self._start_step = self.global_step
-            torch.set_rng_state(state["torch_rng"])
-            self.generator.set_state(state["generator"])
-            self.last_checkpoint = run_dir / "model.pt"
+            self.last_checkpoint = run_dir / checkpoint.MODEL
 
     def log_metrics(self) -> dict[str, Any]:
         """One metrics record (also appended to metrics.jsonl in the run folder)."""

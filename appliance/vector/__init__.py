@@ -16,7 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.errors import ConfigError
-from appliance.vector.base import Vector, WorkerError, check_sizes, resolve_source
+from appliance.vector.base import Vector, WorkerError
+from appliance.vector.sizes import check_sizes
+from appliance.vector.sources import resolve_source
 
 BACKENDS = ("native", "serial", "multiprocessing", "ray")
 
@@ -52,7 +54,8 @@ def make(
         )
     cores = physical_cores()
     if backend == "native":
-        from appliance import envs as ocean
+        from appliance import ocean
+        from appliance.vector.native import OceanVec
 
         name = ocean.ocean_name(env)
         if name is None:
@@ -65,7 +68,7 @@ def make(
                 f"the native backend steps all envs at once: batch_size must be num_envs ({num_envs}) or 'auto', "
                 f"got {batch_size}; use backend='multiprocessing' for async batches"
             )
-        return ocean.make(name, num_envs=num_envs, num_threads=num_threads, seed=seed, **env_params)
+        return OceanVec(name, num_envs, num_threads=num_threads, seed=seed, **env_params)
     source = resolve_source(env, **env_params)
     if backend == "serial":
         from appliance.vector.serial import Serial

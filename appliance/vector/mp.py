@@ -34,16 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from appliance.vector.base import (
-    Buffers,
-    EnvSource,
-    EnvStepError,
-    Sizes,
-    Vector,
-    WorkerError,
-    buffer_layout,
-    make_group,
-)
+from appliance.vector.base import Vector, WorkerError
+from appliance.vector.buffers import Buffers, buffer_layout
+from appliance.vector.groups import EnvStepError, make_group
+from appliance.vector.sizes import Sizes
+from appliance.vector.sources import EnvSource
 
 sched_yield = getattr(os, "sched_yield", lambda: None)
 
@@ -278,7 +273,7 @@ class Multiprocessing(Vector):
         self._num_blocks = sizes.num_workers // sizes.workers_per_batch
         self._synchronous = sizes.workers_per_batch == sizes.num_workers
         if not self.zero_copy:
-            from appliance.vector.base import allocate
+            from appliance.vector.buffers import allocate
 
             self._gathered = allocate(source, self.agents_per_batch)
         self._infos: list[dict[str, Any]] = []

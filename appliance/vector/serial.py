@@ -6,7 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from appliance.vector.base import EnvSource, EnvStepError, Sizes, Vector, WorkerError, allocate, make_group
+from appliance.vector.base import Vector, WorkerError
+from appliance.vector.buffers import allocate
+from appliance.vector.groups import EnvStepError, make_group
+from appliance.vector.sizes import Sizes
+from appliance.vector.sources import EnvSource
 
 
 class Serial(Vector):

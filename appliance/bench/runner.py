@@ -1,0 +1,271 @@
+"""Plans a suite's measurements for a hardware profile and records them into a report.
+
+Every measurement reuses the project's own benchmark code: :mod:`appliance.bench.envsps` for env
+speed, :mod:`appliance.bench.vecsps` for vector speed, :mod:`appliance.bench.probe` for the hardware
+probe, :mod:`appliance.bench.measure` (the real trainer, through the one training loop) for training
+speed and time-to-score. The analysis after the last step is :mod:`appliance.bench.bottleneck`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.bench import measure
+from appliance.bench.suite import _env_list
+from appliance.errors import ConfigError, DeviceError
+
+
+@dataclass
+class Step:
+    """One unit of suite work: a description for the progress bar and the function that measures."""
+
+    label: str
+    run: Callable[[], None]
+
+
+class SuiteRunner:
+    """Plans a suite's measurements for a profile and records them into a Report."""
+
+    def __init__(
+        self,
+        suite: dict[str, Any],
+        profile: str,
+        report: Any,
+        repeats: int,
+        envs_filter: Iterable[str] | None = None,
+        seconds: float | None = None,
+    ) -> None:
+        from appliance.config import resolve
+
+        self.suite, self.profile, self.report, self.repeats = suite, profile, report, repeats
+        self.filter = set(_env_list("--envs", list(envs_filter), gymnasium_ok=True)) if envs_filter else None
+        self.seconds = float(seconds or suite.get("seconds", 1.0))
+        self.base = resolve(profile=profile)
+        self.configs: dict[str, Any] = {}
+        self.steps: list[Step] = []
+        self.notes: list[str] = []  # progress lines the CLI prints after each step
+        self._train: dict[str, dict[str, Any]] = {}
+        self._probed: list[str] = []
+        self._plan()
+
+    # --------------------------------------------------------------- helpers
+
+    def wanted(self, env: str) -> bool:
+        return self.filter is None or env in self.filter
+
+    def config(self, env: str, overrides: dict[str, Any] | None = None) -> Any:
+        from appliance.config import resolve
+
+        key = env if not overrides else f"{env}+{sorted(overrides.items())}"
+        if key not in self.configs:
+            layer: dict[str, dict[str, Any]] = {}
+            for dotted, value in (overrides or {}).items():
+                section, _, name = str(dotted).partition(".")
+                layer.setdefault(section, {})[name] = value
+            self.configs[key] = resolve(env=env, profile=self.profile, overrides=layer)
+        return self.configs[key]
+
+    def threads(self) -> list[int]:
+        threads = (self.suite.get("env_sps") or {}).get("threads", "profile")
+        return [int(t) for t in (self.base.bench.threads if threads == "profile" else threads)]
+
+    # --------------------------------------------------------------- plan
+
+    def _plan(self) -> None:
+        from appliance.sysinfo import physical_cores
+
+        cores = physical_cores()
+        probe = self.suite.get("probe")
+        if probe is not None:
+            from appliance import ocean
+
+            chosen = [e for e in probe.get("envs", ["breakout"]) if self.wanted(e)]
+            chosen = chosen or [e for e in sorted(self.filter or ()) if e in ocean.names()][:1]
+            for env in chosen:
+                self.steps.append(
+                    Step(f"probe ({env})", lambda env=env: self.run_probe(env, int(probe.get("runs", 5))))
+                )
+        env_sps = self.suite.get("env_sps") or {}
+        for env in env_sps.get("envs", []):
+            if not self.wanted(env):
+                continue
+            for t in self.threads():
+                if t > cores:
+                    self.report.skip(f"env_sps {env} at {t} threads", f"only {cores} usable physical cores")
+                    continue
+                self.steps.append(
+                    Step(f"env {env} x{t} threads", lambda env=env, t=t: self.run_env_sps(env, t))
+                )
+        for item in self.suite.get("vector_sps", []):
+            if self.wanted(item["env"]):
+                for backend in item["backends"]:
+                    self.steps.append(
+                        Step(
+                            f"vector {item['env']} {backend}",
+                            lambda item=item, backend=backend: self.run_vector_sps(item, backend),
+                        )
+                    )
+        train = self.suite.get("train_sps") or {}
+        for env in train.get("envs", []):
+            if self.wanted(env):
+                seconds = float(train.get("seconds", 8))
+                self.steps.append(Step(f"train {env}", lambda env=env, s=seconds: self.run_train_sps(env, s)))
+        for item in self.suite.get("time_to_score", []):
+            if self.wanted(item["env"]):
+                self.steps.append(
+                    Step(
+                        f"time to {item['metric']} >= {item['target']} on {item['env']}",
+                        lambda item=item: self.run_time_to_score(item),
+                    )
+                )
+        if not self.steps:
+            what = f" for envs {sorted(self.filter)}" if self.filter else ""
+            raise ConfigError(f"suite '{self.suite['name']}' has nothing to measure{what}")
+        trains = any(s.label.startswith(("train ", "time to ")) for s in self.steps)
+        if trains and self.base.train.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise DeviceError(
+                    f"profile '{self.profile}' trains on CUDA but torch sees no GPU; use --gpu cpu on this machine"
+                )
+
+    # --------------------------------------------------------------- measurements
+
+    def run_probe(self, env: str, runs: int) -> None:
+        import torch
+
+        from appliance.bench import probe
+
+        cfg = self.config(env)
+        for f in probe.cpu_probe(cfg, runs, self.seconds):
+            self.report.add(f.name, f.samples, f.unit, f.better, f.ceiling, **f.labels)
+        gpus = self.report.data["fingerprint"].get("gpus") or []
+        if torch.cuda.is_available():
+            figures, skipped = probe.gpu_probe(gpus[0] if gpus else {}, runs)
+            figures.append(probe.policy_forward(cfg, "cuda", runs))
+            for f in figures:
+                self.report.add(f.name, f.samples, f.unit, f.better, f.ceiling, **f.labels)
+            for what, why in skipped:
+                self.report.skip(what, why)
+        else:
+            self.report.skip("GPU probe", "torch sees no CUDA device; only the CPU side was profiled")
+        self._probed.append(env)
+
+    def roofline(self, env: str) -> None:
+        """Roofline for a probed env from every figure the suite measured (run after all steps)."""
+        from appliance.bench.bottleneck import roofline_from_report
+
+        entry = roofline_from_report(env, self.config(env), self.report.data)
+        self.report.data["analysis"].setdefault("roofline", []).append(entry)
+
+    def run_env_sps(self, env: str, threads: int) -> None:
+        from appliance.bench import envsps
+
+        cfg = self.config(env)
+        samples = [
+            envsps.measure(
+                env, int(cfg.vec.num_envs), threads, seconds=self.seconds, seed=r, **dict(cfg.env)
+            )["sps"]
+            for r in range(self.repeats)
+        ]
+        self.report.add(
+            f"env_sps/{env}/threads={threads}",
+            samples,
+            "agent-steps/s",
+            env=env,
+            threads=threads,
+            num_envs=int(cfg.vec.num_envs),
+        )
+
+    def run_vector_sps(self, item: dict[str, Any], backend: str) -> None:
+        from appliance import ocean, vector
+        from appliance.bench import vecsps
+
+        env = item["env"]
+        is_ocean = env in ocean.names()
+        params = dict(self.config(env).env) if is_ocean else {}
+        num_envs = int(item.get("num_envs") or self.config(env).vec.num_envs)
+        samples = []
+        for r in range(self.repeats):
+            if backend.startswith("gymnasium-"):
+                if is_ocean:
+                    raise ConfigError(f"vector_sps {backend} runs Gymnasium envs, not the Ocean env {env!r}")
+                from appliance.emulation import make_factory
+
+                vec: Any = vecsps.GymnasiumVector(backend.split("-")[1], make_factory(env), num_envs)
+            else:
+                vec = vector.make(env, backend=backend, num_envs=num_envs, seed=r, **params)
+            try:
+                samples.append(vecsps.measure(vec, seconds=self.seconds, seed=r).sps)
+            finally:
+                vec.close()
+        self.report.add(
+            f"vector_sps/{env}/{backend}",
+            samples,
+            "agent-steps/s",
+            env=env,
+            backend=backend,
+            num_envs=num_envs,
+        )
+
+    def run_train_sps(self, env: str, seconds: float) -> None:
+        cfg = self.config(env)
+        runs = [measure.training_speed(cfg, seconds) for _ in range(self.repeats)]
+        self.report.add(f"train_sps/{env}", [r["sps"] for r in runs], "agent-steps/s", env=env)
+        for phase in runs[0]["shares"]:
+            self.report.add(
+                f"train_phase/{env}/{phase}",
+                [r["shares"][phase] for r in runs],
+                "share",
+                "info",
+                env=env,
+                phase=phase,
+            )
+        self._train[env] = runs[-1]  # memory figures for the diagnosis
+
+    def diagnose(self, env: str) -> None:
+        from appliance.bench.bottleneck import diagnosis_from_report
+
+        entry = diagnosis_from_report(env, self.config(env), self.report.data, self._train[env])
+        self.report.data["analysis"].setdefault("training", {})[env] = entry
+
+    def run_time_to_score(self, item: dict[str, Any]) -> None:
+        overrides = dict(item.get("overrides") or {})
+        repeats = int(item.get("repeats", self.repeats))
+        runs = []
+        for r in range(repeats):
+            cfg = self.config(item["env"], {**overrides, "train.seed": int(self.report.data["seed"]) + r})
+            runs.append(
+                measure.time_to_score(cfg, item["metric"], float(item["target"]), int(item["max_timesteps"]))
+            )
+        name = f"time_to_score/{item['env']}/{item['metric']}>={item['target']}"
+        labels = {"env": item["env"], "metric": item["metric"], "target": item["target"]}
+        self.report.add(name + "/seconds", [r["seconds"] for r in runs], "s", "lower", **labels)
+        self.report.add(name + "/steps", [r["steps"] for r in runs], "agent-steps", "lower", **labels)
+        missed = [r for r in runs if not r["reached"]]
+        if missed:
+            last = ", ".join("-" if r["last"] is None else f"{r['last']:.3g}" for r in missed)
+            self.report.warn(
+                f"{item['env']}: {len(missed)} of {repeats} runs did not reach {item['metric']} >= {item['target']} "
+                f"within {item['max_timesteps']:,} steps (last {item['metric']}: {last})"
+            )
+
+    def run_all(self, progress: Callable[[Step, int], None] | None = None) -> None:
+        for i, step in enumerate(self.steps):
+            if progress:
+                progress(step, i)
+            step.run()
+        self.finish()
+
+    def finish(self) -> None:
+        """Analysis from all figures: a roofline per probed env, a diagnosis per trained env."""
+        for env in self._probed:
+            self.roofline(env)
+        for env in self._train:
+            self.diagnose(env)
+
+    def resolved_configs(self) -> dict[str, Any]:
+        return {"profile": self.base.to_dict(), "envs": {k: c.to_dict() for k, c in self.configs.items()}}

@@ -1,0 +1,142 @@
+"""A ``puffer-bench train`` session: run folder, resume, dashboard, loggers, the loop, the summary.
+
+:func:`train` is everything the command does after the config is resolved; the CLI prints the lines
+it yields. The epochs themselves run in :func:`appliance.train.loop.run`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ConfigError
+from appliance.train import checkpoint, loop
+
+
+@dataclass
+class Options:
+    run_id: str | None = None
+    resume: str | None = None  # a run folder, a run id or "latest"
+    load_model_path: str | None = None  # start from these weights (not the optimizer or counters)
+    dashboard: bool = False  # the rich live dashboard instead of plain lines
+    profile_trace: str | None = None  # run 3 epochs under torch.profiler, write the trace, stop
+    tensorboard: bool = False
+    wandb: bool = False
+    report: str | None = None  # write a JSON summary here at the end
+
+
+def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
+    """Train with ``cfg``; yields (line, to stderr) for the caller to print."""
+    from appliance import vector
+    from appliance.train.dashboard import Reporter
+    from appliance.train.trainer import Trainer
+
+    t = cfg.train
+    run_dir = (
+        checkpoint.find_run(t.data_dir, options.resume)
+        if options.resume
+        else checkpoint.new_run_folder(cfg, options.run_id)
+    )
+    writers = _writers(options, cfg, run_dir)
+    trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=run_dir, profile=bool(options.profile_trace))
+    try:
+        if options.resume:
+            trainer.load_checkpoint(run_dir, resume=True)
+        elif options.load_model_path:
+            trainer.load_checkpoint(checkpoint.find_run(t.data_dir, options.load_model_path), resume=False)
+        checkpoint.start_run(cfg, run_dir)
+        if options.profile_trace:
+            yield _profile(trainer, options.profile_trace), False
+            return
+        reporter = Reporter(trainer, cfg.env_name, live=options.dashboard)
+        try:
+            result = loop.run(
+                trainer,
+                loop.Stop(total_timesteps=t.total_timesteps),
+                checkpoint_interval=t.checkpoint_interval,
+                on_epoch=[lambda _: reporter.update()],
+                on_metrics=writers,
+                interruptible=True,
+            )
+        finally:
+            reporter.update(force=True)
+            reporter.close()
+        if result.reason == "interrupted":
+            yield "interrupted: saved a checkpoint", True
+        if options.report:
+            _write_report(options.report, cfg, trainer)
+            yield f"wrote {options.report}", False
+        elapsed = time.time() - trainer.start_time
+        yield (
+            f"{trainer.global_step:,} steps in {elapsed:.0f} s ({trainer.sps:,.0f} SPS); saved {result.checkpoint}",
+            False,
+        )
+    finally:
+        trainer.close()
+
+
+def _write_report(path: str, cfg: Any, trainer: Any) -> None:
+    from appliance.report_io import write_json_atomic
+    from appliance.sysinfo import fingerprint
+
+    write_json_atomic(
+        path,
+        {
+            "kind": "train",
+            "env": cfg.env_name,
+            "fingerprint": fingerprint(),
+            "config": cfg.to_dict(),
+            "device": str(trainer.device),
+            "global_step": trainer.global_step,
+            "epochs": trainer.epoch,
+            "seconds": time.time() - trainer.start_time,
+            "sps": trainer.sps,
+            "phases": trainer.timings.breakdown(),
+            "losses": trainer.losses,
+            "env_stats": trainer.env_stats,
+        },
+    )
+
+
+def _writers(options: Options, cfg: Any, run_dir: Path) -> list[Callable[[dict[str, Any]], None]]:
+    """Metric sinks besides metrics.jsonl: TensorBoard events in the run folder, Weights & Biases."""
+    writers: list[Callable[[dict[str, Any]], None]] = []
+    if options.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise ConfigError(
+                "--tensorboard needs the tensorboard package: pip install tensorboard"
+            ) from None
+        tb = SummaryWriter(str(run_dir))  # beside the run's checkpoints and metrics
+
+        def to_tensorboard(record: dict[str, Any]) -> None:
+            for k, v in record.items():
+                if isinstance(v, int | float):
+                    tb.add_scalar(k, v, record["global_step"])
+
+        writers.append(to_tensorboard)
+    if options.wandb:
+        try:
+            import wandb
+        except ImportError:
+            raise ConfigError("--wandb needs wandb: pip install wandb") from None
+        wandb.init(project="puffer-bench", config=cfg.to_dict())
+        writers.append(lambda r: wandb.log(r, step=r["global_step"]))
+    return writers
+
+
+def _profile(trainer: Any, path: str) -> str:
+    """Three epochs under torch.profiler, written as a Chrome/Perfetto trace."""
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        loop.run(trainer, loop.Stop(epochs=3))
+    prof.export_chrome_trace(path)
+    return f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing)"

@@ -1,0 +1,135 @@
+"""Env groups: a contiguous slice of a vector's envs stepped in place into given buffer rows.
+
+Every backend runs the same groups (serial: one over all envs; multiprocessing and Ray: one per
+worker), so backends differ only in transport and their results are the same step for step. Env
+``i`` of the vector is always seeded from (seed, i).
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from appliance.vector.buffers import Buffers
+from appliance.vector.sources import EnvSource
+
+
+class OceanGroup:
+    """``count`` Ocean envs (global indices from ``env_offset``) stepped by C in the given rows."""
+
+    def __init__(
+        self, source: EnvSource, env_offset: int, count: int, buffers: Buffers, num_threads: int = 1
+    ) -> None:
+        from appliance import _ocean
+
+        self.buffers = buffers
+        buffers.masks[:] = True
+        self.vec = _ocean.Vec(
+            source.name,
+            count,
+            buffers.observations,
+            buffers.actions,
+            buffers.rewards,
+            buffers.terminals,
+            buffers.truncations,
+            num_threads=num_threads,
+            seed=0,
+            params=source.params,
+            env_offset=env_offset,
+        )
+
+    def reset(self, seed: int) -> list[dict[str, Any]]:
+        self.vec.reset(int(seed))
+        return []
+
+    def step(self) -> list[dict[str, Any]]:
+        self.vec.step()
+        return []
+
+    def log(self) -> dict[str, float]:
+        return self.vec.log()
+
+    def close(self) -> None:
+        self.vec.close()
+
+
+class EnvStepError(Exception):
+    """An emulated env raised; carries the global env index and the formatted traceback."""
+
+    def __init__(self, env_index: int, where: str, tb: str) -> None:
+        super().__init__(f"env {env_index} raised in {where}:\n{tb}")
+        self.env_index, self.where, self.tb = env_index, where, tb
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes (Ray sends exceptions)
+        return (EnvStepError, (self.env_index, self.where, self.tb))
+
+
+class EmulatedGroup:
+    """``count`` emulated Python envs; env ``j`` writes rows ``j*k .. (j+1)*k`` (k agents per env)."""
+
+    def __init__(self, source: EnvSource, env_offset: int, count: int, buffers: Buffers) -> None:
+        from appliance.emulation import emulate
+
+        creator = source.build_creator()
+        self.offset, self.k, self.buffers = env_offset, source.agents_per_env, buffers
+        self.envs = []
+        for j in range(count):
+            try:
+                self.envs.append(emulate(creator()))
+            except Exception as e:
+                self.close()
+                raise EnvStepError(env_offset + j, "creation", traceback.format_exc()) from e
+        # each env's row views, made once: slicing six arrays per env per step costs more than a small env
+        b = buffers
+        self._views = [
+            tuple(
+                a[self._rows(j)]
+                for a in (b.actions, b.observations, b.rewards, b.terminals, b.truncations, b.masks)
+            )
+            for j in range(count)
+        ]
+
+    def _rows(self, j: int) -> slice:
+        return slice(j * self.k, (j + 1) * self.k)
+
+    def reset(self, seed: int | None) -> list[dict[str, Any]]:
+        b = self.buffers
+        for j, env in enumerate(self.envs):
+            rows = self._rows(j)
+            try:
+                env.reset(
+                    None if seed is None else int(seed) + self.offset + j, b.observations[rows], b.masks[rows]
+                )
+            except Exception as e:
+                raise EnvStepError(self.offset + j, "reset", traceback.format_exc()) from e
+            b.rewards[rows] = 0
+            b.terminals[rows] = False
+            b.truncations[rows] = False
+        return []
+
+    def step(self) -> list[dict[str, Any]]:
+        infos = []
+        for j, (env, views) in enumerate(zip(self.envs, self._views, strict=True)):
+            try:
+                info = env.step(*views)
+            except Exception as e:
+                raise EnvStepError(self.offset + j, "step", traceback.format_exc()) from e
+            if info:
+                infos.append({"env": self.offset + j, **info})
+        return infos
+
+    def log(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+        self.envs = []
+
+
+def make_group(
+    source: EnvSource, env_offset: int, count: int, buffers: Buffers, num_threads: int = 1
+) -> OceanGroup | EmulatedGroup:
+    if source.kind == "ocean":
+        return OceanGroup(source, env_offset, count, buffers, num_threads)
+    return EmulatedGroup(source, env_offset, count, buffers)

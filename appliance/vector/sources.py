@@ -1,0 +1,105 @@
+"""What to build: an Ocean env by name, or an emulated Gymnasium/PettingZoo env from a creator.
+
+An :class:`EnvSource` is picklable, so spawned workers and Ray actors rebuild the same env from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from appliance.errors import ConfigError
+
+
+@dataclass
+class EnvSource:
+    """A buildable description of one env kind and its per-agent spaces."""
+
+    kind: str  # "ocean" | "emulated"
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    creator: bytes = b""  # cloudpickled zero-argument creator (emulated)
+    agents_per_env: int = 1
+    observation_space: spaces.Box | None = None
+    action_space: spaces.Space | None = None
+    obs_codec: Any = None  # emulation.SpaceCodec restoring the structure before the policy
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return tuple(self.observation_space.shape)
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """Per-agent action shape in the buffers: () for Discrete, (dims,) otherwise."""
+        s = self.action_space
+        if isinstance(s, spaces.Discrete):
+            return ()
+        if isinstance(s, spaces.MultiDiscrete):
+            return (len(s.nvec),)
+        return tuple(s.shape)
+
+    @property
+    def action_dtype(self) -> np.dtype:
+        return (
+            np.dtype(np.int32)
+            if isinstance(self.action_space, spaces.Discrete | spaces.MultiDiscrete)
+            else np.dtype(np.float32)
+        )
+
+    def build_creator(self) -> Callable[[], Any]:
+        import cloudpickle
+
+        return cloudpickle.loads(self.creator)
+
+
+def resolve_source(env: Any, **params: Any) -> EnvSource:
+    """Turn an Ocean name, a Gymnasium id or an env creator into an :class:`EnvSource`."""
+    from appliance import ocean
+
+    name = ocean.ocean_name(env)
+    if name is not None:
+        env = name
+        info = ocean.describe(env, **params)
+        nvec = info["action_nvec"]
+        return EnvSource(
+            kind="ocean",
+            name=env,
+            params=dict(params),
+            agents_per_env=info["agents_per_env"],
+            observation_space=spaces.Box(
+                info["obs_low"], info["obs_high"], (info["obs_size"],), np.dtype(info["obs_dtype"])
+            ),
+            action_space=spaces.Discrete(nvec[0]) if len(nvec) == 1 else spaces.MultiDiscrete(nvec),
+        )
+    import cloudpickle
+
+    from appliance.emulation import emulate, make_factory
+
+    if params:
+        raise ConfigError(
+            f"env parameters {sorted(params)} only apply to Ocean envs; pass them to your env creator"
+        )
+    creator = make_factory(env)
+    try:
+        probe = emulate(creator())
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"creating env {env!r} failed: {type(e).__name__}: {e}") from e
+    try:
+        return EnvSource(
+            kind="emulated",
+            name=getattr(env, "env_id", None)
+            or (env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)),
+            creator=cloudpickle.dumps(creator),
+            agents_per_env=probe.num_agents,
+            observation_space=probe.obs_codec.flat_space,
+            action_space=probe.action_codec.flat_space,
+            obs_codec=probe.obs_codec,
+        )
+    finally:
+        probe.close()
