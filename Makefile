@@ -42,6 +42,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check appliance tests
 	$(VENV)/bin/ruff format --check appliance tests
+	$(VENV)/bin/lint-imports   # the layer contracts in pyproject.toml (docs/architecture.md)
 	$(VENV)/bin/hadolint --config .hadolint.yaml images/cuda.Dockerfile images/cpu.Dockerfile
 	$(VENV)/bin/shellcheck docker.sh .ci/run
 

@@ -1,0 +1,206 @@
+"""Benchmark commands: profile, run, compare, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from appliance.cli.common import (
+    CONTEXT,
+    PROFILE_HELP,
+    cli,
+    print_table,
+)
+
+# ----------------------------------------------------------------------------- profile, run, compare, report
+
+
+def _print_analysis(report: dict[str, Any]) -> None:
+    from appliance.bench.run import analysis_lines
+
+    for line, err in analysis_lines(report):
+        click.echo(line, err=err)
+
+
+@cli.command("profile", context_settings=CONTEXT)
+@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option(
+    "--env", default="breakout", show_default=True, help="Ocean env for env speed and the roofline."
+)
+@click.option("--runs", default=5, show_default=True, help="Timed runs per figure.")
+@click.option("--seconds", default=1.0, show_default=True, help="Timed seconds of each env-speed run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the probe report as JSON instead of a table.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Also write the probe report (JSON) here.")
+def profile_cmd(
+    profile: str | None, env: str, runs: int, seconds: float, as_json: bool, out: str | None
+) -> None:
+    """Probe this machine: copy bandwidth, matmul, launch latency, CPU memory and env speed.
+
+    Each figure is the median of timed runs after warm-up, beside its ceiling where one is known,
+    followed by a roofline in RL terms (which of PCIe, env threads and policy forward limits
+    agent-steps/s). Without a GPU only the CPU side is probed.
+    """
+    from appliance.bench import probe
+    from appliance.bench import report as rpt
+    from appliance.bench.run import probe as run_probe
+
+    if runs < 1:
+        raise click.BadParameter("--runs must be at least 1", param_hint="--runs")
+    data = run_probe(profile, env, runs, seconds)
+    if out:
+        from appliance.report_io import write_json_atomic
+
+        write_json_atomic(out, data)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    columns = ("figure", "median", "min - max", "unit", "ceiling", "of ceiling")
+    print_table(
+        f"puffer-bench profile: {rpt.machine_line(data['fingerprint'])}", columns, probe.table_rows(data)
+    )
+    _print_analysis(data)
+    if out:
+        click.echo(f"wrote {out}")
+
+
+@cli.command("run", context_settings=CONTEXT)
+@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
+@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--envs", "env_list", help="Only measure these envs (comma-separated).")
+@click.option("--repeats", type=int, help="Repeats per measurement (default: bench.repeats, 3).")
+@click.option("--seconds", type=float, help="Timed seconds per measurement (default: the suite's).")
+@click.option("--out", "out_dir", default="results", show_default=True, help="Reports go to OUT/<profile>/.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--container", metavar="IMAGE", help="Run the suite inside this Docker image (see docker.sh).")
+def run_cmd(
+    suite_name: str,
+    profile: str | None,
+    env_list: str | None,
+    repeats: int | None,
+    seconds: float | None,
+    out_dir: str,
+    no_plots: bool,
+    container: str | None,
+) -> None:
+    """Run a benchmark suite and write results/<profile>/<date>-<host>.json, .md and PNG plots.
+
+    \b
+    puffer-bench run                       # quick suite, profile detected (cpu without a GPU)
+    puffer-bench run --suite full --gpu h100
+    puffer-bench run --envs breakout --repeats 5
+    """
+    from appliance.bench.run import run_suite
+
+    if repeats is not None and repeats < 1:
+        raise click.BadParameter("--repeats must be at least 1", param_hint="--repeats")
+    if seconds is not None and seconds <= 0:
+        raise click.BadParameter("--seconds must be positive", param_hint="--seconds")
+    if container:
+        from appliance.container import run_in_container
+
+        sys.exit(run_in_container(container, sys.argv[1:], results=Path(out_dir)))
+    envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
+    data, paths = run_suite(
+        suite_name,
+        profile,
+        envs_filter,
+        repeats,
+        seconds,
+        out_dir,
+        plots=not no_plots,
+        announce=lambda s: click.echo(s, err=True),
+    )
+    _print_analysis(data)
+    for p in paths:
+        click.echo(f"wrote {p}")
+
+
+@cli.command("compare", context_settings=CONTEXT)
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--threshold", default=0.05, show_default=True, help="Relative change that counts as a regression."
+)
+@click.option("--markdown", is_flag=True, help="Print Markdown instead of a table.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Also write the Markdown comparison here.")
+def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out: str | None) -> None:
+    """Compare reports metric by metric (the first is the base); exit 1 on a significant regression.
+
+    Shows each report's median, the ratio to the base with a 95% bootstrap interval, whether the
+    change is significant, and what differs between the machines.
+    """
+    from appliance.bench import compare as cmp
+    from appliance.bench import report as rpt
+    from appliance.errors import ReportError
+
+    if len(reports) < 2:
+        raise ReportError("compare needs at least two reports: puffer-bench compare BASE.json NEW.json")
+    if not 0 < threshold < 1:
+        raise click.BadParameter("--threshold must be between 0 and 1 (0.05 = 5%)", param_hint="--threshold")
+    result = cmp.compare([{**rpt.load(path), "_path": path} for path in reports], threshold)
+    text = cmp.to_markdown(result)
+    if out:
+        from appliance.report_io import write_bytes_atomic
+
+        write_bytes_atomic(out, text.encode())
+    if markdown:
+        click.echo(text, nl=False)
+    else:
+        numbers = range(1, len(reports) + 1)
+        if result["differences"]:
+            diff_rows = [[key, *map(str, values)] for key, values in result["differences"]]
+            print_table("what differs", ["", *(f"report {i}" for i in numbers)], diff_rows)
+        columns = [
+            "metric",
+            *(f"median {i}" for i in numbers),
+            *(f"ratio {i}/1 (95% CI)" for i in numbers if i > 1),
+        ]
+        print_table(f"base: {reports[0]} (threshold {100 * threshold:.0f}%)", columns, cmp.table_rows(result))
+    if out:
+        click.echo(f"wrote {out}", err=True)
+    if result["regressions"]:
+        click.echo(f"regressed beyond {100 * threshold:.0f}%: {', '.join(result['regressions'])}", err=True)
+        sys.exit(1)
+
+
+@cli.command("report", context_settings=CONTEXT)
+@click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--render", is_flag=True, help="Re-render each report's Markdown and plots next to its JSON.")
+@click.option(
+    "--markdown", "md_out", type=click.Path(dir_okay=False), help="Write one report's Markdown here."
+)
+@click.option(
+    "--readme", type=click.Path(dir_okay=False, exists=True), help="Rewrite this README's results table."
+)
+@click.option("--results", "results_dir", default="results", show_default=True, help="Where reports live.")
+def report_cmd(
+    reports: tuple[str, ...], render: bool, md_out: str | None, readme: str | None, results_dir: str
+) -> None:
+    """Render reports: their Markdown and plots, or the README's results table and plot.
+
+    Without REPORTS, --readme takes the newest report of each profile folder under --results.
+    """
+    from appliance.bench import readme as readme_mod
+    from appliance.bench import report as rpt
+    from appliance.report_io import write_bytes_atomic
+
+    if not (render or md_out or readme):
+        raise click.UsageError("give --render, --markdown FILE or --readme README.md")
+    loaded = [rpt.load(p) for p in reports]
+    written: list[Path] = []
+    if render:
+        for path, data in zip(reports, loaded, strict=True):
+            written += rpt.render(data, Path(path).with_suffix(""))
+    if md_out:
+        if len(loaded) != 1:
+            raise click.UsageError("--markdown renders exactly one report")
+        write_bytes_atomic(md_out, rpt.to_markdown(loaded[0]).encode())
+        written.append(Path(md_out))
+    if readme:
+        paths = [Path(p) for p in reports] or readme_mod.latest_reports(Path(results_dir))
+        written += readme_mod.update_readme(Path(readme), paths, Path(results_dir))
+    for p in written:
+        click.echo(f"wrote {p}")

@@ -1,0 +1,282 @@
+"""Commands about this machine and its envs: info, config, envs (list, show, sps), vector-bench, autotune."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from appliance.cli.common import (
+    CONTEXT,
+    OVERRIDES,
+    PROFILE_HELP,
+    cli,
+    env_params,
+    int_list,
+    print_table,
+    split_env,
+    write_json,
+)
+
+# ----------------------------------------------------------------------------- info, config
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print the fingerprint as JSON.")
+def info(as_json: bool) -> None:
+    """Print this machine's fingerprint (CPU, RAM, OS, versions, GPUs)."""
+    from appliance.sysinfo import fingerprint, summary
+
+    fp = fingerprint()
+    if as_json:
+        click.echo(json.dumps(fp, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="machine fingerprint", show_header=False, box=None)
+    for field, value in summary(fp):
+        table.add_row(field, value)
+    Console().print(table)
+
+
+@cli.command(context_settings=OVERRIDES)
+@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option(
+    "--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config, after the profile."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def config(profile: str | None, config_file: str | None, as_json: bool, args: tuple[str, ...]) -> None:
+    """Print the resolved config a run would use.
+
+    \b
+    puffer-bench config [ENV] [--gpu PROFILE] [--config FILE] [--section.key VALUE ...]
+    e.g. puffer-bench config breakout --gpu 4090 --train.learning-rate 3e-4
+    """
+    from appliance.config import resolve
+
+    env, overrides = split_env(args)
+    cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides)
+    click.echo((cfg.to_json() if as_json else cfg.to_yaml()).rstrip("\n"))
+
+
+# ----------------------------------------------------------------------------- envs
+
+
+@cli.group(invoke_without_command=True, context_settings=CONTEXT)
+@click.pass_context
+def envs(ctx: click.Context) -> None:
+    """Ocean C envs: list them, watch one, measure their speed."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from appliance.ocean import available
+
+    rows = []
+    for d in available():
+        nvec = d["action_nvec"]
+        action = f"Discrete({nvec[0]})" if len(nvec) == 1 else f"MultiDiscrete({nvec})"
+        itemsize = 4 if d["obs_dtype"] == "float32" else 1
+        obs = f"{d['obs_dtype']}[{d['obs_size']}]"
+        rows.append([d["name"], str(d["agents_per_env"]), obs, action, str(d["obs_size"] * itemsize)])
+    print_table(
+        "Ocean envs", ("env", "agents/env", "observation", "action", "bytes/agent-step"), rows, left=5
+    )
+
+
+@envs.command("show", context_settings=CONTEXT)
+@click.argument("name")
+@click.option("--frames", default=4, show_default=True, help="Random-policy steps to draw.")
+@click.option("--gif", type=click.Path(dir_okay=False), help="Also write an animated GIF of --frames steps.")
+@click.option("--seed", default=0, show_default=True)
+def envs_show(name: str, frames: int, gif: str | None, seed: int) -> None:
+    """Draw a few random-policy frames of env NAME in the terminal (and optionally a GIF)."""
+    from appliance.bench.envsps import random_actions
+    from appliance.vector import native
+
+    _, params = env_params(name)
+    with native.make(name, num_envs=1, num_threads=1, seed=seed, **params) as vec:
+        vec.reset(seed)
+        actions = random_actions(vec, count=max(frames, 1), seed=seed)
+        images = [vec.render(0).copy()]
+        for i in range(frames):
+            if i < 4 or gif is None:
+                click.echo(f"--- {name} step {i} (random actions)")
+                click.echo(vec.render_text(0))
+            vec.step(actions[i])
+            images.append(vec.render(0).copy())
+        stats = vec.log()
+        if stats:
+            click.echo("episodes finished: " + ", ".join(f"{k}={v:.3g}" for k, v in stats.items()))
+    if gif:
+        save_gif(images, gif, duration_ms=80)
+
+
+def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
+    """Frames (HxWx3 uint8) as an animated GIF, scaled up by whole pixels to about 256 px."""
+    import numpy as np
+    from PIL import Image
+
+    scale = max(1, 256 // max(frames[0].shape[:2]))
+    pil = [Image.fromarray(np.kron(f, np.ones((scale, scale, 1), dtype=np.uint8))) for f in frames]
+    pil[0].save(path, save_all=True, append_images=pil[1:], duration=duration_ms, loop=0)
+    click.echo(f"wrote {len(pil)} frames to {path}")
+
+
+@envs.command("sps", context_settings=CONTEXT)
+@click.argument("names", required=False)
+@click.option("--threads", default="1,2", show_default=True, help="Comma-separated thread counts.")
+@click.option("--seconds", default=2.0, show_default=True, help="Timed seconds per measurement.")
+@click.option("--num-envs", type=int, help="Envs per vector (default: the env's vec.num_envs).")
+@click.option(
+    "--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows (with fingerprint) here."
+)
+def envs_sps(
+    names: str | None, threads: str, seconds: float, num_envs: int | None, json_out: str | None
+) -> None:
+    """Env-only agent-steps per second with random actions, per thread count.
+
+    NAMES is a comma-separated list (default: every env). Prints SPS and the scaling efficiency
+    SPS_T / (T * SPS_1).
+    """
+    from appliance import ocean
+    from appliance.bench.envsps import scaling, table_rows
+
+    thread_counts = int_list(threads)
+    known = ocean.names()
+    selected = [n for n in names.split(",") if n] if names else known
+    for n in selected:
+        if n not in known:
+            raise click.BadParameter(f"unknown env {n!r}; known: {', '.join(known)}", param_hint="NAMES")
+    rows = []
+    for n in selected:
+        default_envs, params = env_params(n)
+        rows += scaling(
+            n,
+            thread_counts,
+            num_envs=num_envs or default_envs,
+            seconds=seconds,
+            progress=lambda r: click.echo(
+                f"  {r['env']:<10} {r['threads']:>3} threads  {r['sps'] / 1e6:8.3f} M SPS", err=True
+            ),
+            **params,
+        )
+    columns = ("env", "agents", "threads", "M SPS", "efficiency")
+    print_table("env-only agent-steps per second (random actions)", columns, table_rows(rows), left=0)
+    write_json(json_out, "envs-sps", {"seconds": seconds, "rows": rows})
+
+
+# ----------------------------------------------------------------------------- vectorization
+
+
+@cli.command("vector-bench", context_settings=CONTEXT)
+@click.option(
+    "--env", "env", default="cartpole", show_default=True, help="cartpole, a Gymnasium id, or ocean:NAME."
+)
+@click.option(
+    "--step-us", type=float, help="Use a Python test env that busy-waits this many microseconds per step."
+)
+@click.option("--cores", type=int, help="Cores for every approach (default: physical cores).")
+@click.option("--seconds", default=1.0, show_default=True, help="Timed seconds per measurement.")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False),
+    help="Also write all samples (with fingerprint) here.",
+)
+def vector_bench(
+    env: str, step_us: float | None, cores: int | None, seconds: float, json_out: str | None
+) -> None:
+    """Our vector backends against gymnasium's SyncVectorEnv and AsyncVectorEnv, side by side.
+
+    Same env, same cores, random actions; each approach at its best num_envs. Prints SPS and the ratio
+    to the faster of gymnasium's two.
+    """
+    from appliance.bench import vectorbench
+    from appliance.sysinfo import physical_cores
+
+    cores = cores or physical_cores()
+    result = vectorbench.run(
+        env,
+        step_us,
+        cores,
+        seconds,
+        progress=lambda r: click.echo(
+            f"  {r['family']:<45} num_envs={r['num_envs']:<6} {r['sps']:>12,.0f} SPS", err=True
+        ),
+    )
+    title = f"{result['env']} on {cores} cores: agent-steps/s, best num_envs per approach"
+    print_table(title, ("approach", "num_envs", "SPS", "vs best gymnasium"), vectorbench.table_rows(result))
+    write_json(json_out, "vector-bench", result)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("env")
+@click.option(
+    "--batch-size", type=int, help="Envs the trainer wants per batch; tune everything else around it."
+)
+@click.option("--seconds", default=0.5, show_default=True, help="Timed seconds per candidate.")
+@click.option(
+    "--max-ram-gb", default=8.0, show_default=True, help="Skip configurations whose envs need more RAM."
+)
+@click.option(
+    "--forward-ms",
+    default=0.0,
+    show_default=True,
+    help="Simulated policy time per batch (judges async fairly).",
+)
+@click.option("--cores", type=int, help="Cores to use (default: physical cores).")
+@click.option(
+    "--save",
+    type=click.Path(dir_okay=False),
+    help="Write the fastest config as a YAML profile (for --config).",
+)
+def autotune(
+    env: str,
+    batch_size: int | None,
+    seconds: float,
+    max_ram_gb: float,
+    forward_ms: float,
+    cores: int | None,
+    save: str | None,
+) -> None:
+    """Profile ENV, time candidate vector configurations, and pick the fastest.
+
+    ENV is an Ocean name, a Gymnasium id or ocean:NAME. With --save, the winner is written as a
+    profile that train and run accept through --config.
+    """
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from appliance.bench import autotune as tuner
+    from appliance.ocean import ocean_name
+    from appliance.sysinfo import fingerprint, physical_cores
+
+    cores = cores or physical_cores()
+    name = ocean_name(env)
+    params: dict[str, Any] = env_params(name)[1] if name else {}
+    console, rows = Console(), []
+
+    def table() -> Table:
+        t = Table(title=f"autotune {env} ({cores} cores, {seconds:g} s per candidate)")
+        for col in ("backend", "num_envs", "workers/threads", "batch_size", "SPS"):
+            t.add_column(col, justify="right")
+        for cells in tuner.candidate_rows(rows):
+            t.add_row(*cells)
+        return t
+
+    with Live(table(), console=console, refresh_per_second=4) as live:
+        result = tuner.tune(
+            name or env, params, cores, seconds, batch_size, max_ram_gb, forward_ms,
+            on_profile=lambda p: console.print(tuner.profile_line(env, p)),
+            on_result=lambda r: (rows.append(r), live.update(table())),
+        )  # fmt: skip
+    console.print(tuner.best_line(result["best"]))
+    if save:
+        from appliance.report_io import write_bytes_atomic
+
+        text = tuner.profile_yaml(env, result["best"], forward_ms, fingerprint()["cpu"]["model"])
+        write_bytes_atomic(save, text.encode())
+        console.print(f"wrote {save} (use it with --config {save})")

@@ -1,0 +1,143 @@
+"""Commands that train and play policies: train, eval."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from appliance.cli.common import (
+    OVERRIDES,
+    PROFILE_HELP,
+    cli,
+    split_env,
+)
+from appliance.cli.machine import save_gif
+from appliance.errors import ConfigError
+
+# ----------------------------------------------------------------------------- training
+
+
+@cli.command(context_settings=OVERRIDES)
+@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    help="Your YAML config (e.g. from autotune --save).",
+)
+@click.option("--run-id", help="Name of the run folder under train.data_dir (default: ENV-UTC time).")
+@click.option(
+    "--resume", "resume", metavar="RUN|latest", help="Continue a run: weights, optimizer and counters."
+)
+@click.option(
+    "--load-model-path", metavar="PATH|latest", help="Start from these weights (a run folder or model.pt)."
+)
+@click.option(
+    "--no-dashboard",
+    is_flag=True,
+    help="Plain log lines instead of the live dashboard (default when not a TTY).",
+)
+@click.option(
+    "--profile-trace",
+    type=click.Path(dir_okay=False),
+    help="Run 3 epochs under torch.profiler, write a Chrome/Perfetto trace, stop.",
+)
+@click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to the run folder.")
+@click.option(
+    "--wandb", "use_wandb", is_flag=True, help="Also log to Weights & Biases (needs wandb installed)."
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False),
+    help="At the end, write fingerprint, config, SPS and phase breakdown as JSON.",
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def train(
+    profile: str | None,
+    config_file: str | None,
+    run_id: str | None,
+    resume: str | None,
+    load_model_path: str | None,
+    no_dashboard: bool,
+    profile_trace: str | None,
+    tensorboard: bool,
+    use_wandb: bool,
+    report: str | None,
+    args: tuple[str, ...],
+) -> None:
+    """Train a PPO policy on ENV (an Ocean env or a Gymnasium id).
+
+    \b
+    puffer-bench train ENV [--gpu PROFILE] [--config FILE] [--section.key VALUE ...]
+    e.g. puffer-bench train squared --train.device cpu --train.total-timesteps 2e6
+    """
+    from appliance.config import resolve
+    from appliance.train import session
+
+    env, overrides = split_env(args)
+    if env is None:
+        raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
+    cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides)
+    options = session.Options(
+        run_id=run_id,
+        resume=resume,
+        load_model_path=load_model_path,
+        dashboard=not no_dashboard and sys.stdout.isatty(),
+        profile_trace=profile_trace,
+        tensorboard=tensorboard,
+        wandb=use_wandb,
+        report=report,
+    )
+    for line, err in session.train(cfg, options):
+        click.echo(line, err=err)
+
+
+@cli.command("eval", context_settings=OVERRIDES)
+@click.option(
+    "--load-model-path", default="latest", show_default=True, metavar="PATH|latest", help="Weights to run."
+)
+@click.option("--episodes", default=5, show_default=True, help="Episodes to play.")
+@click.option(
+    "--gif", type=click.Path(dir_okay=False), help="Write the first episode as an animated GIF (Ocean envs)."
+)
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def evaluate(
+    load_model_path: str, episodes: int, gif: str | None, config_file: str | None, args: tuple[str, ...]
+) -> None:
+    """Run a trained policy on ENV and print episode scores (render frames with --gif)."""
+    import numpy as np
+
+    from appliance.config import resolve
+    from appliance.train.checkpoint import find_run
+    from appliance.train.evaluate import play
+
+    env, overrides = split_env(args)
+    if env is None:
+        raise ConfigError("eval needs an ENV")
+    cfg = resolve(
+        env=env,
+        config_file=config_file,
+        overrides=[*overrides, "--vec.num-envs", "1", "--vec.num-workers", "1"],
+    )
+
+    def show(i: int, stats: dict[str, float]) -> None:
+        if "score" in stats or "perf" in stats:
+            perf = f"  perf {stats['perf']:.3f}" if "perf" in stats else ""
+            click.echo(
+                f"episode {i}: score {stats.get('score', stats.get('episode_return', float('nan'))):.4g}{perf}"
+            )
+        else:
+            click.echo(f"episode {i}: return {stats['episode_return']:.4g}  length {stats['episode_length']}")
+
+    scores, frames = play(
+        cfg, find_run(cfg.train.data_dir, load_model_path), episodes, record=bool(gif), on_episode=show
+    )
+    if scores:
+        click.echo(f"mean over {len(scores)} episodes: {np.mean(scores):.4g}")
+    if gif:
+        if frames:
+            save_gif(frames, gif, duration_ms=60)
+        else:
+            click.echo("--gif renders Ocean envs only", err=True)
