@@ -48,9 +48,7 @@ def uniform24(word: torch.Tensor) -> torch.Tensor:
 
 def uniform53(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Float64 uniform in [0, 1) with 53 bits from two words (exact)."""
-    return ((a >> 5).to(torch.float64) * 67108864.0 + (b >> 6).to(torch.float64)) * (
-        1.0 / 9007199254740992.0
-    )
+    return ((a >> 5).to(torch.float64) * 67108864.0 + (b >> 6).to(torch.float64)) * (1.0 / 9007199254740992.0)
 
 
 # ---------------------------------------------------------------------------------------- ops

@@ -178,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             build_cubins(args.out, args.archs)
     except ImportError as e:
-        print(f"error: NVRTC through cupy is not available ({e}); pip install -e '.[kernels]'", file=sys.stderr)
+        print(
+            f"error: NVRTC through cupy is not available ({e}); pip install -e '.[kernels]'", file=sys.stderr
+        )
         return 1
     except KernelBuildError as e:
         print(f"error: {e}", file=sys.stderr)
