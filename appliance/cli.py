@@ -1041,6 +1041,25 @@ def report_cmd(
             click.echo(f"wrote {p}")
 
 
+@cli.command("gpu-check", context_settings=CONTEXT)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the report to DIR/kernels/.")
+@click.option(
+    "--runs", default=20, show_default=True, type=click.IntRange(1), help="Timed repeats per kernel."
+)
+def gpu_check(out_dir: str | None, runs: int) -> None:
+    """Every fused kernel against its torch reference on this GPU (float32 and bfloat16, at breakout
+    scale), with its median time beside the eager torch it replaces. Exit 1 if one disagrees, 2 without CUDA.
+    """
+    from appliance.gpu.check import run_check
+
+    report = run_check(out_dir, runs, log=lambda line: click.echo(line, err=True))
+    for path in report.get("written", []):
+        click.echo(f"wrote {path}")
+    if not report["analysis"]["passed"]:
+        click.echo("error: a kernel disagrees with its reference (see analysis.kernels)", err=True)
+        sys.exit(1)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli.main(prog_name="puffer-bench")

@@ -487,3 +487,21 @@ def test_dispatch_forcing_cuda_without_a_gpu_is_one_clear_line(monkeypatch: pyte
     monkeypatch.setenv(kernels.ENV, "gpu")
     with pytest.raises(ConfigError, match="PUFFER_KERNELS='gpu' is not one of auto, reference, cuda"):
         kernels.mode()
+
+
+def test_gpu_check_cases_run_on_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpu-check's list of comparisons and eager compositions, small and on the CPU (reference on both
+    sides): the plumbing a GPU machine runs, checked on every commit."""
+    from appliance.gpu import check
+
+    monkeypatch.setenv(kernels.ENV, "reference")
+    cases = check._cases(kernels, reference, torch.device("cpu"), agents=64, hidden=8, horizon=16, rows=256)
+    assert {c["op"] for c in cases} >= {
+        "sample_logits", "advantage", "lstm_step", "mingru_step", "mingru_scan_fwd_bwd", "ppo_loss",
+        "prio_sample", "gather_rows", "ingest",
+    }  # fmt: skip
+    for case in cases:
+        ok, detail = case["compare"]()
+        assert ok, (case["op"], case["dtype"], detail)
+        case["kernel"]()
+        case["eager"]()
