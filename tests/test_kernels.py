@@ -5,6 +5,7 @@ replace; plus the dispatch of appliance.gpu.kernels. No GPU needed: tests/gpu/ r
 from __future__ import annotations
 
 import ctypes
+import json
 import shutil
 import subprocess
 
@@ -505,3 +506,75 @@ def test_gpu_check_cases_run_on_the_reference(monkeypatch: pytest.MonkeyPatch) -
         assert ok, (case["op"], case["dtype"], detail)
         case["kernel"]()
         case["eager"]()
+
+
+# ------------------------------------------------------------------------------------ build and check
+
+PTXAS_LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k_good' for 'sm_90'
+ptxas info    : Function properties for k_good
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 0 barriers
+ptxas info    : Compiling entry function 'k_spills' for 'sm_90'
+ptxas info    : Function properties for k_spills
+ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers
+"""
+
+
+def test_ptxas_report_is_parsed_and_limits_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.gpu import warm
+
+    usage = warm.parse_ptxas(PTXAS_LOG)
+    assert usage["k_good"] == {"registers": 32, "stack": 0, "spill_stores": 0, "spill_loads": 0}
+    assert usage["k_spills"] == {"registers": 255, "stack": 16, "spill_stores": 8, "spill_loads": 4}
+    monkeypatch.setattr(warm, "compile_source", lambda path, arch, verbose=True: (b"", PTXAS_LOG))
+    lines: list[str] = []
+    problems = warm.check(["90"], log=lines.append)
+    sources = len(warm.kernel_sources())
+    assert len(lines) == 2 * sources and any("k_good" in line and " 32 registers" in line for line in lines)
+    assert all("k_spills" in p for p in problems) and len(problems) == 3 * sources  # spills, stack, registers
+    monkeypatch.setattr(warm, "compile_source", lambda path, arch, verbose=True: (b"", "no report"))
+    assert all("no ptxas report" in p for p in warm.check(["90"], log=lines.append))
+
+
+def _nvrtc_or_skip() -> None:
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as e:  # cupy is the optional `kernels` extra (make kernels-check installs it)
+        pytest.skip(f"NVRTC through cupy is not available: {e}")
+
+
+def test_compile_error_is_reported(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvrtc_or_skip()
+    from appliance.gpu import warm
+
+    (tmp_path / "broken.cu").write_text('extern "C" __global__ void broken(float* x) { x[0] = y; }\n')
+    monkeypatch.setattr(warm, "kernels_dir", lambda: tmp_path)
+    problems = warm.check(["80"], log=lambda _: None)
+    assert len(problems) == 1 and "broken.cu for sm_80" in problems[0] and "identifier" in problems[0]
+
+
+def test_cubins_are_built_and_loaded_by_hash(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build step writes sm_<arch>/<kernel>.cubin and a manifest; the loader takes a cubin only when
+    its manifest's source hash is current, and otherwise compiles once into the user cache."""
+    _nvrtc_or_skip()
+    from appliance.gpu import warm
+
+    out = tmp_path / "cubins"
+    monkeypatch.setenv(warm.CUBIN_ENV, str(out))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert warm.main(["--archs", "90"]) == 0
+    assert sorted(p.name for p in (out / "sm_90").iterdir()) == sorted(
+        p.stem + ".cubin" for p in warm.kernel_sources()
+    )
+    assert (out / "sm_90" / "advantage.cubin").read_bytes()[:4] == b"\x7fELF"
+    modules = kernels._Modules()
+    assert modules.cubin_path("advantage", "90") == out / "sm_90" / "advantage.cubin"
+    manifest = json.loads((out / warm.MANIFEST).read_text())
+    (out / warm.MANIFEST).write_text(json.dumps({**manifest, "source_hash": "stale"}))
+    path = modules.cubin_path("advantage", "90")
+    assert str(path).startswith(str(tmp_path / "cache")) and path.read_bytes()[:4] == b"\x7fELF"
+    assert modules.origin["advantage"].startswith("nvrtc ")

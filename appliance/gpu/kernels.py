@@ -32,7 +32,6 @@ from appliance.gpu import reference
 from appliance.gpu.reference import PPOLoss
 
 ENV = "PUFFER_KERNELS"
-CUBIN_ENV = "PUFFER_KERNELS_CUBINS"
 MODES = ("auto", "reference", "cuda")
 THREADS = 256
 
@@ -92,14 +91,6 @@ def use_cuda(tensor: torch.Tensor) -> bool:
 # ------------------------------------------------------------------------------------ loading
 
 
-def cubin_dir() -> Path:
-    if env := os.environ.get(CUBIN_ENV):
-        return Path(env)
-    from appliance.gpu.warm import kernels_dir
-
-    return kernels_dir() / "cubin"
-
-
 def _cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "puffer-bench" / "kernels"
@@ -118,7 +109,7 @@ class _Modules:
     def cubin_path(self, source: str, arch: str) -> Path:
         from appliance.gpu import warm
 
-        shipped = cubin_dir()
+        shipped = warm.cubin_dir()
         manifest = shipped / warm.MANIFEST
         path = shipped / f"sm_{arch}" / f"{source}.cubin"
         digest = warm.source_hash()

@@ -3,7 +3,7 @@
 NVRTC (``cupy.cuda.nvrtc`` over the ``nvidia-cuda-nvrtc-cu12`` wheel's libnvrtc.so) compiles for a named
 architecture with no GPU and no driver, so this runs on any build or CI machine:
 
-    python -m appliance.gpu.warm --out DIR [--archs 80 86 89 90]   # cubins + manifest.json into DIR
+    python -m appliance.gpu.warm [--out DIR] [--archs 80 86 89 90] # cubins + manifest.json into DIR
     python -m appliance.gpu.warm --check [--archs ...]             # compile, print registers, enforce limits
 
 Each compile passes ``--ptxas-options=-v``; NVRTC returns ptxas's report in the program log ("Used N
@@ -37,6 +37,7 @@ OPTIONS = ("-std=c++17",)  # no fast math: the kernels must match the references
 MAX_REGISTERS = 128
 MAX_STACK_BYTES = 0
 MANIFEST = "manifest.json"
+CUBIN_ENV = "PUFFER_KERNELS_CUBINS"  # where the cubins are (default: kernels/cubin in the data tree)
 
 
 class KernelBuildError(RuntimeError):
@@ -45,6 +46,11 @@ class KernelBuildError(RuntimeError):
 
 def kernels_dir() -> Path:
     return data_dir("kernels")
+
+
+def cubin_dir() -> Path:
+    """Where the build step writes cubins and the kernels look for them."""
+    return Path(os.environ[CUBIN_ENV]) if os.environ.get(CUBIN_ENV) else kernels_dir() / "cubin"
 
 
 def kernel_sources() -> list[Path]:
@@ -157,8 +163,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archs", nargs="+", default=list(ARCHS), help="compute capabilities, e.g. 80 90")
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--out", type=Path, help="folder for sm_<arch>/<kernel>.cubin and manifest.json")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--out",
+        type=Path,
+        help=f"folder for sm_<arch>/<kernel>.cubin and manifest.json (default: ${CUBIN_ENV} or kernels/cubin)",
+    )
     group.add_argument("--check", action="store_true", help="compile, print registers, enforce the limits")
     args = parser.parse_args(argv)
     bad = [a for a in args.archs if not a.isdigit()]
@@ -176,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"no spills, stack <= {MAX_STACK_BYTES} B, registers <= {MAX_REGISTERS}"
             )
         else:
-            build_cubins(args.out, args.archs)
+            build_cubins(args.out or cubin_dir(), args.archs)
     except ImportError as e:
         print(
             f"error: NVRTC through cupy is not available ({e}); pip install -e '.[kernels]'", file=sys.stderr
