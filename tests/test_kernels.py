@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
@@ -578,3 +580,61 @@ def test_cubins_are_built_and_loaded_by_hash(tmp_path, monkeypatch: pytest.Monke
     path = modules.cubin_path("advantage", "90")
     assert str(path).startswith(str(tmp_path / "cache")) and path.read_bytes()[:4] == b"\x7fELF"
     assert modules.origin["advantage"].startswith("nvrtc ")
+
+
+_PTX_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(([^)]*)\)", re.S)
+_PTX_TYPES = {
+    "u64": "u64",
+    "s64": "u64",
+    "b64": "u64",
+    "u32": "u32",
+    "s32": "u32",
+    "b32": "u32",
+    "f32": "f32",
+    "f64": "f64",
+}
+_NP_TYPES = {"uint64": "u64", "int64": "u64", "int32": "u32", "float32": "f32", "float64": "f64"}
+
+
+def test_launch_arguments_match_the_kernel_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every cupy launch in appliance.gpu.kernels passes as many arguments as its kernel takes, each of
+    the parameter's width and kind (read from the PTX NVRTC makes), so a GPU never sees a shifted one."""
+    _nvrtc_or_skip()
+    from cupy.cuda import nvrtc
+
+    from appliance.gpu import warm
+
+    params: dict[str, list[str]] = {}
+    for path in warm.kernel_sources():
+        prog = nvrtc.createProgram(path.read_text(), path.name, [], [])
+        nvrtc.compileProgram(prog, [*warm.OPTIONS, "-arch=compute_80", f"--include-path={path.parent}"])
+        for name, body in _PTX_ENTRY.findall(nvrtc.getPTX(prog).decode()):
+            params[name] = [_PTX_TYPES[t] for t in re.findall(r"\.param\s+\.(\w+)", body)]
+        nvrtc.destroyProgram(prog)
+
+    launched: list[tuple[str, tuple]] = []
+    monkeypatch.setattr(kernels, "use_cuda", lambda t: True)
+    monkeypatch.setattr(
+        kernels, "_launch", lambda src, name, dev, n, args, block=256: launched.append((name, args))
+    )
+    n, h = 8, 4
+    for dt in (torch.float32, torch.bfloat16):
+        kernels.sample_logits(torch.zeros(n, 4, dtype=dt), [3], 1, 2, torch.ones(n, 3, dtype=torch.bool))
+        kernels.lstm_step(torch.zeros(n, 4 * h, dtype=dt), torch.zeros(n, 4 * h, dtype=dt), torch.zeros(n, h),
+                          torch.zeros(n), torch.zeros(4 * h, dtype=dt))  # fmt: skip
+        kernels.mingru_step(torch.zeros(n, 2 * h, dtype=dt), torch.zeros(n, h), torch.zeros(n))
+        kernels.ppo_loss(torch.zeros(n, 3, dtype=dt), *[torch.zeros(n)] * 1, torch.zeros(n, dtype=torch.int64),
+                         *[torch.zeros(n)] * 5, [3], 0.2, 0.2, 0.5, 0.01)  # fmt: skip
+    kernels.advantage(*[torch.zeros(n, 5)] * 4, 0.99, 0.95)
+    kernels.mingru_scan(torch.zeros(2, 3, 2 * h).requires_grad_(), torch.ones(2, h)).sum().backward()
+    kernels.prio_sample(torch.zeros(n, 5), 0.8, 0.4, 6, 1, 2)
+    for shape, dt in (((n, 3, 4), torch.float32), ((n, 3), torch.int16), ((n, 3), torch.uint8)):
+        kernels.gather_rows(torch.zeros(shape, dtype=dt), torch.zeros(2, dtype=torch.int64))
+    step = torch.zeros(1, dtype=torch.int64)
+    for src, dst in kernels._INGEST:
+        kernels.ingest(torch.zeros(n, 3, dtype=src), torch.zeros(n), torch.zeros(n, dtype=torch.bool), None, step,
+                       torch.zeros(n, 5, 3, dtype=dst), torch.zeros(n, 5), torch.zeros(n, 5), 1.0)  # fmt: skip
+    assert {name for name, _ in launched} == set(params), "every kernel is launched somewhere, and only those"
+    for name, args in launched:
+        kinds = [_NP_TYPES[np.asarray(a).dtype.name] for a in args]
+        assert kinds == params[name], name

@@ -386,11 +386,13 @@ def ppo_loss(
     vf_coef: float,
     ent_coef: float,
     grad_scale: float = 1.0,
+    *,
+    out: PPOLoss | None = None,
 ) -> PPOLoss:
     if not use_cuda(logits):
         return reference.ppo_loss(
             logits, value, actions, old_logprob, advantages, returns, old_value, mask, nvec,
-            clip_coef, vf_clip_coef, vf_coef, ent_coef, grad_scale,
+            clip_coef, vf_clip_coef, vf_coef, ent_coef, grad_scale, out=out,
         )  # fmt: skip
     rows, width = logits.shape[0], sum(nvec)
     if logits.stride(1) != 1:
@@ -403,10 +405,16 @@ def ppo_loss(
     _check(actions, "actions", torch.int64)
     dev = logits.device
     terms = _scratch("ppo_terms", (rows, 6), torch.float32, dev)
-    stats = torch.empty(6, dtype=torch.float32, device=dev)
-    ratio = torch.empty(rows, dtype=torch.float32, device=dev)
-    grad_logits = torch.empty(rows, width, dtype=torch.float32, device=dev)
-    grad_value = torch.empty(rows, dtype=torch.float32, device=dev)
+    if out is None:
+        out = PPOLoss(
+            torch.empty(6, dtype=torch.float32, device=dev),
+            torch.empty(rows, dtype=torch.float32, device=dev),
+            torch.empty(rows, width, dtype=torch.float32, device=dev),
+            torch.empty(rows, dtype=torch.float32, device=dev),
+        )
+    for name, t in zip(PPOLoss._fields, out, strict=True):
+        _check(t, f"out.{name}", torch.float32)
+    stats, ratio, grad_logits, grad_value = out
     args = (
         _ptr(logits), np.int64(logits.stride(0)), _ptr(_nvec_tensor(nvec, dev)), np.int32(len(nvec)),
         _ptr(actions), _ptr(old_logprob), _ptr(advantages), _ptr(returns), _ptr(value), _ptr(old_value),
@@ -420,7 +428,7 @@ def ppo_loss(
         _ptr(stats), _ptr(grad_logits), _ptr(grad_value),
     )  # fmt: skip
     _launch("ppo_loss", "ppo_loss_reduce", dev, 1, args, block=256)  # one block: PB_REDUCE_THREADS
-    return PPOLoss(stats, ratio, grad_logits, grad_value)
+    return out
 
 
 def prio_sample(

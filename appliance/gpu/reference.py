@@ -205,11 +205,13 @@ def ppo_loss(
     vf_coef: float,
     ent_coef: float,
     grad_scale: float = 1.0,
+    *,
+    out: PPOLoss | None = None,
 ) -> PPOLoss:
     """The loss of Trainer._minibatch over N rows (a chunk's [B, T] flattened): logits ``[N, sum(nvec)]``,
     value/old_logprob/advantages/returns/old_value/mask ``[N]``, actions ``[N]`` or ``[N, heads]``;
     returns the stats, the ratios and the gradients that ``(loss * grad_scale).backward()`` sends
-    into logits and value."""
+    into logits and value (written into ``out``'s tensors when given)."""
     lg = logits.detach().float().requires_grad_(True)
     nv = value.detach().float().requires_grad_(True)
     act = actions.reshape(len(lg), -1)
@@ -235,7 +237,12 @@ def ppo_loss(
         kl = masked_mean((ratio - 1) - logratio)
         clipfrac = masked_mean(((ratio - 1).abs() > clip_coef).float())
         stats = torch.stack([loss, pg_loss, v_loss, ent, kl, clipfrac]).detach()
-    return PPOLoss(stats, ratio.detach(), grad_logits, grad_value)
+    result = PPOLoss(stats, ratio.detach(), grad_logits, grad_value)
+    if out is None:
+        return result
+    for dst, src in zip(out, result, strict=True):
+        dst.copy_(src)
+    return out
 
 
 def prio_sample(
