@@ -482,6 +482,15 @@ def test_dispatch_runs_the_reference_on_cpu(monkeypatch: pytest.MonkeyPatch) -> 
     )
 
 
+def test_ppo_loss_writes_into_given_buffers() -> None:
+    n = 16
+    args = (torch.randn(n, 3), torch.randn(n), torch.randint(0, 3, (n,)), *[torch.randn(n) for _ in range(4)])
+    args = (*args, torch.ones(n), [3], 0.2, 0.2, 0.5, 0.01)
+    out = reference.PPOLoss(torch.zeros(6), torch.zeros(n), torch.zeros(n, 3), torch.zeros(n))
+    got = kernels.ppo_loss(*args, out=out)
+    assert got is out and all(torch.equal(a, b) for a, b in zip(out, reference.ppo_loss(*args), strict=True))
+
+
 def test_dispatch_forcing_cuda_without_a_gpu_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(kernels.ENV, "cuda")
     with pytest.raises(DeviceError, match="PUFFER_KERNELS=cuda, but the tensors are on cpu") as e:

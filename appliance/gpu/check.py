@@ -219,11 +219,12 @@ def _cases(
                 return all(c[0] for c in checks), {"max_err": max(c[1] for c in checks)}
 
             name = "ppo_loss" if len(nvec) == 1 else "ppo_loss_multi"
+            ppo_out = kernels.ppo_loss(*args)
             add(
                 name,
                 dt_name,
                 cmp_ppo,
-                lambda a=args: kernels.ppo_loss(*a),
+                lambda a=args, o=ppo_out: kernels.ppo_loss(*a, out=o),
                 lambda a=args: reference.ppo_loss(*a),
             )
 
