@@ -154,6 +154,21 @@ def build_cubins(out: Path, archs: Sequence[str] = ARCHS, log: Callable[[str], N
     return count
 
 
+def build_wheel_cubins(
+    data_kernels: Path, archs: Sequence[str] = ARCHS, log: Callable[[str], None] = print
+) -> int:
+    """The wheel's build hook: cubins into ``<build_lib>/appliance/_data/kernels/cubin`` when NVRTC is
+    there (the ``kernels`` extra), else a note and none (the kernels then compile at first use)."""
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as e:
+        log(f"no NVRTC ({type(e).__name__}: {e}); the wheel ships no cubins, kernels compile at first use")
+        return 0
+    return build_cubins(Path(data_kernels) / "cubin", archs, log)
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
