@@ -515,8 +515,21 @@ def test_gpu_check_cases_run_on_the_reference(monkeypatch: pytest.MonkeyPatch) -
     for case in cases:
         ok, detail = case["compare"]()
         assert ok, (case["op"], case["dtype"], detail)
-        case["kernel"]()
-        case["eager"]()
+
+
+def test_gpu_check_report_is_written_in_the_report_schema(tmp_path) -> None:
+    from appliance.bench import report as rpt
+    from appliance.gpu import check
+
+    sizes = {"agents": 64, "hidden": 8, "horizon": 16, "rows": 256}
+    data = check.measure(
+        torch.device("cpu"), "reference", 2, tmp_path, lambda _: None, {"torch": "x"}, **sizes
+    )
+    assert data["analysis"]["passed"] and data["config"]["agents"] == 64
+    (path,) = (tmp_path / "kernels").glob("*.json")
+    saved = rpt.load(path)
+    assert saved["metrics"]["kernel/advantage/f32/speedup"]["unit"] == "x"
+    assert "## Fused kernels" in path.with_suffix(".md").read_text()
 
 
 # ------------------------------------------------------------------------------------ build and check

@@ -61,49 +61,66 @@ def run_check(
         raise DeviceError(
             f"gpu-check needs cupy ({type(e).__name__}: {e}); install puffer-bench[cuda12]"
         ) from None
+    versions = {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cupy": cupy.__version__,
+        "nvrtc": ".".join(map(str, nvrtc.getVersion())),
+        "cuda_driver": cupy.cuda.runtime.driverGetVersion(),
+        "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
+        "device": torch.cuda.get_device_name(0),
+        "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
+    }
+    log(" ".join(f"{k} {v};" for k, v in versions.items()))
+    return measure(torch.device("cuda", 0), "cuda", runs, out_dir, log, versions)
+
+
+def measure(
+    device: torch.device,
+    mode: str,
+    runs: int,
+    out_dir: str | Path | None,
+    log: Callable[[str], None],
+    versions: dict[str, Any],
+    **sizes: int,
+) -> dict[str, Any]:
+    """The comparisons and timings with ``PUFFER_KERNELS=mode`` on ``device``, as a report. gpu-check runs
+    it on CUDA; the CPU tests run it small with the reference, to check the plumbing."""
     from appliance.bench import report as rpt
     from appliance.bench.probe import timed
     from appliance.gpu import kernels, reference
     from appliance.sysinfo import fingerprint
 
+    cuda = device.type == "cuda"
     before = os.environ.get(kernels.ENV)
-    os.environ[kernels.ENV] = "cuda"
+    os.environ[kernels.ENV] = mode
     try:
         start = time.time()
+        config = {"agents": AGENTS, "hidden": HIDDEN, "horizon": HORIZON, **sizes, "tolerances": TOLERANCES}
         report = rpt.Report(
             {"name": "gpu-check", "path": "appliance/gpu/check.py", "definition": {}},
             {"name": "kernels"},
             fingerprint(),
-            {"agents": AGENTS, "hidden": HIDDEN, "horizon": HORIZON, "tolerances": TOLERANCES},
+            config,
             seed=0,
             repeats=runs,
             command="puffer-bench " + " ".join(sys.argv[1:]),
         )
-        report.data["analysis"]["versions"] = {
-            "torch": torch.__version__,
-            "torch_cuda": torch.version.cuda,
-            "cupy": cupy.__version__,
-            "nvrtc": ".".join(map(str, nvrtc.getVersion())),
-            "cuda_driver": cupy.cuda.runtime.driverGetVersion(),
-            "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
-            "device": torch.cuda.get_device_name(0),
-            "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
-        }
+        report.data["analysis"]["versions"] = versions
         results: list[dict[str, Any]] = []
-        for case in _cases(kernels, reference, torch.device("cuda", 0)):
-            log(f"{case['op']} {case['dtype']}")
+        for case in _cases(kernels, reference, device, **sizes):
             ok, detail = case["compare"]()
             results.append({"op": case["op"], "dtype": case["dtype"], "passed": ok, **detail})
-            fast = timed(case["kernel"], runs, cuda=True)
-            slow = timed(case["eager"], runs, cuda=True)
+            fast = timed(case["kernel"], runs, cuda=cuda)
+            slow = timed(case["eager"], runs, cuda=cuda)
             base = f"kernel/{case['op']}/{case['dtype']}"
-            k = report.add(f"{base}/cuda", [s * 1e6 for s in fast], "us", "lower", op=case["op"], impl="cuda")
+            k = report.add(f"{base}/cuda", [s * 1e6 for s in fast], "us", "lower", op=case["op"], impl=mode)
             e = report.add(
                 f"{base}/eager", [s * 1e6 for s in slow], "us", "lower", op=case["op"], impl="eager"
             )
             report.add(f"{base}/speedup", [e["median"] / k["median"]], "x", "higher", op=case["op"])
             log(
-                f"  {'ok  ' if ok else 'FAIL'} max err {detail['max_err']:.3g}; "
+                f"{case['op']:<20} {case['dtype']:<5} {'ok  ' if ok else 'FAIL'} max err {detail['max_err']:.3g}; "
                 f"{k['median']:.1f} us vs eager {e['median']:.1f} us ({e['median'] / k['median']:.1f}x)"
             )
         report.data["analysis"]["kernels"] = results
@@ -275,7 +292,7 @@ def _cases(
 
     adv = randn(agents, horizon) * torch.rand(agents, 1, device=dev, generator=g) ** 2
     samples = min(512, agents)
-    idx_buf = torch.empty(samples, dtype=torch.int64, device=dev)
+    idx_buf = torch.randint(0, agents, (samples,), device=dev, generator=g)  # also the gather rows
     w_buf = torch.empty(samples, device=dev)
     cpu_gen = torch.Generator().manual_seed(0)
 
