@@ -21,16 +21,13 @@ extern "C" __global__ void prio_cdf(const float* adv, int segments, int horizon,
   }
   totals[tid] = run;
   __syncthreads();
-  if (tid == 0) {  // exclusive scan of 1024 chunk totals: cheap next to the rows themselves
-    double acc = 0.0;
-    for (int k = 0; k < PB_CDF_THREADS; ++k) {
-      const double v = totals[k];
-      totals[k] = acc;
-      acc += v;
-    }
+  for (int offset = 1; offset < PB_CDF_THREADS; offset <<= 1) {  // inclusive scan of the chunk totals
+    const double add = tid >= offset ? totals[tid - offset] : 0.0;
+    __syncthreads();
+    totals[tid] += add;
+    __syncthreads();
   }
-  __syncthreads();
-  const double base = totals[tid];
+  const double base = tid > 0 ? totals[tid - 1] : 0.0;
   for (int s = begin; s < end; ++s) cdf[s] += base;
 }
 

@@ -517,6 +517,7 @@ def test_gpu_check_cases_run_on_the_reference(monkeypatch: pytest.MonkeyPatch) -
         assert ok, (case["op"], case["dtype"], detail)
 
 
+@pytest.mark.slow
 def test_gpu_check_report_is_written_in_the_report_schema(tmp_path) -> None:
     from appliance.bench import report as rpt
     from appliance.gpu import check

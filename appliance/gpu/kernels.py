@@ -17,6 +17,7 @@ cupy is optional (the ``cuda*`` extras); nothing here imports it until a CUDA te
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -61,6 +62,7 @@ def mode() -> str:
     return value
 
 
+@functools.cache
 def _cupy_error() -> str | None:
     try:
         import cupy  # noqa: F401
