@@ -661,3 +661,16 @@ def test_launch_arguments_match_the_kernel_parameters(monkeypatch: pytest.Monkey
     for name, args in launched:
         kinds = [_NP_TYPES[np.asarray(a).dtype.name] for a in args]
         assert kinds == params[name], name
+
+
+def test_build_step_without_nvrtc_says_what_to_install(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from appliance.gpu import warm
+
+    def no_nvrtc(*args, **kwargs):
+        raise ImportError("No module named 'cupy'")
+
+    monkeypatch.setattr(warm, "compile_source", no_nvrtc)
+    assert warm.main(["--check", "--archs", "80"]) == 1
+    assert "pip install -e '.[kernels]'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        warm.main(["--archs", "sm_80"])
