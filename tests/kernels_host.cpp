@@ -4,7 +4,9 @@
 #include "ingest.cuh"
 #include "ppo_loss.cuh"
 #include "prio_sample.cuh"
-#include "recurrent.cuh"
+#include "lstm_step.cuh"
+#include "mingru_scan.cuh"
+#include "mingru_step.cuh"
 #include "sample_logits.cuh"
 
 using namespace pb;

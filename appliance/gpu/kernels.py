@@ -300,7 +300,7 @@ def lstm_step(
         _ptr(gx), _ptr(gh), _ptr(b_hh), _ptr(c), _ptr(done), np.int32(batch), np.int32(hidden),
         _ptr(_check(h_out, "h_out", torch.float32)), _ptr(_check(c_out, "c_out", torch.float32)),
     )  # fmt: skip
-    _launch("recurrent", f"lstm_step_{_suffix(gx)}", gx.device, batch * hidden, args)
+    _launch("lstm_step", f"lstm_step_{_suffix(gx)}", gx.device, batch * hidden, args)
     return h_out, c_out
 
 
@@ -322,7 +322,7 @@ def mingru_step(
         np.int32(hidden),
         _ptr(_check(out, "out", torch.float32)),
     )
-    _launch("recurrent", f"mingru_step_{_suffix(kv)}", kv.device, batch * hidden, args)
+    _launch("mingru_step", f"mingru_step_{_suffix(kv)}", kv.device, batch * hidden, args)
     return out
 
 
@@ -333,7 +333,7 @@ class CudaScan:
     def forward(kv: torch.Tensor, h0: torch.Tensor, h: torch.Tensor) -> None:
         b, t, hidden = h.shape
         args = (_ptr(kv), _ptr(h0), _ptr(h), np.int32(b), np.int32(t), np.int32(hidden))
-        _launch("recurrent", "mingru_scan_fwd_f32", kv.device, b * hidden, args)
+        _launch("mingru_scan", "mingru_scan_fwd_f32", kv.device, b * hidden, args)
 
     @staticmethod
     def backward(kv, h0, h, grad_h, grad_kv, grad_h0) -> None:  # type: ignore[no-untyped-def]
@@ -342,7 +342,7 @@ class CudaScan:
             _ptr(kv), _ptr(h0), _ptr(h), _ptr(grad_h), _ptr(grad_kv), _ptr(grad_h0),
             np.int32(b), np.int32(t), np.int32(hidden),
         )  # fmt: skip
-        _launch("recurrent", "mingru_scan_bwd_f32", kv.device, b * hidden, args)
+        _launch("mingru_scan", "mingru_scan_bwd_f32", kv.device, b * hidden, args)
 
 
 class MinGRUScan(torch.autograd.Function):
