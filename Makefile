@@ -13,7 +13,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 SOURCES     := pyproject.toml setup.py $(wildcard envs/*.c envs/*.h)
 
-.PHONY: bench test lint install clean env-debug readme-results
+.PHONY: bench test lint install clean env-debug readme-results kernels-check
 
 $(PY):
 	$(PYTHON) -m venv $(if $(filter 1,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
@@ -45,6 +45,18 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports   # the layer contracts in pyproject.toml (docs/architecture.md)
 	$(VENV)/bin/hadolint --config .hadolint.yaml images/cuda.Dockerfile images/cpu.Dockerfile
 	$(VENV)/bin/shellcheck docker.sh .ci/run
+
+# Compile every kernels/*.cu for sm_80/86/89/90 with NVRTC (no GPU or driver needed), print registers per
+# kernel, fail on a compile error, a register spill or a limit in appliance/gpu/warm.py. Its Python
+# packages are the `kernels` extra of pyproject.toml, installed from there into the venv.
+KERNELS_STAMP := $(VENV)/.kernels-installed
+$(KERNELS_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['kernels']))" > $(VENV)/kernels-requirements.txt
+	$(PY) -m pip install --quiet -r $(VENV)/kernels-requirements.txt
+	@touch $@
+
+kernels-check: $(KERNELS_STAMP)
+	$(PY) -m appliance.gpu.warm --check
 
 clean:
 	rm -rf build dist *.egg-info appliance/*.so envs/build

@@ -5,12 +5,16 @@
 * ``envs/``, ``kernels/`` and ``bench/`` live at the top of the checkout (DESIGN.md). ``package_dir``
   maps each to ``appliance/_data/<name>`` in a wheel, with the files ``DATA`` lists as package
   data, so ``pip install .`` works outside the checkout; ``appliance.paths`` finds them either way.
+* A wheel also carries the fused kernels compiled to cubins for the usual GPU architectures when
+  NVRTC is installed at build time (the ``kernels`` extra); without it they compile at first use.
 """
 
 import os
+import sys
 from pathlib import Path
 
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent.resolve()
 DATA = {
@@ -25,6 +29,20 @@ def _compile_args() -> list[str]:
     if os.environ.get("PUFFER_NATIVE", "0") not in ("", "0"):
         args.append("-march=native")
     return args
+
+
+class BuildPyWithCubins(build_py):
+    """After the usual build, compile kernels/*.cu to cubins inside the built package (not for editable
+    installs, which compile at first use from the checkout)."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        sys.path.insert(0, str(ROOT))
+        from appliance.gpu.warm import build_wheel_cubins
+
+        build_wheel_cubins(Path(self.build_lib) / "appliance" / "_data" / "kernels")
 
 
 ocean = Extension(
@@ -44,4 +62,5 @@ setup(
         **{f"appliance._data.{n}": globs for n, globs in DATA.items()},
     },
     ext_modules=[ocean],
+    cmdclass={"build_py": BuildPyWithCubins},
 )

@@ -217,6 +217,7 @@ SECTIONS = (
     ("train_sps/", "Training speed (end-to-end agent-steps/s)"),
     ("train_phase/", "Training phase shares"),
     ("time_to_score/", "Time to score"),
+    ("kernel/", "Fused kernels (us per call, cuda and eager torch; speed-up)"),
 )
 
 

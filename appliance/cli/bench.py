@@ -1,4 +1,4 @@
-"""Benchmark commands: profile, run, compare, report."""
+"""Benchmark commands: profile, run, compare, report, gpu-check."""
 
 from __future__ import annotations
 
@@ -204,3 +204,22 @@ def report_cmd(
         written += readme_mod.update_readme(Path(readme), paths, Path(results_dir))
     for p in written:
         click.echo(f"wrote {p}")
+
+
+@cli.command("gpu-check", context_settings=CONTEXT)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the report to DIR/kernels/.")
+@click.option(
+    "--runs", default=20, show_default=True, type=click.IntRange(1), help="Timed repeats per kernel."
+)
+def gpu_check(out_dir: str | None, runs: int) -> None:
+    """Every fused kernel against its torch reference on this GPU (float32 and bfloat16, at breakout
+    scale), with its median time beside the eager torch it replaces. Exit 1 if one disagrees, 2 without CUDA.
+    """
+    from appliance.bench.gpucheck import run_check
+
+    report = run_check(out_dir, runs, log=lambda line: click.echo(line, err=True))
+    for path in report.get("written", []):
+        click.echo(f"wrote {path}")
+    if not report["analysis"]["passed"]:
+        click.echo("error: a kernel disagrees with its reference (see analysis.kernels)", err=True)
+        sys.exit(1)

@@ -13,29 +13,6 @@ This torch version is the reference; a fused GPU kernel can replace it behind th
 
 from __future__ import annotations
 
-import torch
+from appliance.gpu.reference import advantage as compute_advantages
 
-
-def compute_advantages(
-    values: torch.Tensor,
-    rewards: torch.Tensor,
-    dones: torch.Tensor,
-    ratios: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-    rho_clip: float = 1.0,
-    c_clip: float = 1.0,
-) -> torch.Tensor:
-    """All arguments ``[segments, horizon]``; returns advantages of the same shape (float32)."""
-    values, rewards, dones, ratios = (t.float() for t in (values, rewards, dones, ratios))
-    horizon = values.shape[1]
-    advantages = torch.zeros_like(values)
-    rho = torch.clamp(ratios, max=rho_clip)
-    c = torch.clamp(ratios, max=c_clip)
-    last = torch.zeros_like(values[:, 0])
-    for t in range(horizon - 2, -1, -1):
-        not_done = 1.0 - dones[:, t + 1]
-        delta = rho[:, t] * (rewards[:, t + 1] + gamma * values[:, t + 1] * not_done - values[:, t])
-        last = delta + gamma * gae_lambda * c[:, t] * not_done * last
-        advantages[:, t] = last
-    return advantages
+__all__ = ["compute_advantages"]

@@ -26,8 +26,8 @@ import torch
 
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError, DeviceError
+from appliance.gpu import kernels
 from appliance.train import checkpoint
-from appliance.train.advantage import compute_advantages
 from appliance.train.policy import Policy, State
 from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
@@ -274,7 +274,7 @@ class Trainer:
         with self.timings.phase("train"):
             b.ratios.fill_(1.0)
             for _ in range(minibatches):
-                adv = compute_advantages(
+                adv = kernels.advantage(  # fused on CUDA; the torch reference elsewhere
                     b.values,
                     b.rewards,
                     b.dones,

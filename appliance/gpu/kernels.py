@@ -1,0 +1,522 @@
+"""The fused kernels' one entry point: ``appliance.gpu.kernels.<op>(...)``.
+
+For CUDA tensors each op launches its cupy kernel (``kernels/<op>.cu``) on torch's current stream
+(``cupy.cuda.ExternalStream``) with raw pointers: no DLPack conversion and, when the caller passes
+the output buffers, no allocation (scratch space is allocated once per shape and kept). Everywhere
+else (CPU tensors, no cupy) it runs the torch reference of :mod:`appliance.gpu.reference`, which has
+the same signature. ``PUFFER_KERNELS=reference`` forces the reference, ``PUFFER_KERNELS=cuda`` the
+kernels (an error, in one line, where they cannot run).
+
+Kernels come from cubins built by ``python -m appliance.gpu.warm --out DIR`` for the running GPU's
+architecture (``PUFFER_KERNELS_CUBINS``, default ``kernels/cubin`` in the data tree), loaded with
+``cupy.RawModule(path=...)``; when there is none for this GPU, or it was built from other sources,
+NVRTC compiles them once at run time into ``~/.cache/puffer-bench/kernels``.
+
+cupy is optional (the ``cuda*`` extras); nothing here imports it until a CUDA tensor arrives.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from appliance.errors import ConfigError, DeviceError
+from appliance.gpu import reference
+from appliance.gpu.reference import PPOLoss
+
+ENV = "PUFFER_KERNELS"
+MODES = ("auto", "reference", "cuda")
+THREADS = 256
+
+__all__ = [
+    "PPOLoss",
+    "advantage",
+    "gather_rows",
+    "ingest",
+    "lstm_step",
+    "mingru_scan",
+    "mingru_step",
+    "mode",
+    "ppo_loss",
+    "prio_sample",
+    "sample_logits",
+]
+
+
+# ------------------------------------------------------------------------------------ dispatch
+
+
+def mode() -> str:
+    """``PUFFER_KERNELS``: auto (kernels for CUDA tensors when cupy is there), reference or cuda."""
+    value = os.environ.get(ENV, "").strip().lower() or "auto"
+    if value not in MODES:
+        raise ConfigError(f"{ENV}={os.environ[ENV]!r} is not one of {', '.join(MODES)}")
+    return value
+
+
+@functools.cache
+def _cupy_error() -> str | None:
+    try:
+        import cupy  # noqa: F401
+    except Exception as e:
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    return None
+
+
+def use_cuda(tensor: torch.Tensor) -> bool:
+    """Whether an op on ``tensor`` runs the cupy kernel (True) or the torch reference (False)."""
+    m = mode()
+    if m == "reference":
+        return False
+    if m == "cuda":
+        if not tensor.is_cuda:
+            raise DeviceError(
+                f"{ENV}=cuda, but the tensors are on {tensor.device} "
+                f"(torch sees {'a' if torch.cuda.is_available() else 'no'} CUDA device); unset {ENV} to use the torch reference"
+            )
+        if err := _cupy_error():
+            raise DeviceError(
+                f"{ENV}=cuda, but cupy cannot be imported ({err}); install puffer-bench[cuda12]"
+            )
+        return True
+    return tensor.is_cuda and _cupy_error() is None
+
+
+# ------------------------------------------------------------------------------------ loading
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "puffer-bench" / "kernels"
+
+
+class _Modules:
+    """One cupy.RawModule per (device, source file), from a shipped cubin or compiled once."""
+
+    def __init__(self) -> None:
+        self._modules: dict[tuple[int, str], Any] = {}
+        self._functions: dict[tuple[int, str], Any] = {}
+        self._streams: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self.origin: dict[str, str] = {}  # source -> "cubin <path>" or "nvrtc <path>", for gpu-check
+
+    def cubin_path(self, source: str, arch: str) -> Path:
+        from appliance.gpu import warm
+
+        shipped = warm.cubin_dir()
+        manifest = shipped / warm.MANIFEST
+        path = shipped / f"sm_{arch}" / f"{source}.cubin"
+        digest = warm.source_hash()
+        try:
+            fresh = json.loads(manifest.read_text()).get("source_hash") == digest
+        except (OSError, ValueError):
+            fresh = False
+        if fresh and path.is_file():
+            self.origin[source] = f"cubin {path}"
+            return path
+        cached = _cache_dir() / digest[:16] / f"sm_{arch}" / f"{source}.cubin"
+        if not cached.is_file():
+            cubin, _ = warm.compile_source(warm.kernels_dir() / f"{source}.cu", arch, verbose=False)
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            warm._write_atomic(cached, cubin)
+        self.origin[source] = f"nvrtc {cached}"
+        return cached
+
+    def function(self, source: str, name: str, device: torch.device) -> Any:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = (index, name)
+        fn = self._functions.get(key)
+        if fn is not None:
+            return fn
+        import cupy
+
+        with self._lock, cupy.cuda.Device(index):
+            module = self._modules.get((index, source))
+            if module is None:
+                major, minor = torch.cuda.get_device_capability(index)
+                module = cupy.RawModule(path=str(self.cubin_path(source, f"{major}{minor}")))
+                self._modules[(index, source)] = module
+            fn = self._functions[key] = module.get_function(name)
+        return fn
+
+    def stream(self) -> Any:
+        import cupy
+
+        ptr = torch.cuda.current_stream().cuda_stream
+        s = self._streams.get(ptr)
+        if s is None:
+            s = self._streams[ptr] = cupy.cuda.ExternalStream(ptr)
+        return s
+
+
+_MODULES = _Modules()
+_SCRATCH: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
+def _scratch(key: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    k = (key, shape, dtype, device)
+    t = _SCRATCH.get(k)
+    if t is None:
+        t = _SCRATCH[k] = torch.empty(shape, dtype=dtype, device=device)
+    return t
+
+
+def _nvec_tensor(nvec: Sequence[int], device: torch.device) -> torch.Tensor:
+    k = ("nvec", tuple(int(n) for n in nvec), torch.int32, device)
+    t = _SCRATCH.get(k)
+    if t is None:
+        t = _SCRATCH[k] = torch.tensor(list(k[1]), dtype=torch.int32, device=device)
+    return t
+
+
+def _ptr(t: torch.Tensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def _launch(
+    source: str, name: str, device: torch.device, n: int, args: tuple[Any, ...], block: int = THREADS
+) -> None:
+    fn = _MODULES.function(source, name, device)
+    grid = max(1, min((n + block - 1) // block, 65535 * 32))
+    with _MODULES.stream():
+        fn((grid,), (block,), args)
+
+
+def _suffix(t: torch.Tensor) -> str:
+    if t.dtype == torch.float32:
+        return "f32"
+    if t.dtype == torch.bfloat16:
+        return "bf16"
+    raise ConfigError(f"the kernels store float32 or bfloat16, got {t.dtype}")
+
+
+def _check(t: torch.Tensor, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    if not t.is_contiguous():
+        raise ConfigError(f"{name} must be contiguous for the CUDA kernels (got strides {t.stride()})")
+    if dtype is not None and t.dtype != dtype:
+        raise ConfigError(f"{name} must be {dtype} for the CUDA kernels, got {t.dtype}")
+    return t
+
+
+# ------------------------------------------------------------------------------------ ops
+
+
+def sample_logits(
+    out: torch.Tensor,
+    nvec: Sequence[int],
+    seed: int,
+    step: int,
+    mask: torch.Tensor | None = None,
+    *,
+    action: torch.Tensor | None = None,
+    logprob: torch.Tensor | None = None,
+    value: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if not use_cuda(out):
+        return reference.sample_logits(
+            out, nvec, seed, step, mask, action=action, logprob=logprob, value=value
+        )
+    n, width = out.shape[0], sum(nvec)
+    if out.stride(1) != 1 or out.shape[1] < width + 1:
+        raise ConfigError(f"out must be [N, sum(nvec) + 1] = [N, {width + 1}] with unit column stride")
+    heads = len(nvec)
+    action = (
+        action if action is not None else out.new_empty((n,) if heads == 1 else (n, heads), dtype=torch.int64)
+    )
+    logprob = logprob if logprob is not None else out.new_empty(n, dtype=torch.float32)
+    value = value if value is not None else out.new_empty(n, dtype=torch.float32)
+    if mask is not None:
+        _check(mask, "mask", torch.uint8 if mask.dtype != torch.bool else torch.bool)
+    args = (
+        _ptr(out), np.int64(out.stride(0)), np.int32(width), _ptr(_nvec_tensor(nvec, out.device)),
+        np.int32(heads), _ptr(mask), np.uint64(seed), np.uint64(step), np.int32(n),
+        _ptr(_check(action, "action", torch.int64)), _ptr(_check(logprob, "logprob", torch.float32)),
+        _ptr(_check(value, "value", torch.float32)),
+    )  # fmt: skip
+    _launch("sample_logits", f"sample_logits_{_suffix(out)}", out.device, n, args)
+    return action, logprob, value
+
+
+def advantage(
+    values: torch.Tensor,
+    rewards: torch.Tensor,
+    dones: torch.Tensor,
+    ratios: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    rho_clip: float = 1.0,
+    c_clip: float = 1.0,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    if not use_cuda(values):
+        return reference.advantage(
+            values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip, out=out
+        )
+    rows, horizon = values.shape
+    for name, t in (("values", values), ("rewards", rewards), ("dones", dones), ("ratios", ratios)):
+        _check(t, name, torch.float32)
+    out = out if out is not None else torch.empty_like(values)
+    args = (
+        _ptr(values), _ptr(rewards), _ptr(dones), _ptr(ratios), _ptr(_check(out, "out", torch.float32)),
+        np.int32(rows), np.int32(horizon), np.float32(gamma), np.float32(gamma * gae_lambda),
+        np.float32(rho_clip), np.float32(c_clip),
+    )  # fmt: skip
+    _launch("advantage", "advantage_f32", values.device, rows, args)
+    return out
+
+
+def lstm_step(
+    gx: torch.Tensor,
+    gh: torch.Tensor,
+    c: torch.Tensor,
+    done: torch.Tensor | None = None,
+    b_hh: torch.Tensor | None = None,
+    *,
+    h_out: torch.Tensor | None = None,
+    c_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if not use_cuda(gx):
+        return reference.lstm_step(gx, gh, c, done, b_hh, h_out=h_out, c_out=c_out)
+    if done is not None and b_hh is None:
+        raise ValueError("lstm_step with done needs b_hh (the hidden bias a reset row's gates keep)")
+    batch, hidden = c.shape
+    h_out = h_out if h_out is not None else c.new_empty(batch, hidden, dtype=torch.float32)
+    c_out = c_out if c_out is not None else c.new_empty(batch, hidden, dtype=torch.float32)
+    _check(gx, "gx"), _check(gh, "gh", gx.dtype), _check(c, "c", torch.float32)
+    if b_hh is not None:
+        _check(b_hh, "b_hh", gx.dtype)
+    if done is not None:
+        _check(done, "done", torch.float32)
+    args = (
+        _ptr(gx), _ptr(gh), _ptr(b_hh), _ptr(c), _ptr(done), np.int32(batch), np.int32(hidden),
+        _ptr(_check(h_out, "h_out", torch.float32)), _ptr(_check(c_out, "c_out", torch.float32)),
+    )  # fmt: skip
+    _launch("lstm_step", f"lstm_step_{_suffix(gx)}", gx.device, batch * hidden, args)
+    return h_out, c_out
+
+
+def mingru_step(
+    kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = None, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    if not use_cuda(kv):
+        return reference.mingru_step(kv, h, done, out=out)
+    batch, hidden = h.shape
+    out = out if out is not None else h.new_empty(batch, hidden, dtype=torch.float32)
+    _check(kv, "kv"), _check(h, "h", torch.float32)
+    if done is not None:
+        _check(done, "done", torch.float32)
+    args = (
+        _ptr(kv),
+        _ptr(h),
+        _ptr(done),
+        np.int32(batch),
+        np.int32(hidden),
+        _ptr(_check(out, "out", torch.float32)),
+    )
+    _launch("mingru_step", f"mingru_step_{_suffix(kv)}", kv.device, batch * hidden, args)
+    return out
+
+
+class CudaScan:
+    """The mingru_scan kernels as a backend of :class:`MinGRUScan` (float32, CUDA tensors)."""
+
+    @staticmethod
+    def forward(kv: torch.Tensor, h0: torch.Tensor, h: torch.Tensor) -> None:
+        b, t, hidden = h.shape
+        args = (_ptr(kv), _ptr(h0), _ptr(h), np.int32(b), np.int32(t), np.int32(hidden))
+        _launch("mingru_scan", "mingru_scan_fwd_f32", kv.device, b * hidden, args)
+
+    @staticmethod
+    def backward(kv, h0, h, grad_h, grad_kv, grad_h0) -> None:  # type: ignore[no-untyped-def]
+        b, t, hidden = h.shape
+        args = (
+            _ptr(kv), _ptr(h0), _ptr(h), _ptr(grad_h), _ptr(grad_kv), _ptr(grad_h0),
+            np.int32(b), np.int32(t), np.int32(hidden),
+        )  # fmt: skip
+        _launch("mingru_scan", "mingru_scan_bwd_f32", kv.device, b * hidden, args)
+
+
+class MinGRUScan(torch.autograd.Function):
+    """h = scan(kv, h0) with the kernels' analytic backward; ``backend`` runs the two passes (CudaScan
+    on the GPU; the CPU tests pass the g++-compiled bodies)."""
+
+    @staticmethod
+    def forward(ctx: Any, kv: torch.Tensor, h0: torch.Tensor, backend: Any) -> torch.Tensor:
+        kv, h0 = kv.contiguous(), h0.contiguous()
+        b, t, two_h = kv.shape
+        h = kv.new_empty(b, t, two_h // 2)
+        backend.forward(kv, h0, h)
+        ctx.save_for_backward(kv, h0, h)
+        ctx.backend = backend
+        return h
+
+    @staticmethod
+    def backward(ctx: Any, grad_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        kv, h0, h = ctx.saved_tensors
+        grad_kv, grad_h0 = torch.empty_like(kv), torch.empty_like(h0)
+        ctx.backend.backward(kv, h0, h, grad_h.contiguous(), grad_kv, grad_h0)
+        return grad_kv, grad_h0, None
+
+
+def mingru_scan(kv: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    if not use_cuda(kv):
+        return reference.mingru_scan(kv, h0)
+    return MinGRUScan.apply(kv.float(), h0.float(), CudaScan)
+
+
+def ppo_loss(
+    logits: torch.Tensor,
+    value: torch.Tensor,
+    actions: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    old_value: torch.Tensor,
+    mask: torch.Tensor,
+    nvec: Sequence[int],
+    clip_coef: float,
+    vf_clip_coef: float,
+    vf_coef: float,
+    ent_coef: float,
+    grad_scale: float = 1.0,
+    *,
+    out: PPOLoss | None = None,
+) -> PPOLoss:
+    if not use_cuda(logits):
+        return reference.ppo_loss(
+            logits, value, actions, old_logprob, advantages, returns, old_value, mask, nvec,
+            clip_coef, vf_clip_coef, vf_coef, ent_coef, grad_scale, out=out,
+        )  # fmt: skip
+    rows, width = logits.shape[0], sum(nvec)
+    if logits.stride(1) != 1:
+        raise ConfigError("logits must have unit column stride for the CUDA kernels")
+    for name, t in (
+        ("value", value), ("old_logprob", old_logprob), ("advantages", advantages),
+        ("returns", returns), ("old_value", old_value), ("mask", mask),
+    ):  # fmt: skip
+        _check(t, name, torch.float32)
+    _check(actions, "actions", torch.int64)
+    dev = logits.device
+    terms = _scratch("ppo_terms", (rows, 6), torch.float32, dev)
+    if out is None:
+        out = PPOLoss(
+            torch.empty(6, dtype=torch.float32, device=dev),
+            torch.empty(rows, dtype=torch.float32, device=dev),
+            torch.empty(rows, width, dtype=torch.float32, device=dev),
+            torch.empty(rows, dtype=torch.float32, device=dev),
+        )
+    for name, t in zip(PPOLoss._fields, out, strict=True):
+        _check(t, f"out.{name}", torch.float32)
+    stats, ratio, grad_logits, grad_value = out
+    args = (
+        _ptr(logits), np.int64(logits.stride(0)), _ptr(_nvec_tensor(nvec, dev)), np.int32(len(nvec)),
+        _ptr(actions), _ptr(old_logprob), _ptr(advantages), _ptr(returns), _ptr(value), _ptr(old_value),
+        _ptr(mask), np.float32(clip_coef), np.float32(vf_clip_coef), np.float32(vf_coef),
+        np.float32(ent_coef), np.float32(grad_scale), np.int32(rows), _ptr(terms), _ptr(ratio),
+        _ptr(grad_logits), _ptr(grad_value),
+    )  # fmt: skip
+    _launch("ppo_loss", f"ppo_loss_rows_{_suffix(logits)}", dev, rows, args)
+    args = (
+        _ptr(terms), np.int32(rows), np.int32(width), np.float32(vf_coef), np.float32(ent_coef),
+        _ptr(stats), _ptr(grad_logits), _ptr(grad_value),
+    )  # fmt: skip
+    _launch("ppo_loss", "ppo_loss_reduce", dev, 1, args, block=256)  # one block: PB_REDUCE_THREADS
+    return out
+
+
+def prio_sample(
+    adv: torch.Tensor,
+    alpha: float,
+    beta: float,
+    samples: int,
+    seed: int,
+    step: int,
+    *,
+    idx: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if not use_cuda(adv):
+        return reference.prio_sample(adv, alpha, beta, samples, seed, step, idx=idx, weight=weight)
+    segments, horizon = _check(adv, "adv", torch.float32).shape
+    dev = adv.device
+    prio = _scratch("prio", (segments,), torch.float64, dev)
+    cdf = _scratch("cdf", (segments,), torch.float64, dev)
+    idx = idx if idx is not None else torch.empty(samples, dtype=torch.int64, device=dev)
+    weight = weight if weight is not None else torch.empty(samples, dtype=torch.float32, device=dev)
+    args = (_ptr(adv), np.int32(segments), np.int32(horizon), np.float64(alpha), _ptr(prio), _ptr(cdf))
+    _launch("prio_sample", "prio_cdf", dev, 1, args, block=1024)  # one block: PB_CDF_THREADS
+    args = (
+        _ptr(prio), _ptr(cdf), np.int32(segments), np.uint64(seed), np.uint64(step), np.int32(samples),
+        np.float64(beta), _ptr(_check(idx, "idx", torch.int64)), _ptr(_check(weight, "weight", torch.float32)),
+    )  # fmt: skip
+    _launch("prio_sample", "prio_pick", dev, samples, args)
+    return idx, weight
+
+
+def gather_rows(src: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    if not use_cuda(src):
+        return reference.gather_rows(src, idx, out)
+    _check(src, "src"), _check(idx, "idx", torch.int64)
+    out = out if out is not None else src.new_empty((len(idx), *src.shape[1:]))
+    _check(out, "out", src.dtype)
+    row_bytes = src[0].numel() * src.element_size() if len(src) else 0
+    word = next(w for w in (4, 2, 1) if row_bytes % w == 0)
+    name = {4: "u32", 2: "u16", 1: "u8"}[word]
+    words = row_bytes // word
+    args = (_ptr(src), _ptr(idx), _ptr(out), np.int32(len(idx)), np.int64(words))
+    _launch("prio_sample", f"gather_rows_{name}", src.device, len(idx) * words, args)
+    return out
+
+
+_INGEST = {
+    (torch.uint8, torch.uint8): "ingest_u8_u8",
+    (torch.uint8, torch.float32): "ingest_u8_f32",
+    (torch.uint8, torch.bfloat16): "ingest_u8_bf16",
+    (torch.float32, torch.float32): "ingest_f32_f32",
+    (torch.float32, torch.bfloat16): "ingest_f32_bf16",
+}
+
+
+def ingest(
+    obs: torch.Tensor,
+    rewards: torch.Tensor,
+    terminals: torch.Tensor,
+    truncations: torch.Tensor | None,
+    step: torch.Tensor,
+    obs_buf: torch.Tensor,
+    rew_buf: torch.Tensor,
+    done_buf: torch.Tensor,
+    reward_clamp: float,
+) -> None:
+    if not use_cuda(obs_buf):
+        return reference.ingest(
+            obs, rewards, terminals, truncations, step, obs_buf, rew_buf, done_buf, reward_clamp
+        )
+    name = _INGEST.get((obs.dtype, obs_buf.dtype))
+    if name is None:
+        raise ConfigError(
+            f"ingest has no kernel from {obs.dtype} to {obs_buf.dtype}; use {sorted(map(str, _INGEST))}"
+        )
+    agents, horizon = obs_buf.shape[:2]
+    obs_size = obs_buf[0, 0].numel()
+    for t, tname in ((obs, "obs"), (obs_buf, "obs_buf"), (terminals, "terminals")):
+        _check(t, tname)
+    _check(rewards, "rewards", torch.float32), _check(step, "step", torch.int64)
+    _check(rew_buf, "rew_buf", torch.float32), _check(done_buf, "done_buf", torch.float32)
+    if terminals.dtype not in (torch.bool, torch.uint8):
+        raise ConfigError(f"terminals must be bool or uint8, got {terminals.dtype}")
+    args = (
+        _ptr(obs), _ptr(rewards), _ptr(terminals), _ptr(truncations), _ptr(step), np.int32(agents),
+        np.int64(obs_size), np.int32(horizon), np.float32(reward_clamp), _ptr(obs_buf), _ptr(rew_buf),
+        _ptr(done_buf),
+    )  # fmt: skip
+    _launch("ingest", name, obs_buf.device, agents * obs_size, args)

@@ -1,0 +1,309 @@
+"""Torch references of the fused kernels in ``kernels/``: the same signatures as
+:mod:`appliance.gpu.kernels`, the same math as the trainer code each kernel replaces.
+
+These run wherever the kernels do not (CPU, no cupy, ``PUFFER_KERNELS=reference``) and are what the
+kernels are tested against: on the CPU through the ``.cuh`` bodies compiled with g++
+(tests/test_kernels.py), on a GPU through ``puffer-bench gpu-check``.
+
+Random draws come from Philox4x32-10 keyed on (seed, step, index, lane), implemented here with int64
+tensor arithmetic so the reference reproduces the kernels' uniforms bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+# ---------------------------------------------------------------------------------------- Philox
+
+_M0, _M1, _W0, _W1, _MASK = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
+PRIO_LANE = 0x80000000  # kernels/prio_sample.cuh: PB_PRIO_LANE
+
+
+def philox(
+    seed: int, step: int, index: torch.Tensor, lane: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Philox4x32-10 of counter (index, lane, step lo, step hi) under key (seed lo, seed hi).
+
+    ``index`` is an int64 tensor; returns four int64 tensors holding the 32-bit output words. Products
+    wrap modulo 2^64 in int64, and masking recovers the exact high and low words."""
+    x = index.to(torch.int64) & _MASK
+    y = torch.full_like(x, lane & _MASK)
+    z = torch.full_like(x, step & _MASK)
+    w = torch.full_like(x, (step >> 32) & _MASK)
+    k0, k1 = seed & _MASK, (seed >> 32) & _MASK
+    for _ in range(10):
+        p0, p1 = x * _M0, z * _M1
+        x, y, z, w = ((p1 >> 32) & _MASK) ^ y ^ k0, p1 & _MASK, ((p0 >> 32) & _MASK) ^ w ^ k1, p0 & _MASK
+        k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
+    return x, y, z, w
+
+
+def uniform24(word: torch.Tensor) -> torch.Tensor:
+    """Float32 uniform in [0, 1) from the top 24 bits of a 32-bit word (exact)."""
+    return (word >> 8).to(torch.float32) * (1.0 / 16777216.0)
+
+
+def uniform53(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Float64 uniform in [0, 1) with 53 bits from two words (exact)."""
+    return ((a >> 5).to(torch.float64) * 67108864.0 + (b >> 6).to(torch.float64)) * (1.0 / 9007199254740992.0)
+
+
+# ---------------------------------------------------------------------------------------- ops
+
+
+def sample_logits(
+    out: torch.Tensor,
+    nvec: Sequence[int],
+    seed: int,
+    step: int,
+    mask: torch.Tensor | None = None,
+    *,
+    action: torch.Tensor | None = None,
+    logprob: torch.Tensor | None = None,
+    value: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decoder output ``[N, sum(nvec) + 1]`` (logits of every head, then the value) -> (action, logprob,
+    value). ``action`` is int64 ``[N]`` for one head, ``[N, heads]`` otherwise; ``mask`` ``[N, sum(nvec)]``
+    (nonzero = allowed) is optional, and a head with no allowed action samples unmasked.
+
+    Replaces ``Policy.sample(out)`` (Categorical per head) plus the value head's squeeze in the rollout;
+    the draws come from Philox(seed, step, agent, head) instead of torch's generator."""
+    n_agents, width = out.shape[0], sum(nvec)
+    agents = torch.arange(n_agents, device=out.device)
+    actions, total = [], torch.zeros(n_agents, dtype=torch.float32, device=out.device)
+    offset = 0
+    for h, n in enumerate(nvec):
+        logits = out[:, offset : offset + n].float()
+        if mask is None:
+            use = torch.ones_like(logits, dtype=torch.bool)
+        else:
+            allowed = mask[:, offset : offset + n].bool()
+            use = allowed | ~allowed.any(1, keepdim=True)
+        mx = torch.where(use, logits, float("-inf")).max(1, keepdim=True).values
+        e = torch.where(use, torch.exp(logits - mx), 0.0)
+        s = e.sum(1)
+        u = uniform24(philox(seed, step, agents, h)[0])
+        hit = (e.cumsum(1) > (u * s)[:, None]) & use
+        last = n - 1 - use.flip(1).to(torch.uint8).argmax(1)
+        a = torch.where(hit.any(1), hit.to(torch.uint8).argmax(1), last)
+        actions.append(a)
+        total += (logits.gather(1, a[:, None])[:, 0] - mx[:, 0]) - torch.log(s)
+        offset += n
+    act = actions[0] if len(nvec) == 1 else torch.stack(actions, 1)
+    val = out[:, width].float()
+    return _into(action, act), _into(logprob, total), _into(value, val)
+
+
+def advantage(
+    values: torch.Tensor,
+    rewards: torch.Tensor,
+    dones: torch.Tensor,
+    ratios: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    rho_clip: float = 1.0,
+    c_clip: float = 1.0,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """V-trace-clipped GAE over ``[segments, horizon]`` (appliance/train/advantage.py explains it;
+    the trainer calls this through ``kernels.advantage`` once per minibatch)."""
+    values, rewards, dones, ratios = (t.float() for t in (values, rewards, dones, ratios))
+    horizon = values.shape[1]
+    advantages = torch.zeros_like(values)
+    rho = torch.clamp(ratios, max=rho_clip)
+    c = torch.clamp(ratios, max=c_clip)
+    last = torch.zeros_like(values[:, 0])
+    for t in range(horizon - 2, -1, -1):
+        not_done = 1.0 - dones[:, t + 1]
+        delta = rho[:, t] * (rewards[:, t + 1] + gamma * values[:, t + 1] * not_done - values[:, t])
+        last = delta + gamma * gae_lambda * c[:, t] * not_done * last
+        advantages[:, t] = last
+    return _into(out, advantages)
+
+
+def lstm_step(
+    gx: torch.Tensor,
+    gh: torch.Tensor,
+    c: torch.Tensor,
+    done: torch.Tensor | None = None,
+    b_hh: torch.Tensor | None = None,
+    *,
+    h_out: torch.Tensor | None = None,
+    c_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """LSTM gate math after the GEMMs: ``gx = x W_ih^T + b_ih``, ``gh = h W_hh^T + b_hh`` ``[B, 4H]``
+    (i, f, g, o), ``c [B, H]`` -> (h, c) in float32, as ``nn.LSTMCell`` computes them (Policy.step's
+    ``self.cell``). Rows with ``done`` start from h = c = 0: gh is replaced by b_hh (needed then)."""
+    if done is not None and b_hh is None:
+        raise ValueError("lstm_step with done needs b_hh (the hidden bias a reset row's gates keep)")
+    gates = gx.float() + gh.float()
+    c_prev = c.float()
+    if done is not None:
+        reset = done.bool()[:, None]
+        gates = torch.where(reset, gx.float() + b_hh.float(), gates)
+        c_prev = torch.where(reset, 0.0, c_prev)
+    i, f, g, o = gates.chunk(4, 1)
+    c_new = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
+    h_new = torch.sigmoid(o) * torch.tanh(c_new)
+    return _into(h_out, h_new), _into(c_out, c_new)
+
+
+def mingru_step(
+    kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = None, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """MinGRU.step after its GEMM: ``kv = x W^T + b`` ``[B, 2H]`` (k then v), ``h [B, H]`` -> new h.
+    Rows with ``done`` start from h = 0.5 (Policy.initial_state)."""
+    k, v = kv.float().chunk(2, dim=-1)
+    h_prev = h.float() if done is None else torch.where(done.bool()[:, None], 0.5, h.float())
+    z = torch.sigmoid(k)
+    g = torch.where(v >= 0, v + 0.5, torch.sigmoid(v))
+    return _into(out, (1 - z) * h_prev + z * g)
+
+
+def mingru_scan(kv: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    """MinGRU.scan after its GEMM: ``kv [B, T, 2H]``, ``h0 [B, H]`` -> h ``[B, T, H]``, the log-space
+    parallel scan of appliance/train/policy.py (differentiable through torch autograd)."""
+    k, v = kv.chunk(2, dim=-1)
+    log_coeff = -torch.nn.functional.softplus(k)
+    log_g = torch.where(v >= 0, torch.log(torch.relu(v) + 0.5), -torch.nn.functional.softplus(-v))
+    log_values = -torch.nn.functional.softplus(-k) + log_g
+    log_h0 = torch.log(h0.clamp_min(1e-30)).unsqueeze(1)
+    a_star = torch.cumsum(log_coeff, dim=1)
+    log_terms = torch.cat([log_h0, log_values - a_star], dim=1)
+    return torch.exp(a_star + torch.logcumsumexp(log_terms, dim=1)[:, 1:])
+
+
+class PPOLoss(NamedTuple):
+    """stats: [loss, policy_loss, value_loss, entropy, approx_kl, clipfrac] (float32 [6]); ratio [N];
+    grad_logits [N, A] and grad_value [N]: d(grad_scale * loss) / d logits, d value."""
+
+    stats: torch.Tensor
+    ratio: torch.Tensor
+    grad_logits: torch.Tensor
+    grad_value: torch.Tensor
+
+
+STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+
+
+def ppo_loss(
+    logits: torch.Tensor,
+    value: torch.Tensor,
+    actions: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    old_value: torch.Tensor,
+    mask: torch.Tensor,
+    nvec: Sequence[int],
+    clip_coef: float,
+    vf_clip_coef: float,
+    vf_coef: float,
+    ent_coef: float,
+    grad_scale: float = 1.0,
+    *,
+    out: PPOLoss | None = None,
+) -> PPOLoss:
+    """The loss of Trainer._minibatch over N rows (a chunk's [B, T] flattened): logits ``[N, sum(nvec)]``,
+    value/old_logprob/advantages/returns/old_value/mask ``[N]``, actions ``[N]`` or ``[N, heads]``;
+    returns the stats, the ratios and the gradients that ``(loss * grad_scale).backward()`` sends
+    into logits and value (written into ``out``'s tensors when given)."""
+    lg = logits.detach().float().requires_grad_(True)
+    nv = value.detach().float().requires_grad_(True)
+    act = actions.reshape(len(lg), -1)
+    dists = [torch.distributions.Categorical(logits=p) for p in torch.split(lg, list(nvec), dim=-1)]
+    new_logprob = sum(d.log_prob(act[:, i]) for i, d in enumerate(dists))
+    entropy = sum(d.entropy() for d in dists)
+    m = mask.float()
+
+    def masked_mean(x: torch.Tensor) -> torch.Tensor:
+        return (x * m).sum() / m.sum().clamp_min(1.0)
+
+    logratio = new_logprob - old_logprob.float()
+    ratio = logratio.exp()
+    adv = advantages.float()
+    pg_loss = masked_mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip_coef, 1 + clip_coef)))
+    ov, ret = old_value.float(), returns.float()
+    v_clipped = ov + (nv - ov).clamp(-vf_clip_coef, vf_clip_coef)
+    v_loss = 0.5 * masked_mean(torch.max((nv - ret) ** 2, (v_clipped - ret) ** 2))
+    ent = masked_mean(entropy)
+    loss = pg_loss + vf_coef * v_loss - ent_coef * ent
+    grad_logits, grad_value = torch.autograd.grad(loss * grad_scale, [lg, nv])
+    with torch.no_grad():
+        kl = masked_mean((ratio - 1) - logratio)
+        clipfrac = masked_mean(((ratio - 1).abs() > clip_coef).float())
+        stats = torch.stack([loss, pg_loss, v_loss, ent, kl, clipfrac]).detach()
+    result = PPOLoss(stats, ratio.detach(), grad_logits, grad_value)
+    if out is None:
+        return result
+    for dst, src in zip(out, result, strict=True):
+        dst.copy_(src)
+    return out
+
+
+def prio_sample(
+    adv: torch.Tensor,
+    alpha: float,
+    beta: float,
+    samples: int,
+    seed: int,
+    step: int,
+    *,
+    idx: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Trainer.train's segment sampling: ``adv [segments, horizon]`` -> (idx int64 [samples], importance
+    float32 [samples]) with P ∝ (sum_t |A|)^alpha (uniform if all zero), weight (S P)^-beta. The draws
+    are Philox uniforms searched in the CDF instead of torch.multinomial on the host."""
+    segments = adv.shape[0]
+    prio = adv.double().abs().sum(1).pow(alpha)
+    cdf = prio.cumsum(0)
+    total = cdf[-1]
+    r = philox(seed, step, torch.arange(samples, device=adv.device), PRIO_LANE)
+    u = uniform53(r[0], r[1])
+    if bool(total > 0) and bool(torch.isfinite(total)):
+        k = torch.searchsorted(cdf, u * total, right=True).clamp_max(segments - 1)
+        p = prio[k] / total
+    else:
+        k = (u * segments).long().clamp_max(segments - 1)
+        p = torch.full_like(u, 1.0 / segments)
+    w = (segments * p).pow(-beta).float()
+    return _into(idx, k), _into(weight, w)
+
+
+def gather_rows(src: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[i] = src[idx[i]]`` over the first dim: the sampled segments into static minibatch buffers
+    (Trainer.train's ``adv[idx]``, ``self.values[idx]``, ``self.obs[rows]``, ...)."""
+    return _into(out, src[idx.to(src.device)])
+
+
+def ingest(
+    obs: torch.Tensor,
+    rewards: torch.Tensor,
+    terminals: torch.Tensor,
+    truncations: torch.Tensor | None,
+    step: torch.Tensor,
+    obs_buf: torch.Tensor,
+    rew_buf: torch.Tensor,
+    done_buf: torch.Tensor,
+    reward_clamp: float,
+) -> None:
+    """One env step into ``[agents, horizon, ...]`` rollout buffers at t = ``step`` (an int64 tensor
+    held on the device): the observation cast to obs_buf's dtype, the reward clamped to
+    ±reward_clamp, terminal-or-truncated as 1.0/0.0 (Trainer.evaluate's copy phase)."""
+    t = int(step.reshape(-1)[0])
+    obs_buf[:, t] = obs.reshape(obs_buf[:, t].shape).to(obs_buf.dtype)
+    rew_buf[:, t] = rewards.float().clamp(-reward_clamp, reward_clamp)
+    done = terminals.bool() if truncations is None else terminals.bool() | truncations.bool()
+    done_buf[:, t] = done.float()
+
+
+def _into(out: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
+    if out is None:
+        return value
+    out.copy_(value)
+    return out
