@@ -119,6 +119,9 @@ class OceanVec:
             params=dict(params),
         )
         self.num_threads = self._c.num_threads
+        from appliance.vector.base import warn_oversubscribed
+
+        warn_oversubscribed(name, self.num_threads)
         self._infos: builtins.list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ Vector API
