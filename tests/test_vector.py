@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def shm_segments() -> set[str]:
-    return {p for p in os.listdir("/dev/shm") if p.startswith("puffer_")}
+    """This process's segments (puffer_<pid>_...): other test runs on the machine make their own."""
+    return {p for p in os.listdir("/dev/shm") if p.startswith(f"puffer_{os.getpid()}_")}
 
 
 def children() -> list[psutil.Process]:
