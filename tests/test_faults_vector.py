@@ -146,22 +146,6 @@ def test_in_process_backends_hand_out_memory_that_outlives_close(backend):
     np.testing.assert_array_equal(obs, copy)
 
 
-@pytest.mark.slow
-def test_ray_hands_out_copies_that_outlive_the_runtime():
-    """Ray returns rows by value from its object store; the vector copies them into its own arrays,
-    so nothing it hands out points into a store that close() (ray.shutdown) tears down."""
-    pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'puffer-bench[ray]'")
-    vec = vector.make("squared", backend="ray", num_envs=4, num_workers=2)
-    vec.reset(1)
-    obs, *_ = vec.step(np.zeros(4, np.int64))
-    copy = obs.copy()
-    vec.close()
-    del vec
-    gc.collect()
-    obs += 1
-    np.testing.assert_array_equal(obs, copy + 1)
-
-
 def test_the_shared_block_has_no_name_once_workers_have_mapped_it():
     """Nothing to leak in /dev/shm while a vector runs: a killed main process leaves no file behind."""
     with vector.make("squared", backend="multiprocessing", num_envs=4, num_workers=2) as vec:

@@ -435,7 +435,12 @@ def test_ray_backend_matches_serial_and_batches_async():
             served.update(ids.tolist())
             vec.send(np.zeros(2, np.int64))
         assert served == {0, 1, 2, 3}
+        obs, *_ = vec.recv()
+        kept = obs.copy()
     assert not ray.is_initialized(), "the runtime the vector started is stopped on close"
+    # what recv handed out is the vector's own copy, not a view into the object store just torn down
+    obs += 1
+    np.testing.assert_array_equal(obs, kept + 1)
 
 
 @pytest.mark.slow
