@@ -288,7 +288,7 @@ def _worker(
 
     try:
         group = make_group(source, first_env, sizes.envs_per_worker, rows)
-    except Exception as e:
+    except BaseException as e:
         report(e, "creation")
         return
     flags[me] = DONE
