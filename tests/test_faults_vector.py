@@ -146,6 +146,27 @@ def test_in_process_backends_hand_out_memory_that_outlives_close(backend):
     np.testing.assert_array_equal(obs, copy)
 
 
+def test_the_mapping_lives_exactly_as_long_as_the_last_view():
+    """Nothing unmaps the block explicitly any more: check it is still unmapped, by reference count."""
+
+    def mappings() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(f"puffer_{os.getpid()}_" in line for line in f)
+
+    with vector.make("squared", backend="multiprocessing", num_envs=4, num_workers=2) as vec:
+        vec.reset(0)
+    gc.collect()
+    assert mappings() == 0, "a closed vector with no views left keeps no mapping"
+    vec = vector.make("squared", backend="multiprocessing", num_envs=4, num_workers=2)
+    obs, _ = vec.reset(0)
+    vec.close()
+    gc.collect()
+    assert mappings() == 1, "a view the caller keeps keeps the mapping"
+    del obs
+    gc.collect()
+    assert mappings() == 0, "the last view takes the mapping with it"
+
+
 def test_the_shared_block_has_no_name_once_workers_have_mapped_it():
     """Nothing to leak in /dev/shm while a vector runs: a killed main process leaves no file behind."""
     with vector.make("squared", backend="multiprocessing", num_envs=4, num_workers=2) as vec:
