@@ -11,10 +11,10 @@ Layers, later wins::
 The default of a key fixes its type; every layer is checked against it, and a bad key or value is a
 :class:`~appliance.errors.ConfigError` that names the key, where it came from, the expected type and
 the nearest valid key. Every number is also checked against its range in :data:`RANGES` (NaN and
-infinity never pass), and an Ocean env's parameters against the env's own ranges, and the buffers a
-run would allocate are estimated against the memory available; all of it when the config is
-resolved, before any env, worker or Ray cluster starts. The result is a plain nested dict (:meth:`Config.to_dict`) with attribute
-access on top (``cfg.train.learning_rate``).
+infinity never pass), an Ocean env's parameters against the env's own ranges, and the buffers a run
+would allocate against the memory available: all when the config is resolved, before any env,
+worker or Ray cluster starts. The result is a plain nested dict (:meth:`Config.to_dict`) with
+attribute access on top (``cfg.train.learning_rate``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Range:
     high_open: bool = False
 
     def contains(self, value: float) -> bool:
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
@@ -65,7 +65,7 @@ class Range:
 
     def __str__(self) -> str:
         def bound(x: float) -> str:
-            return f"{int(x):,}" if float(x).is_integer() and abs(x) >= 10_000 else f"{x:g}"
+            return f"{int(x):,}" if _whole(x) and abs(x) >= 10_000 else f"{x:g}"
 
         low = None if self.low is None else f"{'>' if self.low_open else '>='} {bound(self.low)}"
         high = None if self.high is None else f"{'<' if self.high_open else '<='} {bound(self.high)}"
@@ -209,6 +209,11 @@ def _number(value: Any) -> int | float | None:
     return None
 
 
+def _whole(number: int | float) -> bool:
+    """An int, or a float with no fraction (float() of a 400-digit int would overflow)."""
+    return isinstance(number, int) or number.is_integer()
+
+
 def coerce(value: Any, default: Any) -> Any:
     """Convert ``value`` to the type of ``default``; raise ValueError if it cannot be."""
     if default == AUTO:
@@ -217,7 +222,7 @@ def coerce(value: Any, default: Any) -> Any:
         number = _number(value)
         if number is None:
             raise ValueError
-        return int(number) if float(number).is_integer() else number
+        return int(number) if _whole(number) else number
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -226,7 +231,7 @@ def coerce(value: Any, default: Any) -> Any:
         raise ValueError
     if isinstance(default, int):
         number = _number(value)
-        if number is None or not float(number).is_integer():
+        if number is None or not _whole(number):
             raise ValueError
         return int(number)
     if isinstance(default, float):
@@ -359,9 +364,14 @@ def check_value(section: str, key: str, value: Any, name: str | None = None) -> 
         if isinstance(v, bool) or not isinstance(v, int | float):
             continue  # 'auto', or a type error reported by coerce
         if not valid.contains(v):
-            what = "is not a finite number" if not math.isfinite(v) else "is out of range"
+            what = (
+                "is not a finite number"
+                if isinstance(v, float) and not math.isfinite(v)
+                else "is out of range"
+            )
             kind = "an int" if isinstance(v, int) else "a number"
-            raise ConfigError(f"{name}: {v!r} {what}; expected {kind} {valid}")
+            shown = repr(v) if len(repr(v)) <= 30 else f"{str(v)[:12]}... ({len(str(v))} digits)"
+            raise ConfigError(f"{name}: {shown} {what}; expected {kind} {valid}")
 
 
 def parse_overrides(args: Iterable[str]) -> dict[str, dict[str, Any]]:

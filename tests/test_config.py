@@ -218,6 +218,11 @@ def test_section_attribute_error_suggests():
         (["--train.total-timesteps", "-5"], r"--train.total-timesteps .*-5 is out of range"),
         (["--vec.recv-timeout", "-1"], r"--vec.recv-timeout .*-1.0 is out of range; expected a number > 0"),
         (["--train.gamma", "inf"], r"--train.gamma .*inf is not a finite number"),
+        (["--train.learning-rate", "1e400"], r"--train.learning-rate .*inf is not a finite number"),
+        (
+            ["--train.seed", "1" + "0" * 400],
+            r"--train.seed .*100000000000\.\.\. \(401 digits\) is out of range",
+        ),
         (["--bench.threads", "1,0"], r"--bench.threads .*0 is out of range"),
         (["--train.data-dir", ""], r"--train.data-dir .*must not be empty"),
         (["--env.frameskip", "0"], r"breakout: parameter 'frameskip' = 0 is outside its valid range"),
