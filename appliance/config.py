@@ -10,15 +10,20 @@ Layers, later wins::
 
 The default of a key fixes its type; every layer is checked against it, and a bad key or value is a
 :class:`~appliance.errors.ConfigError` that names the key, where it came from, the expected type and
-the nearest valid key. The result is a plain nested dict (:meth:`Config.to_dict`) with attribute
-access on top (``cfg.train.learning_rate``).
+the nearest valid key. Every number is also checked against its range in :data:`RANGES` (NaN and
+infinity never pass), an Ocean env's parameters against the env's own ranges, and the buffers a run
+would allocate against the memory available: all when the config is resolved, before any env,
+worker or Ray cluster starts. The result is a plain nested dict (:meth:`Config.to_dict`) with
+attribute access on top (``cfg.train.learning_rate``).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,78 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
     ("bench", "suite"): ("quick", "full"),
 }
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid values of a number: ``low``/``high`` (None: unbounded), each bound included unless
+    ``*_open``. Every value must also be finite (no NaN or infinity)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def contains(self, value: float) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        def bound(x: float) -> str:
+            return f"{int(x):,}" if _whole(x) and abs(x) >= 10_000 else f"{x:g}"
+
+        low = None if self.low is None else f"{'>' if self.low_open else '>='} {bound(self.low)}"
+        high = None if self.high is None else f"{'<' if self.high_open else '<='} {bound(self.high)}"
+        return " and ".join(b for b in (low, high) if b) or "finite"
+
+
+POSITIVE = Range(0, None, low_open=True)
+NON_NEGATIVE = Range(0, None)
+AT_LEAST_1 = Range(1, None)
+UNIT = Range(0, 1)
+INT32 = 2**31 - 1
+# The range of every number in default.yaml (a list's range applies to each element); a new numeric
+# key needs an entry here (tests/test_config.py checks). Checked for every layer as it is applied.
+RANGES: dict[tuple[str, str], Range] = {
+    ("vec", "num_envs"): Range(1, INT32),
+    ("vec", "num_threads"): Range(1, 4096),
+    ("vec", "num_workers"): Range(1, 4096),
+    ("vec", "batch_size"): Range(1, INT32),
+    ("vec", "recv_timeout"): Range(0, 1e6, low_open=True),
+    ("train", "seed"): Range(0, 2**63 - 1),
+    ("train", "total_timesteps"): AT_LEAST_1,
+    ("train", "learning_rate"): Range(0, 10, low_open=True),
+    ("train", "adam_beta1"): Range(0, 1, high_open=True),
+    ("train", "adam_beta2"): Range(0, 1, high_open=True),
+    ("train", "adam_eps"): Range(0, 1, low_open=True),
+    ("train", "gamma"): UNIT,
+    ("train", "gae_lambda"): UNIT,
+    ("train", "vtrace_rho_clip"): POSITIVE,
+    ("train", "vtrace_c_clip"): POSITIVE,
+    ("train", "prio_alpha"): NON_NEGATIVE,
+    ("train", "prio_beta0"): UNIT,
+    ("train", "clip_coef"): POSITIVE,
+    ("train", "vf_coef"): NON_NEGATIVE,
+    ("train", "vf_clip_coef"): POSITIVE,
+    ("train", "ent_coef"): NON_NEGATIVE,
+    ("train", "max_grad_norm"): POSITIVE,
+    ("train", "update_epochs"): Range(1, 10_000),
+    ("train", "bptt_horizon"): Range(1, 65_536),
+    ("train", "batch_size"): AT_LEAST_1,
+    ("train", "minibatch_size"): AT_LEAST_1,
+    ("train", "max_minibatch_size"): AT_LEAST_1,
+    ("train", "reward_clamp"): POSITIVE,
+    ("train", "checkpoint_interval"): AT_LEAST_1,
+    ("policy", "hidden_size"): Range(1, 65_536),
+    ("bench", "repeats"): Range(1, 1000),
+    ("bench", "seconds"): Range(0, 1e6, low_open=True),
+    ("bench", "threads"): Range(1, 4096),
+}
+# String keys that must not be empty (paths).
+NON_EMPTY = {("train", "data_dir"), ("bench", "out")}
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -52,7 +129,17 @@ def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line}; save it as UTF-8"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -137,6 +224,11 @@ def _number(value: Any) -> int | float | None:
     return None
 
 
+def _whole(number: int | float) -> bool:
+    """An int, or a float with no fraction (float() of a 400-digit int would overflow)."""
+    return isinstance(number, int) or number.is_integer()
+
+
 def coerce(value: Any, default: Any) -> Any:
     """Convert ``value`` to the type of ``default``; raise ValueError if it cannot be."""
     if default == AUTO:
@@ -145,7 +237,7 @@ def coerce(value: Any, default: Any) -> Any:
         number = _number(value)
         if number is None:
             raise ValueError
-        return int(number) if float(number).is_integer() else number
+        return int(number) if _whole(number) else number
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
@@ -154,7 +246,7 @@ def coerce(value: Any, default: Any) -> Any:
         raise ValueError
     if isinstance(default, int):
         number = _number(value)
-        if number is None or not float(number).is_integer():
+        if number is None or not _whole(number):
             raise ValueError
         return int(number)
     if isinstance(default, float):
@@ -272,6 +364,29 @@ def _apply(
                 raise ConfigError(
                     f"{name} (from {source}): expected {_type_name(default)}, got {value!r}"
                 ) from None
+            check_value(section, key, data[section][key], f"{name} (from {source})")
+
+
+def check_value(section: str, key: str, value: Any, name: str | None = None) -> None:
+    """Raise a ConfigError if a typed value is outside its range in :data:`RANGES` (or an empty path)."""
+    name = name or f"{section}.{key}"
+    if (section, key) in NON_EMPTY and isinstance(value, str) and not value.strip():
+        raise ConfigError(f"{name}: must not be empty")
+    valid = RANGES.get((section, key))
+    if valid is None:
+        return
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue  # 'auto', or a type error reported by coerce
+        if not valid.contains(v):
+            what = (
+                "is not a finite number"
+                if isinstance(v, float) and not math.isfinite(v)
+                else "is out of range"
+            )
+            kind = "an int" if isinstance(v, int) else "a number"
+            shown = repr(v) if len(repr(v)) <= 30 else f"{str(v)[:12]}... ({len(str(v))} digits)"
+            raise ConfigError(f"{name}: {shown} {what}; expected {kind} {valid}")
 
 
 def parse_overrides(args: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -440,4 +555,62 @@ def resolve(
         _apply(data, layer, schema, "command line")
         sources.append("command line")
 
+    if env is not None and env in env_names():
+        check_memory(env, data)
     return Config(data, env_name=env, profile=profile, sources=sources)
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def _gpu_present() -> bool:
+    """An NVIDIA device node: training buffers may then live in GPU memory, not here."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def estimate_memory(env: str, data: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Bytes an Ocean env's run would allocate: ``vector`` (observations, actions, rewards, flags and the
+    envs themselves) and ``training`` (the trainer's experience: one row per agent and horizon step).
+    Checks the env's parameters against their ranges on the way (a ConfigError naming the parameter)."""
+    from appliance import ocean
+
+    info = ocean.describe(env, **dict(data["env"]))
+    v, t = data["vec"], data["train"]
+    num_envs = int(v["num_envs"])
+    agents = num_envs * int(info["agents_per_env"])
+    obs = int(info["obs_size"]) * (4 if info["obs_dtype"] == "float32" else 1)
+    dims = len(info["action_nvec"])
+    vector = agents * (obs + 4 * dims + 4 + 3) + num_envs * int(info.get("env_bytes", 0))
+    horizon = int(t["bptt_horizon"])
+    rows = agents * horizon if t["batch_size"] == AUTO else max(int(t["batch_size"]), agents * horizon)
+    hidden = int(data["policy"]["hidden_size"])
+    # per row: observation, int64 action, six float32 (logprob, value, reward, done, ratio, mask);
+    # per agent: the recurrent state (h and c) twice (current and at each segment start)
+    training = rows * (obs + 8 * dims + 6 * 4) + agents * 4 * hidden * 4
+    return {"vector": vector, "training": training}
+
+
+def check_memory(env: str, data: Mapping[str, Mapping[str, Any]], available: int | None = None) -> None:
+    """Refuse, with the figures, a config whose buffers cannot fit in the memory available now."""
+    import psutil
+
+    need = estimate_memory(env, data)
+    t = data["train"]
+    on_host = t["device"] == "cpu" or t["cpu_offload"] or (t["device"] == AUTO and not _gpu_present())
+    total = need["vector"] + (need["training"] if on_host else 0)
+    available = psutil.virtual_memory().available if available is None else available
+    if total <= available:
+        return
+    num_envs = int(data["vec"]["num_envs"])
+    fits = max(0, int(num_envs * available / total))
+    parts = f"vector {_gib(need['vector'])}"
+    if on_host:
+        parts += f" + training buffers {_gib(need['training'])}"
+    raise ConfigError(
+        f"vec.num_envs {num_envs:,} of {env} needs about {_gib(total)} of memory ({parts}) but "
+        f"{_gib(available)} is available; use at most about {fits:,} envs"
+    )

@@ -29,24 +29,51 @@ const EnvSpec* ocean_get(int index) { return index >= 0 && index < registry_coun
 size_t ocean_obs_itemsize(ObsDtype dtype) { return dtype == OBS_FLOAT32 ? 4 : 1; }
 
 /* ------------------------------------------------------------------ thread pool
- * Fast path: workers spin on a generation counter for a short while after each job, so a step that
- * follows quickly (the usual case in a training loop) costs no syscall. When idle they sleep on a
- * condition variable, so an idle vector burns no CPU. */
+ *
+ * A job (fn over [0, count)) is cut into a few chunks per thread, and every thread, the caller
+ * included, takes chunks from one counter until none are left. So the threads that are running do the
+ * work: a thread the OS has not scheduled yet (more threads than cores, or a busy machine) does not
+ * hold back a share of the envs, and the caller waits only for chunks already being stepped.
+ * Which thread steps an env never changes its result (each env has its own RNG).
+ *
+ * Waiting, in three stages: spin on the counter for at most POOL_SPIN_NS (a step that follows quickly,
+ * the usual case in a benchmark loop, costs no syscall), then sched_yield a few times (a thread that
+ * holds a chunk gets the core), then sleep on a futex. Spinning only pays when every thread has a core
+ * of its own, so with more threads than usable cores nobody spins, and at most as many threads as
+ * there are cores are woken for a job (the others sleep: they could only take turns on the cores).
+ */
 
-#define POOL_SPIN 20000
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#define POOL_SPIN_NS 50000     /* spin this long before yielding (when threads <= usable cores) */
+#define POOL_YIELDS 8          /* then this many sched_yield before sleeping */
+#define POOL_CHUNKS 4          /* chunks per thread: fine enough to balance, coarse enough to be cheap */
+#define POOL_MAX_CHUNKS 65535  /* the chunk counter and count share one 64-bit word with the job number */
 
 struct ThreadPool {
     int num_threads;
+    int cpus;                   /* usable cores when the pool was made (affinity, cgroup quota) */
+    int spin;                   /* 1: spin before sleeping; 0 when threads > cpus */
+    int wake;                   /* threads woken per job: min(num_threads, cpus) - 1 */
     pthread_t* threads;
-    pthread_mutex_t mutex;
-    pthread_cond_t wake;
-    pthread_cond_t done;
-    atomic_uint generation;
-    atomic_int pending;
-    atomic_int shutdown;
+    /* the job, written by the caller before it publishes the ticket */
     RangeFn fn;
     void* ctx;
     int count;
+    /* ticket = job number (32 bits) | chunks in the job (16) | next chunk (16); taken by CAS, so a
+     * thread that wakes late can never take a chunk of a later job */
+    _Alignas(64) atomic_ullong ticket;
+    _Alignas(64) atomic_int remaining;  /* chunks not finished yet; the caller sleeps on it (futex) */
+    atomic_int caller_sleeping;
+    _Alignas(64) atomic_uint job;       /* job number; idle threads sleep on it (futex) */
+    atomic_int sleepers;
+    atomic_int shutdown;
 };
 
 typedef struct WorkerArg {
@@ -62,55 +89,140 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void run_share(ThreadPool* pool, int index) {
-    int n = pool->num_threads;
-    int start = (int)((long long)pool->count * index / n);
-    int end = (int)((long long)pool->count * (index + 1) / n);
-    if (end > start) pool->fn(pool->ctx, start, end);
+static inline long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Sleep while *addr == expected (returns at once if it differs); wake up to n sleepers. */
+static void futex_wait(void* addr, unsigned expected) {
+#if defined(__linux__)
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#else
+    (void)addr;
+    (void)expected;
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+static void futex_wake(void* addr, int n) {
+#if defined(__linux__)
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+#else
+    (void)addr;
+    (void)n;
+#endif
+}
+
+/* Cores this process may use at once: its affinity mask, capped by a cgroup CPU quota (docker --cpus). */
+static int usable_cpus(void) {
+    int cpus = 0;
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+#endif
+    if (cpus < 1) cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1) cpus = 1;
+    double quota = -1, period = -1;
+    FILE* f = fopen("/sys/fs/cgroup/cpu.max", "r"); /* cgroup v2: "max 100000" or "200000 100000" */
+    if (f) {
+        if (fscanf(f, "%lf %lf", &quota, &period) != 2) quota = -1;
+        fclose(f);
+    } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) { /* cgroup v1 */
+        if (fscanf(f, "%lf", &quota) != 1) quota = -1;
+        fclose(f);
+        if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
+            if (fscanf(f, "%lf", &period) != 1) period = -1;
+            fclose(f);
+        }
+    }
+    if (quota > 0 && period > 0) {
+        int limit = (int)((quota + period - 1) / period);
+        if (limit >= 1 && limit < cpus) cpus = limit;
+    }
+    return cpus;
+}
+
+static inline unsigned long long make_ticket(unsigned job, unsigned chunks, unsigned next) {
+    return ((unsigned long long)job << 32) | ((unsigned long long)chunks << 16) | next;
+}
+
+/* Take and run chunks of job `job` until none are left; returns when this thread can take no more. */
+static void take_chunks(ThreadPool* pool, unsigned job) {
+    unsigned long long t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+    for (;;) {
+        unsigned chunks = (unsigned)(t >> 16) & 0xFFFF, next = (unsigned)t & 0xFFFF;
+        if ((unsigned)(t >> 32) != job || next >= chunks) return;
+        if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* t now holds the current ticket */
+        /* chunk `next` of this job is ours, so the job is not finished and its fields are stable */
+        int start = (int)((long long)pool->count * next / chunks);
+        int end = (int)((long long)pool->count * (next + 1) / chunks);
+        if (end > start) pool->fn(pool->ctx, start, end);
+        if (atomic_fetch_sub(&pool->remaining, 1) == 1 && atomic_load(&pool->caller_sleeping))
+            futex_wake(&pool->remaining, 1);
+        t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+    }
+}
+
+/* Wait for a job other than `seen` (or shutdown): spin, yield, then sleep on the futex. */
+static unsigned wait_job(ThreadPool* pool, unsigned seen) {
+    unsigned job;
+    if (pool->spin) {
+        long long deadline = now_ns() + POOL_SPIN_NS;
+        for (int i = 1;; i++) {
+            job = atomic_load_explicit(&pool->job, memory_order_acquire);
+            if (job != seen || atomic_load_explicit(&pool->shutdown, memory_order_relaxed)) return job;
+            cpu_relax();
+            if ((i & 63) == 0 && now_ns() > deadline) break;
+        }
+    }
+    for (int i = 0; i < POOL_YIELDS; i++) {
+        job = atomic_load_explicit(&pool->job, memory_order_acquire);
+        if (job != seen || atomic_load_explicit(&pool->shutdown, memory_order_relaxed)) return job;
+        sched_yield();
+    }
+    for (;;) {
+        atomic_fetch_add(&pool->sleepers, 1); /* seq_cst: pairs with the caller's job store, then sleepers load */
+        job = atomic_load(&pool->job);
+        if (job == seen && !atomic_load(&pool->shutdown)) futex_wait(&pool->job, seen);
+        atomic_fetch_sub(&pool->sleepers, 1);
+        job = atomic_load(&pool->job);
+        if (job != seen || atomic_load(&pool->shutdown)) return job;
+    }
 }
 
 static void* worker_main(void* raw) {
     WorkerArg* arg = (WorkerArg*)raw;
     ThreadPool* pool = arg->pool;
-    int index = arg->index;
     free(arg);
     unsigned seen = 0;
     for (;;) {
-        unsigned gen;
-        int spins = 0;
-        while ((gen = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
-               !atomic_load_explicit(&pool->shutdown, memory_order_relaxed)) {
-            if (++spins < POOL_SPIN) {
-                cpu_relax();
-                continue;
-            }
-            pthread_mutex_lock(&pool->mutex);
-            while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->shutdown))
-                pthread_cond_wait(&pool->wake, &pool->mutex);
-            pthread_mutex_unlock(&pool->mutex);
-        }
+        unsigned job = wait_job(pool, seen);
         if (atomic_load(&pool->shutdown)) break;
-        seen = gen;
-        run_share(pool, index);
-        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&pool->mutex);
-            pthread_cond_signal(&pool->done);
-            pthread_mutex_unlock(&pool->mutex);
-        }
+        seen = job;
+        take_chunks(pool, job);
     }
     return NULL;
 }
 
 ThreadPool* pool_create(int num_threads) {
     if (num_threads < 1) num_threads = 1;
-    ThreadPool* pool = calloc(1, sizeof(ThreadPool));
+    ThreadPool* pool = aligned_alloc(64, (sizeof(ThreadPool) + 63) & ~(size_t)63);
     if (!pool) return NULL;
+    memset(pool, 0, sizeof(ThreadPool));
     pool->num_threads = num_threads;
-    pthread_mutex_init(&pool->mutex, NULL);
-    pthread_cond_init(&pool->wake, NULL);
-    pthread_cond_init(&pool->done, NULL);
-    atomic_init(&pool->generation, 0);
-    atomic_init(&pool->pending, 0);
+    pool->cpus = usable_cpus();
+    pool->spin = num_threads <= pool->cpus;
+    pool->wake = (num_threads < pool->cpus ? num_threads : pool->cpus) - 1;
+    atomic_init(&pool->ticket, 0);
+    atomic_init(&pool->remaining, 0);
+    atomic_init(&pool->caller_sleeping, 0);
+    atomic_init(&pool->job, 0);
+    atomic_init(&pool->sleepers, 0);
     atomic_init(&pool->shutdown, 0);
     pool->threads = calloc((size_t)num_threads, sizeof(pthread_t));
     if (!pool->threads) {
@@ -134,41 +246,51 @@ ThreadPool* pool_create(int num_threads) {
 }
 
 void pool_run(ThreadPool* pool, RangeFn fn, void* ctx, int count) {
-    pool->fn = fn;
-    pool->ctx = ctx;
-    pool->count = count;
-    if (pool->num_threads == 1) {
+    if (pool->num_threads == 1 || count <= 1) {
         fn(ctx, 0, count);
         return;
     }
-    atomic_store_explicit(&pool->pending, pool->num_threads - 1, memory_order_relaxed);
-    pthread_mutex_lock(&pool->mutex);
-    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->mutex);
-    run_share(pool, 0);
-    int spins = 0;
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) {
-        if (++spins < POOL_SPIN) {
+    int chunks = pool->num_threads * POOL_CHUNKS;
+    if (chunks > count) chunks = count;
+    if (chunks > POOL_MAX_CHUNKS) chunks = POOL_MAX_CHUNKS;
+    pool->fn = fn;
+    pool->ctx = ctx;
+    pool->count = count;
+    atomic_store_explicit(&pool->remaining, chunks, memory_order_relaxed);
+    unsigned job = atomic_load_explicit(&pool->job, memory_order_relaxed) + 1;
+    atomic_store_explicit(&pool->ticket, make_ticket(job, (unsigned)chunks, 0), memory_order_release);
+    atomic_store(&pool->job, job); /* seq_cst: pairs with a sleeper's sleepers++, then job load */
+    int sleepers = atomic_load(&pool->sleepers);
+    if (sleepers > 0 && pool->wake > 0) futex_wake(&pool->job, sleepers < pool->wake ? sleepers : pool->wake);
+    take_chunks(pool, job);
+    /* wait for chunks other threads are stepping: spin, yield, then sleep */
+    long long deadline = pool->spin ? now_ns() + POOL_SPIN_NS : 0;
+    int yields = 0;
+    for (int i = 1;; i++) {
+        int left = atomic_load_explicit(&pool->remaining, memory_order_acquire);
+        if (left == 0) return;
+        if (pool->spin && ((i & 63) != 0 || now_ns() < deadline)) {
             cpu_relax();
             continue;
         }
-        pthread_mutex_lock(&pool->mutex);
-        while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->mutex);
-        pthread_mutex_unlock(&pool->mutex);
+        if (yields < POOL_YIELDS) {
+            yields++;
+            sched_yield();
+            continue;
+        }
+        atomic_store(&pool->caller_sleeping, 1); /* seq_cst: pairs with the last finisher's check */
+        left = atomic_load(&pool->remaining);
+        if (left > 0) futex_wait(&pool->remaining, (unsigned)left);
+        atomic_store(&pool->caller_sleeping, 0);
     }
 }
 
 void pool_destroy(ThreadPool* pool) {
     if (!pool) return;
-    pthread_mutex_lock(&pool->mutex);
     atomic_store(&pool->shutdown, 1);
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->mutex);
+    atomic_fetch_add(&pool->job, 1);
+    futex_wake(&pool->job, 1 << 30);
     for (int i = 1; i < pool->num_threads; i++) pthread_join(pool->threads[i], NULL);
-    pthread_mutex_destroy(&pool->mutex);
-    pthread_cond_destroy(&pool->wake);
-    pthread_cond_destroy(&pool->done);
     free(pool->threads);
     free(pool);
 }

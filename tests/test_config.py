@@ -192,3 +192,117 @@ def test_serializes_to_yaml_and_json_round_trip():
 def test_section_attribute_error_suggests():
     with pytest.raises(AttributeError, match="did you mean learning_rate"):
         _ = resolve().train.learning_rat
+
+
+# ----------------------------------------------------------------------------- ranges (issue 18)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--train.minibatch-size", "-1024"],
+            r"--train.minibatch-size .*-1024 is out of range; expected an int >= 1",
+        ),
+        (["--train.minibatch-size", "0"], r"--train.minibatch-size .*0 is out of range"),
+        (["--train.bptt-horizon", "0"], r"--train.bptt-horizon .*0 is out of range"),
+        (["--train.update-epochs", "0"], r"--train.update-epochs .*0 is out of range"),
+        (["--train.checkpoint-interval", "0"], r"--train.checkpoint-interval .*0 is out of range"),
+        (["--policy.hidden-size", "0"], r"--policy.hidden-size .*0 is out of range"),
+        (
+            ["--train.learning-rate", "-1"],
+            r"--train.learning-rate .*-1.0 is out of range; expected a number > 0",
+        ),
+        (["--train.learning-rate", "nan"], r"--train.learning-rate .*nan is not a finite number"),
+        (["--train.learning-rate", "1e38"], r"--train.learning-rate .*1e\+38 is out of range; .*<= 10"),
+        (["--train.total-timesteps", "-5"], r"--train.total-timesteps .*-5 is out of range"),
+        (["--vec.recv-timeout", "-1"], r"--vec.recv-timeout .*-1.0 is out of range; expected a number > 0"),
+        (["--train.gamma", "inf"], r"--train.gamma .*inf is not a finite number"),
+        (["--train.learning-rate", "1e400"], r"--train.learning-rate .*inf is not a finite number"),
+        (
+            ["--train.seed", "1" + "0" * 400],
+            r"--train.seed .*100000000000\.\.\. \(401 digits\) is out of range",
+        ),
+        (["--bench.threads", "1,0"], r"--bench.threads .*0 is out of range"),
+        (["--train.data-dir", ""], r"--train.data-dir .*must not be empty"),
+        (["--env.frameskip", "0"], r"breakout: parameter 'frameskip' = 0 is outside its valid range"),
+    ],
+)
+def test_out_of_range_values_are_refused_when_the_config_is_resolved(args, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve(env="breakout", overrides=args)
+
+
+def test_ranges_apply_to_every_layer(tmp_path):
+    user = tmp_path / "user.yaml"
+    user.write_text("train:\n  update_epochs: 0\n")
+    with pytest.raises(ConfigError, match=r"train.update_epochs \(from .*user.yaml\): 0 is out of range"):
+        resolve(config_file=user)
+
+
+def test_every_numeric_default_has_a_range_and_lies_in_it():
+    from appliance.config import CHOICES, RANGES, check_value, defaults
+
+    for section, values in defaults().items():
+        for key, value in (values or {}).items():
+            numeric = isinstance(value, int | float) and not isinstance(value, bool)
+            numeric |= value == "auto" and (section, key) not in CHOICES  # 'auto' or a number
+            numeric |= isinstance(value, list) and all(isinstance(v, int) for v in value)
+            if numeric:
+                assert (section, key) in RANGES, f"{section}.{key} has no range in RANGES"
+            check_value(section, key, value)
+    for profile in profile_names():
+        resolve(profile=profile)
+    for env in env_names():
+        resolve(env=env)
+
+
+def test_a_config_too_large_for_memory_is_refused_with_the_figure(monkeypatch):
+    import psutil
+
+    from appliance import config
+
+    class Memory:
+        available = 8 * 2**30
+
+    monkeypatch.setattr(psutil, "virtual_memory", Memory)
+    monkeypatch.setattr(config, "_gpu_present", lambda: False)
+    with pytest.raises(
+        ConfigError,
+        match=r"vec.num_envs 1,000,000,000 of breakout needs about [\d,.]+ GiB of memory \(vector [\d,.]+ GiB "
+        r"\+ training buffers [\d,.]+ GiB\) but 8.0 GiB is available; use at most about [\d,]+ envs",
+    ):
+        resolve(env="breakout", overrides=["--vec.num-envs", "1e9"])
+    need = config.estimate_memory("breakout", resolve(env="breakout").data)
+    assert 1024 * 118 * 4 < need["vector"] < 2 * 1024 * (118 * 4 + 264 + 8)  # observations dominate
+    assert need["training"] > 64 * need["vector"] // 2  # one row per agent and horizon step
+    resolve(env="breakout", overrides=["--vec.num-envs", "4096"])  # a normal size fits
+
+
+@pytest.mark.parametrize("what", ["config", "suite"])
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path, what):
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"train:\n  learning_rate: 0.01  # caf\xe9\n")
+    args = ["config", "squared", "--config", str(path)] if what == "config" else ["run", "--suite", str(path)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: {'config file' if what == 'config' else 'suite'} {path} is not UTF-8 text: byte 0xe9 on line 2; "
+        "save it as UTF-8"
+    ]
+
+
+def test_cli_refuses_a_bad_value_before_anything_starts():
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    result = CliRunner().invoke(cli, ["train", "squared", "--train.minibatch-size", "-1024"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: --train.minibatch-size (from command line): -1024 is out of range; expected an int >= 1"
+    ]

@@ -116,4 +116,12 @@ def check_actions(
             agent = flat // max(1, actions.size // expected_shape[0])
             value = int(actions.reshape(-1)[flat])
             raise ValueError(f"{name}: action {value} for agent {agent} is out of range for {space}")
+    if actions.dtype.kind == "f" and actions.size and not np.isfinite(actions).all():
+        # NaN or inf would enter the env's state and stay there (every later observation poisoned)
+        flat = int(np.flatnonzero(~np.isfinite(actions))[0])
+        agent = flat // max(1, actions.size // expected_shape[0])
+        value = actions.reshape(-1)[flat]
+        raise ValueError(
+            f"{name}: action {value} for agent {agent} is not finite; {space} needs finite numbers"
+        )
     return actions

@@ -16,24 +16,44 @@ Fast paths, each one on purpose:
 Workers are started with ``spawn`` (no reliance on fork); env creators travel cloudpickled. Every
 exit path (``close``, garbage collection, interpreter exit, Ctrl-C, a failing or dying worker)
 stops the workers and unlinks the shared memory.
+
+Faults, each one handled on purpose:
+
+* **Views never dangle.** Every array over the block holds a reference to its mapping, and nothing
+  unmaps it explicitly: ``close`` (or garbage collection, or a ``WorkerError``) only drops the
+  vector's own references, and the kernel unmaps the block when the last view the caller kept dies.
+* **No name outlives the run.** The block's name in ``/dev/shm`` is unlinked as soon as every worker
+  has mapped it; until then the resource tracker (and a worker that finds its parent gone) unlinks it.
+* **Workers die with the main process**, in every state (idle, inside a hung env step): the kernel's
+  parent-death signal (``PR_SET_PDEATHSIG``), and a watchdog thread for the cases it does not cover.
+* **No pipe deadlock.** A worker raises its flag before it sends infos or an error, and the main
+  process drains the pipe as soon as it sees the flag, so a worker never blocks on a pipe nobody reads.
+* **A full /dev/shm is an error up front** (the block's pages are reserved when it is created), and a
+  worker killed by SIGBUS is reported with the state of /dev/shm.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import mmap
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 import time
 import traceback
 import uuid
 import weakref
-from multiprocessing import connection, shared_memory
+from multiprocessing import connection, resource_tracker
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 
+from appliance.errors import ConfigError
 from appliance.vector.base import Vector, WorkerError
 from appliance.vector.buffers import Buffers, buffer_layout
 from appliance.vector.groups import EnvStepError, make_group
@@ -50,6 +70,9 @@ WORKER_SPIN = 20_000  # flag checks before a worker starts sleeping
 MAIN_SPIN = 2_000  # flag sweeps before the main process starts sleeping
 MAX_SLEEP = 1e-3  # longest idle sleep: bounds the wake-up latency after a long pause
 ERROR_GRACE = 0.5  # seconds the other workers get to finish (or fail) once one has raised
+PARENT_WATCH = 0.2  # seconds between a worker's checks that its parent lives (see _watch_parent)
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal the kernel sends when the parent dies
+SHM_DIR = "/dev/shm"
 
 
 def _align(n: int, a: int = 64) -> int:
@@ -71,10 +94,78 @@ def _plan(
     return arrays, flags, seeds, offset
 
 
-def _views(buf: Any, arrays: list[tuple[str, tuple[int, ...], str, int]]) -> Buffers:
-    return Buffers(
-        *(np.ndarray(shape, np.dtype(dtype), buffer=buf, offset=off) for _, shape, dtype, off in arrays)
+def _array(mm: mmap.mmap, shape: tuple[int, ...], dtype: Any, offset: int) -> np.ndarray:
+    """An array over the mapping that keeps it alive: its base holds an exported buffer of ``mm``, so the
+    mapping cannot be closed under it and is unmapped only once the last such array is gone."""
+    dtype = np.dtype(dtype)
+    return np.frombuffer(mm, dtype, count=int(np.prod(shape)), offset=offset).reshape(shape)
+
+
+def _views(mm: mmap.mmap, arrays: list[tuple[str, tuple[int, ...], str, int]]) -> Buffers:
+    return Buffers(*(_array(mm, shape, dtype, off) for _, shape, dtype, off in arrays))
+
+
+# ----------------------------------------------------------------------------- the shared block
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def shm_state() -> tuple[int, int] | None:
+    """(free, total) bytes of /dev/shm, or None where there is none."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def _shm_full(size: int, free: int | None = None) -> ConfigError:
+    state = shm_state()
+    free = state[0] if free is None and state else free
+    total = f" of {_mib(state[1])}" if state else ""
+    return ConfigError(
+        f"not enough shared memory: the vector's block needs {_mib(size)} but {SHM_DIR} has "
+        f"{_mib(free or 0)} free{total}; use fewer envs, close other vectors, or give the container more "
+        f"(docker run --shm-size=...)"
     )
+
+
+def _create_block(name: str, size: int) -> mmap.mmap:
+    """Create, size and map the segment. Its pages are reserved now (posix_fallocate), so a full
+    /dev/shm is a clear error here rather than a SIGBUS in whichever process first touches a page."""
+    import _posixshmem
+
+    state = shm_state()
+    if state is not None and size > state[0]:
+        raise _shm_full(size, state[0])
+    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    # until every worker has mapped it, the resource tracker unlinks it should this process be killed
+    resource_tracker.register("/" + name, "shared_memory")
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise _shm_full(size) from None
+            if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            os.ftruncate(fd, size)  # a file system without fallocate: sparse, as before
+        return mmap.mmap(fd, size)
+    except BaseException:
+        _unlink_block(name)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _unlink_block(name: str) -> None:
+    import _posixshmem
+
+    with contextlib.suppress(FileNotFoundError):
+        _posixshmem.shm_unlink("/" + name)
+    resource_tracker.unregister("/" + name, "shared_memory")
 
 
 # ----------------------------------------------------------------------------- worker
@@ -91,6 +182,71 @@ def _attach(name: str, size: int) -> mmap.mmap:
         os.close(fd)
 
 
+def _orphaned(shm_name: str) -> None:
+    """The main process is gone: unlink the block's name if it still has one (the main process unlinks
+    it once every worker has mapped it; before that, nobody else may be left to), then exit at once."""
+    import _posixshmem
+
+    with contextlib.suppress(OSError):
+        _posixshmem.shm_unlink("/" + shm_name)
+    os._exit(1)
+
+
+def _watch_parent(parent_alive: Any, shm_name: str) -> None:
+    """Watchdog thread: the parent's sentinel (a pipe that reads EOF once the main process has exited)
+    wakes it at once; the periodic check covers start methods without one. It runs while the main
+    thread is inside an env step that releases the GIL (Python code, sleeps, most C); a step that holds
+    the GIL forever is covered by the parent-death signal."""
+    parent = multiprocessing.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    while parent_alive():
+        if sentinel is None:
+            time.sleep(PARENT_WATCH)
+            continue
+        try:
+            if connection.wait([sentinel], timeout=PARENT_WATCH):
+                sentinel = None  # readable: the parent exited (confirmed above), or dropped its handle
+        except OSError:
+            sentinel = None
+    _orphaned(shm_name)
+
+
+def _die_with_parent(parent_pid: int, shm_name: str, pdeathsig: bool, direct: bool) -> None:
+    """Make this worker die within a second of the main process, whatever state it is in. ``direct``:
+    the main process is this worker's parent (spawn, fork; not forkserver)."""
+    if pdeathsig and direct and sys.platform.startswith("linux"):
+        # The kernel SIGKILLs this process when the thread that started it exits, even mid-step in C.
+        # (Only set when that thread is the main thread: a helper thread may end before the vector.)
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+    def parent_alive() -> bool:
+        if direct:
+            return os.getppid() == parent_pid  # an orphan is re-parented to init or a subreaper
+        try:
+            os.kill(parent_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+
+    if not parent_alive():  # gone before the signal was armed
+        _orphaned(shm_name)
+    threading.Thread(
+        target=_watch_parent, args=(parent_alive, shm_name), name="puffer-parent-watch", daemon=True
+    ).start()
+
+
+def _send(conn: connection.Connection, payload: Any) -> bool:
+    """Send pickled bytes; False if the main process has closed its end (it is closing the vector)."""
+    try:
+        conn.send_bytes(payload)
+    except OSError:  # BrokenPipeError, ConnectionResetError
+        return False
+    return True
+
+
 def _worker(
     index: int,
     shm_name: str,
@@ -100,24 +256,30 @@ def _worker(
     sizes: Sizes,
     conn: connection.Connection,
     parent_pid: int,
+    pdeathsig: bool = True,
+    direct: bool = True,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    _die_with_parent(parent_pid, shm_name, pdeathsig, direct)
     arrays, flag_off, seed_off, _ = plan
     mm = _attach(shm_name, size)
     flags = memoryview(mm)[flag_off : flag_off + sizes.num_workers * FLAG_STRIDE]
-    seeds = np.ndarray((sizes.num_workers,), np.int64, buffer=mm, offset=seed_off)
+    seeds = _array(mm, (sizes.num_workers,), np.int64, seed_off)
     me = index * FLAG_STRIDE
     k = source.agents_per_env
     first_env = index * sizes.envs_per_worker
     rows = _views(mm, arrays).rows(first_env * k, (first_env + sizes.envs_per_worker) * k)
 
-    def report(error: BaseException, where: str) -> None:
-        """Send the traceback (with the env that raised, when known) and flag the error."""
+    def report(error: BaseException, where: str) -> bool:
+        """Flag the error, then send the traceback (with the env that raised, when known). The flag goes
+        first: the main process reads the pipe once it sees the flag, so a long traceback cannot block."""
         if isinstance(error, EnvStepError):
-            conn.send(("error", error.env_index, error.where, error.tb))
+            message = ("error", error.env_index, error.where, error.tb)
         else:
-            conn.send(("error", first_env, where, traceback.format_exc()))
+            message = ("error", first_env, where, traceback.format_exc())
+        payload = ForkingPickler.dumps(message)
         flags[me] = ERROR
+        return _send(conn, payload)
 
     try:
         group = make_group(source, first_env, sizes.envs_per_worker, rows)
@@ -125,7 +287,7 @@ def _worker(
         report(e, "creation")
         return
     flags[me] = DONE
-    idle, sleep, last_parent_check = 0, 0.0, time.monotonic()
+    idle, sleep = 0, 0.0
     try:
         while True:
             cmd = flags[me]
@@ -136,11 +298,6 @@ def _worker(
                 else:
                     sleep = min(MAX_SLEEP, sleep * 2 or 2e-5)
                     time.sleep(sleep)
-                    now = time.monotonic()
-                    if now - last_parent_check > 0.2:
-                        last_parent_check = now
-                        if os.getppid() != parent_pid:  # the main process is gone
-                            return
                 continue
             idle, sleep = 0, 0.0
             if cmd == CLOSE:
@@ -151,14 +308,21 @@ def _worker(
                     infos = group.reset(None if seed < 0 else seed)
                 else:
                     infos = group.step()
+                # pickled here, so an unpicklable info is reported as the env's error
+                payload = ForkingPickler.dumps(infos) if infos else None
             except Exception as e:
-                report(e, "step")
+                if not report(e, "step"):
+                    return
                 continue
-            if infos:
-                conn.send(infos)
-                flags[me] = INFO
-            else:
+            if payload is None:
                 flags[me] = DONE
+                continue
+            # Flag first, then send: the main process drains the pipe as soon as it sees INFO, so however
+            # large the infos (10,000 episodes ending on one step), this worker never waits on a pipe that
+            # nobody reads while the main process waits on this flag.
+            flags[me] = INFO
+            if not _send(conn, payload):
+                return
     finally:
         group.close()
         del rows, seeds
@@ -176,8 +340,16 @@ class _Resources:
     def __init__(self) -> None:
         self.procs: list[Any] = []
         self.conns: list[connection.Connection] = []
-        self.shm: shared_memory.SharedMemory | None = None
+        self.mm: mmap.mmap | None = None  # the main process's mapping of the block
+        self.name: str | None = None  # the block's name while it is still linked in /dev/shm
+        self.size = 0
         self.flags: memoryview | None = None
+
+    def unlink(self) -> None:
+        """Remove the block's name; mappings (workers', views the caller keeps) stay valid."""
+        name, self.name = self.name, None
+        if name is not None:
+            _unlink_block(name)
 
     def close(self, grace: float = 2.0) -> None:
         """Ask workers to stop, wait up to ``grace`` seconds, then terminate and kill what is left."""
@@ -186,6 +358,9 @@ class _Resources:
             for w, proc in enumerate(self.procs):
                 if proc.is_alive():
                     flags[w * FLAG_STRIDE] = CLOSE
+        for conn in self.conns:  # a worker still sending infos gets EPIPE and exits instead of waiting
+            conn.close()
+        self.conns = []
         deadline = time.monotonic() + grace
         for proc in self.procs:
             proc.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -200,18 +375,12 @@ class _Resources:
             if not proc.is_alive():
                 proc.close()
         self.procs = []
-        for conn in self.conns:
-            conn.close()
-        self.conns = []
         if flags is not None:
             flags.release()
-        shm, self.shm = self.shm, None
-        if shm is not None:
-            # BufferError: the caller still holds zero-copy views; the mapping lives until they go
-            with contextlib.suppress(BufferError):
-                shm.close()
-            with contextlib.suppress(FileNotFoundError):
-                shm.unlink()
+        # Never mm.close(): arrays the caller still holds (zero-copy views) reference the mapping, and the
+        # kernel unmaps it when the last of them is gone. Dropping ours is all that is safe, and enough.
+        self.mm = None
+        self.unlink()
 
 
 class Multiprocessing(Vector):
@@ -242,20 +411,22 @@ class Multiprocessing(Vector):
         sizes, source, res = self.sizes, self.source, self._res
         plan = _plan(source, self.num_agents, sizes.num_workers)
         arrays, flag_off, seed_off, total = plan
-        res.shm = shared_memory.SharedMemory(
-            name=f"puffer_{os.getpid()}_{uuid.uuid4().hex[:8]}", create=True, size=total
-        )
-        self.buffers = _views(res.shm.buf, arrays)
+        name = f"puffer_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        res.mm, res.name, res.size = _create_block(name, total), name, total
+        self.buffers = _views(res.mm, arrays)
         self.buffers.masks[:] = True
-        res.flags = res.shm.buf[flag_off : flag_off + sizes.num_workers * FLAG_STRIDE]
+        res.flags = memoryview(res.mm)[flag_off : flag_off + sizes.num_workers * FLAG_STRIDE]
         self._flags = res.flags
-        self._seeds = np.ndarray((sizes.num_workers,), np.int64, buffer=res.shm.buf, offset=seed_off)
+        self._seeds = _array(res.mm, (sizes.num_workers,), np.int64, seed_off)
         ctx = multiprocessing.get_context(start_method)
+        # the parent-death signal fires when the starting *thread* exits: arm it only from the main thread
+        pdeathsig = threading.current_thread() is threading.main_thread()
+        direct = start_method != "forkserver"  # the workers' parent is this process
         for w in range(sizes.num_workers):
             parent, child = ctx.Pipe(duplex=True)
             proc = ctx.Process(
                 target=_worker,
-                args=(w, res.shm.name, total, plan, source, sizes, child, os.getpid()),
+                args=(w, name, total, plan, source, sizes, child, os.getpid(), pdeathsig, direct),
                 name=f"puffer-worker-{w}",
                 daemon=True,
             )
@@ -304,6 +475,7 @@ class Multiprocessing(Vector):
             timeout=self.recv_timeout + 60,
             startup=True,
         )
+        res.unlink()  # every worker has mapped the block: its name is no longer needed, so it cannot leak
 
     # ------------------------------------------------------------------ waiting
 
@@ -317,22 +489,33 @@ class Multiprocessing(Vector):
         self._finalizer.detach()
         raise WorkerError(f"{self.source.name}: {message}")
 
+    def _recv(self, w: int) -> Any:
+        """What worker ``w`` sends after raising its flag; it is sending now, so this does not wait long."""
+        try:
+            return self._res.conns[w].recv()
+        except (EOFError, OSError):  # it died while sending
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                self._check_alive()
+                time.sleep(0.01)
+            self._fail(f"{self._worker_envs(w)} closed its pipe while sending")
+
     def _read_state(self, w: int, state: int) -> list[dict[str, Any]]:
         if state == DONE:
             return []
         if state == ERROR:
             self._raise_errors(w)
-        return self._res.conns[w].recv()
+        return self._recv(w)
 
     def _raise_errors(self, first: int) -> None:
         """A worker raised: give the others in flight a moment, then report every error in worker order
         (workers that fail on the same step would otherwise be reported by whichever was swept first)."""
-        errors = {first: self._res.conns[first].recv()}
+        errors = {first: self._recv(first)}
         flags, others = self._flags, [w for w in range(self.sizes.num_workers) if w != first]
         deadline = time.monotonic() + ERROR_GRACE
         while others and time.monotonic() < deadline:
             for w in [w for w in others if flags[w * FLAG_STRIDE] == ERROR]:
-                errors[w] = self._res.conns[w].recv()
+                errors[w] = self._recv(w)
             others = [w for w in others if flags[w * FLAG_STRIDE] < DONE]  # still stepping
             if others:
                 time.sleep(1e-3)
@@ -353,6 +536,14 @@ class Multiprocessing(Vector):
                 if code is not None and code < 0
                 else f"exited with code {code}"
             )
+            if code == -signal.SIGBUS:  # a page of the block could not be backed: /dev/shm is the usual cause
+                state = shm_state()
+                how += (
+                    f" (a bus error in a worker usually means {SHM_DIR} is full: the vector's block is "
+                    f"{_mib(self._res.size)}"
+                    + (f", {SHM_DIR} has {_mib(state[0])} free of {_mib(state[1])}" if state else "")
+                    + "; give the container more with docker run --shm-size=...)"
+                )
             self._fail(f"{self._worker_envs(w)} {how}")
 
     def _collect(
@@ -403,7 +594,7 @@ class Multiprocessing(Vector):
     # ------------------------------------------------------------------ Vector API
 
     def _check_open(self) -> None:
-        if self._res.shm is None:
+        if self._res.mm is None:
             raise RuntimeError(f"{self.source.name}: this vector is closed")
 
     def async_reset(self, seed: int | None = 0) -> None:
@@ -484,10 +675,9 @@ class Multiprocessing(Vector):
         self._batch = None
 
     def close(self) -> None:
-        """Stop the workers and unlink the shared memory. Idempotent."""
-        self.buffers = self._seeds = (
-            None  # our own views; views the caller still holds keep the mapping alive
-        )
+        """Stop the workers and unlink the shared memory. Idempotent. Views returned earlier stay valid
+        (they keep the mapping alive) and keep the values of the last step."""
+        self.buffers = self._seeds = self._block_views = None  # our own views; the caller's keep theirs
         self._finalizer()
 
     @property

@@ -16,7 +16,7 @@ from appliance.errors import ConfigError
 from appliance.sysinfo import physical_cores
 from appliance.vector.base import Vector
 from appliance.vector.buffers import aligned_empty, check_actions
-from appliance.vector.sizes import Sizes
+from appliance.vector.sizes import Sizes, warn_oversubscribed
 from appliance.vector.sources import resolve_source
 
 
@@ -69,6 +69,7 @@ class OceanVec(Vector):
             params=dict(params),
         )
         self.num_threads = self._c.num_threads
+        warn_oversubscribed(name, self.num_threads)
         self._infos: list[dict[str, Any]] = []  # episode stats come from log(), not infos
 
     # ------------------------------------------------------------------ Vector API

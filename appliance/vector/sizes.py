@@ -21,6 +21,58 @@ def _nearest_multiples(value: int, step: int, limit: int | None = None) -> list[
     return [o for o in options if limit is None or o <= limit] or [step]
 
 
+def _cgroup_cpu_limit() -> float | None:
+    """CPUs the cgroup quota allows (docker --cpus), or None when unlimited or unknown."""
+    candidates = [  # cgroup v2, then v1
+        ("/sys/fs/cgroup/cpu.max", None),
+        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"),
+    ]
+    for quota_path, period_path in candidates:
+        try:
+            with open(quota_path) as f:
+                fields = f.read().split()
+            if period_path is not None:
+                with open(period_path) as f:
+                    fields.append(f.read().strip())
+        except OSError:
+            continue
+        if len(fields) < 2 or fields[0] in ("max", "-1"):
+            return None
+        try:
+            quota, period = float(fields[0]), float(fields[1])
+        except ValueError:
+            return None
+        return quota / period if quota > 0 and period > 0 else None
+    return None
+
+
+def usable_cores() -> int:
+    """Logical CPUs this process may run on at once: its affinity mask, capped by a cgroup CPU quota."""
+    import math
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limit = _cgroup_cpu_limit()
+    if limit is not None:
+        cpus = min(cpus, max(1, math.ceil(limit)))
+    return max(1, cpus)
+
+
+def warn_oversubscribed(name: str, num_threads: int, cores: int | None = None) -> None:
+    """Warn (RuntimeWarning) when native threads exceed the usable cores: they then take turns on the
+    cores, each step waits for the slowest, and speed drops instead of rising."""
+    import warnings
+
+    cores = usable_cores() if cores is None else cores
+    if num_threads > cores:
+        warnings.warn(
+            f"{name}: {num_threads} native threads > {cores} usable cores (affinity and cgroup quota): "
+            f"threads will take turns on the cores; use num_threads <= {cores}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def default_workers(num_envs: int, cores: int) -> int:
     """The largest divisor of num_envs that is at most the core count (one worker per core)."""
     return max(d for d in _divisors(num_envs) if d <= max(1, cores))
