@@ -117,6 +117,10 @@ def run_cmd(
     _print_analysis(data)
     for p in paths:
         click.echo(f"wrote {p}")
+    if data.get("partial"):  # interrupted: the figures so far are written; exit as the signal asks
+        import signal
+
+        sys.exit(128 + signal.Signals[data["partial"]["signal"] or "SIGINT"].value)
 
 
 @cli.command("compare", context_settings=CONTEXT)
