@@ -237,10 +237,10 @@ def run_suite(
         if not report.data["metrics"]:
             raise
         paths = rpt.write_new(report.data, out_dir, name, plots=plots)
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            return report.data, paths  # the caller prints them and exits as the signal asks
         if announce:
             announce(f"wrote a partial report: {paths[0]}")
-        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
-            return report.data, paths
         raise
     return report.data, rpt.write_new(report.data, out_dir, name, plots=plots)
 

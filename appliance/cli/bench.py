@@ -12,6 +12,7 @@ import click
 from appliance.cli.common import (
     CONTEXT,
     PROFILE_HELP,
+    check_out,
     cli,
     print_table,
 )
@@ -50,6 +51,7 @@ def profile_cmd(
 
     if runs < 1:
         raise click.BadParameter("--runs must be at least 1", param_hint="--runs")
+    check_out(out, "--out")
     data = run_probe(profile, env, runs, seconds)
     if out:
         from appliance.report_io import write_json_atomic

@@ -198,6 +198,8 @@ def vector_bench(
     from appliance.bench import vectorbench
     from appliance.sysinfo import physical_cores
 
+    check_out(json_out)
+
     cores = cores or physical_cores()
     result = vectorbench.run(
         env,
