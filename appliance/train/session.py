@@ -81,7 +81,12 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
         if result.reason == "interrupted":
             yield f"interrupted ({result.signal}): saved a checkpoint", True
         if options.report:
-            _write_report(options.report, cfg, trainer, result)
+            try:
+                _write_report(options.report, cfg, trainer, result)
+            except OSError as e:  # the checkpoint is saved; say so in one line
+                raise checkpoint.CheckpointWriteError(
+                    f"cannot write --report {options.report}: {e.strerror or e}; saved {result.checkpoint}"
+                ) from None
             yield f"wrote {options.report}", False
         total = f", {trainer.global_step:,} in all" if trainer.global_step != result.steps else ""
         yield (
