@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -305,3 +306,15 @@ def test_run_cli_errors_are_one_line(tmp_path):
     only.write_text(yaml.safe_dump({"name": "only", "env_sps": {"envs": ["pong"]}}))
     nothing = runner.invoke(cli, ["run", "--suite", str(only), "--envs", "squared", "--out", str(tmp_path)])
     assert nothing.exit_code == 2 and "nothing to measure" in nothing.output
+
+
+def test_readme_skips_partial_reports(tmp_path):
+    """An interrupted suite's partial report must never become the README's figure."""
+    committed = json.loads(Path("results/cpu/2026-11-22-5bce98f73f3e.json").read_text())
+    folder = tmp_path / "cpu"
+    folder.mkdir()
+    complete = folder / "complete.json"
+    complete.write_text(json.dumps(committed))
+    partial = folder / "partial.json"
+    partial.write_text(json.dumps({**committed, "created_utc": "2099-01-01T00:00:00Z", "partial": True}))
+    assert readme.latest_reports(tmp_path) == [complete]

@@ -144,7 +144,7 @@ def test_train_then_eval_then_resume(tmp_path):
     assert result.exit_code == 0, result.output
     assert "saved" in result.output and "epoch" in result.output
     run_dir = tmp_path / "exp" / "r1"
-    for name in ("model.pt", "trainer_state.pt", "config.yaml", "metrics.jsonl"):
+    for name in ("model.pt", "config.yaml", "metrics.jsonl"):
         assert (run_dir / name).is_file(), name
     assert (tmp_path / "exp" / "latest").read_text() == "r1"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

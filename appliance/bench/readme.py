@@ -33,7 +33,8 @@ HEADLINE = (
 
 
 def latest_reports(results: Path) -> list[Path]:
-    """The newest puffer-bench/report/1 JSON in each profile folder (other JSON files are skipped)."""
+    """The newest complete puffer-bench/report/1 JSON in each profile folder (other JSON files, and
+    partial reports of interrupted suites, are skipped)."""
     out = []
     for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
         best: tuple[str, Path] | None = None
@@ -42,7 +43,7 @@ def latest_reports(results: Path) -> list[Path]:
                 data = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError):
                 continue
-            if isinstance(data, dict) and data.get("schema") == rpt.SCHEMA:
+            if isinstance(data, dict) and data.get("schema") == rpt.SCHEMA and not data.get("partial"):
                 key = str(data.get("created_utc"))
                 if best is None or key > best[0]:
                     best = (key, path)

@@ -19,7 +19,7 @@ from typing import Any
 
 from appliance.bench.stats import summarize
 from appliance.errors import ReportError
-from appliance.report_io import write_bytes_atomic, write_json_atomic
+from appliance.report_io import write_bytes_atomic, write_bytes_exclusive, write_json_atomic
 
 SCHEMA = "puffer-bench/report/1"
 REQUIRED = ("schema", "created_utc", "fingerprint", "suite", "profile", "config", "seed", "metrics")
@@ -135,6 +135,20 @@ def output_stem(out_dir: str | Path, profile: str, fingerprint: dict[str, Any], 
     while stem.with_suffix(".json").exists():
         stem, n = folder / f"{base}-{n}", n + 1
     return stem
+
+
+def write_new(report: dict[str, Any], out_dir: str | Path, profile: str, plots: bool = True) -> list[Path]:
+    """:func:`write` under :func:`output_stem`'s name, claimed exclusively: of two runs that pick the
+    same name at the same moment, one gets it and the other the next free ``-n``."""
+    validate(report)
+    data = (json.dumps(report, indent=2) + "\n").encode()
+    while True:
+        stem = output_stem(out_dir, profile, report["fingerprint"], report["created_utc"])
+        try:
+            path = write_bytes_exclusive(stem.with_suffix(".json"), data)
+        except FileExistsError:
+            continue
+        return [path, *render(report, stem, plots)]
 
 
 def write(report: dict[str, Any], stem: Path, plots: bool = True) -> list[Path]:

@@ -3,12 +3,22 @@
 Pick the hardware profile (given, or detected from the GPU), start a report with the fingerprint,
 plan the suite (:class:`~appliance.bench.runner.SuiteRunner`), measure with a progress bar, analyse,
 and write JSON + Markdown + plots. The CLI only parses options and prints what comes back.
+
+Nothing measured is lost: an unwritable ``--out`` is refused before the first measurement; Ctrl-C,
+SIGTERM, SIGHUP or a failing measurement still writes the figures taken so far, as a report marked
+``partial``; the report name is claimed exclusively. Each suite run registers itself (a locked file
+in ``$TMPDIR/puffer-bench-suites``) so a suite that shares the machine with another one says so in
+its warnings.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +26,12 @@ from appliance.bench import report as rpt
 from appliance.bench.runner import Step, SuiteRunner
 from appliance.bench.suite import load, validate
 from appliance.config import detect_profile, gpu_matches, resolve
+from appliance.errors import ConfigError
+from appliance.report_io import unwritable
 from appliance.sysinfo import fingerprint
+from appliance.train.loop import Interrupted, stop_signals
+
+SUITES_DIR = Path(tempfile.gettempdir()) / "puffer-bench-suites"
 
 
 def bench_profile(profile: str | None, fp: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
@@ -61,7 +76,9 @@ def new_report(
     return name, report
 
 
-def run_with_progress(runner: SuiteRunner, title: str) -> None:
+def run_with_progress(
+    runner: SuiteRunner, title: str, before_step: Callable[[Step, int], None] | None = None
+) -> None:
     """Every step of ``runner`` under a progress bar on stderr (plain lines when not a terminal)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -78,6 +95,8 @@ def run_with_progress(runner: SuiteRunner, title: str) -> None:
         task = bar.add_task(title, total=len(runner.steps))
 
         def progress(step: Step, i: int) -> None:
+            if before_step:
+                before_step(step, i)
             bar.update(task, description=step.label, completed=i)
             if not console.is_terminal:
                 console.print(f"[{i + 1}/{len(runner.steps)}] {step.label}")
@@ -86,11 +105,101 @@ def run_with_progress(runner: SuiteRunner, title: str) -> None:
         bar.update(task, completed=len(runner.steps), description="done")
 
 
+@contextlib.contextmanager
+def registered_suite() -> Iterator[Callable[[], list[str]]]:
+    """Register this suite run for others to see; yields a function naming the other runs alive now.
+
+    A run is a file ``<pid>.suite`` locked (fcntl) for as long as the run lasts, so a run that died
+    leaves a file nobody holds, which is ignored and removed.
+    """
+    import fcntl
+
+    try:
+        SUITES_DIR.mkdir(mode=0o777, exist_ok=True)
+        if SUITES_DIR.stat().st_uid == os.getuid():
+            SUITES_DIR.chmod(0o1777)  # every user's suites register here, like /tmp
+        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=SUITES_DIR)
+    except OSError:  # no shared temp folder: detection is off, the suite still runs
+        yield lambda: []
+        return
+    me = SUITES_DIR / f"{os.getpid()}.suite"
+    with os.fdopen(fd, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        os.fchmod(fd, 0o644)
+        f.write("puffer-bench " + " ".join(sys.argv[1:]) + "\n")
+        f.flush()
+        os.replace(tmp, me)  # visible only once locked
+
+        def others() -> list[str]:
+            alive = []
+            for path in sorted(SUITES_DIR.glob("*.suite")):
+                if path == me:
+                    continue
+                try:
+                    with open(path) as g:
+                        try:
+                            fcntl.flock(g, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                        except OSError:  # held: that run is alive
+                            alive.append(f"process {path.stem} ({g.read().strip()})")
+                            continue
+                    path.unlink()  # a run that died
+                except OSError:
+                    continue
+            return alive
+
+        try:
+            yield others
+        finally:
+            me.unlink(missing_ok=True)
+
+
 def _measure(runner: SuiteRunner, report: rpt.Report, title: str) -> None:
+    """Every step; on an interrupt or a failure the report is marked partial and the error re-raised."""
     start = time.time()
-    run_with_progress(runner, title)
-    report.data["config"] = runner.resolved_configs()
-    report.data["duration_s"] = time.time() - start
+    done = [0]
+    with registered_suite() as others:
+        concurrent: set[str] = set()
+
+        def before_step(step: Step, i: int) -> None:
+            done[0] = i
+            concurrent.update(others())
+
+        try:
+            with stop_signals():
+                run_with_progress(runner, title, before_step)
+            done[0] = len(runner.steps)
+        except BaseException as e:
+            _mark_partial(runner, report, done[0], e)
+            raise
+        finally:
+            concurrent.update(others())
+            if concurrent:
+                report.warn(
+                    f"another puffer-bench suite ran on this machine at the same time ({'; '.join(sorted(concurrent))}): "
+                    "the runs shared the cores, so these figures may be far too low; measure one suite at a time"
+                )
+            report.data["config"] = runner.resolved_configs()
+            report.data["duration_s"] = time.time() - start
+
+
+def _mark_partial(runner: SuiteRunner, report: rpt.Report, done: int, error: BaseException) -> None:
+    signal = None
+    if isinstance(error, KeyboardInterrupt):
+        signal = error.name if isinstance(error, Interrupted) else "SIGINT"
+        why = f"interrupted by {signal}"
+    else:
+        why = f"measurement '{runner.steps[done].label}' failed: {type(error).__name__}: {error}"
+    missing = [s.label for s in runner.steps[done:]]
+    report.data["partial"] = {
+        "reason": why,
+        "signal": signal,
+        "completed": done,
+        "planned": len(runner.steps),
+        "missing": missing,
+    }
+    report.warn(
+        f"partial report: {why} after {done} of {len(runner.steps)} measurements; missing: {', '.join(missing)}"
+    )
 
 
 def run_suite(
@@ -105,10 +214,15 @@ def run_suite(
 ) -> tuple[dict[str, Any], list[Path]]:
     """Run a suite and write ``out_dir/<profile>/<date>-<host>.json`` with Markdown and plots.
 
-    ``announce(line)`` receives the warnings and the plan before measuring starts.
+    ``announce(line)`` receives the warnings and the plan before measuring starts. Interrupted
+    (Ctrl-C, SIGTERM, SIGHUP), the figures measured so far are written as a report marked
+    ``partial`` and returned; a failing measurement writes the same, then its error propagates.
     """
     suite, path = load(suite_name)
     name, report = new_report(suite, str(path), profile, repeats)
+    problem = unwritable(Path(out_dir) / name)
+    if problem:
+        raise ConfigError(f"--out {out_dir}: {problem}; nothing was measured")
     runner = SuiteRunner(suite, name, report, report.data["repeats"], envs, seconds)
     if announce:
         for w in report.data["warnings"]:
@@ -117,9 +231,18 @@ def run_suite(
             f"suite '{suite['name']}' on profile '{name}' ({report.data['profile']['detected_gpu']} GPU): "
             f"{len(runner.steps)} measurements x {report.data['repeats']} repeats"
         )
-    _measure(runner, report, suite["name"])
-    stem = rpt.output_stem(out_dir, name, report.data["fingerprint"], report.data["created_utc"])
-    return report.data, rpt.write(report.data, stem, plots=plots)
+    try:
+        _measure(runner, report, suite["name"])
+    except BaseException:
+        if not report.data["metrics"]:
+            raise
+        paths = rpt.write_new(report.data, out_dir, name, plots=plots)
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            return report.data, paths  # the caller prints them and exits as the signal asks
+        if announce:
+            announce(f"wrote a partial report: {paths[0]}")
+        raise
+    return report.data, rpt.write_new(report.data, out_dir, name, plots=plots)
 
 
 def probe(profile: str | None, env: str, runs: int, seconds: float) -> dict[str, Any]:

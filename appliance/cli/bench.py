@@ -12,6 +12,7 @@ import click
 from appliance.cli.common import (
     CONTEXT,
     PROFILE_HELP,
+    check_out,
     cli,
     print_table,
 )
@@ -50,6 +51,7 @@ def profile_cmd(
 
     if runs < 1:
         raise click.BadParameter("--runs must be at least 1", param_hint="--runs")
+    check_out(out, "--out")
     data = run_probe(profile, env, runs, seconds)
     if out:
         from appliance.report_io import write_json_atomic
@@ -117,6 +119,10 @@ def run_cmd(
     _print_analysis(data)
     for p in paths:
         click.echo(f"wrote {p}")
+    if data.get("partial"):  # interrupted: the figures so far are written; exit as the signal asks
+        import signal
+
+        sys.exit(128 + signal.Signals[data["partial"]["signal"] or "SIGINT"].value)
 
 
 @cli.command("compare", context_settings=CONTEXT)

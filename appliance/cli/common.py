@@ -56,6 +56,19 @@ def print_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[str]
     Console().print(table)
 
 
+def check_out(path: str | None, option: str = "--json") -> None:
+    """Refuse an output file that could not be written, before the work that would fill it."""
+    if path:
+        from pathlib import Path
+
+        from appliance.errors import ConfigError
+        from appliance.report_io import unwritable
+
+        problem = unwritable(Path(path).parent)
+        if problem:
+            raise ConfigError(f"{option} {path}: {problem}")
+
+
 def write_json(path: str | None, kind: str, data: dict[str, Any]) -> None:
     """Optionally save a command's rows with this machine's fingerprint, atomically."""
     if path:

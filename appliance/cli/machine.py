@@ -11,6 +11,7 @@ from appliance.cli.common import (
     CONTEXT,
     OVERRIDES,
     PROFILE_HELP,
+    check_out,
     cli,
     env_params,
     int_list,
@@ -144,6 +145,7 @@ def envs_sps(
     from appliance.bench.envsps import scaling, table_rows
 
     thread_counts = int_list(threads)
+    check_out(json_out)
     known = ocean.names()
     selected = [n for n in names.split(",") if n] if names else known
     for n in selected:
@@ -195,6 +197,8 @@ def vector_bench(
     """
     from appliance.bench import vectorbench
     from appliance.sysinfo import physical_cores
+
+    check_out(json_out)
 
     cores = cores or physical_cores()
     result = vectorbench.run(

@@ -97,7 +97,9 @@ def train(
 @click.option(
     "--load-model-path", default="latest", show_default=True, metavar="PATH|latest", help="Weights to run."
 )
-@click.option("--episodes", default=5, show_default=True, help="Episodes to play.")
+@click.option(
+    "--episodes", default=5, show_default=True, type=click.IntRange(min=1), help="Episodes to play."
+)
 @click.option(
     "--gif", type=click.Path(dir_okay=False), help="Write the first episode as an animated GIF (Ocean envs)."
 )
@@ -110,7 +112,7 @@ def evaluate(
     import numpy as np
 
     from appliance.config import resolve
-    from appliance.train.checkpoint import find_run
+    from appliance.train.checkpoint import find_checkpoint
     from appliance.train.evaluate import play
 
     env, overrides = split_env(args)
@@ -132,7 +134,7 @@ def evaluate(
             click.echo(f"episode {i}: return {stats['episode_return']:.4g}  length {stats['episode_length']}")
 
     scores, frames = play(
-        cfg, find_run(cfg.train.data_dir, load_model_path), episodes, record=bool(gif), on_episode=show
+        cfg, find_checkpoint(cfg.train.data_dir, load_model_path), episodes, record=bool(gif), on_episode=show
     )
     if scores:
         click.echo(f"mean over {len(scores)} episodes: {np.mean(scores):.4g}")

@@ -1,27 +1,57 @@
 """Run folders and checkpoints: where a run lives, and how its weights and counters are saved.
 
-A run folder (``train.data_dir/<run id>``) holds ``model.pt`` (the newest weights, plus
-``model_<epoch>.pt`` snapshots), ``trainer_state.pt`` (optimizer, counters, RNG states),
-``config.yaml`` and ``metrics.jsonl``; ``train.data_dir/latest`` names the newest run. Every file is
-written atomically.
+A run folder (``train.data_dir/<run id>``) holds ``model.pt`` (the newest checkpoint),
+``model_<epoch>.pt`` snapshots, ``config.yaml`` and ``metrics.jsonl``; ``train.data_dir/latest``
+names the newest run that has a checkpoint.
+
+A checkpoint is one file: the weights, the optimizer, the counters and RNG states, and what it was
+trained with (env, policy shape, optimizer), so it is whole or absent. It is written once to a temp
+file, fsynced, hard-linked as the epoch's snapshot and renamed over ``model.pt``; a kill at any
+point leaves ``model.pt`` either the old checkpoint or the new one. Loading checks it against the
+run being started and says in one line what does not fit, and which intact snapshot to use when a
+file is damaged. A run folder is locked (``.lock``, fcntl) while a run trains into it.
+
+Folders of the previous layout (``model.pt`` holding weights only, beside ``trainer_state.pt``)
+still load; a resume checks that both files come from the same epoch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import re
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from appliance.errors import ConfigError
-from appliance.report_io import write_bytes_atomic
+from appliance.errors import ApplianceError, ConfigError
+from appliance.report_io import remove_stale_temps, write_bytes_atomic, write_temp
 
 if TYPE_CHECKING:
     from appliance.train.trainer import Trainer
 
-MODEL, STATE, LATEST = "model.pt", "trainer_state.pt", "latest"
+MODEL, LATEST, LOCK, METRICS = "model.pt", "latest", ".lock", "metrics.jsonl"
+LEGACY_STATE = "trainer_state.pt"  # the previous layout's second file
+FORMAT = "puffer-bench/checkpoint/2"
+SNAPSHOT = re.compile(r"model_(\d+)\.pt$")
+
+
+class CheckpointError(ApplianceError, ValueError):
+    """A checkpoint cannot be used: unreadable, from another run shape, or its folder is busy."""
+
+    exit_code = 2
+
+
+class CheckpointWriteError(ApplianceError, OSError):
+    """A checkpoint or metrics record cannot be written (disk full, read-only folder)."""
+
+
+# ----------------------------------------------------------------------------- run folders
 
 
 def new_run_folder(cfg: Any, run_id: str | None = None) -> Path:
@@ -31,8 +61,8 @@ def new_run_folder(cfg: Any, run_id: str | None = None) -> Path:
     )
 
 
-def find_run(data_dir: str | Path, which: str) -> Path:
-    """A run folder from 'latest', a run id, or a path to a folder or model.pt."""
+def find_checkpoint(data_dir: str | Path, which: str) -> Path:
+    """A checkpoint file from 'latest', a run id, a run folder, or a path to a checkpoint file."""
     data_dir = Path(data_dir)
     if which == LATEST:
         pointer = data_dir / LATEST
@@ -43,19 +73,66 @@ def find_run(data_dir: str | Path, which: str) -> Path:
         which = str(data_dir / pointer.read_text().strip())
     path = Path(which)
     if path.is_file():
-        path = path.parent
+        return path
     if not path.is_dir() and (data_dir / which).is_dir():
         path = data_dir / which
     if not (path / MODEL).is_file():
-        raise ConfigError(f"no {MODEL} in {path}")
-    return path
+        if path.is_dir():
+            raise ConfigError(f"no {MODEL} in {path}: the run wrote no checkpoint")
+        raise ConfigError(f"no run or checkpoint {which!r} (looked in . and {data_dir}/)")
+    return path / MODEL
+
+
+def find_run(data_dir: str | Path, which: str) -> Path:
+    """The run folder of :func:`find_checkpoint`'s checkpoint."""
+    return find_checkpoint(data_dir, which).parent
 
 
 def start_run(cfg: Any, run_dir: Path) -> None:
-    """Create the folder, write the resolved config and point ``latest`` at it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(run_dir / "config.yaml", cfg.to_yaml().encode())
-    write_bytes_atomic(Path(cfg.train.data_dir) / LATEST, run_dir.name.encode())
+    """Create the folder and write the resolved config (``latest`` moves at the first checkpoint)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(run_dir / "config.yaml", cfg.to_yaml().encode())
+    except OSError as e:
+        raise CheckpointWriteError(f"cannot write into the run folder {run_dir}: {e.strerror or e}") from None
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold the run folder for this process; a second trainer gets a one-line error naming the first.
+
+    With the lock held, temp files a killed write left behind are removed.
+    """
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        f = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held open for the lock's lifetime)
+    except OSError as e:
+        raise CheckpointWriteError(f"cannot write into the run folder {run_dir}: {e.strerror or e}") from None
+    import fcntl
+
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise CheckpointError(
+            f"run folder {run_dir} is in use by {holder}: wait for it to end, or train into another run"
+        ) from None
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} ({' '.join(['puffer-bench', *sys.argv[1:]])})\n")
+        f.flush()
+        remove_stale_temps(run_dir)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            f.truncate(0)
+        f.close()  # closing releases the lock
+
+
+# ----------------------------------------------------------------------------- writing
 
 
 def _torch_bytes(obj: Any) -> bytes:
@@ -64,31 +141,231 @@ def _torch_bytes(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def save(trainer: Trainer, run_dir: Path) -> Path:
-    """Weights (also as an epoch snapshot) and trainer state, each written atomically."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    weights = _torch_bytes(trainer.policy.state_dict())
-    write_bytes_atomic(run_dir / f"model_{trainer.epoch:06d}.pt", weights)
-    write_bytes_atomic(run_dir / MODEL, weights)
-    state = {
-        "optimizer": trainer.optimizer.state_dict(),
-        "global_step": trainer.global_step,
+def _meta(trainer: Trainer) -> dict[str, Any]:
+    cfg = trainer.config
+    return {
+        "env": cfg.env_name,
+        "policy": {k: cfg.data["policy"].get(k) for k in ("core", "hidden_size", "encoder")},
+        "optimizer": cfg.train.optimizer,
+    }
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def save(trainer: Trainer, run_dir: Path, latest: Path | None = None) -> Path:
+    """One checkpoint file as ``model_<epoch>.pt`` and ``model.pt``; then point ``latest`` here.
+
+    Raises :class:`CheckpointWriteError` (one line, naming the folder) when the disk is full or the
+    folder read-only; the previous checkpoint is then untouched.
+    """
+    blob = {
+        "format": FORMAT,
         "epoch": trainer.epoch,
+        "global_step": trainer.global_step,
+        "meta": _meta(trainer),
+        "model": trainer.policy.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
         "torch_rng": torch.get_rng_state(),
         "generator": trainer.generator.get_state(),
     }
-    write_bytes_atomic(run_dir / STATE, _torch_bytes(state))
-    return run_dir / MODEL
+    model, snapshot = run_dir / MODEL, run_dir / f"model_{trainer.epoch:06d}.pt"
+    tmp = None
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = write_temp(model, _torch_bytes(blob))
+        try:  # the snapshot shares the file's blocks; without hard links it is a second copy
+            link = f"{tmp[: -len('.tmp')]}.snap.tmp"
+            os.link(tmp, link)
+            os.replace(link, snapshot)
+        except OSError:
+            Path(link).unlink(missing_ok=True)
+            os.replace(write_temp(snapshot, Path(tmp).read_bytes()), snapshot)
+        os.replace(tmp, model)
+        tmp = None
+        (run_dir / LEGACY_STATE).unlink(missing_ok=True)  # model.pt now carries the state
+        _fsync_dir(run_dir)
+        if latest is not None:
+            point_latest(latest, run_dir)
+    except OSError as e:
+        kept = (
+            f"the last checkpoint {trainer.last_checkpoint} is intact"
+            if trainer.last_checkpoint
+            else ("no checkpoint was written yet")
+        )
+        raise CheckpointWriteError(
+            f"cannot write a checkpoint into {run_dir}: {e.strerror or e}; {kept}"
+        ) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return model
 
 
-def load(trainer: Trainer, run_dir: Path, resume: bool = True) -> None:
-    """Weights from ``run_dir``; with ``resume`` also the optimizer, counters and RNG states."""
-    trainer.policy.load_state_dict(
-        torch.load(run_dir / MODEL, map_location=trainer.device, weights_only=True)
+def point_latest(pointer: Path, run_dir: Path) -> None:
+    """``latest`` names ``run_dir`` (by name when it sits beside the pointer)."""
+    target = run_dir.name if run_dir.parent.resolve() == pointer.parent.resolve() else str(run_dir.resolve())
+    with contextlib.suppress(OSError):
+        if pointer.read_text().strip() == target:
+            return
+    write_bytes_atomic(pointer, target.encode())
+
+
+def append_metrics(run_dir: Path, line: str) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / METRICS, "a") as f:
+            f.write(line)
+    except OSError as e:
+        raise CheckpointWriteError(f"cannot write {METRICS} into {run_dir}: {e.strerror or e}") from None
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _epoch_of(path: Path) -> int | None:
+    m = SNAPSHOT.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _read(path: Path) -> Any:
+    """``torch.load`` (tensors and plain data only) with a one-line error for damaged files."""
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror or e}") from None
+    if size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (a write was cut short){_instead(path)}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        with open(path, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"  # torch files are zip archives
+        if zipped or isinstance(e, EOFError):
+            what = f"truncated or corrupt ({size:,} bytes, not a whole torch archive)"
+        else:
+            what = f"not a torch checkpoint ({type(e).__name__})"
+        raise CheckpointError(f"checkpoint {path} is {what}{_instead(path)}") from None
+
+
+def _loads(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0 and torch.load(path, map_location="cpu", weights_only=True) is not None
+    except Exception:
+        return False
+
+
+def _instead(path: Path) -> str:
+    """'; use <snapshot> instead' naming the newest other snapshot in the folder that loads."""
+    try:
+        inode = path.stat().st_ino
+    except OSError:
+        inode = None
+    snaps = sorted(
+        (p for p in path.parent.glob("model_*.pt") if _epoch_of(p) is not None),
+        key=lambda p: _epoch_of(p) or 0,
+        reverse=True,
     )
+    for snap in snaps:
+        if snap == path or snap.stat().st_ino == inode:
+            continue
+        if _loads(snap):
+            return f"; the newest intact snapshot is {snap}: pass it to --resume or --load-model-path"
+    return "; no intact snapshot in its folder"
+
+
+def read(path: Path) -> dict[str, Any]:
+    """A checkpoint as ``{"model", "state" (None for weights only), "meta" (None if unknown)}``."""
+    obj = _read(path)
+    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+        missing = [k for k in ("model", "epoch", "global_step", "optimizer") if k not in obj]
+        if missing:
+            raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}{_instead(path)}")
+        epoch = _epoch_of(path)
+        if epoch is not None and epoch != obj["epoch"]:
+            raise CheckpointError(
+                f"checkpoint {path} holds epoch {obj['epoch']}, not the {epoch} of its name{_instead(path)}"
+            )
+        return {"model": obj["model"], "state": obj, "meta": obj.get("meta")}
+    if isinstance(obj, dict) and obj and all(torch.is_tensor(v) for v in obj.values()):
+        return {"model": obj, "state": None, "meta": None}  # weights only (previous layout)
+    raise CheckpointError(f"{path} is a torch file but not a puffer-bench checkpoint{_instead(path)}")
+
+
+def _legacy_state(path: Path) -> dict[str, Any]:
+    """The previous layout's trainer_state.pt beside ``path``, checked against its epoch snapshot."""
+    state_path = path.parent / LEGACY_STATE
+    if not state_path.is_file():
+        raise CheckpointError(f"{path} holds weights only and {state_path} is missing: it cannot be resumed")
+    state = _read(state_path)
+    snapshot = path.parent / f"model_{state['epoch']:06d}.pt"
+    if snapshot.is_file() and snapshot.read_bytes() != path.read_bytes():
+        raise CheckpointError(
+            f"{path} and {state_path} come from different checkpoints ({state_path.name} says epoch "
+            f"{state['epoch']}, {path.name} differs from {snapshot.name}): resume is refused; "
+            f"--load-model-path {snapshot} starts from that epoch's weights"
+        )
+    return state
+
+
+def _check_fits(path: Path, meta: dict[str, Any] | None, trainer: Trainer, resume: bool) -> None:
+    if not meta:
+        return
+    now = _meta(trainer)
+    pairs = [
+        (f"policy.{k.replace('_', '-')}", meta["policy"].get(k), now["policy"].get(k)) for k in meta["policy"]
+    ]
     if resume:
-        state = torch.load(run_dir / STATE, map_location="cpu", weights_only=False)
-        trainer.optimizer.load_state_dict(state["optimizer"])
-        trainer.global_step, trainer.epoch = state["global_step"], state["epoch"]
-        torch.set_rng_state(state["torch_rng"])
-        trainer.generator.set_state(state["generator"])
+        pairs = [
+            ("env", meta["env"], now["env"]),
+            *pairs,
+            ("train.optimizer", meta["optimizer"], now["optimizer"]),
+        ]
+    for key, saved, current in pairs:
+        if saved != current:
+            fix = f"train {saved} again" if key == "env" else f"pass --{key} {saved}"
+            raise CheckpointError(
+                f"checkpoint {path} was trained with {key} {saved!r}, this run has {current!r}: {fix}"
+                + (" (or start a new run)" if resume else "")
+            )
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    detail = [ln for ln in lines if not ln.startswith("Error(s) in loading")]
+    return (detail or lines or [type(e).__name__])[0]
+
+
+def load_weights(policy: torch.nn.Module, path: Path, weights: dict[str, Any]) -> None:
+    try:
+        policy.load_state_dict(weights)
+    except (RuntimeError, KeyError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path} does not fit this policy: {_first_line(e)}") from None
+
+
+def load(trainer: Trainer, path: Path, resume: bool = True) -> Path:
+    """Weights from the checkpoint ``path`` (a file, or a run folder's newest); with ``resume`` also
+    the optimizer, counters and RNG states. Returns the file read."""
+    path = path / MODEL if path.is_dir() else path
+    ckpt = read(path)
+    _check_fits(path, ckpt["meta"], trainer, resume)
+    state = ckpt["state"] if not resume or ckpt["state"] is not None else _legacy_state(path)
+    load_weights(trainer.policy, path, {k: v.to(trainer.device) for k, v in ckpt["model"].items()})
+    if resume:
+        try:
+            trainer.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            trainer.generator.set_state(state["generator"])
+        except (RuntimeError, KeyError, ValueError, TypeError) as e:
+            raise CheckpointError(
+                f"checkpoint {path}: its optimizer state does not fit this run's optimizer "
+                f"(train.optimizer {trainer.config.train.optimizer}): {_first_line(e)}"
+            ) from None
+        trainer.global_step, trainer.epoch = int(state["global_step"]), int(state["epoch"])
+    return path

@@ -27,12 +27,12 @@ def config_of_run(cfg: Any, run_dir: Path) -> Any:
 
 def play(
     cfg: Any,
-    run_dir: Path,
+    path: Path,
     episodes: int,
     record: bool = False,
     on_episode: Callable[[int, dict[str, float]], None] | None = None,
 ) -> tuple[list[float], list[np.ndarray]]:
-    """Run the weights of ``run_dir`` for ``episodes`` episodes on one env (greedy sampling as trained).
+    """Run the weights of the checkpoint ``path`` (a file, or a run folder's newest) for ``episodes`` episodes on one env (greedy sampling as trained).
 
     Returns the scores and, with ``record``, the first episode's frames (Ocean envs render).
     ``on_episode(i, stats)`` is called as each episode ends.
@@ -42,10 +42,12 @@ def play(
 
     if episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
-    vec = vector.make_from_config(config_of_run(cfg, run_dir))
+    path = path / checkpoint.MODEL if path.is_dir() else path
+    weights = checkpoint.read(path)["model"]  # a damaged file fails here, before any env starts
+    vec = vector.make_from_config(config_of_run(cfg, path.parent))
     try:
         policy = make_policy(cfg, vec)
-        policy.load_state_dict(torch.load(run_dir / checkpoint.MODEL, map_location="cpu", weights_only=True))
+        checkpoint.load_weights(policy, path, weights)
         policy.eval()
         state = policy.initial_state(vec.num_agents)
         obs, _ = vec.reset(cfg.train.seed)

@@ -7,12 +7,20 @@ all run training through :func:`run`, so a stop rule or a checkpoint cadence is 
     result.reached, result.steps, result.seconds, result.history   # env stats per epoch
 
 One epoch is ``trainer.evaluate()`` (a rollout) then ``trainer.train()`` (the PPO update).
+
+An interruptible run (``puffer-bench train``) ends the same way on Ctrl-C, SIGTERM (``docker stop``,
+a scheduler) and SIGHUP (a closed terminal): the update in progress finishes, a checkpoint is
+written, the vector is closed by the caller. A rollout cut short is dropped and its steps are not
+counted, so ``global_step`` counts exactly the steps that were trained on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,14 +47,74 @@ class Stop:
     min_epochs: int = 1
 
 
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (SIGINT, SIGTERM, SIGHUP) raised in the main thread as a KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SignalGuard:
+    """Turns stop signals into :class:`Interrupted`; inside :meth:`deferred` the first one waits."""
+
+    def __init__(self) -> None:
+        self._deferring = False
+        self._pending: int | None = None
+
+    def handler(self, signum: int, frame: Any) -> None:
+        if self._deferring and self._pending is None:
+            self._pending = signum  # a second signal does not wait
+            return
+        raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Let the block finish (an update, a checkpoint write) before a signal interrupts."""
+        outer, self._deferring = self._deferring, True
+        try:
+            yield
+        finally:
+            self._deferring = outer
+        if not outer and self._pending is not None:
+            signum, self._pending = self._pending, None
+            raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def stop_signals(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[SignalGuard]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (main thread only;
+    elsewhere the guard does nothing). The previous handlers come back after."""
+    guard = SignalGuard()
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    previous = {s: signal.signal(s, guard.handler) for s in signals}
+    try:
+        yield guard
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
 @dataclass
 class Result:
     reason: str  # "timesteps" | "seconds" | "epochs" | "target" | "interrupted"
     epochs: int
-    steps: int  # agent-steps taken during this run
+    steps: int  # agent-steps trained on during this run
     seconds: float
     history: list[dict[str, float]] = field(default_factory=list)
     checkpoint: Path | None = None
+    signal: str | None = None  # "SIGINT", "SIGTERM", "SIGHUP" when interrupted
+
+    @property
+    def sps(self) -> float:
+        """Agent-steps trained on per wall-clock second of this run (not of earlier sessions)."""
+        return self.steps / max(1e-9, self.seconds)
 
     @property
     def reached(self) -> bool:
@@ -90,45 +158,79 @@ def run(
     """Train until ``stop``; returns why it stopped and the env stats of every epoch.
 
     With a run folder (``trainer.run_dir``) a checkpoint is written every ``checkpoint_interval``
-    epochs and at the end (also after Ctrl-C when ``interruptible``), and metrics records go to
+    epochs and at the end (also after Ctrl-C, SIGTERM or SIGHUP when ``interruptible``), and metrics records go to
     ``metrics.jsonl`` at most every ``metrics_every`` seconds and at the end; ``on_metrics``
     callbacks (TensorBoard, W&B) get the same records. ``on_epoch`` callbacks (dashboard, progress)
     run after every epoch.
     """
     if stop == Stop():
         raise ValueError("Stop() has no condition: the run would never end")
+    with stop_signals() if interruptible else contextlib.nullcontext(SignalGuard()) as guard:
+        return _run(
+            trainer, stop, checkpoint_interval, on_epoch, on_metrics, metrics_every, interruptible, guard
+        )
+
+
+def _run(
+    trainer: Trainer,
+    stop: Stop,
+    checkpoint_interval: int | None,
+    on_epoch: Sequence[Callable[[Trainer], None]],
+    on_metrics: Sequence[Callable[[dict[str, Any]], None]],
+    metrics_every: float,
+    interruptible: bool,
+    guard: SignalGuard,
+) -> Result:
     history: list[dict[str, float]] = []
     start, steps0 = time.perf_counter(), trainer.global_step
     last_metrics = float("-inf")
     reason: str | None = None
+    stopped_by: str | None = None
     try:
         while reason is None:
             if stop.total_timesteps is not None and trainer.global_step >= stop.total_timesteps:
                 reason = "timesteps"  # a resumed run that is already done
                 break
-            trainer.evaluate()
-            trainer.train()
-            history.append(dict(trainer.env_stats))
+            epoch0, step0 = trainer.epoch, trainer.global_step
+            try:
+                trainer.evaluate()
+                with guard.deferred():  # a signal during the update waits for it, then ends the run
+                    trainer.train()
+                    history.append(dict(trainer.env_stats))
+            except KeyboardInterrupt:
+                if trainer.epoch == epoch0:  # the rollout was never trained on: it does not count
+                    trainer.global_step = step0
+                raise
             if (
                 trainer.run_dir is not None
                 and checkpoint_interval
                 and trainer.epoch % checkpoint_interval == 0
             ):
-                trainer.save_checkpoint()
+                with guard.deferred():
+                    trainer.save_checkpoint()
             if time.perf_counter() - last_metrics > metrics_every:
                 last_metrics = time.perf_counter()
                 _emit(trainer, on_metrics)
             for callback in on_epoch:
                 callback(trainer)
             reason = _reason(stop, trainer, history, time.perf_counter() - start)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if not interruptible:
             raise
         reason = "interrupted"
-    result = Result(reason, len(history), trainer.global_step - steps0, time.perf_counter() - start, history)
+        stopped_by = e.name if isinstance(e, Interrupted) else "SIGINT"
+    result = Result(
+        reason,
+        len(history),
+        trainer.global_step - steps0,
+        time.perf_counter() - start,
+        history,
+        signal=stopped_by,
+    )
     if trainer.run_dir is not None:
-        result.checkpoint = trainer.save_checkpoint()
-        _emit(trainer, on_metrics)
+        with guard.deferred():
+            result.checkpoint = trainer.save_checkpoint()
+            _emit(trainer, on_metrics)
     return result
 
 

@@ -6,13 +6,13 @@ it yields. The epochs themselves run in :func:`appliance.train.loop.run`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from appliance.errors import ConfigError
+from appliance.report_io import unwritable
 from appliance.train import checkpoint, loop
 
 
@@ -29,25 +29,39 @@ class Options:
 
 
 def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
-    """Train with ``cfg``; yields (line, to stderr) for the caller to print."""
+    """Train with ``cfg``; yields (line, to stderr) for the caller to print.
+
+    The run folder is locked for the whole session; an unwritable ``--report`` is refused before
+    any env starts.
+    """
+    t = cfg.train
+    if options.report:
+        problem = unwritable(Path(options.report).parent)
+        if problem:
+            raise ConfigError(f"--report {options.report}: {problem}")
+    resume_from = checkpoint.find_checkpoint(t.data_dir, options.resume) if options.resume else None
+    run_dir = resume_from.parent if resume_from else checkpoint.new_run_folder(cfg, options.run_id)
+    with checkpoint.locked(run_dir):
+        yield from _train(cfg, options, run_dir, resume_from)
+
+
+def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) -> Iterator[tuple[str, bool]]:
     from appliance import vector
     from appliance.train.dashboard import Reporter
     from appliance.train.trainer import Trainer
 
     t = cfg.train
-    run_dir = (
-        checkpoint.find_run(t.data_dir, options.resume)
-        if options.resume
-        else checkpoint.new_run_folder(cfg, options.run_id)
-    )
     writers = _writers(options, cfg, run_dir)
     trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=run_dir, profile=bool(options.profile_trace))
     try:
-        if options.resume:
-            trainer.load_checkpoint(run_dir, resume=True)
+        if resume_from:
+            trainer.load_checkpoint(resume_from, resume=True)
         elif options.load_model_path:
-            trainer.load_checkpoint(checkpoint.find_run(t.data_dir, options.load_model_path), resume=False)
+            trainer.load_checkpoint(
+                checkpoint.find_checkpoint(t.data_dir, options.load_model_path), resume=False
+            )
         checkpoint.start_run(cfg, run_dir)
+        trainer.latest_pointer = Path(t.data_dir) / checkpoint.LATEST  # moves at the first checkpoint
         if options.profile_trace:
             yield _profile(trainer, options.profile_trace), False
             return
@@ -65,20 +79,26 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
             reporter.update(force=True)
             reporter.close()
         if result.reason == "interrupted":
-            yield "interrupted: saved a checkpoint", True
+            yield f"interrupted ({result.signal}): saved a checkpoint", True
         if options.report:
-            _write_report(options.report, cfg, trainer)
+            try:
+                _write_report(options.report, cfg, trainer, result)
+            except OSError as e:  # the checkpoint is saved; say so in one line
+                raise checkpoint.CheckpointWriteError(
+                    f"cannot write --report {options.report}: {e.strerror or e}; saved {result.checkpoint}"
+                ) from None
             yield f"wrote {options.report}", False
-        elapsed = time.time() - trainer.start_time
+        total = f", {trainer.global_step:,} in all" if trainer.global_step != result.steps else ""
         yield (
-            f"{trainer.global_step:,} steps in {elapsed:.0f} s ({trainer.sps:,.0f} SPS); saved {result.checkpoint}",
+            f"{result.steps:,} steps in {result.seconds:.0f} s ({result.sps:,.0f} SPS){total}; "
+            f"saved {result.checkpoint}",
             False,
         )
     finally:
         trainer.close()
 
 
-def _write_report(path: str, cfg: Any, trainer: Any) -> None:
+def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> None:
     from appliance.report_io import write_json_atomic
     from appliance.sysinfo import fingerprint
 
@@ -92,8 +112,10 @@ def _write_report(path: str, cfg: Any, trainer: Any) -> None:
             "device": str(trainer.device),
             "global_step": trainer.global_step,
             "epochs": trainer.epoch,
-            "seconds": time.time() - trainer.start_time,
-            "sps": trainer.sps,
+            "steps": result.steps,  # this session's (a resumed run's global_step counts earlier ones)
+            "seconds": result.seconds,
+            "sps": result.sps,
+            "stopped": result.reason,
             "phases": trainer.timings.breakdown(),
             "losses": trainer.losses,
             "env_stats": trainer.env_stats,

@@ -191,6 +191,7 @@ class Trainer:
         self._episodes: list[dict[str, float]] = []
         self.run_dir = Path(run_dir) if run_dir else None
         self.last_checkpoint: Path | None = None
+        self.latest_pointer: Path | None = None
         self.vec.async_reset(hp.seed)
 
     # ------------------------------------------------------------------ rollout
@@ -237,9 +238,18 @@ class Trainer:
     def _act(self, obs: torch.Tensor, state: State, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Policy step for the agents ``ids``: sampled actions, their log-probs and the values; the
         agents' recurrent state moves on in ``self.state``."""
-        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
-            out, value, new_state = self.forward_step(obs, state)
-            action, logprob = self.policy.sample(out.float())
+        try:
+            with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
+                out, value, new_state = self.forward_step(obs, state)
+                action, logprob = self.policy.sample(out.float())
+        except (ValueError, RuntimeError) as e:  # NaN logits fail in the sampler: say where they came from
+            if obs.is_floating_point() and not torch.isfinite(obs).all():
+                bad = ids[~torch.isfinite(obs.reshape(len(obs), -1)).all(1)][:5].tolist()
+                raise TrainingError(
+                    f"the env returned NaN or Inf observations in epoch {self.epoch} (step {self.global_step}, "
+                    f"agents {bad}); stopping; {self._kept()}"
+                ) from e
+            raise
         for s, new in zip(self.state, new_state, strict=True):
             s[ids] = new.to(s.dtype)
         return action, logprob, value
@@ -343,13 +353,8 @@ class Trainer:
             ent = _masked_mean(entropy, mask)
             loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
             if not torch.isfinite(loss):
-                where = (
-                    f"the last good checkpoint {self.last_checkpoint} is kept"
-                    if self.last_checkpoint
-                    else "no checkpoint was written yet"
-                )
                 raise TrainingError(
-                    f"loss became {loss.item()} in epoch {self.epoch} (step {self.global_step}); stopping; {where}"
+                    f"loss became {loss.item()} in epoch {self.epoch} (step {self.global_step}); stopping; {self._kept()}"
                 )
             with self.timings("learn"):
                 (loss * weight).backward()
@@ -369,18 +374,25 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
+    def _kept(self) -> str:
+        if self.last_checkpoint:
+            return f"the last good checkpoint {self.last_checkpoint} is kept"
+        return "no checkpoint was written yet"
+
     def save_checkpoint(self) -> Path | None:
-        """Weights and trainer state into the run folder (see :mod:`appliance.train.checkpoint`)."""
+        """Weights and trainer state into the run folder (see :mod:`appliance.train.checkpoint`);
+        ``latest_pointer`` (set by the train command) then names this run."""
         if self.run_dir is None:
             return None
-        self.last_checkpoint = checkpoint.save(self, self.run_dir)
+        self.last_checkpoint = checkpoint.save(self, self.run_dir, latest=self.latest_pointer)
         return self.last_checkpoint
 
-    def load_checkpoint(self, run_dir: Path, resume: bool = True) -> None:
-        checkpoint.load(self, run_dir, resume)
+    def load_checkpoint(self, path: Path, resume: bool = True) -> None:
+        """From a checkpoint file or a run folder's newest; ``resume`` also restores optimizer and counters."""
+        path = checkpoint.load(self, path, resume)
         if resume:
             self._start_step = self.global_step
-            self.last_checkpoint = run_dir / checkpoint.MODEL
+            self.last_checkpoint = path
 
     def log_metrics(self) -> dict[str, Any]:
         """One metrics record (also appended to metrics.jsonl in the run folder)."""
@@ -394,9 +406,7 @@ class Trainer:
             **{f"time/{k}": v["seconds"] for k, v in self.timings.breakdown().items()},
         }
         if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.run_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
+            checkpoint.append_metrics(self.run_dir, json.dumps(record) + "\n")
         return record
 
     @property
