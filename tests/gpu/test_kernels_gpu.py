@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from appliance.gpu import check, kernels, reference
+from appliance.bench import gpucheck as check
+from appliance.gpu import kernels, reference
 
 pytestmark = pytest.mark.gpu
 
