@@ -128,7 +128,9 @@ def _fail_on_rank_one() -> None:
 
 def test_a_rank_that_raises_ends_the_job_with_its_rank_and_error():
     start = time.time()
-    with pytest.raises(distributed.DistributedError, match=r"rank 1 failed: ValueError: rank one cannot go on"):
+    with pytest.raises(
+        distributed.DistributedError, match=r"rank 1 failed: ValueError: rank one cannot go on"
+    ):
         distributed.launch(_fail_on_rank_one, (), distributed.Launch(nproc=2))
     assert time.time() - start < 60
 
@@ -199,7 +201,9 @@ def test_killing_one_rank_ends_the_job_and_leaves_no_process(tmp_path):
             assert proc.poll() is None and time.time() < deadline, proc.communicate()
             time.sleep(0.2)
         ranks = [
-            c for c in psutil.Process(proc.pid).children(recursive=True) if "spawn_main" in " ".join(c.cmdline())
+            c
+            for c in psutil.Process(proc.pid).children(recursive=True)
+            if "spawn_main" in " ".join(c.cmdline())
         ]
         ranks = [r for r in ranks if "resource_tracker" not in " ".join(r.cmdline())]
         assert len(ranks) == 2, [r.cmdline() for r in ranks]
@@ -208,7 +212,7 @@ def test_killing_one_rank_ends_the_job_and_leaves_no_process(tmp_path):
         assert proc.returncode != 0
         assert re.search(r"error: rank \d failed: killed by SIGKILL; the other ranks were stopped", err), err
         assert "Traceback" not in err
-        gone, alive = psutil.wait_procs(ranks, timeout=10)
+        _, alive = psutil.wait_procs(ranks, timeout=10)
         assert not alive, [p.pid for p in alive]
     finally:
         if proc.poll() is None:

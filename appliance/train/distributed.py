@@ -109,8 +109,9 @@ def launch(fn: Callable[..., Any], args: tuple[Any, ...], where: Launch) -> dict
     )
     import logging
 
-    # the agent logs every start and stop at INFO/WARNING; failures reach the user as one error below
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+    # the agent logs starts, stops and failures (with tracebacks); the user gets one error line below
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
     try:
         return elastic_launch(config, _entry)(fn, *args)
     except ChildFailedError as e:
@@ -207,7 +208,9 @@ class RankTrainer(Trainer):
 
     def _advantage_stats(self, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and (unbiased) std of the minibatch advantages of all ranks together."""
-        moments = torch.stack([adv.sum(), (adv * adv).sum(), torch.tensor(float(adv.numel()), device=adv.device)])
+        moments = torch.stack(
+            [adv.sum(), (adv * adv).sum(), torch.tensor(float(adv.numel()), device=adv.device)]
+        )
         dist.all_reduce(moments)
         total, squares, n = moments.double().unbind()
         mean = total / n
