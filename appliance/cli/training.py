@@ -61,7 +61,9 @@ from appliance.errors import ConfigError
 @click.option("--nnodes", default=1, show_default=True, help="Machines in the job (each runs this command).")
 @click.option("--node-rank", default=0, show_default=True, help="This machine's index among --nnodes.")
 @click.option("--master-addr", default="127.0.0.1", show_default=True, help="Address of node 0.")
-@click.option("--master-port", type=int, help="Port on node 0 (default: a free one; set it for --nnodes > 1).")
+@click.option(
+    "--master-port", type=int, help="Port on node 0 (default: a free one; set it for --nnodes > 1)."
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def train(
     profile: str | None,
