@@ -178,6 +178,8 @@ def test_two_ranks_learn_squared_and_resume(tmp_path):
     assert proc.returncode == 0, err
     assert re.search(r"on 2 ranks \([\d,]+ SPS; per rank [\d,]+, [\d,]+\)", out), out
     perf = _perf(tmp_path / "dp")
+    last = json.loads((tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["sps/rank0"] > 0 and last["sps/rank1"] > 0 and last["time/allreduce"] > 0
     assert len(perf) >= 5 and np.mean(perf[-3:]) >= 0.7 > perf[0] + 0.3, perf
     state = torch.load(tmp_path / "dp" / "trainer_state.pt", weights_only=False)
     assert state["global_step"] >= 150000  # the steps of both ranks

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import os
 import socket
 import time
@@ -252,9 +253,18 @@ class RankTrainer(Trainer):
         self.env_stats = merge_stats([r["stats"] for r in every])
 
     def log_metrics(self) -> dict[str, Any]:
-        record = super().log_metrics()
+        """The trainer's record plus each rank's SPS and this rank's all-reduce seconds."""
+        run_dir, self.run_dir = self.run_dir, None  # the record is written below, with the extra keys
+        try:
+            record = super().log_metrics()
+        finally:
+            self.run_dir = run_dir
         record.update({f"sps/rank{i}": s for i, s in enumerate(self.rank_sps)})
         record["time/allreduce"] = self.allreduce_seconds
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
         return record
 
     def save_checkpoint(self) -> Path | None:
