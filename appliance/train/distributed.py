@@ -91,6 +91,7 @@ def launch(fn: Callable[..., Any], args: tuple[Any, ...], where: Launch) -> dict
     The elastic agent sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each
     worker (``fn`` calls :func:`init` to join the group). No restarts: a failed rank is an error.
     """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -117,6 +118,8 @@ def launch(fn: Callable[..., Any], args: tuple[Any, ...], where: Launch) -> dict
         return elastic_launch(config, _entry)(fn, *args)
     except ChildFailedError as e:
         raise DistributedError(_failure_message(e)) from None
+    except SignalException as e:  # Ctrl-C or a kill of the launcher: the agent stopped the ranks
+        raise DistributedError(f"stopped by {e.sigval.name}; the ranks were stopped") from None
 
 
 def _failure_message(e: Any) -> str:
