@@ -126,6 +126,7 @@ def _fail_on_rank_one() -> None:
     torch.distributed.barrier()  # rank 0 waits here for a rank that will never come
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_ends_the_job_with_its_rank_and_error():
     start = time.time()
     with pytest.raises(

@@ -259,6 +259,7 @@ def sweep(
         raise ConfigError("--trials and --parallel must be at least 1")
     space = load_space(env, space_file)
     base = resolve(env=env, config_file=config_file, overrides=overrides or [])
+    baseline = _baseline(base, space) if options.baseline else None  # checked before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -293,8 +294,8 @@ def sweep(
     finished = _finished(study)
     if finished or stale:
         yield f"resuming {out / DB}: {len(finished)} trials done, {len(stale)} interrupted ones run again"
-    elif options.baseline:
-        study.enqueue_trial(_baseline(base, space), user_attrs={"baseline": True})
+    elif baseline is not None:
+        study.enqueue_trial(baseline, user_attrs={"baseline": True})
 
     distributions = space.distributions()
     remaining = options.trials - len(finished)
