@@ -76,7 +76,7 @@ def test_a_tiny_sweep_writes_table_plot_and_a_config_train_accepts(tmp_path, spa
 @pytest.mark.slow
 def test_an_interrupted_sweep_resumes_and_reruns_the_trial_that_was_running(tmp_path, space):
     out = tmp_path / "sweep"
-    _sweep(out, space, 2)
+    assert _sweep(out, space, 2, "--parallel", "2").count("trial ") >= 2  # two processes at once
     study = sw.open_study(out)
     crashed = study.ask(sw.load_space("squared", space).distributions())  # running when killed
     text = _sweep(out, space, 3)

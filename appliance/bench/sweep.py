@@ -340,8 +340,10 @@ def sweep(
                 trial = pending.pop(fut)
                 result = fut.result()
                 yield _tell(study, trial, result)
-    finally:
-        runner.close()
+    except BaseException:
+        runner.close(abort=True)
+        raise
+    runner.close()
     yield from write_outputs(study, space, out, env)
 
 
@@ -431,11 +433,13 @@ class _Runner:
         fut.set_result(run_trial(spec))
         return fut
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            for proc in list(getattr(self.pool, "_processes", {}).values()):
-                proc.terminate()  # a sweep interrupted mid-trial leaves no trial running
+            procs = list((getattr(self.pool, "_processes", None) or {}).values())
+            self.pool.shutdown(wait=not abort, cancel_futures=True)
+            if abort:  # a sweep interrupted mid-trial leaves no trial running
+                for proc in procs:
+                    proc.terminate()
         if self.ray is not None:
             self.ray.shutdown()
 
