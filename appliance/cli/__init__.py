@@ -3,14 +3,14 @@
 Every command reports user errors (:class:`~appliance.errors.ApplianceError`) in one line on stderr
 and exits with the error's code (2 for configuration errors), never with a traceback. The work
 itself lives in the layers below (``bench``, ``train``, ``vector``); see docs/architecture.md.
-Commands are grouped by topic: :mod:`.machine`, :mod:`.training`, :mod:`.bench`.
+Commands are grouped by topic: :mod:`.machine`, :mod:`.training`, :mod:`.bench`, :mod:`.scale`.
 """
 
 from __future__ import annotations
 
 import sys
 
-from appliance.cli import bench, machine, training  # noqa: F401  (each module registers its commands)
+from appliance.cli import bench, machine, scale, training  # noqa: F401  (each module registers its commands)
 from appliance.cli.common import cli
 
 __all__ = ["cli", "main"]

@@ -52,6 +52,18 @@ from appliance.errors import ConfigError
     type=click.Path(dir_okay=False),
     help="At the end, write fingerprint, config, SPS and phase breakdown as JSON.",
 )
+@click.option(
+    "--nproc",
+    default=1,
+    show_default=True,
+    help="Data-parallel ranks on this machine (torch.distributed; one GPU each, or CPU with gloo).",
+)
+@click.option("--nnodes", default=1, show_default=True, help="Machines in the job (each runs this command).")
+@click.option("--node-rank", default=0, show_default=True, help="This machine's index among --nnodes.")
+@click.option("--master-addr", default="127.0.0.1", show_default=True, help="Address of node 0.")
+@click.option(
+    "--master-port", type=int, help="Port on node 0 (default: a free one; set it for --nnodes > 1)."
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def train(
     profile: str | None,
@@ -64,6 +76,11 @@ def train(
     tensorboard: bool,
     use_wandb: bool,
     report: str | None,
+    nproc: int,
+    nnodes: int,
+    node_rank: int,
+    master_addr: str,
+    master_port: int | None,
     args: tuple[str, ...],
 ) -> None:
     """Train a PPO policy on ENV (an Ocean env or a Gymnasium id).
@@ -71,6 +88,7 @@ def train(
     \b
     puffer-bench train ENV [--gpu PROFILE] [--config FILE] [--section.key VALUE ...]
     e.g. puffer-bench train squared --train.device cpu --train.total-timesteps 2e6
+    With --nproc N: N ranks, each with vec.num_envs envs; total-timesteps counts all ranks.
     """
     from appliance.config import resolve
     from appliance.train import session
@@ -89,7 +107,14 @@ def train(
         wandb=use_wandb,
         report=report,
     )
-    for line, err in session.train(cfg, options):
+    if nproc > 1 or nnodes > 1:
+        from appliance.train import distributed
+
+        where = distributed.Launch(nproc, nnodes, node_rank, master_addr, master_port)
+        lines = distributed.train(cfg, options, where)
+    else:
+        lines = session.train(cfg, options)
+    for line, err in lines:
         click.echo(line, err=err)
 
 

@@ -77,7 +77,7 @@ class Reporter:
             if k in t.losses
         )
         env = " ".join(f"{k}={v:.4g}" for k, v in t.env_stats.items() if k != "n")
-        return f"epoch {t.epoch} step {t.global_step} sps {t.sps:,.0f} | {losses} | {env}"
+        return f"epoch {t.epoch} step {t.global_step} sps {t.sps:,.0f}{_per_rank(t)} | {losses} | {env}"
 
     def _render(self) -> Any:
         from rich.table import Table
@@ -91,6 +91,8 @@ class Reporter:
         head.add_row("env", self.env_name, "params", f"{self.params:,}")
         head.add_row("steps", f"{t.global_step:,} / {total:,}", "SPS", f"{t.sps:,.0f}")
         head.add_row("epoch", str(t.epoch), "uptime", _fmt_time(elapsed))
+        if getattr(t, "rank_sps", None):  # data-parallel: SPS is the sum, each rank's beside it
+            head.add_row("ranks", str(len(t.rank_sps)), "SPS/rank", _per_rank(t).strip(" ()"))
         head.add_row(
             "remaining", _fmt_time(remaining) if remaining != float("inf") else "-", "device", str(t.device)
         )
@@ -118,6 +120,12 @@ class Reporter:
         grid.add_row(head)
         grid.add_row(_row(perf, losses, env))
         return grid
+
+
+def _per_rank(trainer: Any) -> str:
+    """' (r0 a, r1 b)': each rank's SPS when the trainer is one rank of several, else ''."""
+    sps = getattr(trainer, "rank_sps", None)
+    return " (" + ", ".join(f"r{i} {s:,.0f}" for i, s in enumerate(sps)) + ")" if sps else ""
 
 
 def _row(*tables: Any) -> Any:

@@ -302,10 +302,12 @@ class Trainer:
                 importance = (self.segments * probs[idx]).pow(-beta)
                 mb_adv = adv[idx]
                 mb_returns = mb_adv + b.values[idx]
-                norm_adv = importance[:, None] * (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                mean, std = self._advantage_stats(mb_adv)
+                norm_adv = importance[:, None] * (mb_adv - mean) / (std + 1e-8)
                 self.optimizer.zero_grad()
                 stats = self._minibatch(idx, norm_adv, mb_returns)
                 with self.timings("learn"):
+                    self._reduce_gradients()
                     grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), hp.max_grad_norm)
                     self.optimizer.step()
                 stats["grad_norm"] = float(grad_norm)
@@ -321,6 +323,15 @@ class Trainer:
         self.epoch += 1
         self.losses = sums
         return sums
+
+    # Data-parallel hooks (appliance.train.distributed.RankTrainer): one process needs neither.
+
+    def _advantage_stats(self, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std that normalize a minibatch's advantages (across ranks when data-parallel)."""
+        return adv.mean(), adv.std()
+
+    def _reduce_gradients(self) -> None:
+        """Called after a minibatch's backward, before clipping: ranks average gradients here."""
 
     def _minibatch(
         self, idx: torch.Tensor, norm_adv: torch.Tensor, returns: torch.Tensor

@@ -1,0 +1,377 @@
+"""Data-parallel training: N ranks, each with its own envs and rollout buffer, one set of weights.
+
+``puffer-bench train ENV --nproc N`` calls :func:`launch`, which starts N worker processes through
+torch's elastic launcher (the engine under ``torchrun``: ``torch.distributed.launcher.api``), with
+a static rendezvous at ``--master-addr:--master-port`` so ``--nnodes/--node-rank`` work across
+machines exactly as with ``torchrun``. Every rank runs :func:`_train_rank`:
+
+* its own envs, seeded ``train.seed + rank`` (so its env streams and action samples differ), and its
+  own ``[segments, horizon]`` buffer; the config sizes one rank (``vec.num_envs`` envs per rank),
+  while ``train.total_timesteps`` counts the steps of all ranks together;
+* the same weights: rank 0's are broadcast after the start or resume, and because every rank then
+  applies the same averaged gradient with the same optimizer state, they stay equal;
+* :class:`RankTrainer` hooks the two places where one minibatch needs the others: the advantage
+  normalization uses the mean and std of the minibatch across all ranks, and the gradients are
+  averaged (one all-reduce of the flattened gradients) before clipping. Each rank draws its own
+  prioritized segments from its own buffer (stratified sampling: the importance weights computed
+  against the rank's buffer are the right ones for that scheme). With equal minibatches and no
+  masked steps, an update equals the update of one process holding every rank's agents and
+  drawing the union of their segments (``tests/test_distributed.py`` checks this);
+* after every rollout the ranks exchange their step counts and episode stats, so ``global_step``,
+  the learning-rate schedule and the stop rule agree on every rank;
+* rank 0 alone writes the run folder (checkpoints, ``metrics.jsonl``, config) and draws the
+  dashboard; its SPS is the aggregate, and ``sps/rank<i>`` gives each rank's.
+
+NCCL on CUDA (one GPU per local rank), gloo on CPU. A rank that fails ends the job: the launcher
+stops the others and :func:`launch` raises :class:`DistributedError` naming the rank and its error.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from appliance.errors import ApplianceError, ConfigError
+from appliance.train import checkpoint, loop, session
+from appliance.train.trainer import Trainer
+
+
+class DistributedError(ApplianceError, RuntimeError):
+    """A rank failed; the message names it and its error."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where the ranks run: ``nproc`` per machine, ``nnodes`` machines, this one being ``node_rank``."""
+
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None  # None: a free port (one machine only)
+    timeout_s: float = 300.0  # how long a collective waits for the other ranks
+
+    def check(self) -> None:
+        if self.nproc < 1 or self.nnodes < 1:
+            raise ConfigError(f"--nproc and --nnodes must be at least 1 (got {self.nproc}, {self.nnodes})")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(f"--node-rank must be in 0..{self.nnodes - 1} (got {self.node_rank})")
+        if self.nnodes > 1 and self.master_port is None:
+            raise ConfigError("several machines need the same --master-port on each (e.g. 29500)")
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ----------------------------------------------------------------------------- launching
+
+
+def launch(fn: Callable[..., Any], args: tuple[Any, ...], where: Launch) -> dict[int, Any]:
+    """Run ``fn(*args)`` on every local rank of this machine; returns {global rank: return value}.
+
+    The elastic agent sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each
+    worker (``fn`` calls :func:`init` to join the group). No restarts: a failed rank is an error.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    where.check()
+    port = where.master_port or free_port()
+    config = LaunchConfig(
+        min_nodes=where.nnodes,
+        max_nodes=where.nnodes,
+        nproc_per_node=where.nproc,
+        run_id=f"puffer-bench-{uuid.uuid4().hex[:8]}" if where.nnodes == 1 else "puffer-bench",
+        rdzv_backend="static",
+        rdzv_endpoint=f"{where.master_addr}:{port}",
+        rdzv_configs={"rank": where.node_rank, "timeout": int(where.timeout_s)},
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
+    import logging
+
+    # the agent logs starts, stops and failures (with tracebacks); the user gets one error line below
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
+    try:
+        return elastic_launch(config, _entry)(fn, *args)
+    except ChildFailedError as e:
+        raise DistributedError(_failure_message(e)) from None
+    except SignalException as e:  # Ctrl-C or a kill of the launcher: the agent stopped the ranks
+        raise DistributedError(f"stopped by {e.sigval.name}; the ranks were stopped") from None
+
+
+def _failure_message(e: Any) -> str:
+    lines = []
+    for rank, failure in sorted(e.failures.items()):
+        if failure.signal_name() != "<N/A>" and failure.exitcode < 0:
+            why = f"killed by {failure.signal_name()}"
+        else:
+            why = _first_line(failure.message) or f"exit code {failure.exitcode}"
+        lines.append(f"rank {rank} failed: {why}")
+    return "; ".join(lines) + "; the other ranks were stopped"
+
+
+def _first_line(message: Any) -> str:
+    if isinstance(message, dict):  # an error file: {"message": "...", "extraInfo": {...}}
+        message = message.get("message", "")
+    text = str(message or "").strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _entry(fn: Callable[..., Any], *args: Any) -> Any:
+    """Every worker starts here: ``fn`` under torch elastic's ``record``, so a worker's exception
+    goes to the error file the agent reads and the launcher can name it."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return record(fn)(*args)
+
+
+def init(timeout_s: float = 300.0) -> tuple[int, int, torch.device]:
+    """Join the process group the launcher set up; returns (rank, world size, device).
+
+    NCCL with one GPU per local rank when CUDA is there, else gloo on the CPU. A worker must hand
+    its cores to the other local ranks: torch and the env threads get ``cores / local ranks``.
+    """
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(
+                f"rank {rank} wants GPU {local_rank} but this machine has {torch.cuda.device_count()}; "
+                "use --nproc at most the GPU count"
+            )
+        torch.cuda.set_device(local_rank)
+        backend, device = "nccl", torch.device("cuda", local_rank)
+    else:
+        backend, device = "gloo", torch.device("cpu")
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s)
+        )
+    return rank, world, device
+
+
+def cores_per_rank(local_world: int) -> int:
+    import psutil
+
+    return max(1, (psutil.cpu_count(logical=False) or os.cpu_count() or 1) // local_world)
+
+
+# ----------------------------------------------------------------------------- the rank's trainer
+
+
+class RankTrainer(Trainer):
+    """A :class:`Trainer` that keeps step in step with the other ranks (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self._params = list({id(p): p for p in self.policy.parameters()}.values())
+        self.local_steps = 0
+        self.rank_sps: list[float] = []
+        self.allreduce_seconds = 0.0
+        self.broadcast_weights()
+
+    def broadcast_weights(self) -> None:
+        """Every rank takes rank 0's weights (after a start, a resume or --load-model-path)."""
+        with torch.no_grad():
+            for t in self.policy.state_dict().values():
+                dist.broadcast(t, 0)
+
+    def reseed(self) -> None:
+        """Give each rank its own action and sampling streams (a resumed checkpoint holds rank 0's)."""
+        seed = self.hp.seed + 7919 * self.epoch
+        torch.manual_seed(seed)
+        self.generator.manual_seed(seed)
+
+    # hooks called by Trainer.train
+
+    def _advantage_stats(self, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and (unbiased) std of the minibatch advantages of all ranks together."""
+        moments = torch.stack(
+            [adv.sum(), (adv * adv).sum(), torch.tensor(float(adv.numel()), device=adv.device)]
+        )
+        dist.all_reduce(moments)
+        total, squares, n = moments.double().unbind()
+        mean = total / n
+        var = (squares - total * mean) / (n - 1).clamp_min(1.0)
+        return mean.float(), var.clamp_min(0.0).sqrt().float()
+
+    def _reduce_gradients(self) -> None:
+        """Average the gradients over the ranks: one all-reduce of all of them, flattened."""
+        start = time.perf_counter()
+        for p in self._params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in self._params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+        self.allreduce_seconds += time.perf_counter() - start
+
+    # the rollout, then one exchange of counts and stats
+
+    def evaluate(self) -> None:
+        before = self.global_step
+        super().evaluate()
+        steps = self.global_step - before
+        self.local_steps += steps
+        mine = {
+            "steps": steps,
+            "sps": self.local_steps / max(1e-9, time.time() - self.start_time),
+            "stats": self.env_stats,
+        }
+        every: list[Any] = [None] * self.world
+        dist.all_gather_object(every, mine)
+        self.global_step = before + sum(r["steps"] for r in every)
+        self.rank_sps = [r["sps"] for r in every]
+        self.env_stats = merge_stats([r["stats"] for r in every])
+
+    def log_metrics(self) -> dict[str, Any]:
+        """The trainer's record plus each rank's SPS and this rank's all-reduce seconds."""
+        run_dir, self.run_dir = self.run_dir, None  # the record is written below, with the extra keys
+        try:
+            record = super().log_metrics()
+        finally:
+            self.run_dir = run_dir
+        record.update({f"sps/rank{i}": s for i, s in enumerate(self.rank_sps)})
+        record["time/allreduce"] = self.allreduce_seconds
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+        return record
+
+    def save_checkpoint(self) -> Path | None:
+        return super().save_checkpoint() if self.rank == 0 else None
+
+
+def merge_stats(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """Episode stats of all ranks as one: means weighted by each rank's episode count ``n``."""
+    reported = [s for s in per_rank if s]
+    if not reported:
+        return {}
+    keys = [k for k in reported[0] if all(k in s for s in reported)]
+    weights = [float(s.get("n", 1.0)) or 1.0 for s in reported]
+    total = sum(weights)
+    merged = {k: sum(w * s[k] for w, s in zip(weights, reported, strict=True)) / total for k in keys}
+    if all("n" in s for s in reported):
+        merged["n"] = total
+    return merged
+
+
+# ----------------------------------------------------------------------------- the train command
+
+
+def rank_config(cfg: Any, rank: int, local_world: int) -> Any:
+    """This rank's config: its own seed, and its share of this machine's cores for the env threads."""
+    cfg = copy.deepcopy(cfg)
+    cfg.data["train"]["seed"] = int(cfg.train.seed) + rank
+    if cfg.vec.num_threads == "auto" and local_world > 1:
+        cfg.data["vec"]["num_threads"] = cores_per_rank(local_world)
+    return cfg
+
+
+def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[str, bool]]:
+    """``puffer-bench train --nproc N``: the run folder is chosen here, the ranks train, rank 0 reports."""
+    if options.profile_trace:
+        raise ConfigError("--profile-trace profiles one process; leave out --nproc")
+    if where.node_rank == 0:
+        run_dir = (
+            checkpoint.find_run(cfg.train.data_dir, options.resume)
+            if options.resume
+            else checkpoint.new_run_folder(cfg, options.run_id)
+        )
+    else:  # the other machines need the folder only to resume, from their own copy
+        run_dir = checkpoint.find_run(cfg.train.data_dir, options.resume) if options.resume else None
+    yield f"{where.world_size} ranks ({where.nproc} here); run folder {run_dir}", True
+    results = launch(_train_rank, (cfg, options, run_dir, where.timeout_s), where)
+    for line in results.get(0) or []:
+        yield line, False
+
+
+def _train_rank(cfg: Any, options: session.Options, run_dir: Path | None, timeout_s: float) -> list[str]:
+    """One rank of ``train --nproc``; rank 0 returns the summary lines."""
+    from appliance import vector
+    from appliance.train.dashboard import Reporter
+
+    rank, world, device = init(timeout_s)
+    try:
+        base, cfg = cfg, rank_config(cfg, rank, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        if device.type == "cuda":
+            cfg.data["train"]["device"] = "cuda"  # the current device is this rank's GPU
+        lead = rank == 0
+        trainer = RankTrainer(cfg, vector.make_from_config(cfg), run_dir=run_dir if lead else None)
+        try:
+            if options.resume and run_dir is not None:
+                trainer.load_checkpoint(run_dir, resume=True)
+                trainer.reseed()
+            elif options.load_model_path:
+                trainer.load_checkpoint(
+                    checkpoint.find_run(cfg.train.data_dir, options.load_model_path), resume=False
+                )
+            trainer.broadcast_weights()
+            writers = session._writers(options, cfg, run_dir) if lead and run_dir else []
+            if lead and run_dir is not None:
+                checkpoint.start_run(base, run_dir)  # the config as given: train.seed is rank 0's
+            reporter = Reporter(trainer, cfg.env_name, live=options.dashboard) if lead else None
+            try:
+                result = loop.run(
+                    trainer,
+                    loop.Stop(total_timesteps=cfg.train.total_timesteps),
+                    checkpoint_interval=cfg.train.checkpoint_interval,
+                    on_epoch=[lambda _: reporter.update()] if reporter else [],
+                    on_metrics=writers,
+                    interruptible=True,
+                )
+            finally:
+                if reporter:
+                    reporter.update(force=True)
+                    reporter.close()
+            if not lead:
+                return []
+            lines = []
+            if result.reason == "interrupted":
+                lines.append("interrupted: saved a checkpoint")
+            if options.report:
+                session._write_report(options.report, cfg, trainer)
+                lines.append(f"wrote {options.report}")
+            elapsed = time.time() - trainer.start_time
+            per_rank = ", ".join(f"{s:,.0f}" for s in trainer.rank_sps)
+            lines.append(
+                f"{trainer.global_step:,} steps in {elapsed:.0f} s on {world} ranks "
+                f"({trainer.sps:,.0f} SPS; per rank {per_rank}); saved {result.checkpoint}"
+            )
+            return lines
+        finally:
+            trainer.close()
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,236 @@
+"""Data-parallel training on the CPU with gloo: the update is the big-batch update, it learns, and a
+failed rank ends the job cleanly (appliance.train.distributed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from appliance import vector
+from appliance.config import resolve
+from appliance.train import distributed
+from appliance.train.trainer import Trainer
+
+PUFFER = [str(Path(sys.executable).parent / "puffer-bench")]
+
+# One minibatch holding the whole buffer, no prioritization (uniform draws, importance 1) and no
+# clipping of the gradient: the update is then a plain function of the rows drawn.
+EXACT = [
+    "--train.device", "cpu", "--policy.hidden-size", "32", "--train.optimizer", "adam",
+    "--train.bptt-horizon", "16", "--train.update-epochs", "1", "--train.prio-alpha", "0",
+    "--train.max-grad-norm", "1e9", "--train.learning-rate", "0.001",
+]  # fmt: skip
+AGENTS, HALF = 8, 4
+# The segments each rank "draws" (with repeats, as multinomial with replacement can), as rows of its
+# own buffer; one process holding all 8 rows draws the union, rank 1's rows shifted by 4.
+DRAWS = ([3, 0, 0, 2], [1, 1, 3, 2])
+BUFFERS = ("obs", "actions", "logprobs", "values", "rewards", "dones", "masks")
+
+
+def _config(agents: int, seed: int = 0):
+    mb = agents * 16
+    return resolve(
+        env="squared",
+        overrides=[
+            *EXACT, "--vec.num-envs", str(agents), "--vec.num-threads", "1", "--train.seed", str(seed),
+            "--train.minibatch-size", str(mb), "--train.max-minibatch-size", str(mb),
+        ],
+    )  # fmt: skip
+
+
+def _draw(rows):
+    def multinomial(probs, n, replacement=False, generator=None):
+        assert n == len(rows), "the trainer drew a different number of segments than the test expects"
+        return torch.tensor(rows)
+
+    return multinomial
+
+
+def _grads(trainer):
+    return [p.grad.detach().numpy().copy() for p in trainer._params]
+
+
+def _rank_update(data_path: str) -> dict:
+    """One rank: rank 0 takes the reference weights (the others start from their own seed's), each
+    rank gets its half of the reference buffer, draws its segments, and runs one update."""
+    rank, _, _ = distributed.init()
+    data = torch.load(data_path, weights_only=False)
+    cfg = _config(HALF, seed=rank)
+    trainer = distributed.RankTrainer(cfg, vector.make_from_config(cfg))
+    try:
+        if rank == 0:
+            trainer.policy.load_state_dict(data["weights"])
+        trainer.broadcast_weights()
+        before = [p.detach().numpy().copy() for p in trainer._params]
+        rows = slice(rank * HALF, (rank + 1) * HALF)
+        for name in BUFFERS:
+            getattr(trainer.rollout, name).copy_(data[name][rows])
+        for saved, ref in zip(trainer.rollout.initial_state, data["initial_state"], strict=True):
+            saved.copy_(ref[rows])
+        torch.multinomial = _draw(DRAWS[rank])
+        trainer.train()
+        return {
+            "before": before,
+            "grads": _grads(trainer),
+            "after": [p.detach().numpy().copy() for p in trainer._params],
+        }
+    finally:
+        trainer.close()
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_compute_the_gradient_of_one_process_holding_all_agents(tmp_path, monkeypatch):
+    cfg = _config(AGENTS)
+    ref = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        ref._params = list({id(p): p for p in ref.policy.parameters()}.values())
+        ref.evaluate()  # real observations, actions and rewards from 8 squared envs
+        assert ref.rollout.segments == AGENTS
+        data = {name: getattr(ref.rollout, name).clone() for name in BUFFERS}
+        data["initial_state"] = [s.clone() for s in ref.rollout.initial_state]
+        data["weights"] = {k: v.clone() for k, v in ref.policy.state_dict().items()}
+        torch.save(data, tmp_path / "data.pt")
+        weights = [p.detach().numpy().copy() for p in ref._params]
+        monkeypatch.setattr(torch, "multinomial", _draw([*DRAWS[0], *(HALF + i for i in DRAWS[1])]))
+        ref.train()
+        expected = _grads(ref)
+    finally:
+        ref.close()
+
+    ranks = distributed.launch(_rank_update, (str(tmp_path / "data.pt"),), distributed.Launch(nproc=2))
+    for rank in (0, 1):
+        for w, start in zip(weights, ranks[rank]["before"], strict=True):
+            np.testing.assert_array_equal(start, w)  # rank 1 built other weights; it took rank 0's
+        for g, want in zip(ranks[rank]["grads"], expected, strict=True):
+            np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
+    for a, b in zip(ranks[0]["after"], ranks[1]["after"], strict=True):
+        np.testing.assert_array_equal(a, b)  # the same step on every rank: the weights stay equal
+    assert any(np.abs(g).max() > 1e-4 for g in expected)  # a real gradient, not all zeros
+
+
+def _fail_on_rank_one() -> None:
+    distributed.init()
+    if int(os.environ["RANK"]) == 1:
+        raise ValueError("rank one cannot go on")
+    torch.distributed.barrier()  # rank 0 waits here for a rank that will never come
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_ends_the_job_with_its_rank_and_error():
+    start = time.time()
+    with pytest.raises(
+        distributed.DistributedError, match=r"rank 1 failed: ValueError: rank one cannot go on"
+    ):
+        distributed.launch(_fail_on_rank_one, (), distributed.Launch(nproc=2))
+    assert time.time() - start < 60
+
+
+def test_launch_options_are_checked():
+    with pytest.raises(distributed.ConfigError, match="--node-rank"):
+        distributed.Launch(nproc=2, nnodes=2, node_rank=2, master_port=29500).check()
+    with pytest.raises(distributed.ConfigError, match="--master-port"):
+        distributed.Launch(nproc=1, nnodes=2).check()
+
+
+def test_episode_stats_of_the_ranks_merge_weighted_by_episode_count():
+    merged = distributed.merge_stats([{"perf": 1.0, "n": 3.0}, {}, {"perf": 0.0, "n": 1.0}])
+    assert merged == {"perf": 0.75, "n": 4.0}
+    assert distributed.merge_stats([{}, {}]) == {}
+
+
+# ----------------------------------------------------------------------------- the train command
+
+SMALL = [
+    "--no-dashboard", "--train.device", "cpu", "--policy.core", "mlp", "--train.optimizer", "adam",
+    "--env.size", "5", "--vec.num-envs", "64", "--train.bptt-horizon", "16",
+    "--train.minibatch-size", "512", "--train.learning-rate", "0.01", "--train.ent-coef", "0.01",
+    "--train.gamma", "0.9", "--train.prio-alpha", "0", "--train.update-epochs", "2",
+]  # fmt: skip
+
+
+def _train(tmp_path, run_id, *extra, **kwargs):
+    return subprocess.Popen(
+        [*PUFFER, "train", "squared", "--nproc", "2", *SMALL, "--train.data-dir", str(tmp_path),
+         "--run-id", run_id, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs,
+    )  # fmt: skip
+
+
+def _random_perf(steps: int = 2000) -> float:
+    """perf of uniformly random actions on the same squared (size 5)."""
+    from appliance.bench.envsps import random_actions
+    from appliance.vector import native
+
+    with native.make("squared", num_envs=64, seed=0, size=5) as vec:
+        actions = random_actions(vec, count=64)
+        vec.reset(0)
+        for i in range(steps):
+            vec.step(actions[i % 64])
+        return vec.log()["perf"]
+
+
+def _perf(run_dir: Path) -> list[float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["env/perf"] for r in records if "env/perf" in r]
+
+
+@pytest.mark.slow
+def test_two_ranks_learn_squared_and_resume(tmp_path):
+    proc = _train(tmp_path, "dp", "--train.total-timesteps", "60000", "--train.checkpoint-interval", "50")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert re.search(r"on 2 ranks \([\d,]+ SPS; per rank [\d,]+, [\d,]+\)", out), out
+    perf = _perf(tmp_path / "dp")
+    last = json.loads((tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["sps/rank0"] > 0 and last["sps/rank1"] > 0 and last["time/allreduce"] > 0
+    assert len(perf) >= 5 and np.mean(perf[-3:]) >= 0.9 > _random_perf() + 0.3, perf
+    state = torch.load(tmp_path / "dp" / "trainer_state.pt", weights_only=False)
+    assert state["global_step"] >= 60000  # the steps of both ranks
+    # --resume: every rank starts from the checkpoint and the run goes on to the new total
+    proc = _train(tmp_path, "dp", "--resume", "dp", "--train.total-timesteps", "70000")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    resumed = torch.load(tmp_path / "dp" / "trainer_state.pt", weights_only=False)
+    assert resumed["global_step"] >= 70000 and resumed["epoch"] > state["epoch"]
+    assert np.mean(_perf(tmp_path / "dp")[-2:]) >= 0.8  # resumed from the trained weights, not anew
+
+
+@pytest.mark.slow
+def test_killing_one_rank_ends_the_job_and_leaves_no_process(tmp_path):
+    import psutil
+
+    proc = _train(tmp_path, "kill", "--train.total-timesteps", "100000000")
+    try:
+        deadline = time.time() + 120
+        while not (tmp_path / "kill" / "config.yaml").exists():  # rank 0 is training
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.2)
+        ranks = [
+            c
+            for c in psutil.Process(proc.pid).children(recursive=True)
+            if "spawn_main" in " ".join(c.cmdline())
+        ]
+        ranks = [r for r in ranks if "resource_tracker" not in " ".join(r.cmdline())]
+        assert len(ranks) == 2, [r.cmdline() for r in ranks]
+        os.kill(ranks[-1].pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        assert re.search(r"error: rank \d failed: killed by SIGKILL; the other ranks were stopped", err), err
+        assert "Traceback" not in err
+        _, alive = psutil.wait_procs(ranks, timeout=10)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
