@@ -260,8 +260,8 @@ def test_breakout_scripted_paddle_clears_the_wall():
         obs, _ = vec.reset(3)
         score, best = np.zeros(4), 0.0
         for t in range(40_000):
-            paddle_x, ball_x, paddle_w = obs[:, 0] * width, obs[:, 2] * width, obs[:, 9] * width
-            aim = ball_x + 3 - paddle_w / 2 - 0.6 * np.sin(t / 37.0 + np.arange(4)) * paddle_w / 2
+            paddle_x, ball_x, paddle_w = obs[:, 0] * width, obs[:, 2] * width, obs[:, 9] * 62.0
+            aim = ball_x + 16 - paddle_w / 2 - 0.6 * np.sin(t / 37.0 + np.arange(4)) * paddle_w / 2
             action = np.where(paddle_x < aim - 4, 2, np.where(paddle_x > aim + 4, 1, 0)).astype(np.int32)
             obs, rew, term, trunc, _ = vec.step(action)
             score += rew
