@@ -284,9 +284,10 @@ def test_pong_tracking_paddle_beats_random():
             return total
 
     def track(obs, rng):
-        paddle_centre = obs[:, 0] + 12 / 192
+        # PufferLib's obs: paddle (y + 35) / 640 is its centre over the height; action 1 moves it down (+y)
+        paddle_centre, ball_centre = obs[:, 0], obs[:, 3] + 16 / 640
         return np.where(
-            obs[:, 3] < paddle_centre - 0.02, 1, np.where(obs[:, 3] > paddle_centre + 0.02, 2, 0)
+            ball_centre < paddle_centre - 0.02, 2, np.where(ball_centre > paddle_centre + 0.02, 1, 0)
         ).astype(np.int32)
 
     assert play(track) > play(lambda obs, rng: rng.integers(0, 3, 4).astype(np.int32)) + 10
