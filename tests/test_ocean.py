@@ -129,12 +129,12 @@ def test_multi_agent_rows_are_separate_agents(name):
 def test_target_agents_move_by_their_own_action():
     with make("target", num_envs=1, seed=0) as vec:
         obs, _ = vec.reset(0)
-        before = obs[:, :2].copy()
-        actions = np.ones((vec.num_agents, 2), dtype=np.int32)  # everyone stays
-        actions[0] = (2, 1)  # agent 0 moves right
+        before = obs[:, -2:].copy()  # own x, y (PufferLib's layout ends with them)
+        actions = np.tile(np.array([4, 2], dtype=np.int32), (vec.num_agents, 1))  # heading, speed unchanged
+        actions[0] = (4, 3)  # agent 0 speeds up along heading 0: to the right
         obs, *_ = vec.step(actions)
-        assert obs[0, 0] > before[0, 0]
-        np.testing.assert_allclose(obs[1:, :2], before[1:, :2])
+        assert obs[0, -2] > before[0, -2]
+        np.testing.assert_allclose(obs[1:, -2:], before[1:, -2:])
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -162,10 +162,10 @@ def test_bad_action_dtype_shape_value():
 def test_bad_multidiscrete_value_names_dimension():
     with make("target", num_envs=1) as vec:
         actions = np.ones((8, 2), dtype=np.int32)
-        actions[5, 1] = 3
+        actions[5, 1] = 5
         with pytest.raises(
             ValueError,
-            match=r"target: action 3 for agent 5 \(env 0, dimension 1\) is out of range; valid: 0\.\.2",
+            match=r"target: action 5 for agent 5 \(env 0, dimension 1\) is out of range; valid: 0\.\.4",
         ):
             vec.step(actions)
 
