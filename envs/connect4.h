@@ -11,8 +11,8 @@
  * column whose `depth`-ply exhaustive search (no pruning) scores lowest for the agent: a position's
  * value sums, over every reply, minus the child's value, and a line of four completed with d plies
  * left counts 10^d. Ties are broken at random.
- * Board as two bitboards of 7 columns x (6 + 1 sentinel) bits; the last two plies of the search are
- * one count of the agent's winning cells (the same values, without visiting the leaves).
+ * Board as two bitboards of 7 columns x (6 + 1 sentinel) bits. The last three plies of the search are
+ * counts of winning cells (the same values as PufferLib's, without visiting the leaves).
  */
 #include "vecenv.h"
 
@@ -90,7 +90,37 @@ static inline uint64_t c4_winning_cells(uint64_t p, uint64_t mask) {
     return r & (C4_BOARD ^ mask);
 }
 
+/* A popcount the compiler inlines even without -mpopcnt (the portable build). */
+static inline int c4_count(uint64_t x) {
+#ifdef __POPCNT__
+    return __builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+    return (int)((x * 0x0101010101010101ULL) >> 56);
+#endif
+}
+
 static const int32_t c4_pow10[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+
+/* Depth 2 without visiting the children: for each of `me`'s moves, -10 if it completes four, else
+ * the count of `other`'s immediately winning moves after it (0 on a full board). That count is the
+ * one before the move, less the played cell if it was one, plus the cell above it if that is one. */
+static inline int32_t c4_value2(uint64_t me, uint64_t other, uint64_t mask) {
+    uint64_t mine = c4_winning_cells(me, mask), theirs = c4_winning_cells(other, mask);
+    uint64_t playable = (mask + C4_BOTTOM) & C4_BOARD;
+    int32_t base = c4_count(theirs & playable), value = 0;
+    for (uint64_t cells = playable; cells; cells &= cells - 1) {
+        uint64_t cell = cells & (~cells + 1);
+        if (cell & mine) {
+            value -= 10;
+        } else if ((mask | cell) != C4_BOARD) {
+            value += base - ((theirs & cell) != 0) + ((theirs & (cell << 1) & C4_BOARD) != 0);
+        }
+    }
+    return value;
+}
 
 /* PufferLib's search value for the side to move (`me`), the other side having just moved. Integer
  * arithmetic: PufferLib's floats hold these exact integers. */
@@ -99,7 +129,8 @@ static int32_t c4_value(uint64_t me, uint64_t other, int depth) {
     if (c4_four(other)) return c4_pow10[depth];
     if (c4_four(me) || depth == 0 || mask == C4_BOARD) return 0;
     if (depth == 1) /* each child is 1 if that move completes four for `me`, else 0 */
-        return -__builtin_popcountll(c4_winning_cells(me, mask) & (mask + C4_BOTTOM));
+        return -c4_count(c4_winning_cells(me, mask) & (mask + C4_BOTTOM));
+    if (depth == 2) return c4_value2(me, other, mask);
     int32_t value = 0;
     for (int col = 0; col < C4_W; col++) {
         if (c4_full(mask, col)) continue;

@@ -13,15 +13,16 @@ typedef struct SquaredLog {
 } SquaredLog;
 
 typedef struct Squared {
-    SquaredLog log;
-    Rng rng;
+    /* what every step touches first, in one cache line; the log and RNG only at an episode's end */
     uint8_t* observations;
     int32_t* actions;
     float* rewards;
     uint8_t* terminals;
-    uint8_t* truncations;
     int size, max_ticks;
-    int tick, row, col, target_row, target_col;
+    int tick, row, col, target;
+    uint8_t* truncations;
+    Rng rng;
+    SquaredLog log;
 } Squared;
 
 static const ParamSpec squared_params[] = {
@@ -51,8 +52,7 @@ static void squared_reset(Squared* env) {
     env->row = env->col = n / 2;
     uint32_t t = rng_below(&env->rng, (uint32_t)(tiles - 1)); /* any cell but the centre */
     if ((int)t >= centre) t++;
-    env->target_row = (int)t / n;
-    env->target_col = (int)t % n;
+    env->target = (int)t;
     memset(env->observations, 0, (size_t)tiles);
     env->observations[t] = 2;
     env->observations[centre] = 1;
@@ -72,7 +72,7 @@ static void squared_step(Squared* env) {
     if (env->tick > env->max_ticks || (unsigned)row >= (unsigned)n || (unsigned)col >= (unsigned)n) {
         reward = -1;
         done = 1;
-    } else if (row == env->target_row && col == env->target_col) {
+    } else if (row * n + col == env->target) {
         reward = 1;
         done = 1;
     }
@@ -93,14 +93,14 @@ static void squared_step(Squared* env) {
 static void squared_render(Squared* env, uint8_t* rgb) {
     int n = env->size, w = n * 16;
     fill_rect(rgb, w, w, 0, 0, w, w, 20, 20, 30);
-    fill_rect(rgb, w, w, env->target_col * 16 + 2, env->target_row * 16 + 2, 12, 12, 60, 200, 80);
+    fill_rect(rgb, w, w, (env->target % n) * 16 + 2, (env->target / n) * 16 + 2, 12, 12, 60, 200, 80);
     fill_rect(rgb, w, w, env->col * 16 + 2, env->row * 16 + 2, 12, 12, 80, 140, 255);
 }
 
 static void squared_render_text(Squared* env, char* text) {
     int n = env->size;
     for (int i = 0; i < n * n; i++) text[i] = '.';
-    text[env->target_row * n + env->target_col] = 'T';
+    text[env->target] = 'T';
     text[env->row * n + env->col] = 'A';
 }
 

@@ -6,7 +6,7 @@ Where the reference figures come from: PufferLib 3.0.0's source distribution (Py
 pufferlib-3.0.0.tar.gz), its header ``pufferlib/ocean/<env>/<env>.h`` compiled unchanged in a
 throwaway C harness outside this repository (a stub ``raylib.h`` with no-op drawing), with the
 defaults of the env's ``.py``/``.ini`` (breakout frameskip 4, pong frameskip 8, squared size 11,
-target 8 agents and 4 stars, connect4 as shipped). Protocol, the same as below: 1,024 envs from
+target 8 agents and 4 stars, connect4 as shipped; snake at our smaller default layout). Protocol, the same as below: 1,024 envs from
 reset, each agent draws a uniform random action every step (xorshift64), run for the number of steps
 given per env, mean over the episodes that ended (steps counted between terminals, score from the
 env's Log). Built and run with ``gcc -O2 -std=gnu11 -I. -o h <env>_h.c -lm && ./h <steps>``:
@@ -16,6 +16,9 @@ env's Log). Built and run with ``gcc -O2 -std=gnu11 -I. -o h <env>_h.c -lm && ./
     squared   3000 steps: 27.94 steps, score -0.774
     connect4   300 steps: 7.80 steps, counting the idle step PufferLib spends on every reset (the
               step after a terminal only resets); 6.80 moves; score -0.999
+    snake     2000 steps, 256 envs of 4 snakes at our default layout (40x30, 12 food, vision 5,
+              max_snake_length 128, corpses, rewards 0.1/0.1/-1): 44.76 steps per life, score
+              (length at death) 1.919
     target    2048 steps: 0.001074 stars per agent-step (PufferLib's target never ends; ours cuts an
               episode every max_ticks steps and scores the stars eaten in it)
 
@@ -57,6 +60,7 @@ def close(value, reference, rel=0.10):
         ("pong", 3000, 1024, 200.2, -20.999),
         ("squared", 3000, 1024, 27.94, -0.774),
         ("connect4", 600, 256, 6.80, -0.999),
+        ("snake", 2000, 256, 44.76, 1.919),
     ],
 )
 def test_random_play_matches_pufferlib(name, steps, num_envs, ref_steps, ref_score):
