@@ -41,7 +41,7 @@ typedef struct Target {
 static const ParamSpec target_params[] = {
     {"num_agents", 8, 1, TARGET_MAX_AGENTS},
     {"num_goals", 4, 1, TARGET_MAX_GOALS},
-    {"max_ticks", 1024, 16, 100000}, /* our episode cut (PufferLib's never ends) */
+    {"max_ticks", 512, 16, 100000}, /* our episode cut (PufferLib's never ends) */
     {NULL, 0, 0, 0},
 };
 

@@ -309,12 +309,14 @@ def test_g2048_and_go_rules_hold():
     with make("g2048", num_envs=1, seed=0) as vec:
         obs, _ = vec.reset(0)
         assert (obs > 0).sum() == 2, "a new game starts with two tiles"
-    with make("go", num_envs=1, seed=0) as vec:
+    with make("go", num_envs=1, seed=0) as vec:  # PufferLib's 7x7: black stones, white stones, captures
         obs, _ = vec.reset(0)
-        assert obs[0, 81:].all(), "every point is legal on an empty board"
-        obs, *_ = vec.step(np.array([40], np.int32))  # centre stone
-        assert obs[0, 40] == 1 and obs[0, 81 + 40] == 0, "an occupied point is no longer legal"
-        assert (obs[0, :81] == -1).sum() == 1, "the opponent answered with one stone"
+        assert not obs.any(), "an empty board"
+        obs, rew, *_ = vec.step(np.array([25], np.int32))  # action p + 1: the centre point 24
+        assert obs[0, 24] == 1 and obs[0, :49].sum() == 1 and rew[0] == 0.0
+        assert obs[0, 49:98].sum() == 1 and obs[0, 49 + 24] == 0, "the opponent answered with one stone"
+        obs, rew, *_ = vec.step(np.array([25], np.int32))  # occupied: invalid, and the opponent waits
+        assert rew[0] == pytest.approx(-0.5393516) and obs[0, :98].sum() == 2
 
 
 # ----------------------------------------------------------------------------- speed benchmark and C

@@ -6,7 +6,7 @@ Where the reference figures come from: PufferLib 3.0.0's source distribution (Py
 pufferlib-3.0.0.tar.gz), its header ``pufferlib/ocean/<env>/<env>.h`` compiled unchanged in a
 throwaway C harness outside this repository (a stub ``raylib.h`` with no-op drawing), with the
 defaults of the env's ``.py``/``.ini`` (breakout frameskip 4, pong frameskip 8, squared size 11,
-target 8 agents and 4 stars, connect4 as shipped; snake at our smaller default layout). Protocol, the same as below: 1,024 envs from
+target 8 agents and 4 stars, connect4 as shipped, go 7x7 with go.ini's rewards; snake at our smaller default layout). Protocol, the same as below: 1,024 envs from
 reset, each agent draws a uniform random action every step (xorshift64), run for the number of steps
 given per env, mean over the episodes that ended (steps counted between terminals, score from the
 env's Log). Built and run with ``gcc -O2 -std=gnu11 -I. -o h <env>_h.c -lm && ./h <steps>``:
@@ -19,6 +19,7 @@ env's Log). Built and run with ``gcc -O2 -std=gnu11 -I. -o h <env>_h.c -lm && ./
     snake     2000 steps, 256 envs of 4 snakes at our default layout (40x30, 12 food, vision 5,
               max_snake_length 128, corpses, rewards 0.1/0.1/-1): 44.76 steps per life, score
               (length at death) 1.919
+    go         600 steps, 7x7 with go.ini's rewards: 147.3 steps, score (area - komi) -46.07
     target    2048 steps: 0.001074 stars per agent-step (PufferLib's target never ends; ours cuts an
               episode every max_ticks steps and scores the stars eaten in it)
 
@@ -61,6 +62,7 @@ def close(value, reference, rel=0.10):
         ("squared", 3000, 1024, 27.94, -0.774),
         ("connect4", 600, 256, 6.80, -0.999),
         ("snake", 2000, 256, 44.76, 1.919),
+        ("go", 600, 256, 147.3, -46.07),
     ],
 )
 def test_random_play_matches_pufferlib(name, steps, num_envs, ref_steps, ref_score):
@@ -74,7 +76,7 @@ def test_random_play_matches_pufferlib(name, steps, num_envs, ref_steps, ref_sco
 
 def test_target_random_star_rate_matches_pufferlib():
     stats = random_play("target", 1024, num_envs=256)
-    assert stats["n"] == 256 * 8 and stats["episode_length"] == 1024
+    assert stats["n"] == 2 * 256 * 8 and stats["episode_length"] == 512
     rate = stats["score"] / stats["episode_length"]
     assert close(rate, 0.001074), f"target: {rate:.6f} stars per agent-step; PufferLib 0.001074"
 
