@@ -19,7 +19,7 @@ typedef struct Squared {
     float* rewards;
     uint8_t* terminals;
     int size, max_ticks;
-    int tick, row, col, target;
+    int tick, row, col, pos, target; /* pos = row * size + col */
     uint8_t* truncations;
     Rng rng;
     SquaredLog log;
@@ -50,6 +50,7 @@ static void squared_reset(Squared* env) {
     int n = env->size, tiles = n * n, centre = tiles / 2;
     env->tick = 0;
     env->row = env->col = n / 2;
+    env->pos = centre;
     uint32_t t = rng_below(&env->rng, (uint32_t)(tiles - 1)); /* any cell but the centre */
     if ((int)t >= centre) t++;
     env->target = (int)t;
@@ -63,31 +64,31 @@ static void squared_reset(Squared* env) {
 
 static void squared_step(Squared* env) {
     static const int8_t dr[5] = {0, 1, -1, 0, 0}, dc[5] = {0, 0, 0, -1, 1};
-    int a = env->actions[0], n = env->size;
-    env->tick++;
-    env->observations[env->row * n + env->col] = 0;
-    int row = env->row + dr[a], col = env->col + dc[a];
-    float reward = 0;
-    int done = 0;
-    if (env->tick > env->max_ticks || (unsigned)row >= (unsigned)n || (unsigned)col >= (unsigned)n) {
-        reward = -1;
-        done = 1;
-    } else if (row * n + col == env->target) {
-        reward = 1;
-        done = 1;
-    }
-    if (done) {
-        OCEAN_LOG_EPISODE(env->log, reward > 0 ? 1.0f : 0.0f, reward, reward, (float)env->tick);
+    /* locals first: the byte stores into the observation may alias anything, so fields read after
+     * them would be loaded again */
+    uint8_t* obs = env->observations;
+    float* rewards = env->rewards;
+    uint8_t* terminals = env->terminals;
+    int a = env->actions[0], n = env->size, tick = env->tick + 1;
+    int row = env->row + dr[a], col = env->col + dc[a], pos = row * n + col;
+    int out = tick > env->max_ticks || (unsigned)row >= (unsigned)n || (unsigned)col >= (unsigned)n;
+    if (out || pos == env->target) {
+        float reward = out ? -1.0f : 1.0f;
+        env->tick = tick;
+        OCEAN_LOG_EPISODE(env->log, out ? 0.0f : 1.0f, reward, reward, (float)tick);
         squared_reset(env);
-        env->terminals[0] = 1;
-        env->rewards[0] = reward;
+        terminals[0] = 1;
+        rewards[0] = reward;
         return;
     }
+    rewards[0] = 0;
+    terminals[0] = 0;
+    env->tick = tick;
     env->row = row;
     env->col = col;
-    env->observations[row * n + col] = 1;
-    env->rewards[0] = 0;
-    env->terminals[0] = 0;
+    obs[env->pos] = 0;
+    obs[pos] = 1;
+    env->pos = pos;
 }
 
 static void squared_render(Squared* env, uint8_t* rgb) {
