@@ -1,300 +1,400 @@
-/* go: 9x9 Go, the agent (black, first to play) against a scripted greedy opponent (white).
- *   obs      int8[162]: the board from the agent's side (1 own stone, -1 opponent, 0 empty), then
- *            81 legal-move flags for the agent (1 legal).
- *   action   Discrete(82): a point (row * 9 + col) or 81 to pass. An illegal point (occupied,
- *            suicide, or retaking a ko) counts as a pass and is logged in `illegal`.
- *   reward   +1 if the agent wins, -1 if it loses, at the end: two passes in a row or max_moves.
- *            Tromp-Taylor area scoring (stones plus empty regions that reach only one colour),
- *            white gets `komi`.
- *   perf     1 for a win, 0 for a loss; score = black area - white area - komi.
- * The opponent plays the legal move that captures the most stones, else a random legal move that
- * does not fill one of its own eyes; it passes when it has none, or when the agent passed and
- * white is ahead.
+/* go: PufferLib 3.0's Ocean go rules. The agent (black, 1) against a scripted opponent (white, 2) on
+ * a 7x7 board by default.
+ *   obs      float32[2*n*n + 2]: black stones (1), white stones (1), then the captures each side has
+ *            counted (raw counts, as PufferLib's).
+ *   action   Discrete(n*n + 1): 0 passes, p + 1 plays point p (row * n + col).
+ *   reward   shaped, as PufferLib's go.ini: reward_move_pass for a pass, reward_move_valid or
+ *            reward_move_invalid for a point (an occupied point, a suicide; a capture that recreates
+ *            the board before the agent's move is refused to the opponent only), then
+ *            reward_opponent_capture per black stone the opponent captures, even in a move it then
+ *            finds illegal (PufferLib counts those). Clamped to [-1, 1] after a point. The game
+ *            ends when the opponent has no legal point or after 3*n*n steps; the last reward is
+ *            then the result: +1 win, -1 loss, 0 tie, by Tromp-Taylor area minus komi (with
+ *            PufferLib's rule that an empty region touching an already-counted empty point is
+ *            neutral).
+ *   opponent PufferLib's greedy_hard: for each black stone whose group has 1-4 liberties (fewest
+ *            first), and each white stone in atari, the first liberty its group's breadth-first
+ *            search meets; the first of these it can play, else a random legal point.
+ *   perf     1 for a win; score = black area - white area - komi.
  */
 #include "vecenv.h"
 
-#define GO_N 9
-#define GO_CELLS (GO_N * GO_N)
-#define GO_PASS GO_CELLS
+#define GO_MAX_N 19
+#define GO_MAX_CELLS (GO_MAX_N * GO_MAX_N)
 
 typedef struct GoLog {
-    float perf, score, episode_return, episode_length, illegal, n;
+    float perf, score, episode_return, episode_length, n;
 } GoLog;
+
+typedef struct GoGroups {
+    int16_t parent[GO_MAX_CELLS], rank[GO_MAX_CELLS], liberties[GO_MAX_CELLS];
+} GoGroups;
 
 typedef struct Go {
     GoLog log;
     Rng rng;
-    int8_t* observations;
+    float* observations;
     int32_t* actions;
     float* rewards;
     uint8_t* terminals;
     uint8_t* truncations;
-    float komi;
-    int max_moves;
-    int8_t board[GO_CELLS]; /* 1 black (agent), -1 white, 0 empty */
-    int ko;                  /* point the next player may not take, -1 none */
-    int moves, passes, illegal;
+    int n, cells, tick, max_ticks;
+    float komi, r_pass, r_invalid, r_valid, r_player_capture, r_opponent_capture;
+    float reward, episode_return, score;
+    int captures[2];
+    int game_over;
+    uint16_t stamp;
+    uint16_t visited[GO_MAX_CELLS]; /* == stamp: visited in the current search */
+    int8_t board[GO_MAX_CELLS], previous[GO_MAX_CELLS], temp[GO_MAX_CELLS];
+    GoGroups groups, temp_groups;
+    int16_t queue[GO_MAX_CELLS], affected[4 * GO_MAX_CELLS], targets[4][GO_MAX_CELLS], order[GO_MAX_CELLS];
 } Go;
 
 static const ParamSpec go_params[] = {
-    {"komi", 7.5, 0, 20},
-    {"max_moves", 200, 10, 2000},
+    {"grid_size", 7, 3, GO_MAX_N},
+    {"komi", 7.5, -100, 100},
+    {"reward_move_pass", -0.6026362603175613, -1, 1},
+    {"reward_move_invalid", -0.5393516480382454, -1, 1},
+    {"reward_move_valid", 0, -1, 1},
+    {"reward_player_capture", 0.42122681325442923, -1, 1},
+    {"reward_opponent_capture", -0.3152783593705354, -1, 1},
     {NULL, 0, 0, 0},
 };
 
 static void go_layout(const double* p, Layout* out) {
-    (void)p;
-    *out = (Layout){.agents_per_env = 1, .obs_size = 2 * GO_CELLS, .obs_dtype = OBS_INT8, .obs_low = -1,
-                    .obs_high = 1, .action_dims = 1, .action_n = {GO_CELLS + 1}, .frame_h = GO_N * 12,
-                    .frame_w = GO_N * 12, .text_h = GO_N, .text_w = GO_N};
+    int n = (int)PARAM(p, 0);
+    *out = (Layout){.agents_per_env = 1, .obs_size = 2 * n * n + 2, .obs_dtype = OBS_FLOAT32, .obs_low = 0,
+                    .obs_high = 1e6f, .action_dims = 1, .action_n = {n * n + 1}, .frame_h = n * 12,
+                    .frame_w = n * 12, .text_h = n, .text_w = n};
 }
 
 static void go_init(Go* env, const double* p, Buffers b, Rng rng) {
     OCEAN_BIND(env, b, rng);
-    env->komi = (float)PARAM(p, 0);
-    env->max_moves = (int)PARAM(p, 1);
+    env->n = (int)PARAM(p, 0);
+    env->cells = env->n * env->n;
+    env->max_ticks = 3 * env->cells;
+    env->komi = (float)PARAM(p, 1);
+    env->r_pass = (float)PARAM(p, 2);
+    env->r_invalid = (float)PARAM(p, 3);
+    env->r_valid = (float)PARAM(p, 4);
+    env->r_player_capture = (float)PARAM(p, 5);
+    env->r_opponent_capture = (float)PARAM(p, 6);
 }
 
-/* Neighbours of p into nb[]; returns how many (2 to 4). */
-static inline int go_neighbours(int p, int nb[4]) {
-    int r = p / GO_N, c = p % GO_N, n = 0;
-    if (r > 0) nb[n++] = p - GO_N;
-    if (r < GO_N - 1) nb[n++] = p + GO_N;
-    if (c > 0) nb[n++] = p - 1;
-    if (c < GO_N - 1) nb[n++] = p + 1;
-    return n;
-}
-
-/* Size of the group at `start`; *free is set if it has a liberty other than `except`. The group's
- * stones are marked in seen[] (zeroed by the caller), so neighbours in one group are counted once. */
-static int go_group(const int8_t* board, int start, int except, int* free, uint8_t* seen) {
-    int stack[GO_CELLS], top = 0, size = 0;
-    int8_t color = board[start];
-    stack[top++] = start;
-    seen[start] = 1;
-    *free = 0;
-    while (top) {
-        int p = stack[--top];
-        size++;
-        int nb[4], n = go_neighbours(p, nb);
-        for (int k = 0; k < n; k++) {
-            int q = nb[k];
-            if (seen[q]) continue;
-            if (board[q] == 0 && q != except) *free = 1;
-            else if (board[q] == color) {
-                seen[q] = 1;
-                stack[top++] = q;
-            }
-        }
-    }
-    return size;
-}
-
-/* Stones `color` would capture by playing p, or -1 if the move is illegal. */
-static int go_try(const Go* env, int p, int8_t color) {
-    if (p < 0 || p >= GO_CELLS || env->board[p] != 0 || p == env->ko) return -1;
-    int nb[4], n = go_neighbours(p, nb), captures = 0, safe = 0, free;
-    uint8_t seen[GO_CELLS];
-    memset(seen, 0, sizeof(seen));
-    for (int k = 0; k < n; k++) {
-        int q = nb[k];
-        if (env->board[q] == 0) {
-            safe = 1;
-        } else if (!seen[q]) {
-            int size = go_group(env->board, q, p, &free, seen);
-            if (env->board[q] == color ? free : !free) safe = 1; /* own group keeps a liberty, or a capture */
-            if (env->board[q] != color && !free) captures += size;
-        }
-    }
-    return safe ? captures : -1;
-}
-
-static void go_remove_group(Go* env, int start) {
-    int stack[GO_CELLS], top = 0;
-    int8_t color = env->board[start];
-    stack[top++] = start;
-    env->board[start] = 0;
-    while (top) {
-        int p = stack[--top];
-        int nb[4], n = go_neighbours(p, nb);
-        for (int k = 0; k < n; k++) {
-            if (env->board[nb[k]] == color) {
-                env->board[nb[k]] = 0;
-                stack[top++] = nb[k];
-            }
-        }
+/* A fresh search: nothing visited (a stamp, not a clear of the array). */
+static inline void go_new_search(Go* env) {
+    if (++env->stamp == 0) {
+        memset(env->visited, 0, sizeof(env->visited));
+        env->stamp = 1;
     }
 }
 
-/* Play a legal move (checked by go_try) and update the ko point. */
-static void go_play(Go* env, int p, int8_t color) {
-    env->board[p] = color;
-    int nb[4], n = go_neighbours(p, nb), captured = 0, last = -1, free;
-    uint8_t seen[GO_CELLS];
-    for (int k = 0; k < n; k++) {
-        int q = nb[k];
-        if (env->board[q] != -color) continue;
-        memset(seen, 0, sizeof(seen));
-        int size = go_group(env->board, q, -1, &free, seen);
-        if (!free) {
-            captured += size;
-            last = q;
-            go_remove_group(env, q);
-        }
-    }
-    env->ko = -1;
-    if (captured == 1) {
-        memset(seen, 0, sizeof(seen));
-        int size = go_group(env->board, p, -1, &free, seen);
-        int libs = 0;
-        for (int k = 0; k < n; k++) libs += env->board[nb[k]] == 0;
-        if (size == 1 && libs == 1) env->ko = last;
-    }
+/* The up-to-4 neighbours of p, in PufferLib's order: x - 1, x + 1, y - 1, y + 1. */
+static inline int go_neighbours(const Go* env, int p, int* out) {
+    int n = env->n, x = p % n, y = p / n, k = 0;
+    if (x > 0) out[k++] = p - 1;
+    if (x < n - 1) out[k++] = p + 1;
+    if (y > 0) out[k++] = p - n;
+    if (y < n - 1) out[k++] = p + n;
+    return k;
 }
 
-/* Tromp-Taylor: black area - white area (without komi). */
-static int go_area(const Go* env) {
-    uint8_t seen[GO_CELLS];
-    int stack[GO_CELLS];
-    memset(seen, 0, sizeof(seen));
-    int score = 0;
-    for (int p = 0; p < GO_CELLS; p++) {
-        if (env->board[p]) {
-            score += env->board[p];
-            continue;
-        }
-        if (seen[p]) continue;
-        int top = 0, size = 0, black = 0, white = 0;
-        stack[top++] = p;
-        seen[p] = 1;
-        while (top) {
-            int q = stack[--top];
-            size++;
-            int nb[4], n = go_neighbours(q, nb);
-            for (int k = 0; k < n; k++) {
-                int8_t v = env->board[nb[k]];
-                if (v == 1) black = 1;
-                else if (v == -1) white = 1;
-                else if (!seen[nb[k]]) {
-                    seen[nb[k]] = 1;
-                    stack[top++] = nb[k];
-                }
-            }
-        }
-        if (black && !white) score += size;
-        if (white && !black) score -= size;
+static int go_find(GoGroups* g, int x) {
+    int root = x;
+    while (g->parent[root] != root) root = g->parent[root];
+    while (g->parent[x] != root) { /* path compression */
+        int next = g->parent[x];
+        g->parent[x] = (int16_t)root;
+        x = next;
     }
-    return score;
+    return root;
+}
+
+/* Union by rank; on equal ranks the first group's root wins. */
+static void go_union(GoGroups* g, int a, int b) {
+    a = go_find(g, a);
+    b = go_find(g, b);
+    if (a == b) return;
+    if (g->rank[a] < g->rank[b]) {
+        g->parent[a] = (int16_t)b;
+    } else {
+        g->parent[b] = (int16_t)a;
+        if (g->rank[a] == g->rank[b]) g->rank[a]++;
+    }
 }
 
 static void go_observe(Go* env) {
-    int8_t* o = env->observations;
-    memcpy(o, env->board, GO_CELLS);
-    for (int p = 0; p < GO_CELLS; p++) o[GO_CELLS + p] = (int8_t)(go_try(env, p, 1) >= 0);
+    float* o = env->observations;
+    int c = env->cells;
+    for (int i = 0; i < c; i++) {
+        o[i] = env->board[i] == 1 ? 1.0f : 0.0f;
+        o[c + i] = env->board[i] == 2 ? 1.0f : 0.0f;
+    }
+    o[2 * c] = (float)env->captures[0];
+    o[2 * c + 1] = (float)env->captures[1];
 }
 
 static void go_reset(Go* env) {
-    memset(env->board, 0, sizeof(env->board));
-    env->ko = -1;
-    env->moves = env->passes = env->illegal = 0;
+    env->tick = 0;
+    env->game_over = 0;
+    env->reward = env->episode_return = env->score = 0;
+    env->captures[0] = env->captures[1] = 0;
+    for (int i = 0; i < env->cells; i++) {
+        env->board[i] = env->previous[i] = env->temp[i] = 0;
+        env->groups.parent[i] = (int16_t)i;
+        env->groups.rank[i] = env->groups.liberties[i] = 0;
+    }
     env->rewards[0] = 0;
     env->terminals[0] = 0;
     env->truncations[0] = 0;
     go_observe(env);
 }
 
-static int go_is_own_eye(const Go* env, int p, int8_t color) {
-    int nb[4], n = go_neighbours(p, nb);
-    for (int k = 0; k < n; k++)
-        if (env->board[nb[k]] != color) return 0;
+/* Distinct empty points next to the group of `root` on the trial board. */
+static int go_count_liberties(Go* env, int root) {
+    go_new_search(env);
+    int front = 0, rear = 0, liberties = 0, nb[4];
+    env->queue[rear++] = (int16_t)root;
+    env->visited[root] = env->stamp;
+    int colour = env->temp[root];
+    while (front < rear) {
+        int p = env->queue[front++];
+        for (int k = 0, m = go_neighbours(env, p, nb); k < m; k++) {
+            int q = nb[k];
+            if (env->visited[q] == env->stamp) continue;
+            if (env->temp[q] == 0) {
+                liberties++;
+                env->visited[q] = env->stamp;
+            } else if (env->temp[q] == colour) {
+                env->queue[rear++] = (int16_t)q;
+                env->visited[q] = env->stamp;
+            }
+        }
+    }
+    return liberties;
+}
+
+static int go_listed(const int16_t* list, int count, int value) {
+    for (int i = 0; i < count; i++)
+        if (list[i] == value) return 1;
+    return 0;
+}
+
+/* Take the group of `root` off the trial board; the capturing side counts (and is rewarded for)
+ * every stone, and its groups next to them join the affected list. */
+static void go_capture(Go* env, int root, int* affected_count) {
+    go_new_search(env);
+    int front = 0, rear = 0, nb[4];
+    int captured = env->temp[root], capturing = 3 - captured;
+    env->queue[rear++] = (int16_t)root;
+    env->visited[root] = env->stamp;
+    while (front != rear) {
+        int p = env->queue[front++];
+        env->temp[p] = 0;
+        env->captures[capturing - 1]++;
+        env->reward += capturing == 1 ? env->r_player_capture : env->r_opponent_capture;
+        for (int k = 0, m = go_neighbours(env, p, nb); k < m; k++) {
+            int q = nb[k];
+            if (env->temp[q] == captured && env->visited[q] != env->stamp) {
+                env->visited[q] = env->stamp;
+                env->queue[rear++] = (int16_t)q;
+            } else if (env->temp[q] == capturing) {
+                int r = go_find(&env->temp_groups, q);
+                if (!go_listed(env->affected, *affected_count, r)) env->affected[(*affected_count)++] = (int16_t)r;
+            }
+        }
+    }
+}
+
+/* Play `player` at p if legal (empty, not suicide, and, after a capture, not back to the board
+ * before the agent's last move); commits and returns 1, else leaves the board and returns 0. */
+static int go_play(Go* env, int p, int player) {
+    if (env->board[p] != 0) return 0;
+    int c = env->cells, nb[4];
+    memcpy(env->temp, env->board, (size_t)c);
+    memcpy(env->temp_groups.parent, env->groups.parent, sizeof(int16_t) * (size_t)c);
+    memcpy(env->temp_groups.rank, env->groups.rank, sizeof(int16_t) * (size_t)c);
+    memcpy(env->temp_groups.liberties, env->groups.liberties, sizeof(int16_t) * (size_t)c);
+    GoGroups* g = &env->temp_groups;
+    env->temp[p] = (int8_t)player;
+    g->parent[p] = (int16_t)p;
+    g->rank[p] = 0;
+    g->liberties[p] = 0;
+    int count = 0;
+    env->affected[count++] = (int16_t)p;
+    for (int k = 0, m = go_neighbours(env, p, nb); k < m; k++) {
+        int q = nb[k];
+        if (env->temp[q] == player) {
+            go_union(g, p, q);
+            env->affected[count++] = (int16_t)q;
+        } else if (env->temp[q] == 3 - player) {
+            env->affected[count++] = (int16_t)q;
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        int r = go_find(g, env->affected[i]);
+        g->liberties[r] = (int16_t)go_count_liberties(env, r);
+    }
+    int captured = 0;
+    for (int i = 0; i < count; i++) { /* count grows as captures add the capturer's groups */
+        int r = go_find(g, env->affected[i]);
+        if (env->temp[r] == 3 - player && g->liberties[r] == 0) {
+            go_capture(env, r, &count);
+            captured = 1;
+        }
+    }
+    if (captured) {
+        for (int i = 0; i < count; i++) {
+            int r = go_find(g, env->affected[i]);
+            g->liberties[r] = (int16_t)go_count_liberties(env, r);
+        }
+        if (memcmp(env->temp, env->previous, (size_t)c) == 0) return 0; /* ko */
+    }
+    if (g->liberties[go_find(g, p)] == 0) return 0; /* suicide */
+    memcpy(env->board, env->temp, (size_t)c);
+    memcpy(&env->groups.parent, g->parent, sizeof(int16_t) * (size_t)c);
+    memcpy(&env->groups.rank, g->rank, sizeof(int16_t) * (size_t)c);
+    memcpy(&env->groups.liberties, g->liberties, sizeof(int16_t) * (size_t)c);
     return 1;
 }
 
-static int go_opponent_move(Go* env, int agent_passed) {
-    if (agent_passed && (float)go_area(env) < env->komi) return GO_PASS; /* white is ahead: end it */
-    int best = -1, count = 0, choice = GO_PASS;
-    for (int p = 0; p < GO_CELLS; p++) {
-        int captures = go_try(env, p, -1);
-        if (captures < 0 || (captures == 0 && go_is_own_eye(env, p, -1))) continue;
-        if (captures > best) {
-            best = captures;
-            count = 0;
+/* The first empty point the breadth-first search of root's group meets, or -1. */
+static int go_first_liberty(Go* env, int root) {
+    go_new_search(env);
+    int front = 0, rear = 0, nb[4];
+    env->queue[rear++] = (int16_t)root;
+    env->visited[root] = env->stamp;
+    while (front < rear) {
+        int p = env->queue[front++];
+        for (int k = 0, m = go_neighbours(env, p, nb); k < m; k++) {
+            int q = nb[k];
+            if (env->board[q] == 0) return q;
+            if (env->board[q] == env->board[root] && env->visited[q] != env->stamp) {
+                env->visited[q] = env->stamp;
+                env->queue[rear++] = (int16_t)q;
+            }
         }
-        if (captures == best && rng_below(&env->rng, (uint32_t)++count) == 0) choice = p; /* reservoir tie-break */
     }
-    return choice;
+    return -1;
 }
 
-static void go_finish(Go* env, int truncated) {
-    float score = (float)go_area(env) - env->komi;
-    float result = score > 0 ? 1.0f : -1.0f;
-    env->log.illegal += (float)env->illegal;
-    OCEAN_LOG_EPISODE(env->log, result > 0 ? 1.0f : 0.0f, score, result, (float)((env->moves + 1) / 2));
-    go_reset(env);
-    env->rewards[0] = result;
-    env->terminals[0] = (uint8_t)!truncated;
-    env->truncations[0] = (uint8_t)truncated;
+/* A random legal point (a shuffle of the empty points, tried in turn); none ends the game. */
+static void go_random_move(Go* env) {
+    int count = 0;
+    for (int i = 0; i < env->cells; i++)
+        if (env->board[i] == 0) env->order[count++] = (int16_t)i;
+    for (int i = count - 1; i > 0; i--) {
+        int j = (int)rng_below(&env->rng, (uint32_t)(i + 1));
+        int16_t t = env->order[i];
+        env->order[i] = env->order[j];
+        env->order[j] = t;
+    }
+    for (int i = 0; i < count; i++)
+        if (go_play(env, env->order[i], 2)) return;
+    env->game_over = 1;
+}
+
+static void go_opponent(Go* env) {
+    int counts[4] = {0, 0, 0, 0};
+    for (int i = 0; i < env->cells; i++) {
+        int colour = env->board[i];
+        if (colour == 0) continue;
+        int r = go_find(&env->groups, i), libs = env->groups.liberties[r];
+        if ((colour == 1 && libs >= 1 && libs <= 4) || (colour == 2 && libs == 1))
+            env->targets[libs - 1][counts[libs - 1]++] = (int16_t)go_first_liberty(env, r);
+    }
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < counts[k]; i++)
+            if (env->targets[k][i] >= 0 && go_play(env, env->targets[k][i], 2)) return;
+    go_random_move(env);
+}
+
+/* Tromp-Taylor area with PufferLib's neutral rule, minus komi. */
+static float go_area_score(Go* env) {
+    int black = 0, white = 0, nb[4];
+    for (int i = 0; i < env->cells; i++) {
+        black += env->board[i] == 1;
+        white += env->board[i] == 2;
+    }
+    go_new_search(env);
+    for (int start = 0; start < env->cells; start++) {
+        if (env->board[start] != 0 || env->visited[start] == env->stamp) continue;
+        int front = 0, rear = 0, size = 0, border = 0; /* 0 none yet, 1 black, 2 white, 3 neutral */
+        env->queue[rear++] = (int16_t)start;
+        env->visited[start] = env->stamp;
+        while (front < rear) {
+            int p = env->queue[front++];
+            size++;
+            for (int k = 0, m = go_neighbours(env, p, nb); k < m; k++) {
+                int q = nb[k], colour = env->board[q];
+                if (colour == 0 && env->visited[q] != env->stamp) {
+                    env->queue[rear++] = (int16_t)q;
+                    env->visited[q] = env->stamp;
+                } else if (border == 0) {
+                    border = colour;
+                } else if (border != colour) {
+                    border = 3; /* PufferLib: a visited empty point counts as a different colour */
+                }
+            }
+        }
+        if (border == 1) black += size;
+        if (border == 2) white += size;
+    }
+    return (float)black - (float)white - env->komi;
 }
 
 static void go_step(Go* env) {
-    int a = env->actions[0];
-    int agent_passed = a == GO_PASS;
-    if (!agent_passed) {
-        if (go_try(env, a, 1) < 0) {
-            env->illegal++;
-            agent_passed = 1;
-        } else {
-            go_play(env, a, 1);
-        }
-    }
-    if (agent_passed) env->ko = -1;
-    env->passes = agent_passed ? env->passes + 1 : 0;
-    env->moves++;
-    if (env->passes >= 2) {
-        go_finish(env, 0);
-        return;
-    }
-    int reply = go_opponent_move(env, agent_passed);
-    if (reply == GO_PASS) {
-        env->passes++;
-        env->ko = -1;
+    int action = env->actions[0];
+    env->tick++;
+    env->reward = 0;
+    int done = 0;
+    if (env->tick > env->max_ticks) {
+        done = 1;
+    } else if (action == 0) {
+        env->reward = env->r_pass;
+        go_opponent(env);
+        done = env->game_over;
     } else {
-        go_play(env, reply, -1);
-        env->passes = 0;
+        memcpy(env->previous, env->board, (size_t)env->cells);
+        if (go_play(env, action - 1, 1)) {
+            env->reward = env->r_valid; /* PufferLib overwrites the capture reward here */
+            go_opponent(env);
+        } else {
+            env->reward = env->r_invalid;
+        }
+        if (env->reward > 1) env->reward = 1;
+        if (env->reward < -1) env->reward = -1;
+        done = env->game_over;
     }
-    env->moves++;
-    if (env->passes >= 2) {
-        go_finish(env, 0);
-        return;
+    if (done) {
+        env->score = go_area_score(env);
+        env->reward = env->score > 0 ? 1.0f : (env->score < 0 ? -1.0f : 0.0f);
     }
-    if (env->moves >= env->max_moves) {
-        go_finish(env, 1);
-        return;
+    env->episode_return += env->reward;
+    if (done) {
+        OCEAN_LOG_EPISODE(env->log, env->score > 0 ? 1.0f : 0.0f, env->score, env->episode_return, (float)env->tick);
     }
-    env->rewards[0] = 0;
-    env->terminals[0] = 0;
-    env->truncations[0] = 0;
-    go_observe(env);
+    OCEAN_END_STEP(env, done, 0, env->reward, go_reset, go_observe);
 }
 
 static void go_render(Go* env, uint8_t* rgb) {
-    int w = GO_N * 12;
+    int n = env->n, w = n * 12;
     fill_rect(rgb, w, w, 0, 0, w, w, 200, 160, 90);
-    for (int i = 0; i < GO_N; i++) {
+    for (int i = 0; i < n; i++) {
         fill_rect(rgb, w, w, 6, i * 12 + 6, w - 12, 1, 60, 40, 20);
         fill_rect(rgb, w, w, i * 12 + 6, 6, 1, w - 12, 60, 40, 20);
     }
-    for (int p = 0; p < GO_CELLS; p++) {
+    for (int p = 0; p < env->cells; p++) {
         if (!env->board[p]) continue;
-        uint8_t v = env->board[p] > 0 ? 20 : 235;
-        fill_rect(rgb, w, w, (p % GO_N) * 12 + 2, (p / GO_N) * 12 + 2, 9, 9, v, v, v);
+        uint8_t v = env->board[p] == 1 ? 20 : 235;
+        fill_rect(rgb, w, w, (p % n) * 12 + 2, (p / n) * 12 + 2, 9, 9, v, v, v);
     }
 }
 
 static void go_render_text(Go* env, char* text) {
-    for (int p = 0; p < GO_CELLS; p++) text[p] = env->board[p] > 0 ? 'X' : (env->board[p] < 0 ? 'O' : '+');
+    for (int p = 0; p < env->cells; p++) text[p] = env->board[p] == 1 ? 'X' : (env->board[p] == 2 ? 'O' : '+');
 }
 
 static void go_close(Go* env) { (void)env; }
 
-OCEAN_ENV(go, Go, GoLog, "perf", "score", "episode_return", "episode_length", "illegal", "n")
+OCEAN_ENV(go, Go, GoLog, "perf", "score", "episode_return", "episode_length", "n")

@@ -1,9 +1,9 @@
-/* squared: the smallest useful Ocean env. An agent on an odd-sized grid (11x11 by default)
- * starts in the centre and must reach a target placed at random.
+/* squared: PufferLib 3.0's Ocean squared rules. An agent on an 11x11 grid starts in the centre and
+ * must reach a target placed at random on another cell.
  *   obs      uint8[size*size]: 0 empty, 1 agent, 2 target
  *   action   Discrete(5): 0 stay, 1 down, 2 up, 3 left, 4 right
- *   reward   +1 on reaching the target, which ends the episode. Walls block: a move off the grid
- *            stays put. An episode that runs out of time (3*size ticks) is truncated with reward 0.
+ *   reward   +1 on reaching the target; -1 for stepping off the grid or for running out of time
+ *            (more than 3*size steps). Each of these ends the episode (a terminal, as in PufferLib).
  *   perf     1 for an episode that reached the target, else 0.
  */
 #include "vecenv.h"
@@ -13,16 +13,16 @@ typedef struct SquaredLog {
 } SquaredLog;
 
 typedef struct Squared {
-    SquaredLog log;
-    Rng rng;
+    /* what every step touches first, in one cache line; the log and RNG only at an episode's end */
     uint8_t* observations;
     int32_t* actions;
     float* rewards;
     uint8_t* terminals;
-    uint8_t* truncations;
     int size, max_ticks;
-    int tick, row, col, target_row, target_col;
-    float episode_return;
+    int tick, row, col, pos, target; /* pos = row * size + col */
+    uint8_t* truncations;
+    Rng rng;
+    SquaredLog log;
 } Squared;
 
 static const ParamSpec squared_params[] = {
@@ -31,7 +31,8 @@ static const ParamSpec squared_params[] = {
 };
 
 static void squared_layout(const double* p, Layout* out) {
-    int size = (int)PARAM(p, 0);
+    int size = (int)PARAM(p, 0) | 1;
+    if (size > 63) size = 63;
     *out = (Layout){.agents_per_env = 1, .obs_size = size * size, .obs_dtype = OBS_UINT8, .obs_low = 0,
                     .obs_high = 2, .action_dims = 1, .action_n = {5}, .frame_h = size * 16,
                     .frame_w = size * 16, .text_h = size, .text_w = size};
@@ -44,79 +45,63 @@ static void squared_init(Squared* env, const double* p, Buffers b, Rng rng) {
     env->max_ticks = 3 * env->size;
 }
 
-static void squared_observe(Squared* env) {
-    int n = env->size;
-    memset(env->observations, 0, (size_t)n * n);
-    env->observations[env->target_row * n + env->target_col] = 2;
-    env->observations[env->row * n + env->col] = 1;
-}
-
+/* The whole grid is written here; a step only rewrites the two cells that change. */
 static void squared_reset(Squared* env) {
-    int n = env->size;
+    int n = env->size, tiles = n * n, centre = tiles / 2;
     env->tick = 0;
-    env->episode_return = 0;
     env->row = env->col = n / 2;
-    do {
-        env->target_row = (int)rng_below(&env->rng, (uint32_t)n);
-        env->target_col = (int)rng_below(&env->rng, (uint32_t)n);
-    } while (env->target_row == env->row && env->target_col == env->col);
+    env->pos = centre;
+    uint32_t t = rng_below(&env->rng, (uint32_t)(tiles - 1)); /* any cell but the centre */
+    if ((int)t >= centre) t++;
+    env->target = (int)t;
+    memset(env->observations, 0, (size_t)tiles);
+    env->observations[t] = 2;
+    env->observations[centre] = 1;
     env->rewards[0] = 0;
     env->terminals[0] = 0;
     env->truncations[0] = 0;
-    squared_observe(env);
-}
-
-static void squared_end(Squared* env, float perf) {
-    OCEAN_LOG_EPISODE(env->log, perf, env->episode_return, env->episode_return, (float)env->tick);
-    /* auto-reset: keep this step's reward and done flags, start the next episode's observation */
-    float reward = env->rewards[0];
-    uint8_t term = env->terminals[0], trunc = env->truncations[0];
-    squared_reset(env);
-    env->rewards[0] = reward;
-    env->terminals[0] = term;
-    env->truncations[0] = trunc;
 }
 
 static void squared_step(Squared* env) {
-    static const int dr[5] = {0, 1, -1, 0, 0}, dc[5] = {0, 0, 0, -1, 1};
-    int a = env->actions[0];
-    env->tick++;
-    env->rewards[0] = 0;
-    env->terminals[0] = 0;
-    env->truncations[0] = 0;
-    int row = env->row + dr[a], col = env->col + dc[a];
-    if (row < 0 || col < 0 || row >= env->size || col >= env->size) {
-        row = env->row; /* a wall: stay put */
-        col = env->col;
+    static const int8_t dr[5] = {0, 1, -1, 0, 0}, dc[5] = {0, 0, 0, -1, 1};
+    /* locals first: the byte stores into the observation may alias anything, so fields read after
+     * them would be loaded again */
+    uint8_t* obs = env->observations;
+    float* rewards = env->rewards;
+    uint8_t* terminals = env->terminals;
+    int a = env->actions[0], n = env->size, tick = env->tick + 1;
+    int row = env->row + dr[a], col = env->col + dc[a], pos = row * n + col;
+    int out = tick > env->max_ticks || (unsigned)row >= (unsigned)n || (unsigned)col >= (unsigned)n;
+    if (out || pos == env->target) {
+        float reward = out ? -1.0f : 1.0f;
+        env->tick = tick;
+        OCEAN_LOG_EPISODE(env->log, out ? 0.0f : 1.0f, reward, reward, (float)tick);
+        squared_reset(env);
+        terminals[0] = 1;
+        rewards[0] = reward;
+        return;
     }
+    rewards[0] = 0;
+    terminals[0] = 0;
+    env->tick = tick;
     env->row = row;
     env->col = col;
-    if (row == env->target_row && col == env->target_col) {
-        env->rewards[0] = 1;
-        env->episode_return += 1;
-        env->terminals[0] = 1;
-        squared_end(env, 1);
-        return;
-    }
-    if (env->tick >= env->max_ticks) {
-        env->truncations[0] = 1;
-        squared_end(env, 0);
-        return;
-    }
-    squared_observe(env);
+    obs[env->pos] = 0;
+    obs[pos] = 1;
+    env->pos = pos;
 }
 
 static void squared_render(Squared* env, uint8_t* rgb) {
     int n = env->size, w = n * 16;
     fill_rect(rgb, w, w, 0, 0, w, w, 20, 20, 30);
-    fill_rect(rgb, w, w, env->target_col * 16 + 2, env->target_row * 16 + 2, 12, 12, 60, 200, 80);
+    fill_rect(rgb, w, w, (env->target % n) * 16 + 2, (env->target / n) * 16 + 2, 12, 12, 60, 200, 80);
     fill_rect(rgb, w, w, env->col * 16 + 2, env->row * 16 + 2, 12, 12, 80, 140, 255);
 }
 
 static void squared_render_text(Squared* env, char* text) {
     int n = env->size;
     for (int i = 0; i < n * n; i++) text[i] = '.';
-    text[env->target_row * n + env->target_col] = 'T';
+    text[env->target] = 'T';
     text[env->row * n + env->col] = 'A';
 }
 

@@ -1,19 +1,23 @@
-/* target: several agents (8 by default) in a unit square, each chasing its own goal
- * (multi-agent: one agent row per agent).
- *   obs      float32[7]: own x, y; goal dx, dy; nearest other agent dx, dy; time left fraction.
- *            Positions in [0, 1], offsets in [-1, 1].
- *   action   MultiDiscrete([3, 3]): x move and y move, each 0 left/down, 1 stay, 2 right/up.
- *   reward   +1 on reaching the goal (a new goal appears at once), -0.05 for bumping into another
- *            agent. Every agent's episode is truncated after max_ticks steps.
- *   perf     goals reached per episode / (max_ticks / 25), capped at 1: 25 steps is about what a
- *            straight run to an average goal takes.
+/* target: PufferLib 3.0's Ocean target rules. Puffers (8 by default) swim a 1080x720 field with a
+ * heading and a speed and eat stars (4, shared); multi-agent, one agent row per puffer.
+ *   obs      float32[2*(agents+goals)+4] per agent: every star's dx / 1080, dy / 720, every agent's
+ *            (itself included) dx, dy likewise, heading / 2pi, this step's reward, x / 1080, y / 720.
+ *   action   MultiDiscrete([9, 5]): heading += (a0 - 4) / 12 (held in [0, 2pi]); speed += a1 - 2
+ *            (held in [-20, 20]). Positions are held inside the field.
+ *   reward   1 for coming within 32 px of a star, which reappears at random. A puffer that has gone
+ *            512 steps without one is moved to a random spot (every 512 steps until it eats).
+ *   episode  PufferLib's target never ends; here every agent is truncated after max_ticks steps (and
+ *            the field is dealt anew), and an episode's score is its stars eaten.
+ *   perf     stars per step / 0.1, capped at 1.
  */
 #include "vecenv.h"
 
 #define TARGET_MAX_AGENTS 64
-#define TARGET_SPEED 0.03f
-#define TARGET_REACH 0.05f
-#define TARGET_BUMP 0.03f
+#define TARGET_MAX_GOALS 16
+#define TARGET_W 1080
+#define TARGET_H 720
+#define TARGET_PI 3.14159265358979f
+#define TARGET_REACH 32.0f
 
 typedef struct TargetLog {
     float perf, score, episode_return, episode_length, n;
@@ -27,108 +31,110 @@ typedef struct Target {
     float* rewards;
     uint8_t* terminals;
     uint8_t* truncations;
-    int num_agents, max_ticks, tick;
-    float x[TARGET_MAX_AGENTS], y[TARGET_MAX_AGENTS], gx[TARGET_MAX_AGENTS], gy[TARGET_MAX_AGENTS];
-    float returns[TARGET_MAX_AGENTS], goals[TARGET_MAX_AGENTS];
+    int num_agents, num_goals, max_ticks, tick, obs_size;
+    float x[TARGET_MAX_AGENTS], y[TARGET_MAX_AGENTS], heading[TARGET_MAX_AGENTS], speed[TARGET_MAX_AGENTS];
+    int since_reward[TARGET_MAX_AGENTS];
+    float goals[TARGET_MAX_AGENTS];
+    float gx[TARGET_MAX_GOALS], gy[TARGET_MAX_GOALS];
 } Target;
 
 static const ParamSpec target_params[] = {
     {"num_agents", 8, 1, TARGET_MAX_AGENTS},
-    {"max_ticks", 256, 16, 100000},
+    {"num_goals", 4, 1, TARGET_MAX_GOALS},
+    {"max_ticks", 512, 16, 100000}, /* our episode cut (PufferLib's never ends) */
     {NULL, 0, 0, 0},
 };
 
 static void target_layout(const double* p, Layout* out) {
-    *out = (Layout){.agents_per_env = (int)PARAM(p, 0), .obs_size = 7, .obs_dtype = OBS_FLOAT32, .obs_low = -1,
-                    .obs_high = 1, .action_dims = 2, .action_n = {3, 3}, .frame_h = 128, .frame_w = 128,
-                    .text_h = 16, .text_w = 32};
+    int agents = (int)PARAM(p, 0), goals = (int)PARAM(p, 1);
+    *out = (Layout){.agents_per_env = agents, .obs_size = 2 * (agents + goals) + 4, .obs_dtype = OBS_FLOAT32,
+                    .obs_low = -1, .obs_high = 1, .action_dims = 2, .action_n = {9, 5}, .frame_h = 144,
+                    .frame_w = 216, .text_h = 18, .text_w = 54};
 }
 
 static void target_init(Target* env, const double* p, Buffers b, Rng rng) {
     OCEAN_BIND(env, b, rng);
     env->num_agents = (int)PARAM(p, 0);
-    env->max_ticks = (int)PARAM(p, 1);
+    env->num_goals = (int)PARAM(p, 1);
+    env->max_ticks = (int)PARAM(p, 2);
+    env->obs_size = 2 * (env->num_agents + env->num_goals) + 4;
 }
 
 static void target_observe(Target* env) {
-    float left = 1.0f - (float)env->tick / env->max_ticks;
+    const float iw = 1.0f / TARGET_W, ih = 1.0f / TARGET_H;
     for (int i = 0; i < env->num_agents; i++) {
-        float* o = env->observations + (size_t)i * 7;
-        float best = 1e9f, ndx = 0, ndy = 0;
-        for (int j = 0; j < env->num_agents; j++) {
-            if (j == i) continue;
-            float dx = env->x[j] - env->x[i], dy = env->y[j] - env->y[i];
-            float d = dx * dx + dy * dy;
-            if (d < best) {
-                best = d;
-                ndx = dx;
-                ndy = dy;
-            }
+        float* o = env->observations + (size_t)i * env->obs_size;
+        float x = env->x[i], y = env->y[i];
+        for (int g = 0; g < env->num_goals; g++) {
+            *o++ = (env->gx[g] - x) * iw;
+            *o++ = (env->gy[g] - y) * ih;
         }
-        o[0] = env->x[i];
-        o[1] = env->y[i];
-        o[2] = env->gx[i] - env->x[i];
-        o[3] = env->gy[i] - env->y[i];
-        o[4] = ndx;
-        o[5] = ndy;
-        o[6] = left;
+        for (int j = 0; j < env->num_agents; j++) {
+            *o++ = (env->x[j] - x) * iw;
+            *o++ = (env->y[j] - y) * ih;
+        }
+        *o++ = env->heading[i] / (2 * TARGET_PI);
+        *o++ = env->rewards[i];
+        *o++ = x * iw;
+        *o++ = y * ih;
     }
 }
 
-static void target_new_goal(Target* env, int i) {
-    env->gx[i] = rng_float(&env->rng);
-    env->gy[i] = rng_float(&env->rng);
+static inline void target_place(Target* env, float* x, float* y) {
+    *x = (float)rng_below(&env->rng, TARGET_W);
+    *y = (float)rng_below(&env->rng, TARGET_H);
 }
 
 static void target_reset(Target* env) {
     env->tick = 0;
     for (int i = 0; i < env->num_agents; i++) {
-        env->x[i] = rng_float(&env->rng);
-        env->y[i] = rng_float(&env->rng);
-        target_new_goal(env, i);
-        env->returns[i] = env->goals[i] = 0;
+        target_place(env, &env->x[i], &env->y[i]);
+        env->heading[i] = env->speed[i] = 0;
+        env->since_reward[i] = 0;
+        env->goals[i] = 0;
         env->rewards[i] = 0;
         env->terminals[i] = 0;
         env->truncations[i] = 0;
     }
+    for (int g = 0; g < env->num_goals; g++) target_place(env, &env->gx[g], &env->gy[g]);
     target_observe(env);
 }
+
+static inline float target_clip(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 static void target_step(Target* env) {
     env->tick++;
     for (int i = 0; i < env->num_agents; i++) {
         const int32_t* a = env->actions + 2 * i;
-        float nx = env->x[i] + (float)(a[0] - 1) * TARGET_SPEED;
-        float ny = env->y[i] + (float)(a[1] - 1) * TARGET_SPEED;
-        env->x[i] = nx < 0 ? 0 : (nx > 1 ? 1 : nx);
-        env->y[i] = ny < 0 ? 0 : (ny > 1 ? 1 : ny);
-        float reward = 0;
-        float dx = env->gx[i] - env->x[i], dy = env->gy[i] - env->y[i];
-        if (dx * dx + dy * dy < TARGET_REACH * TARGET_REACH) {
-            reward += 1;
+        env->rewards[i] = 0;
+        env->since_reward[i]++;
+        float heading = target_clip(env->heading[i] + (float)(a[0] - 4) / 12.0f, 0, 2 * TARGET_PI);
+        float speed = target_clip(env->speed[i] + (float)(a[1] - 2), -20.0f, 20.0f);
+        env->heading[i] = heading;
+        env->speed[i] = speed;
+        env->x[i] = target_clip(env->x[i] + speed * cosf(heading), 0, TARGET_W);
+        env->y[i] = target_clip(env->y[i] + speed * sinf(heading), 0, TARGET_H);
+        if (env->since_reward[i] % 512 == 0) target_place(env, &env->x[i], &env->y[i]);
+    }
+    /* agents in order, each against every star; an eaten star moves before the next agent looks */
+    for (int i = 0; i < env->num_agents; i++) {
+        for (int g = 0; g < env->num_goals; g++) {
+            float dx = env->gx[g] - env->x[i], dy = env->gy[g] - env->y[i];
+            if (dx * dx + dy * dy > TARGET_REACH * TARGET_REACH) continue;
+            target_place(env, &env->gx[g], &env->gy[g]);
+            env->rewards[i] = 1;
             env->goals[i] += 1;
-            target_new_goal(env, i);
+            env->since_reward[i] = 0;
         }
-        env->rewards[i] = reward;
+    }
+    for (int i = 0; i < env->num_agents; i++) {
         env->terminals[i] = 0;
         env->truncations[i] = 0;
     }
-    for (int i = 0; i < env->num_agents; i++) {
-        for (int j = 0; j < env->num_agents; j++) {
-            if (j == i) continue;
-            float dx = env->x[j] - env->x[i], dy = env->y[j] - env->y[i];
-            if (dx * dx + dy * dy < TARGET_BUMP * TARGET_BUMP) {
-                env->rewards[i] -= 0.05f;
-                break;
-            }
-        }
-        env->returns[i] += env->rewards[i];
-    }
     if (env->tick >= env->max_ticks) {
-        float expected = (float)env->max_ticks / 25.0f;
         for (int i = 0; i < env->num_agents; i++) {
-            float perf = env->goals[i] / expected;
-            OCEAN_LOG_EPISODE(env->log, perf > 1 ? 1 : perf, env->goals[i], env->returns[i], (float)env->tick);
+            float perf = env->goals[i] / (0.1f * env->tick);
+            OCEAN_LOG_EPISODE(env->log, perf > 1 ? 1 : perf, env->goals[i], env->goals[i], (float)env->tick);
         }
         float rewards[TARGET_MAX_AGENTS];
         memcpy(rewards, env->rewards, sizeof(float) * (size_t)env->num_agents);
@@ -141,22 +147,25 @@ static void target_step(Target* env) {
 }
 
 static void target_render(Target* env, uint8_t* rgb) {
+    const int w = 216, h = 144; /* a fifth of the field */
+    for (int g = 0; g < env->num_goals; g++)
+        fill_rect(rgb, w, h, (int)(env->gx[g] / 5) - 2, (int)(env->gy[g] / 5) - 2, 5, 5, 253, 249, 0);
     for (int i = 0; i < env->num_agents; i++) {
         uint32_t hue = (uint32_t)i * 2654435761u;
         uint8_t r = (uint8_t)(80 + (hue >> 24) % 170), g = (uint8_t)(80 + (hue >> 16) % 170), b = (uint8_t)(80 + (hue >> 8) % 170);
-        fill_rect(rgb, 128, 128, (int)(env->gx[i] * 124), (int)(env->gy[i] * 124), 4, 4, r / 2, g / 2, b / 2);
-        fill_rect(rgb, 128, 128, (int)(env->x[i] * 123), (int)(env->y[i] * 123), 5, 5, r, g, b);
+        fill_rect(rgb, w, h, (int)(env->x[i] / 5) - 3, (int)(env->y[i] / 5) - 3, 7, 7, r, g, b);
     }
 }
 
 static void target_render_text(Target* env, char* text) {
-    for (int i = 0; i < env->num_agents; i++) {
-        int gx = (int)(env->gx[i] * 31.99f), gy = (int)(env->gy[i] * 15.99f);
-        text[gy * 32 + gx] = (char)('a' + i % 26);
+    const int tw = 54, th = 18;
+    for (int g = 0; g < env->num_goals; g++) {
+        int x = (int)(env->gx[g] / TARGET_W * (tw - 0.01f)), y = (int)(env->gy[g] / TARGET_H * (th - 0.01f));
+        text[y * tw + x] = '*';
     }
     for (int i = 0; i < env->num_agents; i++) {
-        int x = (int)(env->x[i] * 31.99f), y = (int)(env->y[i] * 15.99f);
-        text[y * 32 + x] = (char)('A' + i % 26);
+        int x = (int)(env->x[i] / TARGET_W * (tw - 0.01f)), y = (int)(env->y[i] / TARGET_H * (th - 0.01f));
+        text[y * tw + x] = (char)('A' + i % 26);
     }
 }
 

@@ -301,8 +301,7 @@ static inline void* env_at(VecEnv* vec, int i) { return vec->envs + (size_t)i * 
 
 static void step_range(void* ctx, int start, int end) {
     VecEnv* vec = (VecEnv*)ctx;
-    void (*step)(void*) = vec->spec->step;
-    for (int i = start; i < end; i++) step(env_at(vec, i));
+    if (end > start) vec->spec->step_many(env_at(vec, start), end - start);
 }
 
 typedef struct ResetCtx {

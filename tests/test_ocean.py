@@ -130,12 +130,12 @@ def test_multi_agent_rows_are_separate_agents(name):
 def test_target_agents_move_by_their_own_action():
     with make("target", num_envs=1, seed=0) as vec:
         obs, _ = vec.reset(0)
-        before = obs[:, :2].copy()
-        actions = np.ones((vec.num_agents, 2), dtype=np.int32)  # everyone stays
-        actions[0] = (2, 1)  # agent 0 moves right
+        before = obs[:, -2:].copy()  # own x, y (PufferLib's layout ends with them)
+        actions = np.tile(np.array([4, 2], dtype=np.int32), (vec.num_agents, 1))  # heading, speed unchanged
+        actions[0] = (4, 3)  # agent 0 speeds up along heading 0: to the right
         obs, *_ = vec.step(actions)
-        assert obs[0, 0] > before[0, 0]
-        np.testing.assert_allclose(obs[1:, :2], before[1:, :2])
+        assert obs[0, -2] > before[0, -2]
+        np.testing.assert_allclose(obs[1:, -2:], before[1:, -2:])
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -163,10 +163,10 @@ def test_bad_action_dtype_shape_value():
 def test_bad_multidiscrete_value_names_dimension():
     with make("target", num_envs=1) as vec:
         actions = np.ones((8, 2), dtype=np.int32)
-        actions[5, 1] = 3
+        actions[5, 1] = 5
         with pytest.raises(
             ValueError,
-            match=r"target: action 3 for agent 5 \(env 0, dimension 1\) is out of range; valid: 0\.\.2",
+            match=r"target: action 5 for agent 5 \(env 0, dimension 1\) is out of range; valid: 0\.\.4",
         ):
             vec.step(actions)
 
@@ -261,8 +261,8 @@ def test_breakout_scripted_paddle_clears_the_wall():
         obs, _ = vec.reset(3)
         score, best = np.zeros(4), 0.0
         for t in range(40_000):
-            paddle_x, ball_x, paddle_w = obs[:, 0] * width, obs[:, 2] * width, obs[:, 9] * width
-            aim = ball_x + 3 - paddle_w / 2 - 0.6 * np.sin(t / 37.0 + np.arange(4)) * paddle_w / 2
+            paddle_x, ball_x, paddle_w = obs[:, 0] * width, obs[:, 2] * width, obs[:, 9] * 62.0
+            aim = ball_x + 16 - paddle_w / 2 - 0.6 * np.sin(t / 37.0 + np.arange(4)) * paddle_w / 2
             action = np.where(paddle_x < aim - 4, 2, np.where(paddle_x > aim + 4, 1, 0)).astype(np.int32)
             obs, rew, term, trunc, _ = vec.step(action)
             score += rew
@@ -285,9 +285,10 @@ def test_pong_tracking_paddle_beats_random():
             return total
 
     def track(obs, rng):
-        paddle_centre = obs[:, 0] + 12 / 192
+        # PufferLib's obs: paddle (y + 35) / 640 is its centre over the height; action 1 moves it down (+y)
+        paddle_centre, ball_centre = obs[:, 0], obs[:, 3] + 16 / 640
         return np.where(
-            obs[:, 3] < paddle_centre - 0.02, 1, np.where(obs[:, 3] > paddle_centre + 0.02, 2, 0)
+            ball_centre < paddle_centre - 0.02, 2, np.where(ball_centre > paddle_centre + 0.02, 1, 0)
         ).astype(np.int32)
 
     assert play(track) > play(lambda obs, rng: rng.integers(0, 3, 4).astype(np.int32)) + 10
@@ -309,12 +310,14 @@ def test_g2048_and_go_rules_hold():
     with make("g2048", num_envs=1, seed=0) as vec:
         obs, _ = vec.reset(0)
         assert (obs > 0).sum() == 2, "a new game starts with two tiles"
-    with make("go", num_envs=1, seed=0) as vec:
+    with make("go", num_envs=1, seed=0) as vec:  # PufferLib's 7x7: black stones, white stones, captures
         obs, _ = vec.reset(0)
-        assert obs[0, 81:].all(), "every point is legal on an empty board"
-        obs, *_ = vec.step(np.array([40], np.int32))  # centre stone
-        assert obs[0, 40] == 1 and obs[0, 81 + 40] == 0, "an occupied point is no longer legal"
-        assert (obs[0, :81] == -1).sum() == 1, "the opponent answered with one stone"
+        assert not obs.any(), "an empty board"
+        obs, rew, *_ = vec.step(np.array([25], np.int32))  # action p + 1: the centre point 24
+        assert obs[0, 24] == 1 and obs[0, :49].sum() == 1 and rew[0] == 0.0
+        assert obs[0, 49:98].sum() == 1 and obs[0, 49 + 24] == 0, "the opponent answered with one stone"
+        obs, rew, *_ = vec.step(np.array([25], np.int32))  # occupied: invalid, and the opponent waits
+        assert rew[0] == pytest.approx(-0.5393516) and obs[0, :98].sum() == 2
 
 
 # ----------------------------------------------------------------------------- speed benchmark and C
