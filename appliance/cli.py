@@ -883,6 +883,12 @@ def profile_cmd(
 @click.option("--out", "out_dir", default="results", show_default=True, help="Reports go to OUT/<profile>/.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--container", metavar="IMAGE", help="Run the suite inside this Docker image (see docker.sh).")
+@click.option(
+    "--wait-quiet",
+    type=float,
+    metavar="SECONDS",
+    help="First wait up to SECONDS for other processes to leave the CPU quiet (noise guard).",
+)
 def run_cmd(
     suite_name: str,
     profile: str | None,
@@ -892,6 +898,7 @@ def run_cmd(
     out_dir: str,
     no_plots: bool,
     container: str | None,
+    wait_quiet: float | None,
 ) -> None:
     """Run a benchmark suite and write results/<profile>/<date>-<host>.json, .md and PNG plots.
 
@@ -913,7 +920,15 @@ def run_cmd(
         sys.exit(run_in_container(container, sys.argv[1:], results=Path(out_dir)))
     suite, path = load(suite_name)
     envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
+    quiet = _wait_quiet(wait_quiet) if wait_quiet is not None else None
     name, report = _new_report(suite, str(path), profile, repeats)
+    if quiet is not None:
+        report.data["quiet_wait"] = quiet
+        if not quiet["quiet"]:
+            report.warn(
+                f"the machine was not quiet after waiting {wait_quiet:.0f} s (others used "
+                f"{quiet['others_cores']:.2f} cores, steal {quiet['steal_cores']:.2f}); measured anyway"
+            )
     runner = SuiteRunner(suite, name, report, report.data["repeats"], envs_filter, seconds)
     for w in report.data["warnings"]:
         click.echo(f"warning: {w}", err=True)
@@ -931,6 +946,26 @@ def run_cmd(
     _print_analysis(report.data)
     for p in paths:
         click.echo(f"wrote {p}")
+
+
+def _wait_quiet(seconds: float) -> dict[str, Any]:
+    from appliance.bench import noise
+
+    if seconds < 0:
+        raise click.BadParameter("--wait-quiet must be 0 or more seconds", param_hint="--wait-quiet")
+
+    def waiting(r: dict[str, Any]) -> None:
+        click.echo(
+            f"waiting for a quiet machine ({r['waited_s']:.0f}/{seconds:.0f} s): others use "
+            f"{r['others_cores']:.2f} cores, steal {r['steal_cores']:.2f}",
+            err=True,
+        )
+
+    result = noise.wait_quiet(seconds, on_wait=waiting)
+    click.echo(
+        f"machine {'quiet' if result['quiet'] else 'still busy'} after {result['waited_s']:.0f} s", err=True
+    )
+    return result
 
 
 @cli.command("compare", context_settings=CONTEXT)
