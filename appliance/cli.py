@@ -975,7 +975,14 @@ def _wait_quiet(seconds: float) -> dict[str, Any]:
 )
 @click.option("--markdown", is_flag=True, help="Print Markdown instead of a table.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the Markdown comparison here.")
-def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out: str | None) -> None:
+@click.option(
+    "--normalize",
+    is_flag=True,
+    help="Scale CPU-bound metrics by the reports' calibration ratio (across CPUs).",
+)
+def compare_cmd(
+    reports: tuple[str, ...], threshold: float, markdown: bool, out: str | None, normalize: bool
+) -> None:
     """Compare reports metric by metric (the first is the base); exit 1 on a significant regression.
 
     Shows each report's median, the ratio to the base with a 95% bootstrap interval, whether the
@@ -997,7 +1004,7 @@ def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out:
         data = rpt.load(path)
         data["_path"] = path
         loaded.append(data)
-    result = cmp.compare(loaded, threshold)
+    result = cmp.compare(loaded, threshold, normalize=normalize)
     text = cmp.to_markdown(result)
     if out:
         from appliance.report_io import write_bytes_atomic
@@ -1015,6 +1022,10 @@ def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out:
             for key, values in result["differences"]:
                 diff.add_row(key, *[str(v) for v in values])
             console.print(diff)
+        for i, keys in result["unrecorded"].items():
+            console.print(f"not recorded in report {i} (an older report): {', '.join(keys)}")
+        for note in result["notes"]:
+            console.print(f"- {note}")
         table = Table(title=f"base: {reports[0]} (threshold {100 * threshold:.0f}%)")
         table.add_column("metric")
         for i in range(len(reports)):
@@ -1028,6 +1039,7 @@ def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out:
                 cell = cmp.ratio_text(x)
                 cells.append(f"[{style}]{cell}[/{style}]" if style else cell)
             better = "" if row["better"] == "info" else f", {row['better']} better"
+            better += ", normalized" if row["metric"] in result["normalized"] else ""
             table.add_row(f"{row['metric']} ({row['unit']}{better})", *cells)
         console.print(table)
     if out:
