@@ -1049,6 +1049,74 @@ def compare_cmd(
         sys.exit(1)
 
 
+@cli.command("ab", context_settings=CONTEXT)
+@click.argument("a")
+@click.argument("b")
+@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
+@click.option(
+    "--gpu", "profile", metavar="PROFILE", help="Hardware profile (default: detected from the GPU)."
+)
+@click.option("--envs", "env_list", help="Only measure these envs (comma-separated).")
+@click.option("--rounds", default=3, show_default=True, help="Rounds; each runs A then B once.")
+@click.option("--seconds", type=float, help="Timed seconds per measurement (default: the suite's).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Also write the result here (.json and .md).")
+def ab_cmd(
+    a: str,
+    b: str,
+    suite_name: str,
+    profile: str | None,
+    env_list: str | None,
+    rounds: int,
+    seconds: float | None,
+    out: str | None,
+) -> None:
+    """Measure two variants in turns (A B A B ...) on this machine; print B/A per metric with its interval.
+
+    \b
+    A and B are each one of (both of one kind):
+      base | section.key=value[,...] | FILE.yaml     a config (runs in this process)
+      git:REF                                        a commit, in a temporary worktree
+      image:NAME                                     a container image
+    \b
+    puffer-bench ab base vec.num_envs=4096 --suite quick --envs breakout
+    puffer-bench ab git:HEAD~1 git:HEAD --rounds 5
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from appliance.bench import ab
+    from appliance.bench.report import fmt
+
+    envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
+    result = ab.run(
+        a,
+        b,
+        suite_name,
+        rounds,
+        profile,
+        envs_filter,
+        seconds,
+        progress=lambda text: click.echo(text, err=True),
+    )
+    table = Table(title=f"B / A over {rounds} rounds ({' '.join(result['order'])})")
+    for col in ("metric", "median A", "median B", "B / A (95% CI)", "verdict"):
+        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+    for name, m in result["metrics"].items():
+        ci = f" ({m['ci'][0]:.3f}-{m['ci'][1]:.3f})" if m.get("ci") else ""
+        table.add_row(
+            f"{name} ({m['unit']})",
+            fmt(m["a_summary"]["median"], m["unit"]),
+            fmt(m["b_summary"]["median"], m["unit"]),
+            f"{m['ratio']:.3f}{ci}" if m.get("ratio") is not None else "-",
+            m["verdict"],
+        )
+    Console().print(table)
+    click.echo(f"A: {result['variants']['A']['what']}; B: {result['variants']['B']['what']}")
+    if out:
+        for p in ab.write(result, out):
+            click.echo(f"wrote {p}")
+
+
 @cli.command("report", context_settings=CONTEXT)
 @click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--render", is_flag=True, help="Re-render each report's Markdown and plots next to its JSON.")
