@@ -900,7 +900,7 @@ def run_cmd(
     container: str | None,
     wait_quiet: float | None,
 ) -> None:
-    """Run a benchmark suite and write results/<profile>/<date>-<host>.json, .md and PNG plots.
+    """Run a benchmark suite and write results/<profile>/<date>-<host>.json, .md, .html and PNG plots.
 
     \b
     puffer-bench run                       # quick suite, profile detected (cpu without a GPU)
@@ -1082,35 +1082,14 @@ def ab_cmd(
     puffer-bench ab git:HEAD~1 git:HEAD --rounds 5
     """
     from rich.console import Console
-    from rich.table import Table
 
     from appliance.bench import ab
-    from appliance.bench.report import fmt
 
     envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
     result = ab.run(
-        a,
-        b,
-        suite_name,
-        rounds,
-        profile,
-        envs_filter,
-        seconds,
-        progress=lambda text: click.echo(text, err=True),
+        a, b, suite_name, rounds, profile, envs_filter, seconds, progress=lambda t: click.echo(t, err=True)
     )
-    table = Table(title=f"B / A over {rounds} rounds ({' '.join(result['order'])})")
-    for col in ("metric", "median A", "median B", "B / A (95% CI)", "verdict"):
-        table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
-    for name, m in result["metrics"].items():
-        ci = f" ({m['ci'][0]:.3f}-{m['ci'][1]:.3f})" if m.get("ci") else ""
-        table.add_row(
-            f"{name} ({m['unit']})",
-            fmt(m["a_summary"]["median"], m["unit"]),
-            fmt(m["b_summary"]["median"], m["unit"]),
-            f"{m['ratio']:.3f}{ci}" if m.get("ratio") is not None else "-",
-            m["verdict"],
-        )
-    Console().print(table)
+    Console().print(ab.table(result))
     click.echo(f"A: {result['variants']['A']['what']}; B: {result['variants']['B']['what']}")
     if out:
         for p in ab.write(result, out):
@@ -1119,7 +1098,9 @@ def ab_cmd(
 
 @cli.command("report", context_settings=CONTEXT)
 @click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
-@click.option("--render", is_flag=True, help="Re-render each report's Markdown and plots next to its JSON.")
+@click.option(
+    "--render", is_flag=True, help="Re-render each report's Markdown, HTML and plots next to its JSON."
+)
 @click.option(
     "--markdown", "md_out", type=click.Path(dir_okay=False), help="Write one report's Markdown here."
 )

@@ -18,11 +18,11 @@ from appliance.cli import _bench_profile, cli
 from appliance.errors import ConfigError, ReportError
 from appliance.sysinfo import fingerprint
 
+FP = fingerprint(calibration=False)  # the calibration loops take a second; these tests need none
+
 
 def make_report(metrics, fp=None, name="quick"):
-    r = rpt.Report(
-        {"name": name}, {"name": "cpu"}, fp or fingerprint(), {"train": {"seed": 0}}, seed=0, repeats=3
-    )
+    r = rpt.Report({"name": name}, {"name": "cpu"}, fp or FP, {"train": {"seed": 0}}, seed=0, repeats=3)
     for metric, (samples, better) in metrics.items():
         r.add(metric, samples, "agent-steps/s", better, env=metric.split("/")[1])
     return r.data

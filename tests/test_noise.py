@@ -15,7 +15,6 @@ from click.testing import CliRunner
 from appliance.bench import noise
 from appliance.bench import report as rpt
 from appliance.cli import cli
-from appliance.sysinfo import fingerprint
 
 
 class Script:
@@ -167,8 +166,3 @@ def test_measurement_beside_a_cpu_burner_is_flagged_busy(tmp_path):
     assert flag["busy"] and flag["others_cores_mean"] >= noise.OTHERS_BUSY_CORES
     assert data["analysis"]["noise"]["busy"] == ["env_sps/squared/threads=1"]
     assert "busy" in json_path.with_suffix(".html").read_text()
-
-
-def test_fingerprint_is_json_with_calibration():
-    fp = fingerprint()
-    assert fp["calibration"]["cpu_share"] > 0

@@ -375,6 +375,27 @@ def summarize_rounds(
     }
 
 
+def table(result: dict[str, Any]) -> Any:
+    """The result as a rich Table: medians, B/A with its interval, verdict."""
+    from rich.table import Table
+
+    from appliance.bench.report import fmt
+
+    out = Table(title=f"B / A over {result['rounds']} rounds ({' '.join(result['order'])})")
+    for col in ("metric", "median A", "median B", "B / A (95% CI)", "verdict"):
+        out.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
+    for name, m in result["metrics"].items():
+        ci = f" ({m['ci'][0]:.3f}-{m['ci'][1]:.3f})" if m.get("ci") else ""
+        out.add_row(
+            f"{name} ({m['unit']})",
+            fmt(m["a_summary"]["median"], m["unit"]),
+            fmt(m["b_summary"]["median"], m["unit"]),
+            f"{m['ratio']:.3f}{ci}" if m.get("ratio") is not None else "-",
+            m["verdict"],
+        )
+    return out
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     from appliance.bench.report import fmt, machine_line
 

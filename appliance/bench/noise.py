@@ -90,8 +90,9 @@ class GpuWatch:
         ours, others, reasons = _own_pids(), 0, set()
         for h in self.handles:
             with contextlib.suppress(Exception):
-                procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(h)
-                others += sum(1 for p in procs if getattr(p, "pid", None) not in ours)
+                pids = [getattr(p, "pid", None) for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h)]
+                # in a container NVML may report host PIDs, ours among them: count only PIDs we can see
+                others += sum(1 for pid in pids if pid not in ours and pid and psutil.pid_exists(pid))
             reasons |= set(gpu_throttle(self.nvml, h) or [])
         return {"gpu_other_processes": others, "gpu_slowdown": sorted(reasons & SLOWDOWN_REASONS)}
 
