@@ -45,7 +45,7 @@ def test_readings_subtract_our_own_cpu_and_count_steal():
     first, second = s.sample(), s.sample()
     assert abs(first["others_cores"] - 0.1) < 1e-9 and first["own_cores"] == 1.8
     assert abs(second["others_cores"] - 1.0) < 1e-9 and second["steal_cores"] == 0.3
-    summary = noise.summarize(s.readings)
+    summary = noise.summarize(s.readings, cores=2)
     assert summary["others_cores_mean"] == 0.55 and summary["others_cores_max"] == 1.0
     assert summary["busy"] and any("stole" in r for r in summary["reasons"])
 
@@ -53,6 +53,8 @@ def test_readings_subtract_our_own_cpu_and_count_steal():
 def test_quiet_readings_are_not_busy_and_gpu_findings_are():
     quiet = [{"t": 1.0, "others_cores": 0.05, "steal_cores": 0.0, "own_cores": 2.0}]
     assert noise.summarize(quiet)["busy"] is False
+    daemons = [{**quiet[0], "others_cores": 0.5}]  # half a core of background work
+    assert noise.summarize(daemons, cores=2)["busy"] and not noise.summarize(daemons, cores=64)["busy"]
     gpu = [{**quiet[0], "gpu_other_processes": 1, "gpu_slowdown": ["hw_thermal_slowdown"]}]
     summary = noise.summarize(gpu)
     assert summary["busy"] and len(summary["reasons"]) == 2
@@ -163,6 +165,6 @@ def test_measurement_beside_a_cpu_burner_is_flagged_busy(tmp_path):
     (json_path,) = (tmp_path / "cpu").glob("*.json")
     data = rpt.load(json_path)
     flag = data["metrics"]["env_sps/squared/threads=1"]["noise"]
-    assert flag["busy"] and flag["others_cores_mean"] >= noise.OTHERS_BUSY_CORES
+    assert flag["busy"] and flag["others_cores_mean"] >= noise.thresholds()[0]
     assert data["analysis"]["noise"]["busy"] == ["env_sps/squared/threads=1"]
     assert "busy" in json_path.with_suffix(".html").read_text()

@@ -30,8 +30,19 @@ from typing import Any
 import psutil
 
 INTERVAL = 0.5  # seconds between readings
-OTHERS_BUSY_CORES = 0.25  # mean CPU load of other processes that makes a measurement "busy"
-STEAL_BUSY_CORES = 0.10  # mean steal time (in cores) that makes a measurement "busy"
+# A measurement is "busy" when, on average over it, other processes used at least
+# max(0.25 cores, 5% of the machine's cores) or the hypervisor stole max(0.1 cores, 2% of them):
+# on 2 cores a quarter core of someone else's work moves figures by several %, on 64 cores it does not.
+OTHERS_BUSY_CORES, OTHERS_BUSY_SHARE = 0.25, 0.05
+STEAL_BUSY_CORES, STEAL_BUSY_SHARE = 0.10, 0.02
+
+
+def thresholds(cores: int | None = None) -> tuple[float, float]:
+    """(others, steal) mean loads in cores from which a measurement counts as busy on this machine."""
+    cores = cores or psutil.cpu_count() or 1
+    return max(OTHERS_BUSY_CORES, OTHERS_BUSY_SHARE * cores), max(STEAL_BUSY_CORES, STEAL_BUSY_SHARE * cores)
+
+
 DEFAULT_CV = 0.03  # repeats of a headline figure should agree within this CV unless the suite says otherwise
 QUIET_WINDOW = 3.0  # seconds of quiet that --wait-quiet asks for
 
@@ -164,7 +175,7 @@ class Sampler:
             self.sample()  # the tail since the last tick
 
 
-def summarize(readings: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(readings: list[dict[str, Any]], cores: int | None = None) -> dict[str, Any]:
     """Mean and max load of others and steal, GPU findings, and whether that makes the figure busy."""
     if not readings:
         return {"n": 0, "busy": False, "reasons": []}
@@ -186,10 +197,12 @@ def summarize(readings: list[dict[str, Any]]) -> dict[str, Any]:
         "steal_cores_mean": round(mean("steal_cores"), 3),
         "steal_cores_max": max(r["steal_cores"] for r in readings),
     }
+    others_limit, steal_limit = thresholds(cores)
+    out["busy_from_cores"] = {"others": others_limit, "steal": steal_limit}
     reasons = []
-    if out["others_cores_mean"] >= OTHERS_BUSY_CORES:
+    if out["others_cores_mean"] >= others_limit:
         reasons.append(f"other processes used {out['others_cores_mean']:.2f} cores on average")
-    if out["steal_cores_mean"] >= STEAL_BUSY_CORES:
+    if out["steal_cores_mean"] >= steal_limit:
         reasons.append(f"the hypervisor stole {out['steal_cores_mean']:.2f} cores on average")
     gpu_others = max((r.get("gpu_other_processes") or 0) for r in readings)
     slowdown = sorted({s for r in readings for s in r.get("gpu_slowdown") or []})
@@ -287,7 +300,8 @@ def wait_quiet(
             "others_cores": reading["others_cores"],
             "steal_cores": reading["steal_cores"],
         }
-        quiet = reading["others_cores"] < OTHERS_BUSY_CORES and reading["steal_cores"] < STEAL_BUSY_CORES
+        others_limit, steal_limit = thresholds()
+        quiet = reading["others_cores"] < others_limit and reading["steal_cores"] < steal_limit
         if quiet or waited >= seconds:
             return {"quiet": quiet, **last}
         if on_wait:
