@@ -432,6 +432,11 @@ def _torch_info() -> dict[str, Any]:
         info["torch"] = torch.__version__
         info["cuda_runtime"] = torch.version.cuda
         info["cuda_available"] = bool(torch.cuda.is_available())
+        with contextlib.suppress(
+            Exception
+        ):  # the SIMD level torch's CPU kernels dispatch to: AVX2, AVX512...
+            info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        info["threads"] = torch.get_num_threads()
         if info["cuda_available"]:
             info["cudnn"] = torch.backends.cudnn.version()
             with contextlib.suppress(Exception):
@@ -605,6 +610,8 @@ def fingerprint(
             "torch": torch_info.get("torch"),
             "cupy": _cupy_version(),
             "cuda_runtime": torch_info.get("cuda_runtime"),
+            "torch_cpu_capability": torch_info.get("cpu_capability"),
+            "torch_threads": torch_info.get("threads"),
             "cudnn": torch_info.get("cudnn"),
             "nccl": torch_info.get("nccl"),
             "nvidia_driver": driver,

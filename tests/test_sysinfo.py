@@ -213,6 +213,7 @@ def test_fingerprint_records_build_flags_calibration_and_host_source(tmp_path):
     cal = fp["calibration"]
     assert cal["int_mops"] > 0 and cal["float_gflops"] > 0 and cal["copy_gbs"] > 0
     assert len(cal["samples"]["int_mops"]) == cal["runs"] and 0 < cal["cpu_share"] <= 1.5
+    assert fp["versions"]["torch_cpu_capability"] and fp["versions"]["torch_threads"] >= 1
     build = fp["build"]
     assert build["extension"].startswith("_ocean") and build["compiler"]
     assert "-O3" in (build["flags"] or ""), build  # setup.py builds with -frecord-gcc-switches

@@ -483,6 +483,8 @@ def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
             "cuDNN": versions.get("cudnn"),
             "NCCL": versions.get("nccl"),
             "torch": versions.get("torch"),
+            "torch CPU kernels": versions.get("torch_cpu_capability"),
+            "torch threads": versions.get("torch_threads"),
             "cupy": versions.get("cupy"),
             "numpy": versions.get("numpy"),
             "python": fp.get("python"),
