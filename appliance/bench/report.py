@@ -601,11 +601,15 @@ def to_html(report: dict[str, Any], images: Sequence[tuple[str, bytes]] = ()) ->
                     f"{fmt(ci[0], unit)} - {fmt(ci[1], unit)}" if ci else "-",
                     f"{100 * m['cv']:.1f}%" if m.get("cv") is not None else "-",
                     escape(unit),
+                    escape(f"{fmt(ceiling['value'], unit)} ({ceiling['source']})")
+                    if (ceiling := m.get("ceiling")) and ceiling.get("value")
+                    else "",
                 ]
             )
         if rows:
             parts.append(f"<h2>{escape(section)}</h2>")
-            parts.append(table(("metric", "median", "range", "95% CI", "CV", "unit"), rows, num_from=1))
+            columns = ("metric", "median", "range", "95% CI", "CV", "unit", "ceiling")
+            parts.append(table(columns, rows, num_from=1))
     if images:
         parts.append("<h2>Plots</h2>")
         parts += [
