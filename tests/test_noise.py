@@ -168,3 +168,35 @@ def test_measurement_beside_a_cpu_burner_is_flagged_busy(tmp_path):
     assert flag["busy"] and flag["others_cores_mean"] >= noise.thresholds()[0]
     assert data["analysis"]["noise"]["busy"] == ["env_sps/squared/threads=1"]
     assert "busy" in json_path.with_suffix(".html").read_text()
+
+
+def test_wait_quiet_option_is_checked_and_recorded(tmp_path, monkeypatch):
+    spec = {"name": "tiny", "seconds": 0.1, "env_sps": {"envs": ["squared"], "threads": [1]}}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    base = [
+        "run",
+        "--suite",
+        str(path),
+        "--gpu",
+        "cpu",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--no-plots",
+    ]
+    bad = CliRunner().invoke(cli, [*base, "--wait-quiet", "-1"])
+    assert bad.exit_code == 2 and "--wait-quiet" in bad.output
+    monkeypatch.setattr(
+        noise,
+        "wait_quiet",
+        lambda s, **kw: {"quiet": False, "waited_s": s, "others_cores": 1.5, "steal_cores": 0.0},
+    )
+    ok = CliRunner().invoke(cli, [*base, "--wait-quiet", "5"])
+    assert ok.exit_code == 0, ok.output
+    (json_path,) = (tmp_path / "cpu").glob("*.json")
+    data = rpt.load(json_path)
+    assert data["quiet_wait"]["quiet"] is False and "not quiet after waiting 5 s" in " ".join(
+        data["warnings"]
+    )
