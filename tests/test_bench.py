@@ -22,7 +22,8 @@ FP = fingerprint(calibration=False)  # the calibration loops take a second; thes
 
 
 def make_report(metrics, fp=None, name="quick"):
-    r = rpt.Report({"name": name}, {"name": "cpu"}, fp or FP, {"train": {"seed": 0}}, seed=0, repeats=3)
+    fp = json.loads(json.dumps(fp or FP))  # a copy: tests change one report's machine
+    r = rpt.Report({"name": name}, {"name": "cpu"}, fp, {"train": {"seed": 0}}, seed=0, repeats=3)
     for metric, (samples, better) in metrics.items():
         r.add(metric, samples, "agent-steps/s", better, env=metric.split("/")[1])
     return r.data
@@ -347,8 +348,13 @@ def test_compare_names_cpu_differences_and_normalizes_by_calibration():
         fast, (10.0, 4.0, 20.0), {"family": 25, "model_number": 17, "isa": {"avx2": True, "avx512": True}}
     )
     plain = cmp.compare([slow, fast])
+    fast["fingerprint"]["gpus"] = [{"name": "NVIDIA H100", "sm_clock_max_mhz": 1980}]
+    fast["fingerprint"]["versions"]["cudnn"] = 91000
+    plain = cmp.compare([slow, fast])
     what = dict(plain["differences"])
     assert what["AVX-512"] == ["no", "yes"] and "CPU family/model/stepping" in what
+    assert what["GPU"] == ["none", "NVIDIA H100"] and what["cuDNN"] == ["none", 91000]
+    assert not any(k.startswith("GPU ") for k in plain["unrecorded"].get(1, []))
     assert any("2.00x as fast" in n for n in plain["notes"])
     assert plain["rows"][0]["ratios"][0]["verdict"] == "improvement" and plain["normalized"] == []
     norm = cmp.compare([slow, fast], normalize=True)

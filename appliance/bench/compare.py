@@ -44,8 +44,16 @@ SKIP_FACTS = ("calibration ", "host id")  # calibration is shown as a ratio; the
 UNRELIABLE = "unreliable (busy)"
 
 
+# software that may simply be absent (a CPU machine has no CUDA): None there means "none", not "unrecorded"
+ABSENT_IS_NONE = ("NVIDIA driver", "CUDA runtime", "cuDNN", "NCCL", "cupy")
+
+
 def _machine(fp: dict[str, Any]) -> dict[str, Any]:
-    return {"GPU": rpt.gpu_name(fp), **rpt.machine_facts(fp)}
+    facts = {"GPU": rpt.gpu_name(fp), **rpt.machine_facts(fp)}
+    for key in ABSENT_IS_NONE:
+        if facts.get(key) is None:
+            facts[key] = "none"
+    return facts
 
 
 def _same(values: list[Any]) -> bool:
@@ -98,8 +106,8 @@ def unrecorded(reports: list[dict[str, Any]]) -> dict[int, list[str]]:
         values = [m.get(key) for m in machines]
         if any(v is None for v in values) and any(v is not None for v in values):
             for i, v in enumerate(values):
-                if v is None:
-                    out.setdefault(i, []).append(key)
+                if v is None and not (key.startswith("GPU ") and not reports[i]["fingerprint"].get("gpus")):
+                    out.setdefault(i, []).append(key)  # (a machine without GPUs has no GPU facts to record)
     return out
 
 
