@@ -105,3 +105,36 @@ def test_git_worktree_failure_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="invalid reference"):
         side.prepare()
     side.close()
+
+
+def test_image_variants_run_the_suite_inside_the_image(tmp_path, monkeypatch):
+    import appliance.container as container
+    from appliance.bench import report as rpt
+    from appliance.sysinfo import fingerprint
+
+    seen = []
+
+    def fake_run_in_container(image, args, results):
+        seen.append((image, args))
+        r = rpt.Report(
+            {"name": "quick"}, {"name": "cpu"}, fingerprint(calibration=False), {}, seed=0, repeats=1
+        )
+        r.add("env_sps/squared/threads=1", [100.0 * len(seen)], "agent-steps/s")
+        rpt.write(
+            r.data, rpt.output_stem(results, "cpu", r.data["fingerprint"], r.data["created_utc"]), plots=False
+        )
+        return 0
+
+    monkeypatch.setattr(container, "run_in_container", fake_run_in_container)
+    options = {"profile": "cpu", "suite_arg": "quick", "envs": ["squared"], "seconds": 0.5}
+    side = ab.Subprocess(ab.parse_variant("image:puffer-bench:cpu"), options)
+    side.prepare()
+    first, second = side.round(0), side.round(1)
+    side.close()
+    assert [s[0] for s in seen] == ["puffer-bench:cpu"] * 2
+    args = seen[0][1]
+    assert (
+        args[:3] == ["run", "--suite", "quick"] and "--out" not in args and args[-2:] == ["--seconds", "0.5"]
+    )
+    assert first["metrics"]["env_sps/squared/threads=1"]["median"] == 100.0
+    assert second["metrics"]["env_sps/squared/threads=1"]["median"] == 200.0
