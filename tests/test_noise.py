@@ -40,9 +40,11 @@ class Script:
 
 
 def test_readings_subtract_our_own_cpu_and_count_steal():
-    s = Script([(1.0, 1.9, 0.0, 1.8), (1.0, 2.0, 0.3, 1.0)]).sampler()
+    s = Script([(1.0, 1.9, 0.0, 1.8), (0.01, 0.01, 0.0, 0.0), (0.99, 1.99, 0.3, 1.0)]).sampler()
     assert s.sample() is None  # the first call only sets the baseline
-    first, second = s.sample(), s.sample()
+    first = s.sample()
+    assert s.sample() is None  # 10 ms is too short to read 10 ms ticks: it joins the next reading
+    second = s.sample()
     assert abs(first["others_cores"] - 0.1) < 1e-9 and first["own_cores"] == 1.8
     assert abs(second["others_cores"] - 1.0) < 1e-9 and second["steal_cores"] == 0.3
     summary = noise.summarize(s.readings, cores=2)

@@ -162,13 +162,14 @@ class Sampler:
         now = self.clock()
         busy, steal = self.stat()
         own = self.own()
-        last, self._last = self._last, (now, busy, steal, own)
+        last = self._last
         if last is None:
-            self._t0 = now
+            self._last, self._t0 = (now, busy, steal, own), now
             return None
         dt = now - last[0]
-        if dt <= 0:
-            return None
+        if dt < self.interval / 4:
+            return None  # too short for /proc/stat's 10 ms ticks: wait for more time to pass
+        self._last = (now, busy, steal, own)
         reading = {
             "t": round(now - self._t0, 3),
             "others_cores": round(max(0.0, (busy - last[1]) - (own - last[3])) / dt, 3),
