@@ -26,6 +26,8 @@ DATA = {
 
 def _compile_args() -> list[str]:
     args = ["-O3", "-std=c11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
+    # keep the compile flags inside the extension, so reports can say how the envs were built
+    args.append("-frecord-gcc-switches")
     if os.environ.get("PUFFER_NATIVE", "0") not in ("", "0"):
         args.append("-march=native")
     return args

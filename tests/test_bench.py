@@ -21,11 +21,12 @@ from appliance.config import detect_profile
 from appliance.errors import ConfigError, ReportError
 from appliance.sysinfo import fingerprint
 
+FP = fingerprint(calibration=False)  # the calibration loops take a second; these tests need none
+
 
 def make_report(metrics, fp=None, name="quick"):
-    r = rpt.Report(
-        {"name": name}, {"name": "cpu"}, fp or fingerprint(), {"train": {"seed": 0}}, seed=0, repeats=3
-    )
+    fp = json.loads(json.dumps(fp or FP))  # a copy: tests change one report's machine
+    r = rpt.Report({"name": name}, {"name": "cpu"}, fp, {"train": {"seed": 0}}, seed=0, repeats=3)
     for metric, (samples, better) in metrics.items():
         r.add(metric, samples, "agent-steps/s", better, env=metric.split("/")[1])
     return r.data
@@ -318,3 +319,108 @@ def test_readme_skips_partial_reports(tmp_path):
     partial = folder / "partial.json"
     partial.write_text(json.dumps({**committed, "created_utc": "2099-01-01T00:00:00Z", "partial": True}))
     assert readme.latest_reports(tmp_path) == [complete]
+
+
+# ---------------------------------------------------------------------- compare explains (issue 17)
+
+
+def with_machine(data, calibration, cpu=None, busy=()):
+    """A report on a CPU that ran the calibration loops at `calibration` (int, float, copy)."""
+    fp = data["fingerprint"]
+    fp["calibration"] = dict(zip(("int_mops", "float_gflops", "copy_gbs"), calibration, strict=True))
+    fp["calibration"]["cpu_share"] = 1.0
+    fp["cpu"].update(cpu or {})
+    for name in busy:
+        data["metrics"][name]["noise"] = {"busy": True, "reasons": ["other processes used 1.00 cores"]}
+    return data
+
+
+def cpu_reports(fp):
+    slow = make_report(
+        {
+            "env_sps/a/threads=1": (noisy(1e6, seed=1), "higher"),
+            "probe/gpu/launch": (noisy(5, seed=2), "lower"),
+        },
+        fp=json.loads(json.dumps(fp)),
+    )
+    fast = make_report(
+        {
+            "env_sps/a/threads=1": (noisy(2e6, seed=3), "higher"),
+            "probe/gpu/launch": (noisy(5, seed=4), "lower"),
+        },
+        fp=json.loads(json.dumps(fp)),
+    )
+    return slow, fast
+
+
+def test_compare_names_cpu_differences_and_normalizes_by_calibration():
+    fp = fingerprint(calibration=False)
+    slow, fast = cpu_reports(fp)
+    with_machine(
+        slow, (5.0, 2.0, 10.0), {"family": 23, "model_number": 49, "isa": {"avx2": True, "avx512": False}}
+    )
+    with_machine(
+        fast, (10.0, 4.0, 20.0), {"family": 25, "model_number": 17, "isa": {"avx2": True, "avx512": True}}
+    )
+    plain = cmp.compare([slow, fast])
+    fast["fingerprint"]["gpus"] = [{"name": "NVIDIA H100", "sm_clock_max_mhz": 1980}]
+    fast["fingerprint"]["versions"]["cudnn"] = 91000
+    plain = cmp.compare([slow, fast])
+    what = dict(plain["differences"])
+    assert what["AVX-512"] == ["no", "yes"] and "CPU family/model/stepping" in what
+    assert what["GPU"] == ["none", "NVIDIA H100"] and what["cuDNN"] == ["none", 91000]
+    assert not any(k.startswith("GPU ") for k in plain["unrecorded"].get(1, []))
+    assert any("2.00x as fast" in n for n in plain["notes"])
+    assert plain["rows"][0]["ratios"][0]["verdict"] == "improvement" and plain["normalized"] == []
+    norm = cmp.compare([slow, fast], normalize=True)
+    env, launch = norm["rows"]
+    assert 0.9 < env["ratios"][0]["ratio"] < 1.1 and env["ratios"][0]["verdict"] != "improvement"
+    assert norm["normalized"] == ["env_sps/a/threads=1"]  # the GPU launch latency is left alone
+    assert launch["medians"][1] == fast["metrics"]["probe/gpu/launch"]["median"]
+    text = cmp.to_markdown(norm)
+    assert "normalized: 1 CPU-bound metric" in text and "`env_sps/a/threads=1` (normalized)" in text
+
+
+def test_compare_marks_busy_metrics_unreliable_instead_of_regressions(tmp_path):
+    fp = fingerprint(calibration=False)
+    fast, slow = cpu_reports(fp)[::-1]
+    with_machine(fast, (5, 2, 10))
+    with_machine(slow, (5, 2, 10), busy=["env_sps/a/threads=1"])
+    result = cmp.compare([fast, slow])
+    assert result["regressions"] == [] and result["rows"][0]["ratios"][0]["verdict"] == cmp.UNRELIABLE
+    assert dict(result["differences"])["busy metrics (noise guard)"] == [0, 1]
+    paths = []
+    for i, r in enumerate((fast, slow)):
+        paths.append(tmp_path / f"{i}.json")
+        paths[-1].write_text(json.dumps(r))
+    out = CliRunner().invoke(cli, ["compare", *map(str, paths)])
+    assert out.exit_code == 0 and "unreliable" in out.output
+
+
+def test_compare_reads_the_committed_report_and_normalize_needs_calibrations(tmp_path):
+    from pathlib import Path
+
+    old = Path(__file__).parent.parent / "results/cpu/2026-11-22-5bce98f73f3e.json"
+    new = json.loads(old.read_text())
+    new["fingerprint"] = fingerprint(calibration=False)
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps(new))
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["compare", str(old), str(path), "--markdown"])
+    assert ok.exit_code == 0, ok.output
+    assert "Not recorded in report 1" in ok.output and "AVX2" in ok.output
+    refused = runner.invoke(cli, ["compare", str(old), str(path), "--normalize"])
+    assert refused.exit_code == 2 and "needs a calibration" in refused.output
+
+
+def test_report_renders_self_contained_html(tmp_path):
+    data = make_report({"env_sps/a/threads=1": (noisy(1e6, 3), "higher")}, fp=fingerprint(calibration=False))
+    data["metrics"]["env_sps/a/threads=1"]["labels"]["threads"] = 1
+    written = rpt.write(data, tmp_path / "r")
+    html = (tmp_path / "r.html").read_text()
+    assert tmp_path / "r.html" in written and html.startswith("<!doctype html>")
+    assert "data:image/png;base64," in html and "env_sps/a/threads=1" in html and "src='r-" not in html
+    assert "Machine fingerprint" in html
+    (tmp_path / "r.html").unlink()
+    out = CliRunner().invoke(cli, ["report", "--render", str(tmp_path / "r.json")])
+    assert out.exit_code == 0 and (tmp_path / "r.html").exists() and (tmp_path / "r.md").exists()

@@ -7,11 +7,22 @@ direction (lower for higher-is-better metrics) by more than the threshold; descr
 figures such as phase shares show as changed or similar, never as regressions. Reports of another
 schema or with no metric in common are refused. What differs between the machines (GPU, CPU, cores,
 driver, versions, config) is listed so a ratio is never read without its context.
+
+Since issue 17 the context is the whole fingerprint (:func:`appliance.bench.report.machine_facts`):
+CPU family/model/stepping and ISA, caches, clocks, quota and cpuset, virtualisation, compiler
+flags, GPU clocks, power limit, ECC, MIG, PCIe, library versions; facts one report did not record
+are named apart. The calibration ratio says how much faster one CPU ran the same fixed loops.
+Metrics that the noise guard marked busy in either report are "unreliable (busy)", never a
+regression. ``normalize=True`` scales CPU-bound metrics of each report by the calibration ratio
+(compute loops for speed figures, the copy loop for memory bandwidth) so CPUs of different speed
+can be compared, and says so.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from appliance.bench import report as rpt
 from appliance.bench.stats import ratio_interval
@@ -27,35 +38,49 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: obj}
 
 
+# facts that always differ a little between runs: numbers within this relative tolerance are "the same"
+TOLERANCE = 0.03
+SKIP_FACTS = ("calibration ", "host id")  # calibration is shown as a ratio; the host id differs by design
+UNRELIABLE = "unreliable (busy)"
+
+
+# software that may simply be absent (a CPU machine has no CUDA): None there means "none", not "unrecorded"
+ABSENT_IS_NONE = ("NVIDIA driver", "CUDA runtime", "cuDNN", "NCCL", "cupy")
+
+
 def _machine(fp: dict[str, Any]) -> dict[str, Any]:
-    cpu = fp.get("cpu") or {}
-    versions = fp.get("versions") or {}
-    return {
-        "GPU": rpt.gpu_name(fp),
-        "CPU": cpu.get("model"),
-        "physical cores": cpu.get("physical_cores"),
-        "usable cores": cpu.get("usable_cores"),
-        "RAM GiB": round(fp["ram_bytes"] / 2**30) if fp.get("ram_bytes") else None,
-        "NVIDIA driver": versions.get("nvidia_driver"),
-        "CUDA runtime": versions.get("cuda_runtime"),
-        "torch": versions.get("torch"),
-        "cupy": versions.get("cupy"),
-        "numpy": versions.get("numpy"),
-        "python": fp.get("python"),
-        "puffer-bench": versions.get("puffer_bench"),
-        "git commit": (fp.get("git") or {}).get("commit"),
-        "OS": (fp.get("os") or {}).get("release"),
-    }
+    facts = {"GPU": rpt.gpu_name(fp), **rpt.machine_facts(fp)}
+    for key in ABSENT_IS_NONE:
+        if facts.get(key) is None:
+            facts[key] = "none"
+    return facts
+
+
+def _same(values: list[Any]) -> bool:
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        lo, hi = min(values), max(values)
+        return hi == lo or (lo > 0 and hi / lo - 1 <= TOLERANCE)
+    return len({repr(v) for v in values}) == 1
 
 
 def differences(reports: list[dict[str, Any]]) -> list[tuple[str, list[Any]]]:
-    """(what, [value per report]) for every machine fact or config key that is not the same everywhere."""
+    """(what, [value per report]) for every machine fact or config key that is not the same everywhere.
+
+    Facts some reports did not record are left out here (see :func:`unrecorded`)."""
     out = []
     machines = [_machine(r["fingerprint"]) for r in reports]
-    for key in machines[0]:
+    keys = list(dict.fromkeys(k for m in machines for k in m))
+    for key in keys:
+        if key.startswith(SKIP_FACTS):
+            continue
         values = [m.get(key) for m in machines]
-        if len({repr(v) for v in values}) > 1:
+        if any(v is None for v in values):
+            continue
+        if not _same(values):
             out.append((key, values))
+    busy = [sorted(_busy(r)) for r in reports]
+    if any(busy):
+        out.append(("busy metrics (noise guard)", [len(b) for b in busy]))
     profiles = [(r.get("profile") or {}).get("name") for r in reports]
     if len(set(profiles)) > 1:
         out.append(("profile", profiles))
@@ -72,12 +97,113 @@ def differences(reports: list[dict[str, Any]]) -> list[tuple[str, list[Any]]]:
     return out
 
 
-def compare(reports: list[dict[str, Any]], threshold: float = 0.05) -> dict[str, Any]:
+def unrecorded(reports: list[dict[str, Any]]) -> dict[int, list[str]]:
+    """Report index -> facts it did not record although another report did (older reports)."""
+    machines = [_machine(r["fingerprint"]) for r in reports]
+    keys = list(dict.fromkeys(k for m in machines for k in m if not k.startswith(SKIP_FACTS)))
+    out: dict[int, list[str]] = {}
+    for key in keys:
+        values = [m.get(key) for m in machines]
+        if any(v is None for v in values) and any(v is not None for v in values):
+            for i, v in enumerate(values):
+                if v is None and not (key.startswith("GPU ") and not reports[i]["fingerprint"].get("gpus")):
+                    out.setdefault(i, []).append(key)  # (a machine without GPUs has no GPU facts to record)
+    return out
+
+
+def _busy(report: dict[str, Any]) -> set[str]:
+    return {n for n, m in report["metrics"].items() if (m.get("noise") or {}).get("busy")}
+
+
+def calibration_ratios(base: dict[str, Any], other: dict[str, Any]) -> dict[str, float] | None:
+    """How much faster ``other``'s CPU ran the calibration loops than ``base``'s (other / base).
+
+    ``compute`` is the geometric mean of the integer and float loops, ``copy`` the memory copy."""
+    a, b = base["fingerprint"].get("calibration"), other["fingerprint"].get("calibration")
+    if not a or not b:
+        return None
+    try:
+        ints, floats = b["int_mops"] / a["int_mops"], b["float_gflops"] / a["float_gflops"]
+        return {
+            "compute": (ints * floats) ** 0.5,
+            "int": ints,
+            "float": floats,
+            "copy": b["copy_gbs"] / a["copy_gbs"],
+        }
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def cpu_bound(name: str, report: dict[str, Any]) -> str | None:
+    """'copy' or 'compute' for metrics the CPU's speed decides; None for GPU and descriptive ones."""
+    if name == "probe/cpu/memory_bandwidth":
+        return "copy"
+    if name.startswith(("probe/cpu/", "env_sps/", "vector_sps/")):
+        return "compute"
+    if name.startswith(("train_sps/", "time_to_score/")):
+        device = (((report.get("config") or {}).get("profile") or {}).get("train") or {}).get("device")
+        gpu = bool(report["fingerprint"].get("cuda_available"))
+        return "compute" if device == "cpu" or (device is None and not gpu) else None
+    return None
+
+
+def _normalized(
+    name: str, metric: dict[str, Any], report: dict[str, Any], ratios: dict[str, float] | None
+) -> list[float] | None:
+    """``metric``'s samples as if measured on the base CPU (None when not CPU-bound)."""
+    kind = cpu_bound(name, report)
+    if kind is None or ratios is None or metric["better"] == "info":
+        return None
+    f = ratios[kind]
+    scale = 1 / f if metric["better"] == "higher" else f  # times shrink on a slower CPU
+    return [s * scale for s in metric["samples"] if s is not None]
+
+
+def _calibration_notes(reports: list[dict[str, Any]], paths: list[str]) -> list[str]:
+    notes = []
+    for i, r in enumerate(reports):
+        cal = r["fingerprint"].get("calibration")
+        if cal and (cal.get("cpu_share") or 1) < 0.9:
+            notes.append(
+                f"report {i + 1}'s calibration got {100 * cal['cpu_share']:.0f}% of a core (a busy machine): "
+                "its calibration figures, and ratios built on them, are low"
+            )
+    for i, other in enumerate(reports[1:], start=2):
+        ratios = calibration_ratios(reports[0], other)
+        if ratios:
+            notes.append(
+                f"calibration: report {i}'s CPU ran the fixed loops {ratios['compute']:.2f}x as fast as "
+                f"report 1's (integer {ratios['int']:.2f}x, float {ratios['float']:.2f}x) and copied memory "
+                f"{ratios['copy']:.2f}x as fast"
+            )
+    missing = [str(i + 1) for i, r in enumerate(reports) if not r["fingerprint"].get("calibration")]
+    if missing and len(missing) < len(reports):
+        notes.append(
+            f"calibration: report {', '.join(missing)} has none (older than the calibration), "
+            "so how fast its CPU ran is unknown"
+        )
+    return notes
+
+
+def compare(
+    reports: list[dict[str, Any]], threshold: float = 0.05, normalize: bool = False
+) -> dict[str, Any]:
     """Rows for every common metric; raises ReportError when there is nothing to compare."""
     if len(reports) < 2:
         raise ReportError("compare needs at least two reports")
-    for i, r in enumerate(reports):
-        rpt.validate(r, r.get("_path", f"report {i + 1}"))
+    paths = [r.get("_path", f"report {i + 1}") for i, r in enumerate(reports)]
+    for r, path in zip(reports, paths, strict=True):
+        rpt.validate(r, path)
+    ratios = [calibration_ratios(reports[0], r) for r in reports]
+    if normalize:
+        for r, path in zip(reports, paths, strict=True):
+            if not r["fingerprint"].get("calibration"):
+                raise ReportError(
+                    f"--normalize needs a calibration in every report; {path} has none "
+                    "(reports record one since issue 17: re-run it with puffer-bench run)"
+                )
+    busy = [_busy(r) for r in reports]
+    normalized: set[str] = set()
     common = [n for n in reports[0]["metrics"] if all(n in r["metrics"] for r in reports[1:])]
     if not common:
         raise ReportError(
@@ -94,17 +220,23 @@ def compare(reports: list[dict[str, Any]], threshold: float = 0.05) -> dict[str,
             "medians": [r["metrics"][name].get("median") for r in reports],
             "ratios": [],
         }
-        for other in reports[1:]:
+        for k, other in enumerate(reports[1:], start=1):
             m = other["metrics"][name]
             a = [s for s in base["samples"] if s is not None]
             b = [s for s in m["samples"] if s is not None]
+            if normalize and (scaled := _normalized(name, m, other, ratios[k])) is not None:
+                b = scaled
+                normalized.add(name)
+                row["medians"][k] = float(np.median(b)) if b else None
             if not a or not b or not base.get("median"):
                 row["ratios"].append({"ratio": None, "ci": None, "significant": False, "verdict": "no data"})
                 continue
             ratio, ci = ratio_interval(a, b)
             significant = ci is not None and (ci[0] > 1 or ci[1] < 1)
             gain = 1 / ratio if base["better"] == "lower" else ratio  # > 1: better
-            if base["better"] == "info":
+            if name in busy[0] or name in busy[k]:
+                verdict = UNRELIABLE  # measured beside other load: not evidence about the code
+            elif base["better"] == "info":
                 verdict = "changed" if significant and abs(ratio - 1) > threshold else "similar"
             elif significant and gain < 1 - threshold:
                 verdict = "regression"
@@ -117,11 +249,28 @@ def compare(reports: list[dict[str, Any]], threshold: float = 0.05) -> dict[str,
             row["ratios"].append({"ratio": ratio, "ci": ci, "significant": significant, "verdict": verdict})
         rows.append(row)
     only = sorted({n for r in reports for n in r["metrics"]} - set(common))
+    notes = _calibration_notes(reports, paths)
+    if normalize:
+        notes.insert(
+            0,
+            f"normalized: {len(normalized)} CPU-bound metric(s) of reports 2+ are scaled to report 1's CPU "
+            "by the calibration ratio (compute loops for speeds, the copy loop for memory bandwidth); "
+            "GPU and descriptive metrics are not",
+        )
+    for i, b in enumerate(busy):
+        if b:
+            notes.append(
+                f"report {i + 1} has {len(b)} metric(s) measured on a busy machine, shown as "
+                f"'{UNRELIABLE}' and never as regressions"
+            )
     return {
         "threshold": threshold,
-        "reports": [r.get("_path", f"report {i + 1}") for i, r in enumerate(reports)],
+        "reports": paths,
         "rows": rows,
         "differences": differences(reports),
+        "unrecorded": {i + 1: keys for i, keys in unrecorded(reports).items()},
+        "notes": notes,
+        "normalized": sorted(normalized),
         "not_common": only,
         "regressions": [
             row["metric"] for row in rows if any(x["verdict"] == "regression" for x in row["ratios"])
@@ -150,6 +299,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         ]
         lines += ["|---" * (len(paths) + 1) + "|"]
         lines += [f"| {k} | " + " | ".join(str(v) for v in vals) + " |" for k, vals in result["differences"]]
+    for i, keys in (result.get("unrecorded") or {}).items():
+        lines += ["", f"Not recorded in report {i} (an older report): {', '.join(keys)}"]
+    if result.get("notes"):
+        lines += [""] + [f"- {n}" for n in result["notes"]]
     header = "| metric | unit | " + " | ".join(f"median {i + 1}" for i in range(len(paths)))
     header += " | " + " | ".join(f"ratio {i + 2}/1 (95% CI)" for i in range(len(paths) - 1)) + " |"
     lines += ["", f"## Metrics (threshold {100 * result['threshold']:.0f}%)", "", header]
@@ -158,7 +311,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
         cells += [ratio_text(x).replace("regression", "**regression**") for x in row["ratios"]]
         unit = row["unit"] if row["better"] == "info" else f"{row['unit']} ({row['better']} is better)"
-        lines.append(f"| `{row['metric']}` | {unit} | " + " | ".join(cells) + " |")
+        mark = " (normalized)" if row["metric"] in result.get("normalized", ()) else ""
+        lines.append(f"| `{row['metric']}`{mark} | {unit} | " + " | ".join(cells) + " |")
     if result["not_common"]:
         lines += ["", f"Not in every report (left out): {', '.join(result['not_common'])}"]
     return "\n".join(lines) + "\n"

@@ -75,10 +75,15 @@ def table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
         cells = []
         for r in reports:
             m = r["metrics"].get(name)
-            cells.append(rpt.fmt(m.get("median"), unit) if m else "-")
+            busy = " (busy)" if m and (m.get("noise") or {}).get("busy") else ""
+            cells.append(rpt.fmt(m.get("median"), unit) + busy if m else "-")
         lines.append(f"| `{name}` | {unit} | " + " | ".join(cells) + " |")
     sources = ", ".join(f"[{p.name}]({p.as_posix()})" for p in paths)
     lines += ["", f"Medians of each report's repeats, from {sources}."]
+    if any((m.get("noise") or {}).get("busy") for r in reports for m in r["metrics"].values()):
+        lines[-1] += (
+            " (busy): measured while other processes used the machine (noise guard); low for that reason."
+        )
     return "\n".join(lines)
 
 

@@ -5,6 +5,12 @@ the suite and profile it ran, the resolved config and seed, and every metric wit
 direction (higher or lower is better, or "info" for descriptive figures such as phase shares), every sample and their summary (median, min, max, CV and a
 bootstrap interval for the median). Markdown and plots are always rendered from the JSON.
 
+Optional fields added compatibly (issue 17): ``fingerprint.calibration``/``build`` and the CPU
+details, ``noise`` (the noise guard's readings per measurement step), ``metric.noise`` (that step's
+summary with ``busy``) and ``analysis.noise`` (busy and unstable metrics). Reports without them
+still load, render and compare. Every report renders to Markdown, PNG plots and one self-contained
+HTML file (plots inline) beside its JSON.
+
 Metric names are ``group/part/...`` paths, e.g. ``env_sps/breakout/threads=2`` or
 ``probe/gpu/h2d_pinned/64MiB``; ``labels`` carry the same parts as fields for plotting.
 """
@@ -158,11 +164,12 @@ def write(report: dict[str, Any], stem: Path, plots: bool = True) -> list[Path]:
 
 
 def render(report: dict[str, Any], stem: Path, plots: bool = True) -> list[Path]:
-    """The Markdown and plots of a report (also re-rendered later from its JSON: ``puffer-bench report``)."""
-    written = []
-    images = render_plots(report, stem) if plots else []
+    """The Markdown, HTML and plots of a report (re-rendered later from its JSON: ``report --render``)."""
+    pngs = plot_images(report) if plots else []
+    images = [write_bytes_atomic(stem.parent / f"{stem.name}-{suffix}.png", data) for suffix, data in pngs]
     md = to_markdown(report, images=[p.name for p in images])
-    written.append(write_bytes_atomic(stem.with_suffix(".md"), md.encode()))
+    written = [write_bytes_atomic(stem.with_suffix(".md"), md.encode())]
+    written.append(write_bytes_atomic(stem.with_suffix(".html"), to_html(report, pngs).encode()))
     return written + images
 
 
@@ -197,8 +204,9 @@ def machine_line(fingerprint: dict[str, Any]) -> str:
     cpu = fingerprint.get("cpu") or {}
     ram = fingerprint.get("ram_bytes")
     ram_text = f"{ram / 2**30:.0f} GiB" if ram else "?"
+    arch = f"{cpu['codename']}, " if cpu.get("codename") else ""
     return (
-        f"GPU {gpu_label(fingerprint)}; CPU {cpu.get('model') or '?'} ({cpu.get('physical_cores')} physical cores, "
+        f"GPU {gpu_label(fingerprint)}; CPU {cpu.get('model') or '?'} ({arch}{cpu.get('physical_cores')} physical cores, "
         f"{cpu.get('usable_cores')} usable); RAM {ram_text}"
     )
 
@@ -217,8 +225,9 @@ def _metric_rows(metrics: dict[str, Any], prefix: str) -> list[str]:
             if ceiling and ceiling.get("value")
             else ""
         )
+        busy = " **(busy)**" if (m.get("noise") or {}).get("busy") else ""
         rows.append(
-            f"| `{name}` | {fmt(m.get('median'), m['unit'])} | {fmt(m.get('min'), m['unit'])} - "
+            f"| `{name}`{busy} | {fmt(m.get('median'), m['unit'])} | {fmt(m.get('min'), m['unit'])} - "
             f"{fmt(m.get('max'), m['unit'])} | {ci_text} | {cv} | {m['unit']} | {ceil_text} |"
         )
     return rows
@@ -276,6 +285,13 @@ def to_markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
                 "|---|---|---|---|---|---|---|",
                 *rows,
             ]
+    noise_rows = noise_table(report)
+    if noise_rows:
+        lines += ["", "## Noise guard", "", NOISE_NOTE, "", "| " + " | ".join(NOISE_COLUMNS) + " |"]
+        lines += ["|---" * len(NOISE_COLUMNS) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in noise_rows]
+    lines += ["", "## Machine fingerprint", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {_cell(v)} |" for k, v in machine_facts(fp).items() if v is not None]
     if images:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
     return "\n".join(lines) + "\n"
@@ -287,6 +303,14 @@ def _metrics(report: dict[str, Any], group: str) -> list[tuple[str, dict[str, An
 
 def render_plots(report: dict[str, Any], stem: Path) -> list[Path]:
     """PNG plots next to the report: SPS per env/backend, thread scaling, training phase shares."""
+    return [
+        write_bytes_atomic(stem.parent / f"{stem.name}-{suffix}.png", data)
+        for suffix, data in plot_images(report)
+    ]
+
+
+def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """(suffix, PNG bytes) of each plot: SPS per env/backend, thread scaling, training phase shares."""
     import io
 
     import matplotlib
@@ -294,14 +318,14 @@ def render_plots(report: dict[str, Any], stem: Path) -> list[Path]:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    out: list[Path] = []
+    out: list[tuple[str, bytes]] = []
 
     def save(fig: Any, suffix: str) -> None:
         buf = io.BytesIO()
         fig.tight_layout()
         fig.savefig(buf, format="png", dpi=90)
         plt.close(fig)
-        out.append(write_bytes_atomic(stem.parent / f"{stem.name}-{suffix}.png", buf.getvalue()))
+        out.append((suffix, buf.getvalue()))
 
     bars = []  # best thread count per env, every backend, training
     best_env: dict[str, tuple[float, float, float]] = {}
@@ -369,3 +393,253 @@ def render_plots(report: dict[str, Any], stem: Path) -> list[Path]:
         ax.set_title("training phase breakdown")
         save(fig, "phases")
     return out
+
+
+# ---------------------------------------------------------------------- fingerprint and noise (issue 17)
+
+
+def _size(n: Any) -> str | None:
+    if not isinstance(n, int | float):
+        return None
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def _yes(value: Any) -> str | None:
+    return None if value is None else ("yes" if value else "no")
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "/")
+
+
+def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint as (label -> value), the facts that can change a speed; None = not recorded.
+
+    Shared by the report (its "Machine fingerprint" table) and ``compare`` (what differs)."""
+    cpu = fp.get("cpu") or {}
+    versions = fp.get("versions") or {}
+    isa = cpu.get("isa") or {}
+    caches = cpu.get("caches") or {}
+    group = cpu.get("cgroup") or {}
+    virt = cpu.get("virtualization") or {}
+    cal = fp.get("calibration") or {}
+    build = fp.get("build") or {}
+    fms = (
+        f"{cpu.get('vendor')} family {cpu.get('family')} model {cpu.get('model_number')} "
+        f"stepping {cpu.get('stepping')}"
+        if cpu.get("family") is not None
+        else None
+    )
+    facts: dict[str, Any] = {
+        "CPU": cpu.get("model"),
+        "CPU family/model/stepping": fms,
+        "microarchitecture": cpu.get("codename"),
+        "microcode": cpu.get("microcode"),
+        "AVX2": _yes(isa.get("avx2")),
+        "AVX-512": _yes(isa.get("avx512")),
+        "AMX": _yes(isa.get("amx")),
+        "ISA flags": " ".join(cpu["flags"]) if cpu.get("flags") is not None else None,
+        "caches": ", ".join(f"{k} {_size(v)}" for k, v in sorted(caches.items()) if v) or None,
+        "base clock MHz": cpu.get("base_mhz"),
+        "advertised clock MHz": cpu.get("advertised_mhz"),
+        "max clock MHz": cpu.get("max_mhz"),
+        "current clock MHz": round(cpu["current_mhz"]) if cpu.get("current_mhz") else None,
+        "physical cores": cpu.get("physical_cores"),
+        "logical cores": cpu.get("logical_cores"),
+        "usable cores": cpu.get("usable_cores"),
+        "SMT active": _yes(cpu.get("smt_active")),
+        "NUMA nodes": cpu.get("numa_nodes"),
+        "cgroup CPU quota (cores)": (
+            (group.get("quota_cores") or "unlimited") if group.get("quota_source") else None
+        ),
+        "cpuset": group.get("cpuset"),
+        "virtual machine": virt.get("vm") or ("hypervisor" if virt.get("hypervisor_flag") else None)
+        if virt
+        else None,
+        "container": virt.get("container"),
+        "kernel": (fp.get("os") or {}).get("release"),
+        "CPU governor": cpu.get("governor"),
+        "C envs compiler": build.get("compiler"),
+        "C envs flags": build.get("flags"),
+        "calibration int (M ops/s)": _round(cal.get("int_mops")),
+        "calibration float (GFLOP/s)": _round(cal.get("float_gflops")),
+        "calibration copy (GB/s)": _round(cal.get("copy_gbs")),
+        "calibration CPU share": cal.get("cpu_share"),
+        "RAM GiB": round(fp["ram_bytes"] / 2**30) if fp.get("ram_bytes") else None,
+    }
+    for i, g in enumerate(fp.get("gpus") or []):
+        p = f"GPU {i} "
+        facts.update(
+            {
+                p + "name": g.get("name"),
+                p + "SMs": g.get("sm_count"),
+                p + "memory": _size(g.get("memory_total_bytes")),
+                p + "SM clock MHz (current/max)": f"{g.get('sm_clock_mhz')}/{g.get('sm_clock_max_mhz')}",
+                p
+                + "memory clock MHz (current/max)": f"{g.get('mem_clock_mhz')}/{g.get('mem_clock_max_mhz')}",
+                p + "power limit W": g.get("power_limit_w"),
+                p + "ECC": _yes(g.get("ecc_enabled")),
+                p + "MIG": _yes(g.get("mig_enabled")),
+                p + "PCIe (current/max)": f"gen{g.get('pcie_gen')} x{g.get('pcie_width')} / "
+                f"gen{g.get('pcie_max_gen')} x{g.get('pcie_max_width')}",
+                p + "persistence mode": _yes(g.get("persistence_mode")),
+                p + "throttle reasons": ", ".join(g["throttle_reasons"]) or "none"
+                if g.get("throttle_reasons") is not None
+                else None,
+            }
+        )
+    facts.update(
+        {
+            "NVIDIA driver": versions.get("nvidia_driver"),
+            "CUDA runtime": versions.get("cuda_runtime"),
+            "cuDNN": versions.get("cudnn"),
+            "NCCL": versions.get("nccl"),
+            "torch": versions.get("torch"),
+            "torch CPU kernels": versions.get("torch_cpu_capability"),
+            "torch threads": versions.get("torch_threads"),
+            "cupy": versions.get("cupy"),
+            "numpy": versions.get("numpy"),
+            "python": fp.get("python"),
+            "puffer-bench": versions.get("puffer_bench"),
+            "git commit": (fp.get("git") or {}).get("commit"),
+            "host id": fp.get("host_hash"),
+            "host id derived from": ", ".join(fp.get("host_id_from") or ["hostname (older report)"]),
+        }
+    )
+    return facts
+
+
+def _round(x: Any) -> Any:
+    return round(x, 3 - len(str(int(abs(x)))) if abs(x) >= 1 else 3) if isinstance(x, int | float) else x
+
+
+NOISE_COLUMNS = ("step", "readings", "others' load, cores (mean/max)", "steal, cores (mean/max)", "busy")
+NOISE_NOTE = (
+    "Sampled during each measurement: CPU used by processes outside puffer-bench, hypervisor steal "
+    "time and, on GPUs, other processes and clock slowdowns. A busy step's figures are low for a "
+    "reason that has nothing to do with the code."
+)
+
+
+def noise_table(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for step in (report.get("noise") or {}).get("steps") or []:
+        if not step.get("n"):
+            rows.append([_cell(step["step"]), "0", "-", "-", "-"])
+            continue
+        busy = "**busy**: " + "; ".join(step["reasons"]) if step.get("busy") else "quiet"
+        rows.append(
+            [
+                _cell(step["step"]),
+                str(step["n"]),
+                f"{step['others_cores_mean']:.2f} / {step['others_cores_max']:.2f}",
+                f"{step['steal_cores_mean']:.2f} / {step['steal_cores_max']:.2f}",
+                busy,
+            ]
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------- HTML
+
+
+HTML_STYLE = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.4em .8em;margin:.4em 0}
+.busy{color:#b00;font-weight:bold}img{max-width:100%}code{font-size:90%}
+"""
+
+
+def to_html(report: dict[str, Any], images: Sequence[tuple[str, bytes]] = ()) -> str:
+    """One self-contained HTML page: the same content as the Markdown, plots inline as base64 PNG."""
+    import base64
+    from html import escape
+
+    def table(header: Sequence[str], rows: Sequence[Sequence[str]], num_from: int = 99) -> str:
+        head = "".join(f"<th>{escape(h)}</th>" for h in header)
+        body = "".join(
+            "<tr>"
+            + "".join(f"<td{' class=num' if i >= num_from else ''}>{c}</td>" for i, c in enumerate(row))
+            + "</tr>"
+            for row in rows
+        )
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    fp, prof, suite = report["fingerprint"], report["profile"], report["suite"]
+    versions = fp.get("versions") or {}
+    title = f"puffer-bench report: suite {suite.get('name')}, profile {prof.get('name')}"
+    parts = [
+        f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}</title>",
+        f"<style>{HTML_STYLE}</style></head><body><h1>{escape(title)}</h1><ul>",
+        f"<li>Created {escape(report['created_utc'])} by <code>{escape(report.get('command') or 'puffer-bench run')}</code></li>",
+        f"<li>Machine: {escape(machine_line(fp))}</li>",
+        f"<li>Versions: puffer-bench {escape(str(versions.get('puffer_bench')))}, Python {escape(str(fp.get('python')))}, "
+        f"torch {escape(str(versions.get('torch')))}, git {escape(str((fp.get('git') or {}).get('commit', '?')))}</li>",
+        f"<li>Seed {report['seed']}, {report.get('repeats')} repeats per measurement; "
+        f"took {report.get('duration_s') or 0:.0f} s</li></ul>",
+        "<p>Figures are medians of the repeats; the range is min - max; CI is a 95% bootstrap interval "
+        "for the median; CV is the run-to-run spread (sample std / mean).</p>",
+    ]
+    parts += [f"<div class=warn><b>Warning:</b> {escape(w)}</div>" for w in report.get("warnings") or []]
+    parts += [
+        f"<div class=warn>Skipped {escape(s['what'])}: {escape(s['why'])}</div>"
+        for s in report.get("skipped") or []
+    ]
+    analysis = report.get("analysis") or {}
+    if analysis.get("roofline"):
+        parts.append("<h2>Roofline</h2><ul>")
+        parts += [f"<li>{escape(r['summary'])}</li>" for r in analysis["roofline"]]
+        parts.append("</ul>")
+    for env, t in (analysis.get("training") or {}).items():
+        parts.append(f"<h2>Training bottleneck: {escape(env)}</h2><p>{escape(t['summary'])}</p><ul>")
+        parts += [f"<li>{escape(s)}</li>" for s in t.get("suggestions", [])]
+        parts.append("</ul>")
+    metrics = report["metrics"]
+    for prefix, section in SECTIONS:
+        rows = []
+        for name, m in metrics.items():
+            if not name.startswith(prefix):
+                continue
+            unit = m["unit"]
+            ci = m.get("ci")
+            busy = (m.get("noise") or {}).get("busy")
+            rows.append(
+                [
+                    f"<code>{escape(name)}</code>" + (" <span class=busy>busy</span>" if busy else ""),
+                    fmt(m.get("median"), unit),
+                    f"{fmt(m.get('min'), unit)} - {fmt(m.get('max'), unit)}",
+                    f"{fmt(ci[0], unit)} - {fmt(ci[1], unit)}" if ci else "-",
+                    f"{100 * m['cv']:.1f}%" if m.get("cv") is not None else "-",
+                    escape(unit),
+                    escape(f"{fmt(ceiling['value'], unit)} ({ceiling['source']})")
+                    if (ceiling := m.get("ceiling")) and ceiling.get("value")
+                    else "",
+                ]
+            )
+        if rows:
+            parts.append(f"<h2>{escape(section)}</h2>")
+            columns = ("metric", "median", "range", "95% CI", "CV", "unit", "ceiling")
+            parts.append(table(columns, rows, num_from=1))
+    if images:
+        parts.append("<h2>Plots</h2>")
+        parts += [
+            f"<p><img alt='{escape(suffix)}' src='data:image/png;base64,{base64.b64encode(data).decode()}'></p>"
+            for suffix, data in images
+        ]
+    noise_rows = noise_table(report)
+    if noise_rows:
+        parts.append(f"<h2>Noise guard</h2><p>{escape(NOISE_NOTE)}</p>")
+        html_rows = [
+            [escape(c).replace("**busy**", "<span class=busy>busy</span>") for c in r] for r in noise_rows
+        ]
+        parts.append(table(NOISE_COLUMNS, html_rows))
+    facts = [(k, v) for k, v in machine_facts(fp).items() if v is not None]
+    parts.append("<h2>Machine fingerprint</h2>")
+    parts.append(table(("", ""), [[escape(k), escape(str(v))] for k, v in facts]))
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -211,15 +211,27 @@ def run_suite(
     out_dir: str | Path = "results",
     plots: bool = True,
     announce: Any = None,
+    wait_quiet: float | None = None,
 ) -> tuple[dict[str, Any], list[Path]]:
-    """Run a suite and write ``out_dir/<profile>/<date>-<host>.json`` with Markdown and plots.
+    """Run a suite and write ``out_dir/<profile>/<date>-<host>.json`` with Markdown, HTML and plots.
+
+    With ``wait_quiet``, first wait up to that many seconds for other processes to leave the CPU
+    quiet (the noise guard); if they do not, measure anyway and say so in the report.
 
     ``announce(line)`` receives the warnings and the plan before measuring starts. Interrupted
     (Ctrl-C, SIGTERM, SIGHUP), the figures measured so far are written as a report marked
     ``partial`` and returned; a failing measurement writes the same, then its error propagates.
     """
     suite, path = load(suite_name)
+    quiet = _wait_quiet(wait_quiet, announce) if wait_quiet is not None else None
     name, report = new_report(suite, str(path), profile, repeats)
+    if quiet is not None:
+        report.data["quiet_wait"] = quiet
+        if not quiet["quiet"]:
+            report.warn(
+                f"the machine was not quiet after waiting {wait_quiet:.0f} s (others used "
+                f"{quiet['others_cores']:.2f} cores, steal {quiet['steal_cores']:.2f}); measured anyway"
+            )
     problem = unwritable(Path(out_dir) / name)
     if problem:
         raise ConfigError(f"--out {out_dir}: {problem}; nothing was measured")
@@ -243,6 +255,25 @@ def run_suite(
             announce(f"wrote a partial report: {paths[0]}")
         raise
     return report.data, rpt.write_new(report.data, out_dir, name, plots=plots)
+
+
+def _wait_quiet(seconds: float, announce: Any = None) -> dict[str, Any]:
+    """Wait up to ``seconds`` for a quiet machine (:func:`appliance.bench.noise.wait_quiet`)."""
+    from appliance.bench import noise
+
+    if seconds < 0:
+        raise ConfigError(f"--wait-quiet must be 0 or more seconds, got {seconds:g}")
+    say = announce or (lambda _: None)
+
+    def waiting(r: dict[str, Any]) -> None:
+        say(
+            f"waiting for a quiet machine ({r['waited_s']:.0f}/{seconds:.0f} s): others use "
+            f"{r['others_cores']:.2f} cores, steal {r['steal_cores']:.2f}"
+        )
+
+    result = noise.wait_quiet(seconds, on_wait=waiting)
+    say(f"machine {'quiet' if result['quiet'] else 'still busy'} after {result['waited_s']:.0f} s")
+    return result
 
 
 def probe(profile: str | None, env: str, runs: int, seconds: float) -> dict[str, Any]:

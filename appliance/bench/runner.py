@@ -254,11 +254,15 @@ class SuiteRunner:
             )
 
     def run_all(self, progress: Callable[[Step, int], None] | None = None) -> None:
+        from appliance.bench import noise
+
         for i, step in enumerate(self.steps):
             if progress:
                 progress(step, i)
-            step.run()
+            with noise.watch(self.report, step.label):  # flags figures measured on a busy machine
+                step.run()
         self.finish()
+        noise.finish(self.report, self.suite.get("cv"))
 
     def finish(self) -> None:
         """Analysis from all figures: a roofline per probed env, a diagnosis per trained env."""

@@ -23,6 +23,7 @@ from appliance.errors import ConfigError
 from appliance.paths import data_dir
 
 KEYS = {"name", "description", "seconds", "probe", "env_sps", "vector_sps", "train_sps", "time_to_score"}
+KEYS.add("cv")  # the run-to-run spread the suite promises; the noise guard names metrics beyond it
 VECTOR_BACKENDS = ("native", "serial", "multiprocessing", "ray", "gymnasium-sync", "gymnasium-async")
 
 
@@ -83,6 +84,8 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
     if not isinstance(data.get("name"), str):
         raise ConfigError(f"{source}: 'name' (a string) is required")
     _positive("seconds", data.get("seconds", 1.0))
+    if "cv" in data and not 0 < _positive("cv", data["cv"]) < 1:  # stated run-to-run spread (noise guard)
+        raise _fail("cv", f"must be a fraction below 1 (0.03 = 3%), got {data['cv']!r}")
     if (probe := _section(data, "probe", {"envs", "runs"})) is not None:
         _env_list("probe.envs", probe.get("envs", []))
         _positive("probe.runs", probe.get("runs", 5), int)

@@ -1,4 +1,4 @@
-"""Benchmark commands: profile, run, compare, report, gpu-check."""
+"""Benchmark commands: profile, run, compare, ab, report, gpu-check."""
 
 from __future__ import annotations
 
@@ -78,6 +78,12 @@ def profile_cmd(
 @click.option("--out", "out_dir", default="results", show_default=True, help="Reports go to OUT/<profile>/.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--container", metavar="IMAGE", help="Run the suite inside this Docker image (see docker.sh).")
+@click.option(
+    "--wait-quiet",
+    type=float,
+    metavar="SECONDS",
+    help="First wait up to SECONDS for a quiet CPU (noise guard).",
+)
 def run_cmd(
     suite_name: str,
     profile: str | None,
@@ -87,8 +93,9 @@ def run_cmd(
     out_dir: str,
     no_plots: bool,
     container: str | None,
+    wait_quiet: float | None,
 ) -> None:
-    """Run a benchmark suite and write results/<profile>/<date>-<host>.json, .md and PNG plots.
+    """Run a benchmark suite and write results/<profile>/<date>-<host>.json, .md, .html and PNG plots.
 
     \b
     puffer-bench run                       # quick suite, profile detected (cpu without a GPU)
@@ -115,6 +122,7 @@ def run_cmd(
         out_dir,
         plots=not no_plots,
         announce=lambda s: click.echo(s, err=True),
+        wait_quiet=wait_quiet,
     )
     _print_analysis(data)
     for p in paths:
@@ -132,7 +140,14 @@ def run_cmd(
 )
 @click.option("--markdown", is_flag=True, help="Print Markdown instead of a table.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the Markdown comparison here.")
-def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out: str | None) -> None:
+@click.option(
+    "--normalize",
+    is_flag=True,
+    help="Scale CPU-bound metrics by the reports' calibration ratio (across CPUs).",
+)
+def compare_cmd(
+    reports: tuple[str, ...], threshold: float, markdown: bool, out: str | None, normalize: bool
+) -> None:
     """Compare reports metric by metric (the first is the base); exit 1 on a significant regression.
 
     Shows each report's median, the ratio to the base with a 95% bootstrap interval, whether the
@@ -146,7 +161,9 @@ def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out:
         raise ReportError("compare needs at least two reports: puffer-bench compare BASE.json NEW.json")
     if not 0 < threshold < 1:
         raise click.BadParameter("--threshold must be between 0 and 1 (0.05 = 5%)", param_hint="--threshold")
-    result = cmp.compare([{**rpt.load(path), "_path": path} for path in reports], threshold)
+    result = cmp.compare(
+        [{**rpt.load(path), "_path": path} for path in reports], threshold, normalize=normalize
+    )
     text = cmp.to_markdown(result)
     if out:
         from appliance.report_io import write_bytes_atomic
@@ -159,6 +176,10 @@ def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out:
         if result["differences"]:
             diff_rows = [[key, *map(str, values)] for key, values in result["differences"]]
             print_table("what differs", ["", *(f"report {i}" for i in numbers)], diff_rows)
+        for i, keys in result["unrecorded"].items():
+            click.echo(f"not recorded in report {i} (an older report): {', '.join(keys)}")
+        for note in result["notes"]:
+            click.echo(f"- {note}")
         columns = [
             "metric",
             *(f"median {i}" for i in numbers),
@@ -174,7 +195,9 @@ def compare_cmd(reports: tuple[str, ...], threshold: float, markdown: bool, out:
 
 @cli.command("report", context_settings=CONTEXT)
 @click.argument("reports", nargs=-1, type=click.Path(dir_okay=False))
-@click.option("--render", is_flag=True, help="Re-render each report's Markdown and plots next to its JSON.")
+@click.option(
+    "--render", is_flag=True, help="Re-render each report's Markdown, HTML and plots next to its JSON."
+)
 @click.option(
     "--markdown", "md_out", type=click.Path(dir_okay=False), help="Write one report's Markdown here."
 )
@@ -229,3 +252,48 @@ def gpu_check(out_dir: str | None, runs: int) -> None:
     if not report["analysis"]["passed"]:
         click.echo("error: a kernel disagrees with its reference (see analysis.kernels)", err=True)
         sys.exit(1)
+
+
+@cli.command("ab", context_settings=CONTEXT)
+@click.argument("a")
+@click.argument("b")
+@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
+@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--envs", "env_list", help="Only measure these envs (comma-separated).")
+@click.option("--rounds", default=3, show_default=True, help="Rounds; each runs A then B once.")
+@click.option("--seconds", type=float, help="Timed seconds per measurement (default: the suite's).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Also write the result here (.json and .md).")
+def ab_cmd(
+    a: str,
+    b: str,
+    suite_name: str,
+    profile: str | None,
+    env_list: str | None,
+    rounds: int,
+    seconds: float | None,
+    out: str | None,
+) -> None:
+    """Measure two variants in turns (A B A B ...) on this machine; print B/A per metric with its interval.
+
+    \b
+    A and B are each one of (both of one kind):
+      base | section.key=value[,...] | FILE.yaml     a config (runs in this process)
+      git:REF                                        a commit, in a temporary worktree
+      image:NAME                                     a container image
+    \b
+    puffer-bench ab base vec.num_envs=4096 --suite quick --envs breakout
+    puffer-bench ab git:HEAD~1 git:HEAD --rounds 5
+    """
+    from rich.console import Console
+
+    from appliance.bench import ab
+
+    envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
+    result = ab.run(
+        a, b, suite_name, rounds, profile, envs_filter, seconds, progress=lambda t: click.echo(t, err=True)
+    )
+    Console().print(ab.table(result))
+    click.echo(f"A: {result['variants']['A']['what']}; B: {result['variants']['B']['what']}")
+    if out:
+        for p in ab.write(result, out):
+            click.echo(f"wrote {p}")

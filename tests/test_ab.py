@@ -1,0 +1,140 @@
+"""puffer-bench ab: variants parse, run interleaved A B A B, and report B/A with an interval."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from appliance.bench import ab
+from appliance.cli import cli
+from appliance.errors import ConfigError
+
+
+def tiny_suite(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        yaml.safe_dump({"name": "tiny", "seconds": 0.1, "env_sps": {"envs": ["squared"], "threads": [1]}})
+    )
+    return path
+
+
+def test_variants_parse_and_bad_ones_say_why(tmp_path):
+    assert ab.parse_variant("base").kind == "config"
+    v = ab.parse_variant("vec.num_envs=16,train.seed=2")
+    assert v.overrides == {"vec": {"num_envs": "16"}, "train": {"seed": "2"}}
+    assert ab.parse_variant("git:HEAD~1").ref == "HEAD~1"
+    assert ab.parse_variant("image:puffer-bench:cpu").image == "puffer-bench:cpu"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("vec: {num_envs: 8}\n")
+    assert ab.parse_variant(str(cfg)).config_file == str(cfg)
+    for bad, message in (("nonsense", "none of"), ("git:", "needs a commit"), ("x.yaml", "no such config")):
+        with pytest.raises(ConfigError, match=message):
+            ab.parse_variant(bad)
+
+
+def test_ab_interleaves_configs_and_reports_the_ratio(tmp_path):
+    out = tmp_path / "ab.json"
+    result = CliRunner().invoke(
+        cli,
+        ["ab", "base", "vec.num_envs=4", "--suite", str(tiny_suite(tmp_path)), "--gpu", "cpu", "--rounds", "2",
+         "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["schema"] == ab.SCHEMA and data["order"] == ["A1", "B1", "A2", "B2"]
+    m = data["metrics"]["env_sps/squared/threads=1"]
+    assert len(m["a"]) == len(m["b"]) == 2 and m["ratio"] > 0 and m["ci"][0] <= m["ratio"] <= m["ci"][1]
+    assert m["verdict"] in ("B better", "B worse", "no clear difference", ab.UNRELIABLE)
+    assert "B / A" in out.with_suffix(".md").read_text()
+
+
+def test_ab_refuses_mixed_kinds_and_one_round(tmp_path):
+    runner = CliRunner()
+    mixed = runner.invoke(cli, ["ab", "base", "git:HEAD", "--suite", str(tiny_suite(tmp_path))])
+    assert mixed.exit_code == 2 and "like with like" in mixed.output
+    one = runner.invoke(cli, ["ab", "base", "base", "--rounds", "1"])
+    assert one.exit_code == 2 and "at least 2 rounds" in one.output
+
+
+def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
+    """The commands a git: variant runs, with a fake executor standing in for git, the build and the run."""
+    calls = []
+
+    def fake(cmd, **kw):
+        calls.append((cmd, kw))
+        if "appliance.cli" in cmd:  # the round: write the report the real `run` would
+            from appliance.bench import report as rpt
+            from appliance.sysinfo import fingerprint
+
+            out = cmd[cmd.index("--out") + 1]
+            r = rpt.Report(
+                {"name": "tiny"}, {"name": "cpu"}, fingerprint(calibration=False), {}, seed=0, repeats=1
+            )
+            r.add("env_sps/squared/threads=1", [100.0 + len(calls)], "agent-steps/s")
+            rpt.write(
+                r.data, rpt.output_stem(out, "cpu", r.data["fingerprint"], r.data["created_utc"]), plots=False
+            )
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    options = {"profile": "cpu", "suite_arg": "tiny", "envs": None, "seconds": None}
+    side = ab.Subprocess(ab.parse_variant("git:abc123"), options, execute=fake, root=tmp_path)
+    side.prepare()
+    data = side.round(0)
+    side.close()
+    assert calls[0][0][-3:-1] == ["--detach", str(side.tmp / "tree")] and calls[0][0][-1] == "abc123"
+    assert (
+        calls[1][0][1:] == ["setup.py", "build_ext", "--inplace"] and calls[1][1]["cwd"] == side.tmp / "tree"
+    )
+    run_cmd, kw = calls[2]
+    assert run_cmd[1:4] == ["-m", "appliance.cli", "run"] and "--repeats" in run_cmd
+    assert kw["env"]["PYTHONPATH"] == str(side.tmp / "tree")
+    assert calls[3][0][-4:-1] == ["worktree", "remove", "--force"] and not side.tmp.exists()
+    assert data["metrics"]["env_sps/squared/threads=1"]["median"] == 103.0
+
+
+def test_git_worktree_failure_is_one_line(tmp_path):
+    def failing(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 128, "", "fatal: invalid reference: nope")
+
+    side = ab.Subprocess(ab.parse_variant("git:nope"), {"profile": "cpu"}, execute=failing, root=tmp_path)
+    with pytest.raises(ConfigError, match="invalid reference"):
+        side.prepare()
+    side.close()
+
+
+def test_image_variants_run_the_suite_inside_the_image(tmp_path, monkeypatch):
+    import appliance.container as container
+    from appliance.bench import report as rpt
+    from appliance.sysinfo import fingerprint
+
+    seen = []
+
+    def fake_run_in_container(image, args, results):
+        seen.append((image, args))
+        r = rpt.Report(
+            {"name": "quick"}, {"name": "cpu"}, fingerprint(calibration=False), {}, seed=0, repeats=1
+        )
+        r.add("env_sps/squared/threads=1", [100.0 * len(seen)], "agent-steps/s")
+        rpt.write(
+            r.data, rpt.output_stem(results, "cpu", r.data["fingerprint"], r.data["created_utc"]), plots=False
+        )
+        return 0
+
+    monkeypatch.setattr(container, "run_in_container", fake_run_in_container)
+    options = {"profile": "cpu", "suite_arg": "quick", "envs": ["squared"], "seconds": 0.5}
+    side = ab.Subprocess(ab.parse_variant("image:puffer-bench:cpu"), options)
+    side.prepare()
+    first, second = side.round(0), side.round(1)
+    side.close()
+    assert [s[0] for s in seen] == ["puffer-bench:cpu"] * 2
+    args = seen[0][1]
+    assert (
+        args[:3] == ["run", "--suite", "quick"] and "--out" not in args and args[-2:] == ["--seconds", "0.5"]
+    )
+    assert first["metrics"]["env_sps/squared/threads=1"]["median"] == 100.0
+    assert second["metrics"]["env_sps/squared/threads=1"]["median"] == 200.0

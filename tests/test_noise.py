@@ -1,0 +1,207 @@
+"""Noise guard: readings from /proc/stat arithmetic, the busy flag beside a CPU burner, --wait-quiet."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import yaml
+from click.testing import CliRunner
+
+from appliance.bench import noise
+from appliance.bench import report as rpt
+from appliance.cli import cli
+
+
+class Script:
+    """Fake clock, /proc/stat and own-CPU counters that advance by a scripted amount per reading."""
+
+    def __init__(self, steps):
+        # steps: (dt seconds, machine busy cpu-seconds, steal cpu-seconds, our cpu-seconds) per reading
+        self.steps, self.i = steps, -1
+        self.t = self.busy = self.steal = self.own = 0.0
+
+    def clock(self):
+        self.i += 1
+        if 0 < self.i <= len(self.steps):
+            dt, busy, steal, own = self.steps[self.i - 1]
+            self.t += dt
+            self.busy += busy
+            self.steal += steal
+            self.own += own
+        return self.t
+
+    def sampler(self):
+        return noise.Sampler(stat=lambda: (self.busy, self.steal), own=lambda: self.own, clock=self.clock)
+
+
+def test_readings_subtract_our_own_cpu_and_count_steal():
+    s = Script([(1.0, 1.9, 0.0, 1.8), (0.01, 0.01, 0.0, 0.0), (0.99, 1.99, 0.3, 1.0)]).sampler()
+    assert s.sample() is None  # the first call only sets the baseline
+    first = s.sample()
+    assert s.sample() is None  # 10 ms is too short to read 10 ms ticks: it joins the next reading
+    second = s.sample()
+    assert abs(first["others_cores"] - 0.1) < 1e-9 and first["own_cores"] == 1.8
+    assert abs(second["others_cores"] - 1.0) < 1e-9 and second["steal_cores"] == 0.3
+    summary = noise.summarize(s.readings, cores=2)
+    assert summary["others_cores_mean"] == 0.55 and summary["others_cores_max"] == 1.0
+    assert summary["busy"] and any("stole" in r for r in summary["reasons"])
+
+
+def test_quiet_readings_are_not_busy_and_gpu_findings_are():
+    quiet = [{"t": 1.0, "others_cores": 0.05, "steal_cores": 0.0, "own_cores": 2.0}]
+    assert noise.summarize(quiet)["busy"] is False
+    daemons = [{**quiet[0], "others_cores": 0.5}]  # half a core of background work
+    assert noise.summarize(daemons, cores=2)["busy"] and not noise.summarize(daemons, cores=64)["busy"]
+    gpu = [{**quiet[0], "gpu_other_processes": 1, "gpu_slowdown": ["hw_thermal_slowdown"]}]
+    summary = noise.summarize(gpu)
+    assert summary["busy"] and len(summary["reasons"]) == 2
+
+
+class FakeGpuNVML:
+    """An NVML whose GPU runs one process of ours and one of someone else, thermally throttled."""
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(pid=os.getpid()), SimpleNamespace(pid=1)]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return 0x40
+
+
+def test_gpu_watch_counts_other_processes_and_slowdown():
+    watch = noise.GpuWatch(FakeGpuNVML())
+    assert watch.read() == {"gpu_other_processes": 1, "gpu_slowdown": ["hw_thermal_slowdown"]}
+    watch.close()
+
+
+def test_wait_quiet_returns_once_a_window_is_quiet_or_gives_up():
+    busy, calm = (3.0, 3.0, 0.0, 0.0), (3.0, 0.1, 0.0, 0.0)
+    script = Script([busy, busy, calm])
+    waits = []
+    result = noise.wait_quiet(60, sampler=script.sampler(), sleep=lambda s: None, on_wait=waits.append)
+    assert result["quiet"] and result["waited_s"] == 9.0 and len(waits) == 2
+    stuck = noise.wait_quiet(5, sampler=Script([busy] * 5).sampler(), sleep=lambda s: None)
+    assert not stuck["quiet"] and stuck["others_cores"] == 1.0
+
+
+def test_finish_names_busy_and_unstable_metrics():
+    r = rpt.Report({"name": "t", "definition": {"cv": 0.05}}, {"name": "cpu"}, {}, {}, seed=0, repeats=3)
+    script = Script([(0.5, 1.0, 0.0, 0.0)] * 4)
+    with noise.watch(r, "step one", sampler=script.sampler()):
+        r.add("env_sps/a/threads=1", [100, 101, 99], "agent-steps/s")
+    with noise.watch(r, "step two", sampler=Script([(0.5, 0.0, 0.0, 0.0)] * 4).sampler()):
+        r.add("env_sps/b/threads=1", [100, 150, 60], "agent-steps/s")
+        r.add("train_phase/b/env", [0.1, 0.5, 0.9], "share", "info")  # descriptive: never "unstable"
+    analysis = noise.finish(r)
+    assert analysis == {
+        "cv_limit": 0.05,
+        "busy": ["env_sps/a/threads=1"],
+        "unstable": ["env_sps/b/threads=1"],
+    }
+    assert r.data["metrics"]["env_sps/a/threads=1"]["noise"]["busy"]
+    assert [s["step"] for s in r.data["noise"]["steps"]] == ["step one", "step two"]
+    warnings = " ".join(r.data["warnings"])
+    assert "busy" in warnings and "env_sps/a/threads=1" in warnings and "CV of 5%" in warnings
+    md = rpt.to_markdown(r.data)
+    assert "## Noise guard" in md and "`env_sps/a/threads=1` **(busy)**" in md
+
+
+@contextlib.contextmanager
+def cpu_burner(count=1):
+    """CPU-burning processes that are not our children (the shell that starts each exits at once)."""
+    pids = []
+    try:
+        for _ in range(count):
+            out = subprocess.run(
+                ["sh", "-c", f'"{sys.executable}" -c "while True: pass" >/dev/null 2>&1 & echo $!'],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            pids.append(int(out.stdout.strip()))
+        time.sleep(0.3)
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_measurement_beside_a_cpu_burner_is_flagged_busy(tmp_path):
+    spec = {"name": "tiny", "seconds": 0.4, "env_sps": {"envs": ["squared"], "threads": [1]}}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with cpu_burner(count=int(noise.thresholds()[0]) + 1):  # enough to pass the busy line on any machine
+        result = CliRunner().invoke(
+            cli,
+            [
+                "run",
+                "--suite",
+                str(path),
+                "--gpu",
+                "cpu",
+                "--repeats",
+                "2",
+                "--out",
+                str(tmp_path),
+                "--no-plots",
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    assert "measured while the machine was busy" in result.output
+    (json_path,) = (tmp_path / "cpu").glob("*.json")
+    data = rpt.load(json_path)
+    flag = data["metrics"]["env_sps/squared/threads=1"]["noise"]
+    assert flag["busy"] and flag["others_cores_mean"] >= noise.thresholds()[0]
+    assert data["analysis"]["noise"]["busy"] == ["env_sps/squared/threads=1"]
+    assert "busy" in json_path.with_suffix(".html").read_text()
+
+
+def test_wait_quiet_option_is_checked_and_recorded(tmp_path, monkeypatch):
+    spec = {"name": "tiny", "seconds": 0.1, "env_sps": {"envs": ["squared"], "threads": [1]}}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    base = [
+        "run",
+        "--suite",
+        str(path),
+        "--gpu",
+        "cpu",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--no-plots",
+    ]
+    bad = CliRunner().invoke(cli, [*base, "--wait-quiet", "-1"])
+    assert bad.exit_code == 2 and "--wait-quiet" in bad.output
+    monkeypatch.setattr(
+        noise,
+        "wait_quiet",
+        lambda s, **kw: {"quiet": False, "waited_s": s, "others_cores": 1.5, "steal_cores": 0.0},
+    )
+    ok = CliRunner().invoke(cli, [*base, "--wait-quiet", "5"])
+    assert ok.exit_code == 0, ok.output
+    (json_path,) = (tmp_path / "cpu").glob("*.json")
+    data = rpt.load(json_path)
+    assert data["quiet_wait"]["quiet"] is False and "not quiet after waiting 5 s" in " ".join(
+        data["warnings"]
+    )
