@@ -375,3 +375,106 @@ def test_small_range_integer_observations_are_one_hot_encoded():
     assert linear.to_float.size == 121
     with pytest.raises(ValueError, match="onehot encoder needs integer"):
         Policy(spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2), encoder="onehot")
+
+
+# ----------------------------------------------------------------------------- prioritized segments
+
+
+def test_prioritized_sampling_matches_its_probabilities_and_weights():
+    """On a buffer with known |A|: segments are drawn in proportion to (sum|A| + floor)^alpha,
+    weighted by (N P)^-beta, distinct within a minibatch, and a zero-|A| segment can still be drawn."""
+    from appliance.train.trainer import PRIO_FLOOR, prioritized_sample
+
+    sums = torch.tensor([0.0, 1.0, 2.0, 4.0, 8.0, 1.0, 0.5, 3.0])
+    adv = torch.zeros(8, 4)
+    adv[:, 0] = -sums / 2  # signs must not matter: priorities use |A|
+    adv[:, 1] = sums / 2
+    alpha, beta, n = 0.8, 0.4, len(sums)
+    probs = (sums + PRIO_FLOOR) ** alpha
+    probs = probs / probs.sum()
+    gen = torch.Generator().manual_seed(0)
+    draws = 40_000
+    counts = torch.zeros(n)
+    for _ in range(draws // 1000):
+        for _ in range(1000):
+            idx, weights = prioritized_sample(adv, alpha, beta, 1, gen)
+            counts[idx] += 1
+            torch.testing.assert_close(weights, (n * probs[idx]) ** -beta)
+    freq = counts / draws
+    assert torch.allclose(freq, probs, atol=0.01), (freq, probs)
+    # a full minibatch draws every segment once, the zero-|A| one included
+    idx, weights = prioritized_sample(adv, alpha, beta, n, gen)
+    assert sorted(idx.tolist()) == list(range(n))
+    torch.testing.assert_close(weights, (n * probs[idx]) ** -beta)
+    assert weights[idx == 0].item() > 1 > weights[idx == 4].item(), "rare segments weigh more"
+    # alpha 0 is uniform sampling with weight 1
+    _, weights = prioritized_sample(adv, 0.0, beta, 4, gen)
+    torch.testing.assert_close(weights, torch.ones(4))
+
+
+def test_nan_advantages_stop_with_the_epoch_named():
+    cfg = small_config("squared")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        trainer.train()
+        trainer.evaluate()
+        trainer.rollout.rewards[0, 3] = float("nan")
+        with pytest.raises(TrainingError, match=r"advantages became NaN/Inf in epoch 1 "):
+            trainer.train()
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("core", ["lstm", "mlp"])
+def test_gradient_accumulation_equals_the_full_batch_gradient(core):
+    """A minibatch split into chunks (max_minibatch_size) accumulates the gradient of the whole."""
+    cfg = small_config("squared", "--policy.core", core, "--policy.hidden-size", "32")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        b = trainer.rollout
+        values, ratios = b.values.clone(), b.ratios.clone()
+        idx = torch.arange(trainer.mb_segments)
+        adv = torch.randn(len(idx), trainer.horizon, generator=torch.Generator().manual_seed(1))
+        returns = adv + b.values[idx]
+
+        def gradient(chunk):
+            b.values.copy_(values)
+            b.ratios.copy_(ratios)
+            trainer.chunk_segments = chunk
+            trainer.optimizer.zero_grad()
+            with trainer.timings.phase("train"):
+                trainer._minibatch(idx, adv, returns)
+            return [p.grad.clone() for p in trainer.policy.parameters() if p.grad is not None]
+
+        full = gradient(trainer.mb_segments)
+        for chunk in (1, trainer.mb_segments // 2):
+            parts = gradient(chunk)
+            assert len(parts) == len(full)
+            for g, f in zip(parts, full, strict=True):
+                torch.testing.assert_close(g, f, rtol=1e-4, atol=1e-6)
+        assert trainer.mb_segments == 8
+    finally:
+        trainer.close()
+
+
+def test_muon_matches_torch_muon():
+    """Our Muon (float32 Newton-Schulz on CPU) takes torch.optim.Muon's steps (bfloat16 there)."""
+    from appliance.train.trainer import Muon
+
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((32, 96), (96, 32)):
+        ours = torch.nn.Parameter(torch.randn(shape, generator=gen))
+        ref = torch.nn.Parameter(ours.detach().clone())
+        opt = Muon([ours], lr=0.02)
+        ref_opt = torch.optim.Muon([ref], lr=0.02, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
+        for _ in range(3):
+            grad = torch.randn(shape, generator=gen)
+            ours.grad, ref.grad = grad.clone(), grad.clone()
+            start = ours.detach().clone()
+            opt.step()
+            ref_opt.step()
+            step, ref_step = ours.detach() - start, ref.detach() - start
+            assert (step - ref_step).norm() < 0.05 * ref_step.norm()
+            ref.data.copy_(ours.data)

@@ -48,6 +48,7 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
         elif options.load_model_path:
             trainer.load_checkpoint(checkpoint.find_run(t.data_dir, options.load_model_path), resume=False)
         checkpoint.start_run(cfg, run_dir)
+        yield header(cfg, trainer), False
         if options.profile_trace:
             yield _profile(trainer, options.profile_trace), False
             return
@@ -76,6 +77,17 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
         )
     finally:
         trainer.close()
+
+
+def header(cfg: Any, trainer: Any) -> str:
+    """The run's first line: env, the hardware profile (detected or --gpu) and the sizes it gave."""
+    gpu = cfg.bench.expected_gpu
+    made_for = f"sizes for a {gpu} GPU" if gpu else "CPU sizes"
+    return (
+        f"train {cfg.env_name}: profile '{cfg.profile}' ({made_for}; --gpu NAME to change), "
+        f"device {trainer.device}, {trainer.vec.num_agents} agents, batch {trainer.batch_size}, "
+        f"{cfg.policy.core} core, {cfg.train.optimizer}"
+    )
 
 
 def _write_report(path: str, cfg: Any, trainer: Any) -> None:

@@ -91,11 +91,6 @@ def make_optimizer(policy: Policy, hp: Any) -> MultiOptimizer:
     adam_kwargs = {"lr": hp.learning_rate, "betas": (hp.adam_beta1, hp.adam_beta2), "eps": hp.adam_eps}
     if hp.optimizer == "adam":
         return MultiOptimizer([torch.optim.Adam(policy.parameters(), **adam_kwargs)])
-    if not hasattr(torch.optim, "Muon"):
-        raise ConfigError(
-            f"train.optimizer muon needs torch >= 2.9 (torch.optim.Muon); this torch is {torch.__version__}. "
-            "Use --train.optimizer adam"
-        )
     heads = {id(p) for p in (*policy.decoder.parameters(), *policy.value.parameters())}
     seen: set[int] = set()
     matrices, others = [], []
@@ -106,14 +101,84 @@ def make_optimizer(policy: Policy, hp: Any) -> MultiOptimizer:
         (matrices if p.ndim == 2 and id(p) not in heads else others).append(p)
     opts: list[torch.optim.Optimizer] = [torch.optim.Adam(others, **adam_kwargs)]
     if matrices:
-        opts.append(
-            torch.optim.Muon(matrices, lr=hp.learning_rate, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
-        )
+        opts.append(Muon(matrices, lr=hp.learning_rate))
     return MultiOptimizer(opts)
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for 2-D weights: Nesterov momentum, then the update orthogonalized by 5 Newton-Schulz
+    steps, scaled to AdamW's update RMS (``lr * 0.2 * sqrt(max(A, B))``), no weight decay.
+
+    The same update as ``torch.optim.Muon(adjust_lr_fn="match_rms_adamw", weight_decay=0)``, but
+    the Newton-Schulz matmuls run in bfloat16 only on CUDA: on a CPU without bf16 units torch's
+    bf16 iteration made an optimizer step cost more than the whole rest of the update.
+    """
+
+    COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+    def __init__(self, params: Any, lr: float, momentum: float = 0.95, steps: int = 5) -> None:
+        super().__init__(params, {"lr": lr, "momentum": momentum, "steps": steps})
+
+    @torch.no_grad()
+    def step(self) -> None:  # type: ignore[override]
+        a, b, c = self.COEFFICIENTS
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - group["momentum"])
+                update = p.grad.lerp(buf, group["momentum"])
+                x = update.to(torch.bfloat16 if p.is_cuda else torch.float32)
+                tall = x.size(0) > x.size(1)
+                if tall:
+                    x = x.T
+                x = x / x.norm().clamp_min(1e-7)
+                for _ in range(group["steps"]):
+                    gram = x @ x.T
+                    x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+                if tall:
+                    x = x.T
+                scale = 0.2 * math.sqrt(max(p.shape[0], p.shape[1]))
+                p.add_(x.to(p.dtype), alpha=-group["lr"] * scale)
+
+
+PRIO_FLOOR = 1e-6  # added to every segment's priority so zero-|A| segments can still be drawn
+
+
+def segment_probs(adv: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Sampling probability of each segment: (sum_t |A| + floor)^alpha, normalized (alpha 0: uniform)."""
+    prio = (adv.abs().sum(1) + PRIO_FLOOR).pow(alpha)
+    return prio / prio.sum()
+
+
+def prioritized_sample(
+    adv: torch.Tensor, alpha: float, beta: float, count: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` distinct segments (rows of ``adv``) drawn with :func:`segment_probs`, without
+    replacement as PufferLib, and their importance weights (N P)^-beta."""
+    probs = segment_probs(adv, alpha)
+    idx = torch.multinomial(probs.cpu(), count, replacement=False, generator=generator).to(adv.device)
+    return idx, (len(probs) * probs[idx]).pow(-beta)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def episode_means(episodes: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of each stat over episodes, an entry with ``n`` counting as n episodes; ``n`` = the total."""
+    weights = np.array([e.get("n", 1.0) for e in episodes])
+    keys = [k for k in episodes[0] if k != "n"]
+    out = {
+        k: float(np.average([e[k] for e in episodes if k in e], weights=[w for e, w in zip(episodes, weights, strict=True) if k in e]))
+        for k in keys
+    }
+    out["n"] = float(weights.sum())
+    return out
 
 
 @dataclass
@@ -245,6 +310,8 @@ class Trainer:
         return action, logprob, value
 
     def _collect_infos(self, infos: list[dict[str, Any]]) -> None:
+        """Episode stats from infos: one episode each (emulated envs), or the means of ``n`` episodes
+        (Ocean envs on a process backend report their C log this way)."""
         for info in infos or ():
             if "episode_return" in info:
                 self._episodes.append({k: float(v) for k, v in info.items() if k != "env"})
@@ -254,9 +321,7 @@ class Trainer:
         if log:
             self.env_stats = dict(log)
         elif self._episodes:
-            keys = self._episodes[0].keys()
-            self.env_stats = {k: float(np.mean([e[k] for e in self._episodes])) for k in keys}
-            self.env_stats["n"] = float(len(self._episodes))
+            self.env_stats = episode_means(self._episodes)
             self._episodes = []
 
     # ------------------------------------------------------------------ update
@@ -284,12 +349,15 @@ class Trainer:
                     hp.vtrace_rho_clip,
                     hp.vtrace_c_clip,
                 )
-                prio = adv.abs().sum(1).pow(hp.prio_alpha)
-                probs = prio / prio.sum() if prio.sum() > 0 else torch.full_like(prio, 1.0 / self.segments)
-                idx = torch.multinomial(
-                    probs.cpu(), self.mb_segments, replacement=True, generator=self.generator
-                ).to(self.device)
-                importance = (self.segments * probs[idx]).pow(-beta)
+                if not torch.isfinite(adv).all():
+                    raise TrainingError(
+                        f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "
+                        "check the env's rewards and observations for NaN/Inf; "
+                        + self._checkpoint_note()
+                    )
+                idx, importance = prioritized_sample(
+                    adv, hp.prio_alpha, beta, self.mb_segments, self.generator
+                )
                 mb_adv = adv[idx]
                 mb_returns = mb_adv + b.values[idx]
                 norm_adv = importance[:, None] * (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
@@ -343,13 +411,9 @@ class Trainer:
             ent = _masked_mean(entropy, mask)
             loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
             if not torch.isfinite(loss):
-                where = (
-                    f"the last good checkpoint {self.last_checkpoint} is kept"
-                    if self.last_checkpoint
-                    else "no checkpoint was written yet"
-                )
                 raise TrainingError(
-                    f"loss became {loss.item()} in epoch {self.epoch} (step {self.global_step}); stopping; {where}"
+                    f"loss became {loss.item()} in epoch {self.epoch} (step {self.global_step}); stopping; "
+                    + self._checkpoint_note()
                 )
             with self.timings("learn"):
                 (loss * weight).backward()
@@ -366,6 +430,11 @@ class Trainer:
             for k, v in part.items():
                 stats[k] = stats.get(k, 0.0) + v * weight
         return stats
+
+    def _checkpoint_note(self) -> str:
+        if self.last_checkpoint:
+            return f"the last good checkpoint {self.last_checkpoint} is kept"
+        return "no checkpoint was written yet"
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -120,7 +120,7 @@ def _worker(
         flags[me] = ERROR
 
     try:
-        group = make_group(source, first_env, sizes.envs_per_worker, rows)
+        group = make_group(source, first_env, sizes.envs_per_worker, rows, infos=True)
     except BaseException as e:
         report(e, "creation")
         return
