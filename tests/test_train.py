@@ -478,3 +478,49 @@ def test_muon_matches_torch_muon():
             step, ref_step = ours.detach() - start, ref.detach() - start
             assert (step - ref_step).norm() < 0.05 * ref_step.norm()
             ref.data.copy_(ours.data)
+
+
+@pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
+def test_ocean_episode_stats_reach_the_trainer_on_every_backend(backend):
+    """Ocean envs keep episode stats in C; a process backend sends them as infos (means of n)."""
+    cfg = small_config(
+        "squared", "--vec.backend", backend, "--vec.num-workers", "2", "--policy.core", "mlp"
+    )
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        for _ in range(6):  # squared episodes end within a few 8-step rows
+            trainer.evaluate()
+            trainer.train()
+            if trainer.env_stats:
+                break
+        stats = trainer.env_stats
+        assert {"perf", "score", "episode_return", "episode_length", "n"} <= set(stats), stats
+        assert stats["n"] >= 1 and 0 <= stats["perf"] <= 1
+    finally:
+        trainer.close()
+
+
+def test_episode_means_weigh_logs_by_their_episode_count():
+    from appliance.train.trainer import episode_means
+
+    out = episode_means([{"perf": 1.0, "n": 3.0}, {"perf": 0.0, "n": 1.0}, {"perf": 0.5}])
+    assert out == {"perf": pytest.approx(3.5 / 5), "n": 5.0}
+
+
+def test_a_pettingzoo_env_by_import_path_trains_through_multiprocessing():
+    cfg = resolve(
+        env="appliance.testing:take_turns_parallel",
+        overrides=[
+            "--vec.num-envs", "4", "--vec.num-workers", "2", "--train.device", "cpu",
+            "--train.bptt-horizon", "8", "--train.minibatch-size", "64", "--policy.core", "mlp",
+        ],
+    )  # fmt: skip
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        assert trainer.vec.num_agents == 8
+        for _ in range(3):
+            trainer.evaluate()
+            trainer.train()
+        assert trainer.env_stats["episode_length"] == 8
+    finally:
+        trainer.close()
