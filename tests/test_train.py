@@ -483,9 +483,7 @@ def test_muon_matches_torch_muon():
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
 def test_ocean_episode_stats_reach_the_trainer_on_every_backend(backend):
     """Ocean envs keep episode stats in C; a process backend sends them as infos (means of n)."""
-    cfg = small_config(
-        "squared", "--vec.backend", backend, "--vec.num-workers", "2", "--policy.core", "mlp"
-    )
+    cfg = small_config("squared", "--vec.backend", backend, "--vec.num-workers", "2", "--policy.core", "mlp")
     trainer = Trainer(cfg, vector.make_from_config(cfg))
     try:
         for _ in range(6):  # squared episodes end within a few 8-step rows

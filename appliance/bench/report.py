@@ -373,7 +373,12 @@ def plot_learning_curves(report: dict[str, Any], save: Any, plt: Any) -> None:
         for ax, env in zip(axes.flat, envs, strict=False):
             entry = curves[env]
             for i, run in enumerate(entry["runs"]):
-                ax.plot(run[x], run["score"], linewidth=1.2, label=f"seed +{i}" if len(entry["runs"]) > 1 else None)
+                ax.plot(
+                    run[x],
+                    run["score"],
+                    linewidth=1.2,
+                    label=f"seed +{i}" if len(entry["runs"]) > 1 else None,
+                )
             ax.axhline(float(entry["target"]), color="k", linestyle="--", linewidth=0.8)
             ax.set_title(f"{env}: {entry['metric']} (target {entry['target']})", fontsize=9)
             ax.set_xlabel(label, fontsize=8)

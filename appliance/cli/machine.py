@@ -261,7 +261,9 @@ def autotune(
     name = ocean_name(env)
     params: dict[str, Any] = env_params(name)[1] if name else {}
     console, rows = Console(), []
-    console.print(f"profile '{pick_profile(profile)}' (the config a saved result layers on; --gpu NAME to change)")
+    console.print(
+        f"profile '{pick_profile(profile)}' (the config a saved result layers on; --gpu NAME to change)"
+    )
 
     def table() -> Table:
         t = Table(title=f"autotune {env} ({cores} cores, {seconds:g} s per candidate)")

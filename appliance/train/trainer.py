@@ -169,12 +169,51 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1.0)
 
 
+class ReturnScale:
+    """Rewards times 1 / max(1, std of the discounted return), the std a running estimate.
+
+    Ocean envs give returns of order 1 and are left alone (the factor stays exactly 1). An env with
+    large returns (Gymnasium classic control: -1 a step for hundreds of steps) would otherwise ask
+    the value head for targets in the hundreds: the value loss then dominates the shared core's
+    gradient, and with ``vf_clip_coef`` the value can move only 0.2 per epoch, so advantages stay
+    noise and the policy drifts to a deterministic one (entropy 1.09 -> 0.0005 on Acrobot).
+    """
+
+    def __init__(self, num_agents: int, gamma: float) -> None:
+        self.gamma = gamma
+        self.returns = np.zeros(num_agents, np.float64)
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0
+        self.scale = 1.0
+
+    def update(self, ids: np.ndarray, rewards: Any, dones: np.ndarray) -> float:
+        r = np.asarray(rewards, np.float64)
+        if not np.isfinite(r).all():
+            return self.scale  # the NaN check in train() names the epoch
+        ret = self.returns[ids] * self.gamma + r
+        self.returns[ids] = np.where(dones, 0.0, ret)
+        n = len(ret)
+        mean, var = float(ret.mean()), float(ret.var())
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += var * n + delta * delta * self.count * n / total
+        self.count = total
+        std = math.sqrt(self.m2 / self.count)
+        self.scale = 1.0 / std if std > 1.0 else 1.0
+        return self.scale
+
+
 def episode_means(episodes: list[dict[str, float]]) -> dict[str, float]:
     """Mean of each stat over episodes, an entry with ``n`` counting as n episodes; ``n`` = the total."""
     weights = np.array([e.get("n", 1.0) for e in episodes])
     keys = [k for k in episodes[0] if k != "n"]
     out = {
-        k: float(np.average([e[k] for e in episodes if k in e], weights=[w for e, w in zip(episodes, weights, strict=True) if k in e]))
+        k: float(
+            np.average(
+                [e[k] for e in episodes if k in e],
+                weights=[w for e, w in zip(episodes, weights, strict=True) if k in e],
+            )
+        )
         for k in keys
     }
     out["n"] = float(weights.sum())
@@ -248,6 +287,7 @@ class Trainer:
         self.state = self.policy.initial_state(n, self.device)
 
         self.optimizer = make_optimizer(self.policy, hp)
+        self.return_scale = ReturnScale(n, hp.gamma) if hp.reward_norm else None
         self.timings = Timings(sync=profile)
         self.global_step, self.epoch = 0, 0
         self.start_time, self._start_step = time.time(), 0
@@ -288,12 +328,18 @@ class Trainer:
     def _to_device(
         self, obs: Any, rewards: Any, terminals: Any, truncations: Any, ids: np.ndarray, masks: Any
     ) -> _Step:
-        """One ``recv`` on the trainer's device: rewards clamped, dones = terminal or truncated."""
+        """One ``recv`` on the trainer's device: rewards scaled (:class:`ReturnScale`) and clamped,
+        dones = terminal or truncated."""
         dev, clamp = self.device, self.hp.reward_clamp
+        dones = np.logical_or(terminals, truncations)
+        scale = self.return_scale.update(ids, rewards, dones) if self.return_scale else 1.0
+        rewards = torch.as_tensor(rewards).to(dev, non_blocking=True)
+        if scale != 1.0:
+            rewards = rewards * scale
         return _Step(
             obs=torch.as_tensor(obs).to(dev, non_blocking=True),
-            rewards=torch.as_tensor(rewards).to(dev, non_blocking=True).clamp(-clamp, clamp),
-            dones=torch.as_tensor(np.logical_or(terminals, truncations)).to(dev, non_blocking=True).float(),
+            rewards=rewards.clamp(-clamp, clamp),
+            dones=torch.as_tensor(dones).to(dev, non_blocking=True).float(),
             masks=torch.as_tensor(np.ones(len(ids), bool) if masks is None else masks).to(dev).float(),
             ids=torch.as_tensor(ids, device=dev),
         )
@@ -352,8 +398,7 @@ class Trainer:
                 if not torch.isfinite(adv).all():
                     raise TrainingError(
                         f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "
-                        "check the env's rewards and observations for NaN/Inf; "
-                        + self._checkpoint_note()
+                        "check the env's rewards and observations for NaN/Inf; " + self._checkpoint_note()
                     )
                 idx, importance = prioritized_sample(
                     adv, hp.prio_alpha, beta, self.mb_segments, self.generator
