@@ -522,3 +522,30 @@ def test_a_pettingzoo_env_by_import_path_trains_through_multiprocessing():
         assert trainer.env_stats["episode_length"] == 8
     finally:
         trainer.close()
+
+
+def test_ocean_episode_stats_with_an_autotuned_async_config(tmp_path):
+    """An autotune result (multiprocessing, batches smaller than num_envs) loaded with --config:
+    the trainer still sees the Ocean env's episode stats."""
+    from appliance.bench.autotune import profile_yaml
+
+    best = {"backend": "multiprocessing", "num_envs": 8, "num_workers": 2, "batch_size": 4, "sps": 1.0}
+    path = tmp_path / "tuned.yaml"
+    path.write_text(profile_yaml("squared", best, 0.0, None))
+    cfg = resolve(
+        env="squared",
+        config_file=path,
+        overrides=["--train.device", "cpu", "--train.bptt-horizon", "8", "--train.minibatch-size", "64",
+                   "--policy.core", "mlp"],
+    )  # fmt: skip
+    assert (cfg.vec.backend, cfg.vec.batch_size) == ("multiprocessing", 4)
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        for _ in range(6):
+            trainer.evaluate()
+            trainer.train()
+            if trainer.env_stats:
+                break
+        assert trainer.env_stats["n"] >= 1 and "perf" in trainer.env_stats
+    finally:
+        trainer.close()
