@@ -6,8 +6,9 @@ Every tensor is preallocated; rollout and update are plain functions of those te
 path (fused kernels, graphs) can replace pieces behind the same calls.
 
 Per minibatch: advantages are recomputed over the whole buffer with the values and ratios the
-previous minibatches wrote back (V-trace), segments are drawn with probability proportional to
-(sum_t |A|)^alpha and weighted by (N P)^-beta (beta annealed to 1), then the clipped policy loss,
+previous minibatches wrote back (V-trace), distinct segments are drawn with probability
+proportional to (sum_t |A| + floor)^alpha and weighted by (N P)^-beta (beta annealed to 1;
+:func:`prioritized_sample`), then the clipped policy loss,
 clipped value loss and entropy bonus are minimized, with gradient accumulation when the minibatch is
 larger than ``max_minibatch_size``.
 """
