@@ -171,6 +171,12 @@ def _is_gymnasium_id(env: str) -> bool:
         return False
 
 
+def is_import_path(env: str) -> bool:
+    """``package.module:factory`` or ``module:Env-v0`` (not ``ocean:NAME``): a Python env to import."""
+    module, sep, attr = env.partition(":")
+    return bool(sep and module and attr and module != "ocean")
+
+
 def profile_dir() -> Path:
     return data_dir("bench") / "profiles"
 
@@ -513,10 +519,11 @@ def resolve(
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(defaults_dir() / "default.yaml")]
 
-    if env is not None and env not in env_names() and _is_gymnasium_id(env):
-        # a Gymnasium id: no env YAML and no env parameters; Python envs need a process backend
+    if env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env)):
+        # a Gymnasium id or package.module:factory: no env YAML and no env parameters; Python envs
+        # need a process backend
         data["vec"]["backend"] = "multiprocessing"
-        sources.append(f"gymnasium:{env}")
+        sources.append(env if is_import_path(env) else f"gymnasium:{env}")
     elif env is not None:
         known = env_names()
         if env not in known:

@@ -358,35 +358,100 @@ class PettingZooEmulator:
         _close_quietly(self.env)
 
 
+def _pettingzoo_kinds() -> tuple[type, type] | None:
+    try:
+        from pettingzoo import AECEnv, ParallelEnv
+    except ImportError:  # pragma: no cover - pettingzoo is a dependency
+        return None
+    return ParallelEnv, AECEnv
+
+
 def emulate(env: Any) -> GymnasiumEmulator | PettingZooEmulator:
-    """Wrap a created env: Gymnasium envs are single-agent, PettingZoo parallel envs multi-agent."""
+    """Wrap a created env: Gymnasium envs are single-agent, PettingZoo parallel envs multi-agent.
+
+    Envs are recognized by type, so a parallel env whose ``agents`` appear only after ``reset`` (any
+    made with ``aec_to_parallel``) is accepted before it is reset.
+    """
     if isinstance(env, gymnasium.Env):
         return GymnasiumEmulator(env)
-    if hasattr(env, "possible_agents") and hasattr(env, "agents") and hasattr(env, "observation_space"):
-        if not callable(env.observation_space):
-            raise ConfigError("a PettingZoo env must be a ParallelEnv (observation_space(agent) a method)")
-        return PettingZooEmulator(env)
+    kinds = _pettingzoo_kinds()
+    if kinds is not None:
+        parallel, aec = kinds
+        if isinstance(env, parallel):
+            return PettingZooEmulator(env)
+        if isinstance(env, aec):
+            raise ConfigError(
+                f"{type(env).__name__} is a PettingZoo AEC env; wrap it with "
+                "pettingzoo.utils.conversions.aec_to_parallel (agents must act simultaneously)"
+            )
     raise ConfigError(
-        f"cannot emulate {type(env).__name__}: expected a gymnasium.Env or a PettingZoo ParallelEnv "
-        "(wrap AEC envs with pettingzoo.utils.aec_to_parallel)"
+        f"cannot emulate {type(env).__name__}: expected a gymnasium.Env or a pettingzoo.ParallelEnv "
+        "(wrap AEC envs with pettingzoo.utils.conversions.aec_to_parallel)"
     )
 
 
 def make_factory(env: str | Callable[[], Any]) -> Callable[[], Any]:
-    """A zero-argument env creator from a Gymnasium id or a callable."""
+    """A zero-argument env creator from a callable, a Gymnasium id, ``package.module:factory`` (a
+    class or function that makes a Gymnasium or PettingZoo parallel env) or ``module:Env-v0`` (a
+    Gymnasium id that importing ``module`` registers)."""
     if callable(env):
         return env
     if isinstance(env, str):
+        if ":" in env:
+            return _from_import_path(env)
         if env not in gymnasium.registry:
             import difflib
 
             close = difflib.get_close_matches(env, list(gymnasium.registry), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                f"unknown env {env!r}: not an Ocean env and not a registered Gymnasium id{hint}"
+                f"unknown env {env!r}: not an Ocean env, not a registered Gymnasium id{hint}, "
+                "and not package.module:factory"
             )
         return _GymMaker(env)
     raise ConfigError(f"env must be an Ocean name, a Gymnasium id or a callable, got {type(env).__name__}")
+
+
+def _from_import_path(spec: str) -> Callable[[], Any]:
+    """``package.module:factory`` or ``module:Env-v0`` as a picklable creator."""
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"env {spec!r}: expected package.module:factory or module:Env-v0")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"env {spec!r}: cannot import module {module_name!r}: {e}") from None
+    target = module
+    try:
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except AttributeError:
+        target = None
+    if callable(target):
+        return _ImportMaker(spec)
+    if attr in gymnasium.registry:  # importing the module registered it
+        return _GymMaker(spec)
+    raise ConfigError(
+        f"env {spec!r}: module {module_name!r} has no callable {attr!r} and registers no Gymnasium id {attr!r}"
+    )
+
+
+@dataclass(frozen=True)
+class _ImportMaker:
+    """Picklable creator for ``package.module:factory`` (workers import the module themselves)."""
+
+    spec: str
+
+    def __call__(self) -> Any:
+        import importlib
+
+        module_name, _, attr = self.spec.partition(":")
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        return target()
 
 
 @dataclass(frozen=True)

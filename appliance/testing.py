@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from pettingzoo import AECEnv, ParallelEnv
 
 
 class BusyEnv(gymnasium.Env):
@@ -119,8 +120,8 @@ class StructuredEnv(gymnasium.Env):
         return self.observation_space.sample(), float(action["move"]), self._t >= self.length, False, {}
 
 
-class ComingAndGoing:
-    """A PettingZoo-style ParallelEnv whose agents come and go: agent_i is present on steps where
+class ComingAndGoing(ParallelEnv):  # type: ignore[misc]
+    """A PettingZoo ParallelEnv whose agents come and go: agent_i is present on steps where
     (t + i) % 3 != 0, and leaves for good after ``life + i`` steps. Rewards equal the action."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "name": "coming_and_going"}
@@ -184,3 +185,67 @@ class ColourBandit(gymnasium.Env):
         self._t += 1
         self._colour = int(self.np_random.integers(4))
         return np.eye(4, dtype=np.float32)[self._colour], reward, self._t >= 16, False, {}
+
+
+class TakeTurns(AECEnv):  # type: ignore[misc]
+    """A tiny PettingZoo AEC env: ``num_agents`` agents act in turn; each sees its own bit and gets
+    +1 for repeating it. ``length`` cycles an episode. For ``aec_to_parallel`` (see
+    :func:`take_turns_parallel`), whose ``agents`` exist only after ``reset``."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "name": "take_turns", "is_parallelizable": True}
+
+    def __init__(self, num_agents: int = 2, length: int = 8) -> None:
+        super().__init__()
+        self.possible_agents = [f"player_{i}" for i in range(num_agents)]
+        self.length = length
+        self.render_mode = None
+        self._obs = spaces.Box(0.0, 1.0, (2,), np.float32)
+        self._act = spaces.Discrete(2)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act
+
+    def observe(self, agent: str) -> np.ndarray:
+        return np.eye(2, dtype=np.float32)[self._bits[agent]]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self._bits = {a: int(self._rng.integers(2)) for a in self.agents}
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: {} for a in self.agents}
+        self._turn, self._t = 0, 0
+        self.agent_selection = self.agents[0]
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        self.rewards = {a: 0.0 for a in self.agents}
+        self.rewards[agent] = float(int(action) == self._bits[agent])
+        self._cumulative_rewards[agent] = 0.0
+        self._accumulate_rewards()
+        self._turn += 1
+        if self._turn == len(self.agents):  # the end of a cycle: new bits, maybe the end
+            self._turn, self._t = 0, self._t + 1
+            self._bits = {a: int(self._rng.integers(2)) for a in self.agents}
+            if self._t >= self.length:
+                self.terminations = {a: True for a in self.agents}
+        self.agent_selection = self.agents[self._turn]
+
+    def close(self) -> None:
+        pass
+
+
+def take_turns_parallel() -> Any:
+    """:class:`TakeTurns` through ``aec_to_parallel``: a ParallelEnv with no ``agents`` before reset."""
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    return aec_to_parallel(TakeTurns())

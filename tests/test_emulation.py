@@ -164,5 +164,50 @@ def test_pettingzoo_agents_come_and_go_with_a_mask():
 def test_make_factory_errors():
     with pytest.raises(ConfigError, match="did you mean 'CartPole-v1'"):
         make_factory("CartPole-v9")
-    with pytest.raises(ConfigError, match="expected a gymnasium.Env or a PettingZoo ParallelEnv"):
+    with pytest.raises(ConfigError, match="expected a gymnasium.Env or a pettingzoo.ParallelEnv"):
         emulate(object())
+
+
+def test_parallel_env_from_aec_to_parallel_is_recognized_before_reset():
+    """aec_to_parallel's env has no ``agents`` until reset: emulation goes by type, not attributes."""
+    from appliance.testing import take_turns_parallel
+
+    env = take_turns_parallel()
+    assert not hasattr(env, "agents")
+    em = emulate(env)
+    n = em.num_agents
+    obs, mask = np.zeros((n, 2), np.float32), np.zeros(n, bool)
+    rew, term, trunc = np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool)
+    em.reset(0, obs, mask)
+    assert n == 2 and mask.all() and (obs.sum(1) == 1).all()
+    infos = []
+    for _ in range(16):
+        right = obs.argmax(1).astype(np.int32)  # repeat the bit: +1 each
+        info = em.step(right, obs, rew, term, trunc, mask)
+        assert (rew == 1).all()
+        infos += [info] if info else []
+    assert infos[0] == {"episode_return": 16.0, "episode_length": 8} and len(infos) == 2
+
+
+def test_aec_envs_get_a_clear_error():
+    from appliance.testing import TakeTurns
+
+    with pytest.raises(ConfigError, match="AEC env; wrap it with .*aec_to_parallel"):
+        emulate(TakeTurns())
+
+
+def test_envs_named_by_import_path():
+    """package.module:factory (Gymnasium or PettingZoo) and module:Env-v0 ids make envs, with
+    one-line errors for bad paths; the config takes them like Gymnasium ids."""
+    from appliance.config import resolve
+
+    factory = make_factory("appliance.testing:take_turns_parallel")
+    assert emulate(factory()).num_agents == 2
+    assert emulate(make_factory("appliance.testing:ColourBandit")()).num_agents == 1
+    assert emulate(make_factory("gymnasium.envs.classic_control:CartPole-v1")()).num_agents == 1
+    with pytest.raises(ConfigError, match="cannot import module 'no_such_module'"):
+        make_factory("no_such_module:Env")
+    with pytest.raises(ConfigError, match="has no callable 'Nope'"):
+        make_factory("appliance.testing:Nope")
+    cfg = resolve(env="appliance.testing:take_turns_parallel")
+    assert cfg.vec.backend == "multiprocessing" and "appliance.testing:take_turns_parallel" in cfg.sources

@@ -375,3 +375,177 @@ def test_small_range_integer_observations_are_one_hot_encoded():
     assert linear.to_float.size == 121
     with pytest.raises(ValueError, match="onehot encoder needs integer"):
         Policy(spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2), encoder="onehot")
+
+
+# ----------------------------------------------------------------------------- prioritized segments
+
+
+def test_prioritized_sampling_matches_its_probabilities_and_weights():
+    """On a buffer with known |A|: segments are drawn in proportion to (sum|A| + floor)^alpha,
+    weighted by (N P)^-beta, distinct within a minibatch, and a zero-|A| segment can still be drawn."""
+    from appliance.train.trainer import PRIO_FLOOR, prioritized_sample
+
+    sums = torch.tensor([0.0, 1.0, 2.0, 4.0, 8.0, 1.0, 0.5, 3.0])
+    adv = torch.zeros(8, 4)
+    adv[:, 0] = -sums / 2  # signs must not matter: priorities use |A|
+    adv[:, 1] = sums / 2
+    alpha, beta, n = 0.8, 0.4, len(sums)
+    probs = (sums + PRIO_FLOOR) ** alpha
+    probs = probs / probs.sum()
+    gen = torch.Generator().manual_seed(0)
+    draws = 40_000
+    counts = torch.zeros(n)
+    for _ in range(draws // 1000):
+        for _ in range(1000):
+            idx, weights = prioritized_sample(adv, alpha, beta, 1, gen)
+            counts[idx] += 1
+            torch.testing.assert_close(weights, (n * probs[idx]) ** -beta)
+    freq = counts / draws
+    assert torch.allclose(freq, probs, atol=0.01), (freq, probs)
+    # a full minibatch draws every segment once, the zero-|A| one included
+    idx, weights = prioritized_sample(adv, alpha, beta, n, gen)
+    assert sorted(idx.tolist()) == list(range(n))
+    torch.testing.assert_close(weights, (n * probs[idx]) ** -beta)
+    assert weights[idx == 0].item() > 1 > weights[idx == 4].item(), "rare segments weigh more"
+    # alpha 0 is uniform sampling with weight 1
+    _, weights = prioritized_sample(adv, 0.0, beta, 4, gen)
+    torch.testing.assert_close(weights, torch.ones(4))
+
+
+def test_nan_advantages_stop_with_the_epoch_named():
+    cfg = small_config("squared")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        trainer.train()
+        trainer.evaluate()
+        trainer.rollout.rewards[0, 3] = float("nan")
+        with pytest.raises(TrainingError, match=r"advantages became NaN/Inf in epoch 1 "):
+            trainer.train()
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("core", ["lstm", "mlp"])
+def test_gradient_accumulation_equals_the_full_batch_gradient(core):
+    """A minibatch split into chunks (max_minibatch_size) accumulates the gradient of the whole."""
+    cfg = small_config("squared", "--policy.core", core, "--policy.hidden-size", "32")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        b = trainer.rollout
+        values, ratios = b.values.clone(), b.ratios.clone()
+        idx = torch.arange(trainer.mb_segments)
+        adv = torch.randn(len(idx), trainer.horizon, generator=torch.Generator().manual_seed(1))
+        returns = adv + b.values[idx]
+
+        def gradient(chunk):
+            b.values.copy_(values)
+            b.ratios.copy_(ratios)
+            trainer.chunk_segments = chunk
+            trainer.optimizer.zero_grad()
+            with trainer.timings.phase("train"):
+                trainer._minibatch(idx, adv, returns)
+            return [p.grad.clone() for p in trainer.policy.parameters() if p.grad is not None]
+
+        full = gradient(trainer.mb_segments)
+        for chunk in (1, trainer.mb_segments // 2):
+            parts = gradient(chunk)
+            assert len(parts) == len(full)
+            for g, f in zip(parts, full, strict=True):
+                torch.testing.assert_close(g, f, rtol=1e-4, atol=1e-6)
+        assert trainer.mb_segments == 8
+    finally:
+        trainer.close()
+
+
+def test_muon_matches_torch_muon():
+    """Our Muon (float32 Newton-Schulz on CPU) takes torch.optim.Muon's steps (bfloat16 there)."""
+    from appliance.train.trainer import Muon
+
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((32, 96), (96, 32)):
+        ours = torch.nn.Parameter(torch.randn(shape, generator=gen))
+        ref = torch.nn.Parameter(ours.detach().clone())
+        opt = Muon([ours], lr=0.02)
+        ref_opt = torch.optim.Muon([ref], lr=0.02, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
+        for _ in range(3):
+            grad = torch.randn(shape, generator=gen)
+            ours.grad, ref.grad = grad.clone(), grad.clone()
+            start = ours.detach().clone()
+            opt.step()
+            ref_opt.step()
+            step, ref_step = ours.detach() - start, ref.detach() - start
+            assert (step - ref_step).norm() < 0.05 * ref_step.norm()
+            ref.data.copy_(ours.data)
+
+
+@pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
+def test_ocean_episode_stats_reach_the_trainer_on_every_backend(backend):
+    """Ocean envs keep episode stats in C; a process backend sends them as infos (means of n)."""
+    cfg = small_config("squared", "--vec.backend", backend, "--vec.num-workers", "2", "--policy.core", "mlp")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        for _ in range(6):  # squared episodes end within a few 8-step rows
+            trainer.evaluate()
+            trainer.train()
+            if trainer.env_stats:
+                break
+        stats = trainer.env_stats
+        assert {"perf", "score", "episode_return", "episode_length", "n"} <= set(stats), stats
+        assert stats["n"] >= 1 and 0 <= stats["perf"] <= 1
+    finally:
+        trainer.close()
+
+
+def test_episode_means_weigh_logs_by_their_episode_count():
+    from appliance.train.trainer import episode_means
+
+    out = episode_means([{"perf": 1.0, "n": 3.0}, {"perf": 0.0, "n": 1.0}, {"perf": 0.5}])
+    assert out == {"perf": pytest.approx(3.5 / 5), "n": 5.0}
+
+
+def test_a_pettingzoo_env_by_import_path_trains_through_multiprocessing():
+    cfg = resolve(
+        env="appliance.testing:take_turns_parallel",
+        overrides=[
+            "--vec.num-envs", "4", "--vec.num-workers", "2", "--train.device", "cpu",
+            "--train.bptt-horizon", "8", "--train.minibatch-size", "64", "--policy.core", "mlp",
+        ],
+    )  # fmt: skip
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        assert trainer.vec.num_agents == 8
+        for _ in range(3):
+            trainer.evaluate()
+            trainer.train()
+        assert trainer.env_stats["episode_length"] == 8
+    finally:
+        trainer.close()
+
+
+def test_ocean_episode_stats_with_an_autotuned_async_config(tmp_path):
+    """An autotune result (multiprocessing, batches smaller than num_envs) loaded with --config:
+    the trainer still sees the Ocean env's episode stats."""
+    from appliance.bench.autotune import profile_yaml
+
+    best = {"backend": "multiprocessing", "num_envs": 8, "num_workers": 2, "batch_size": 4, "sps": 1.0}
+    path = tmp_path / "tuned.yaml"
+    path.write_text(profile_yaml("squared", best, 0.0, None))
+    cfg = resolve(
+        env="squared",
+        config_file=path,
+        overrides=["--train.device", "cpu", "--train.bptt-horizon", "8", "--train.minibatch-size", "64",
+                   "--policy.core", "mlp"],
+    )  # fmt: skip
+    assert (cfg.vec.backend, cfg.vec.batch_size) == ("multiprocessing", 4)
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        for _ in range(6):
+            trainer.evaluate()
+            trainer.train()
+            if trainer.env_stats:
+                break
+        assert trainer.env_stats["n"] >= 1 and "perf" in trainer.env_stats
+    finally:
+        trainer.close()

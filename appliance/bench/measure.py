@@ -46,16 +46,32 @@ def training_speed(cfg: Any, seconds: float, warmup_epochs: int = 1) -> dict[str
 
 
 def time_to_score(cfg: Any, metric: str, target: float, max_timesteps: int) -> dict[str, Any]:
-    """Train until the mean of ``metric`` over the last epochs reaches ``target``; wall time and steps."""
+    """Train until the mean of ``metric`` over the last epochs reaches ``target``: wall time and
+    agent-steps to it, the final score (that mean when the run ended) and the learning curve (per
+    epoch that reported ``metric``: agent-steps, seconds, the windowed mean)."""
     from appliance import vector
     from appliance.train import Trainer, loop
 
     trainer = Trainer(cfg, vector.make_from_config(cfg))
+    curve: dict[str, list[float]] = {"steps": [], "seconds": [], "score": []}
+    values: list[float] = []
+    start = time.perf_counter()
+
+    def record(t: Any) -> None:
+        if metric in t.env_stats:
+            values.append(float(t.env_stats[metric]))
+            window = values[-SCORE_WINDOW:]
+            curve["steps"].append(float(t.global_step))
+            curve["seconds"].append(time.perf_counter() - start)
+            curve["score"].append(sum(window) / len(window))
+
     try:
         stop = Stop(total_timesteps=max_timesteps, target=(metric, target), window=SCORE_WINDOW)
-        result = loop.run(trainer, stop)
+        result = loop.run(trainer, stop, on_epoch=[record])
+        final = result.recent(metric, SCORE_WINDOW)
+        out = {"reached": result.reached, "final": final, "curve": curve, "last": final}
         if result.reached:
-            return {"reached": True, "seconds": result.seconds, "steps": trainer.global_step}
-        return {"reached": False, "seconds": None, "steps": None, "last": result.recent(metric, SCORE_WINDOW)}
+            return {**out, "seconds": result.seconds, "steps": trainer.global_step}
+        return {**out, "seconds": None, "steps": None}
     finally:
         trainer.close()

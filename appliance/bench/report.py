@@ -392,6 +392,7 @@ def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set_title("training phase breakdown")
         save(fig, "phases")
+    plot_learning_curves(report, save, plt)
     return out
 
 
@@ -643,3 +644,32 @@ def to_html(report: dict[str, Any], images: Sequence[tuple[str, bytes]] = ()) ->
     parts.append(table(("", ""), [[escape(k), escape(str(v))] for k, v in facts]))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def plot_learning_curves(report: dict[str, Any], save: Any, plt: Any) -> None:
+    """Score vs agent-steps and vs wall seconds, one line per env and run, the target dashed
+    (from the time-to-score runs' curves in ``analysis.learning_curves``)."""
+    curves = (report.get("analysis") or {}).get("learning_curves") or {}
+    if not curves:
+        return
+    for x, label in (("steps", "agent-steps"), ("seconds", "wall seconds")):
+        envs = sorted(curves)
+        cols = min(3, len(envs))
+        rows = -(-len(envs) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+        for ax in axes.flat[len(envs) :]:
+            ax.set_visible(False)
+        for ax, env in zip(axes.flat, envs, strict=False):
+            entry = curves[env]
+            for i, run in enumerate(entry["runs"]):
+                ax.plot(
+                    run[x],
+                    run["score"],
+                    linewidth=1.2,
+                    label=f"seed +{i}" if len(entry["runs"]) > 1 else None,
+                )
+            ax.axhline(float(entry["target"]), color="k", linestyle="--", linewidth=0.8)
+            ax.set_title(f"{env}: {entry['metric']} (target {entry['target']})", fontsize=9)
+            ax.set_xlabel(label, fontsize=8)
+            ax.tick_params(labelsize=7)
+        save(fig, f"learning-{x}")

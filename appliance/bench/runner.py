@@ -245,6 +245,9 @@ class SuiteRunner:
         labels = {"env": item["env"], "metric": item["metric"], "target": item["target"]}
         self.report.add(name + "/seconds", [r["seconds"] for r in runs], "s", "lower", **labels)
         self.report.add(name + "/steps", [r["steps"] for r in runs], "agent-steps", "lower", **labels)
+        self.report.add(name + "/final", [r["final"] for r in runs], item["metric"], "higher", **labels)
+        curves = self.report.data["analysis"].setdefault("learning_curves", {})
+        curves[item["env"]] = {**labels, "runs": [r["curve"] for r in runs]}
         missed = [r for r in runs if not r["reached"]]
         if missed:
             last = ", ".join("-" if r["last"] is None else f"{r['last']:.3g}" for r in missed)

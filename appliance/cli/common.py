@@ -36,6 +36,17 @@ def cli() -> None:
     """
 
 
+def pick_profile(given: str | None) -> str:
+    """The hardware profile a command uses: ``--gpu NAME`` if given, else detected from this machine's
+    GPUs the way ``run`` does (``cpu`` without a GPU)."""
+    if given:
+        return given
+    from appliance.config import detect_profile
+    from appliance.sysinfo import gpu_info
+
+    return detect_profile(gpu_info()[0])
+
+
 def split_env(args: tuple[str, ...]) -> tuple[str | None, list[str]]:
     """``[ENV] [--section.key VALUE ...]``: the env is the first token if it is not an option."""
     if args and not args[0].startswith("-"):

@@ -15,6 +15,7 @@ from appliance.cli.common import (
     cli,
     env_params,
     int_list,
+    pick_profile,
     print_table,
     split_env,
     write_json,
@@ -236,6 +237,7 @@ def vector_bench(
     type=click.Path(dir_okay=False),
     help="Write the fastest config as a YAML profile (for --config).",
 )
+@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
 def autotune(
     env: str,
     batch_size: int | None,
@@ -244,6 +246,7 @@ def autotune(
     forward_ms: float,
     cores: int | None,
     save: str | None,
+    profile: str | None,
 ) -> None:
     """Profile ENV, time candidate vector configurations, and pick the fastest.
 
@@ -262,6 +265,9 @@ def autotune(
     name = ocean_name(env)
     params: dict[str, Any] = env_params(name)[1] if name else {}
     console, rows = Console(), []
+    console.print(
+        f"profile '{pick_profile(profile)}' (the config a saved result layers on; --gpu NAME to change)"
+    )
 
     def table() -> Table:
         t = Table(title=f"autotune {env} ({cores} cores, {seconds:g} s per candidate)")

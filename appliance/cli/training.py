@@ -10,6 +10,7 @@ from appliance.cli.common import (
     OVERRIDES,
     PROFILE_HELP,
     cli,
+    pick_profile,
     split_env,
 )
 from appliance.cli.machine import save_gif
@@ -96,7 +97,7 @@ def train(
     env, overrides = split_env(args)
     if env is None:
         raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
-    cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides)
+    cfg = resolve(env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides)
     options = session.Options(
         run_id=run_id,
         resume=resume,
@@ -129,9 +130,15 @@ def train(
     "--gif", type=click.Path(dir_okay=False), help="Write the first episode as an animated GIF (Ocean envs)."
 )
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config.")
+@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def evaluate(
-    load_model_path: str, episodes: int, gif: str | None, config_file: str | None, args: tuple[str, ...]
+    load_model_path: str,
+    episodes: int,
+    gif: str | None,
+    config_file: str | None,
+    profile: str | None,
+    args: tuple[str, ...],
 ) -> None:
     """Run a trained policy on ENV and print episode scores (render frames with --gif)."""
     import numpy as np
@@ -145,6 +152,7 @@ def evaluate(
         raise ConfigError("eval needs an ENV")
     cfg = resolve(
         env=env,
+        profile=pick_profile(profile),
         config_file=config_file,
         overrides=[*overrides, "--vec.num-envs", "1", "--vec.num-workers", "1"],
     )

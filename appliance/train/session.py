@@ -62,6 +62,7 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
             )
         checkpoint.start_run(cfg, run_dir)
         trainer.latest_pointer = Path(t.data_dir) / checkpoint.LATEST  # moves at the first checkpoint
+        yield header(cfg, trainer), False
         if options.profile_trace:
             yield _profile(trainer, options.profile_trace), False
             return
@@ -96,6 +97,17 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
         )
     finally:
         trainer.close()
+
+
+def header(cfg: Any, trainer: Any) -> str:
+    """The run's first line: env, the hardware profile (detected or --gpu) and the sizes it gave."""
+    gpu = cfg.bench.expected_gpu
+    made_for = f"sizes for a {gpu} GPU" if gpu else "CPU sizes"
+    return (
+        f"train {cfg.env_name}: profile '{cfg.profile}' ({made_for}; --gpu NAME to change), "
+        f"device {trainer.device}, {trainer.vec.num_agents} agents, batch {trainer.batch_size}, "
+        f"{cfg.policy.core} core, {cfg.train.optimizer}"
+    )
 
 
 def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> None:

@@ -6,8 +6,9 @@ Every tensor is preallocated; rollout and update are plain functions of those te
 path (fused kernels, graphs) can replace pieces behind the same calls.
 
 Per minibatch: advantages are recomputed over the whole buffer with the values and ratios the
-previous minibatches wrote back (V-trace), segments are drawn with probability proportional to
-(sum_t |A|)^alpha and weighted by (N P)^-beta (beta annealed to 1), then the clipped policy loss,
+previous minibatches wrote back (V-trace), distinct segments are drawn with probability
+proportional to (sum_t |A| + floor)^alpha and weighted by (N P)^-beta (beta annealed to 1;
+:func:`prioritized_sample`), then the clipped policy loss,
 clipped value loss and entropy bonus are minimized, with gradient accumulation when the minibatch is
 larger than ``max_minibatch_size``.
 """
@@ -91,11 +92,6 @@ def make_optimizer(policy: Policy, hp: Any) -> MultiOptimizer:
     adam_kwargs = {"lr": hp.learning_rate, "betas": (hp.adam_beta1, hp.adam_beta2), "eps": hp.adam_eps}
     if hp.optimizer == "adam":
         return MultiOptimizer([torch.optim.Adam(policy.parameters(), **adam_kwargs)])
-    if not hasattr(torch.optim, "Muon"):
-        raise ConfigError(
-            f"train.optimizer muon needs torch >= 2.9 (torch.optim.Muon); this torch is {torch.__version__}. "
-            "Use --train.optimizer adam"
-        )
     heads = {id(p) for p in (*policy.decoder.parameters(), *policy.value.parameters())}
     seen: set[int] = set()
     matrices, others = [], []
@@ -106,14 +102,125 @@ def make_optimizer(policy: Policy, hp: Any) -> MultiOptimizer:
         (matrices if p.ndim == 2 and id(p) not in heads else others).append(p)
     opts: list[torch.optim.Optimizer] = [torch.optim.Adam(others, **adam_kwargs)]
     if matrices:
-        opts.append(
-            torch.optim.Muon(matrices, lr=hp.learning_rate, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
-        )
+        opts.append(Muon(matrices, lr=hp.learning_rate))
     return MultiOptimizer(opts)
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for 2-D weights: Nesterov momentum, then the update orthogonalized by 5 Newton-Schulz
+    steps, scaled to AdamW's update RMS (``lr * 0.2 * sqrt(max(A, B))``), no weight decay.
+
+    The same update as ``torch.optim.Muon(adjust_lr_fn="match_rms_adamw", weight_decay=0)``, but
+    the Newton-Schulz matmuls run in bfloat16 only on CUDA: on a CPU without bf16 units torch's
+    bf16 iteration made an optimizer step cost more than the whole rest of the update.
+    """
+
+    COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+    def __init__(self, params: Any, lr: float, momentum: float = 0.95, steps: int = 5) -> None:
+        super().__init__(params, {"lr": lr, "momentum": momentum, "steps": steps})
+
+    @torch.no_grad()
+    def step(self) -> None:  # type: ignore[override]
+        a, b, c = self.COEFFICIENTS
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - group["momentum"])
+                update = p.grad.lerp(buf, group["momentum"])
+                x = update.to(torch.bfloat16 if p.is_cuda else torch.float32)
+                tall = x.size(0) > x.size(1)
+                if tall:
+                    x = x.T
+                x = x / x.norm().clamp_min(1e-7)
+                for _ in range(group["steps"]):
+                    gram = x @ x.T
+                    x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+                if tall:
+                    x = x.T
+                scale = 0.2 * math.sqrt(max(p.shape[0], p.shape[1]))
+                p.add_(x.to(p.dtype), alpha=-group["lr"] * scale)
+
+
+PRIO_FLOOR = 1e-6  # added to every segment's priority so zero-|A| segments can still be drawn
+
+
+def segment_probs(adv: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Sampling probability of each segment: (sum_t |A| + floor)^alpha, normalized (alpha 0: uniform)."""
+    prio = (adv.abs().sum(1) + PRIO_FLOOR).pow(alpha)
+    return prio / prio.sum()
+
+
+def prioritized_sample(
+    adv: torch.Tensor, alpha: float, beta: float, count: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` distinct segments (rows of ``adv``) drawn with :func:`segment_probs`, without
+    replacement as PufferLib, and their importance weights (N P)^-beta."""
+    probs = segment_probs(adv, alpha)
+    idx = torch.multinomial(probs.cpu(), count, replacement=False, generator=generator).to(adv.device)
+    return idx, (len(probs) * probs[idx]).pow(-beta)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+class ReturnScale:
+    """Rewards times 1 / max(1, std of the discounted return), the std a running estimate.
+
+    Envs whose returns stay within about 1 (squared) are left alone (the factor stays exactly 1);
+    breakout's and target's returns do exceed it and are scaled too (for breakout this learned
+    slower in an mlp/adam test: see tests/test_learning.py). An env with
+    large returns (Gymnasium classic control: -1 a step for hundreds of steps) would otherwise ask
+    the value head for targets in the hundreds: the value loss then dominates the shared core's
+    gradient, and with ``vf_clip_coef`` the value can move only 0.2 per epoch, so advantages stay
+    noise and the policy drifts to a deterministic one (entropy 1.09 -> 0.0005 on Acrobot).
+    """
+
+    def __init__(self, num_agents: int, gamma: float) -> None:
+        self.gamma = gamma
+        self.returns = np.zeros(num_agents, np.float64)
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0
+        self.scale = 1.0
+
+    def update(self, ids: np.ndarray, rewards: Any, dones: np.ndarray) -> float:
+        r = np.asarray(rewards, np.float64)
+        if not np.isfinite(r).all():
+            return self.scale  # the NaN check in train() names the epoch
+        ret = self.returns[ids] * self.gamma + r
+        self.returns[ids] = np.where(dones, 0.0, ret)
+        n = len(ret)
+        mean, var = float(ret.mean()), float(ret.var())
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += var * n + delta * delta * self.count * n / total
+        self.count = total
+        std = math.sqrt(self.m2 / self.count)
+        self.scale = 1.0 / std if std > 1.0 else 1.0
+        return self.scale
+
+
+def episode_means(episodes: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of each stat over episodes, an entry with ``n`` counting as n episodes; ``n`` = the total."""
+    weights = np.array([e.get("n", 1.0) for e in episodes])
+    keys = [k for k in episodes[0] if k != "n"]
+    out = {
+        k: float(
+            np.average(
+                [e[k] for e in episodes if k in e],
+                weights=[w for e, w in zip(episodes, weights, strict=True) if k in e],
+            )
+        )
+        for k in keys
+    }
+    out["n"] = float(weights.sum())
+    return out
 
 
 @dataclass
@@ -183,6 +290,7 @@ class Trainer:
         self.state = self.policy.initial_state(n, self.device)
 
         self.optimizer = make_optimizer(self.policy, hp)
+        self.return_scale = ReturnScale(n, hp.gamma) if hp.reward_norm else None
         self.timings = Timings(sync=profile)
         self.global_step, self.epoch = 0, 0
         self.start_time, self._start_step = time.time(), 0
@@ -224,12 +332,18 @@ class Trainer:
     def _to_device(
         self, obs: Any, rewards: Any, terminals: Any, truncations: Any, ids: np.ndarray, masks: Any
     ) -> _Step:
-        """One ``recv`` on the trainer's device: rewards clamped, dones = terminal or truncated."""
+        """One ``recv`` on the trainer's device: rewards scaled (:class:`ReturnScale`) and clamped,
+        dones = terminal or truncated."""
         dev, clamp = self.device, self.hp.reward_clamp
+        dones = np.logical_or(terminals, truncations)
+        scale = self.return_scale.update(ids, rewards, dones) if self.return_scale else 1.0
+        rewards = torch.as_tensor(rewards).to(dev, non_blocking=True)
+        if scale != 1.0:
+            rewards = rewards * scale
         return _Step(
             obs=torch.as_tensor(obs).to(dev, non_blocking=True),
-            rewards=torch.as_tensor(rewards).to(dev, non_blocking=True).clamp(-clamp, clamp),
-            dones=torch.as_tensor(np.logical_or(terminals, truncations)).to(dev, non_blocking=True).float(),
+            rewards=rewards.clamp(-clamp, clamp),
+            dones=torch.as_tensor(dones).to(dev, non_blocking=True).float(),
             masks=torch.as_tensor(np.ones(len(ids), bool) if masks is None else masks).to(dev).float(),
             ids=torch.as_tensor(ids, device=dev),
         )
@@ -255,6 +369,8 @@ class Trainer:
         return action, logprob, value
 
     def _collect_infos(self, infos: list[dict[str, Any]]) -> None:
+        """Episode stats from infos: one episode each (emulated envs), or the means of ``n`` episodes
+        (Ocean envs on a process backend report their C log this way)."""
         for info in infos or ():
             if "episode_return" in info:
                 self._episodes.append({k: float(v) for k, v in info.items() if k != "env"})
@@ -264,9 +380,7 @@ class Trainer:
         if log:
             self.env_stats = dict(log)
         elif self._episodes:
-            keys = self._episodes[0].keys()
-            self.env_stats = {k: float(np.mean([e[k] for e in self._episodes])) for k in keys}
-            self.env_stats["n"] = float(len(self._episodes))
+            self.env_stats = episode_means(self._episodes)
             self._episodes = []
 
     # ------------------------------------------------------------------ update
@@ -294,12 +408,14 @@ class Trainer:
                     hp.vtrace_rho_clip,
                     hp.vtrace_c_clip,
                 )
-                prio = adv.abs().sum(1).pow(hp.prio_alpha)
-                probs = prio / prio.sum() if prio.sum() > 0 else torch.full_like(prio, 1.0 / self.segments)
-                idx = torch.multinomial(
-                    probs.cpu(), self.mb_segments, replacement=True, generator=self.generator
-                ).to(self.device)
-                importance = (self.segments * probs[idx]).pow(-beta)
+                if not torch.isfinite(adv).all():
+                    raise TrainingError(
+                        f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "
+                        "check the env's rewards and observations for NaN/Inf; " + self._kept()
+                    )
+                idx, importance = prioritized_sample(
+                    adv, hp.prio_alpha, beta, self.mb_segments, self.generator
+                )
                 mb_adv = adv[idx]
                 mb_returns = mb_adv + b.values[idx]
                 mean, std = self._advantage_stats(mb_adv)

@@ -15,14 +15,25 @@ from appliance.vector.sources import EnvSource
 
 
 class OceanGroup:
-    """``count`` Ocean envs (global indices from ``env_offset``) stepped by C in the given rows."""
+    """``count`` Ocean envs (global indices from ``env_offset``) stepped by C in the given rows.
+
+    Episode stats live in C and are read with :meth:`log`. A group in another process (the
+    multiprocessing and Ray backends) cannot be asked, so with ``infos=True`` a step that ends an
+    episode returns the log as one info: the means of ``n`` episodes, which the trainer weighs by n.
+    """
 
     def __init__(
-        self, source: EnvSource, env_offset: int, count: int, buffers: Buffers, num_threads: int = 1
+        self,
+        source: EnvSource,
+        env_offset: int,
+        count: int,
+        buffers: Buffers,
+        num_threads: int = 1,
+        infos: bool = False,
     ) -> None:
         from appliance import _ocean
 
-        self.buffers = buffers
+        self.buffers, self.infos = buffers, infos
         buffers.masks[:] = True
         self.vec = _ocean.Vec(
             source.name,
@@ -44,6 +55,11 @@ class OceanGroup:
 
     def step(self) -> list[dict[str, Any]]:
         self.vec.step()
+        b = self.buffers
+        if self.infos and (b.terminals.any() or b.truncations.any()):
+            log = self.vec.log()
+            if log:
+                return [log]
         return []
 
     def log(self) -> dict[str, float]:
@@ -128,8 +144,14 @@ class EmulatedGroup:
 
 
 def make_group(
-    source: EnvSource, env_offset: int, count: int, buffers: Buffers, num_threads: int = 1
+    source: EnvSource,
+    env_offset: int,
+    count: int,
+    buffers: Buffers,
+    num_threads: int = 1,
+    infos: bool = False,
 ) -> OceanGroup | EmulatedGroup:
+    """The group for ``source``; ``infos``: Ocean episode stats come back as infos (see OceanGroup)."""
     if source.kind == "ocean":
-        return OceanGroup(source, env_offset, count, buffers, num_threads)
+        return OceanGroup(source, env_offset, count, buffers, num_threads, infos)
     return EmulatedGroup(source, env_offset, count, buffers)

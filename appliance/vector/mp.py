@@ -282,7 +282,7 @@ def _worker(
         return _send(conn, payload)
 
     try:
-        group = make_group(source, first_env, sizes.envs_per_worker, rows)
+        group = make_group(source, first_env, sizes.envs_per_worker, rows, infos=True)
     except BaseException as e:
         report(e, "creation")
         return

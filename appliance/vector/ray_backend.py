@@ -26,7 +26,7 @@ class _Worker:
 
     def __init__(self, source: EnvSource, offset: int, count: int) -> None:
         self.buffers = allocate(source, count * source.agents_per_env)
-        self.group = make_group(source, offset, count, self.buffers)
+        self.group = make_group(source, offset, count, self.buffers, infos=True)
 
     def ready(self) -> bool:
         return True
