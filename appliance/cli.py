@@ -86,6 +86,10 @@ def info(as_json: bool) -> None:
         "git", f"{git['commit'][:12]}{' (dirty)' if git['dirty'] else ''}" if git else "- (not a checkout)"
     )
     table.add_row("host", fp["host_hash"])
+    image = fp.get("image")
+    if image:  # inside a puffer-bench Docker image: the locked wheels it was built from
+        summary = image.get("error") or f"{len(image['wheels'])} locked, sha256 {image['sha256'][:12]}"
+        table.add_row("image wheels", f"{summary} ({image['lock']})")
     for gpu in fp["gpus"]:
         link = f"PCIe gen{gpu['pcie_gen']} x{gpu['pcie_width']} (max gen{gpu['pcie_max_gen']} x{gpu['pcie_max_width']})"
         table.add_row(

@@ -145,6 +145,31 @@ def gpu_info(nvml: Any | None = None) -> tuple[list[dict[str, Any]], str | None,
             nvml.nvmlShutdown()
 
 
+# Set by the Docker images (images/*.Dockerfile) to the lock of the wheelhouse they were built from.
+WHEELS_ENV = "PUFFER_BENCH_WHEELS"
+
+
+def image_wheels(path: str | None = None) -> dict[str, Any] | None:
+    """The wheels a Docker image was built from (``$PUFFER_BENCH_WHEELS``, made by images/wheelhouse.sh).
+
+    ``None`` outside such an image. Otherwise the lock file, its sha256 (one hash naming the whole
+    set) and each wheel as ``name==version`` -> sha256; ``error`` instead if the file is unreadable.
+    """
+    path = path or os.environ.get(WHEELS_ENV)
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        return {"lock": path, "error": f"{type(e).__name__}: {e}"}
+    wheels = {}
+    for line in text.splitlines():
+        requirement, _, digest = line.split("#", 1)[0].partition("--hash=sha256:")
+        if requirement.strip():
+            wheels[requirement.strip()] = digest.strip() or None
+    return {"lock": path, "sha256": hashlib.sha256(text.encode()).hexdigest(), "wheels": wheels}
+
+
 def fingerprint(nvml: Any | None = None) -> dict[str, Any]:
     """Everything about this machine that a benchmark figure depends on."""
     gpus, driver, gpu_error = gpu_info(nvml)
@@ -175,6 +200,7 @@ def fingerprint(nvml: Any | None = None) -> dict[str, Any]:
         "cuda_available": torch_info.get("cuda_available", False),
         "gpus": gpus,
         "gpu_error": gpu_error,
+        "image": image_wheels(),
     }
 
 
