@@ -182,9 +182,18 @@ cmd_build() {
         build_args=(--build-arg "CUDA_MAJOR=$CUDA")
     fi
     need_docker
-    local python
-    python=$("${WHEELHOUSE:-images/wheelhouse.sh}" "$(flavour)") ||
-        die "the wheelhouse images/wheelhouse/$(flavour) could not be made (see above)"
+    local made python lock wheels wheels_image
+    wheels=images/wheelhouse/$(flavour)
+    wheels_image=puffer-bench-wheels:$(flavour)
+    made=$("${WHEELHOUSE:-images/wheelhouse.sh}" "$(flavour)") || die "the wheelhouse $wheels could not be made (see above)"
+    read -r python lock <<<"$made"
+    # the wheels as an image of their own (its context is the wheelhouse alone), which the Dockerfile
+    # copies them from: the project's build context stays small, with no other flavour's wheels in it
+    if [ "$("$DOCKER" image inspect --format '{{ index .Config.Labels "puffer-bench.lock" }}' "$wheels_image" 2>/dev/null)" != "$lock" ]; then
+        printf 'FROM scratch\nCOPY . /wheels\n' |
+            "$DOCKER" build -q --label "puffer-bench.lock=$lock" -t "$wheels_image" -f - "$wheels" >/dev/null
+    fi
+    build_args+=(--build-arg "WHEELS=$wheels_image")
     if [ -z "$BASE" ] && [ "$CPU" = 1 ]; then
         BASE=python:$python-slim
     fi

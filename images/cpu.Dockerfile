@@ -7,6 +7,10 @@
 # BASE: any Debian-like image with Python 3, venv and the Python headers, of the Python version the
 # wheelhouse was made for (images/debian-base.sh makes one without a registry).
 ARG BASE=python:3.11-slim
+# the wheelhouse as an image: docker.sh makes it from images/wheelhouse/FLAVOUR (FROM scratch, COPY . /wheels)
+ARG WHEELS=puffer-bench-wheels:cpu
+
+FROM ${WHEELS} AS wheels
 
 # ---------------------------------------------------------------- base: compiler (tests build C), tini, user
 FROM ${BASE} AS base
@@ -18,7 +22,7 @@ RUN apt-get update \
 
 # ---------------------------------------------------------------- deps: the locked wheels into a venv
 FROM base AS deps
-COPY images/wheelhouse/cpu /wheels
+COPY --from=wheels /wheels /wheels
 RUN python3 -c 'import sys; want = open("/wheels/PYTHON").read().strip(); have = "%d.%d" % sys.version_info[:2]; \
 sys.exit(0 if want == have else f"the wheelhouse is for Python {want} but the base image has Python {have}: build with --build-arg BASE=python:{want}-slim or remake the wheelhouse with PYTHON_VERSION={have}")'
 RUN python3 -m venv /opt/venv \
@@ -29,7 +33,7 @@ FROM deps AS build
 COPY . /src
 WORKDIR /src
 RUN /opt/venv/bin/pip wheel --no-index --no-deps --no-build-isolation --wheel-dir /dist . \
-    && rm -rf images/wheelhouse build ./*.egg-info
+    && rm -rf build ./*.egg-info
 
 # ---------------------------------------------------------------- final: venv + project; source tree for the tests
 FROM base

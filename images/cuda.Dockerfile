@@ -9,6 +9,10 @@
 # BASE: any Debian-like image with Python 3 of the wheelhouse's Python version (the CPU image's
 # notes apply); a distro Python without venv or headers gets them from apt.
 ARG BASE=python:3.11-slim
+# the wheelhouse as an image: docker.sh makes it from images/wheelhouse/FLAVOUR (FROM scratch, COPY . /wheels)
+ARG WHEELS=puffer-bench-wheels:cuda12
+
+FROM ${WHEELS} AS wheels
 
 # ---------------------------------------------------------------- base: compiler, tini, user
 FROM ${BASE} AS base
@@ -22,8 +26,7 @@ RUN apt-get update \
 
 # ---------------------------------------------------------------- deps: the locked wheels into a venv
 FROM base AS deps
-ARG CUDA_MAJOR=12
-COPY images/wheelhouse/cuda${CUDA_MAJOR} /wheels
+COPY --from=wheels /wheels /wheels
 RUN python3 -c 'import sys; want = open("/wheels/PYTHON").read().strip(); have = "%d.%d" % sys.version_info[:2]; \
 sys.exit(0 if want == have else f"the wheelhouse is for Python {want} but the base image has Python {have}: build with --build-arg BASE=python:{want}-slim or remake the wheelhouse with PYTHON_VERSION={have}")'
 RUN python3 -m venv /opt/venv \
@@ -36,7 +39,7 @@ ARG CUDA_ARCHS="75 80 86 89 90 120"
 COPY . /src
 WORKDIR /src
 RUN /opt/venv/bin/pip wheel --no-index --no-deps --no-build-isolation --wheel-dir /dist . \
-    && rm -rf images/wheelhouse build ./*.egg-info \
+    && rm -rf build ./*.egg-info \
     && /opt/venv/bin/pip install --no-index --no-deps /dist/*.whl
 # compile every kernels/*.cu for each architecture with NVRTC (a wheel; no GPU needed) into the cache
 ENV CUPY_CACHE_DIR=/opt/cupy-cache

@@ -156,8 +156,10 @@ fi
 export PYTHON TORCH TORCH_INDEX
 timed "./docker.sh build --cpu" ./docker.sh build --cpu --base "$BASE"
 say "image $IMAGE: $(docker image inspect --format '{{.Size}}' "$IMAGE" | awk '{ printf "%.2f GB", $1 / 1e9 }')"
-# shellcheck disable=SC2086 # PYTEST_ARGS is a list of words
-timed "./docker.sh test --cpu" ./docker.sh test --cpu ${PYTEST_ARGS:-}
+# PYTEST_ARGS split as a shell would (quotes allowed): e.g. PYTEST_ARGS="-m 'not slow'"
+pytest_args=()
+[ -z "${PYTEST_ARGS:-}" ] || mapfile -t pytest_args < <("$PYTHON" -c 'import shlex, sys; print(*shlex.split(sys.argv[1]), sep="\n")' "${PYTEST_ARGS:-}")
+timed "./docker.sh test --cpu ${PYTEST_ARGS:-}" ./docker.sh test --cpu -- "${pytest_args[@]}"
 
 RESULTS=$(mktemp -d)
 export RESULTS

@@ -4,7 +4,8 @@
 #
 #   images/wheelhouse.sh FLAVOUR [DIR]     FLAVOUR: cpu, cuda12 or cuda13; DIR: images/wheelhouse/FLAVOUR
 #
-# Prints the Python version the wheels are for (the only output on stdout). DIR gets the wheels, requirements.lock (name==version --hash=sha256:..., for pip --require-hashes;
+# Prints the Python version the wheels are for and the lock's sha256 (the only output on stdout).
+# DIR gets the wheels, requirements.lock (name==version --hash=sha256:..., for pip --require-hashes;
 # copied into the image, where `puffer-bench info` shows it), PYTHON (the Python version the wheels are
 # for) and inputs.sha256. The wheelhouse is kept while its inputs (pyproject.toml, flavour, Python
 # version, TORCH, TORCH_INDEX) are unchanged, so rebuilding an image installs the same bytes; delete DIR
@@ -71,7 +72,7 @@ INPUTS=$(
 STAMP=$(printf '%s' "$INPUTS" | sha256sum | cut -d' ' -f1)
 if [ -f "$DIR/inputs.sha256" ] && [ "$(cat "$DIR/inputs.sha256")" = "$STAMP" ] && [ -f "$DIR/requirements.lock" ]; then
     echo "wheelhouse $DIR is up to date ($(grep -c -- --hash "$DIR/requirements.lock") wheels)" >&2
-    cat "$DIR/PYTHON"
+    echo "$(cat "$DIR/PYTHON") $(sha256sum "$DIR/requirements.lock" | cut -d' ' -f1)"
     exit 0
 fi
 
@@ -113,4 +114,4 @@ rm -rf "$DIR"
 mv "$NEW" "$DIR"
 trap - EXIT
 echo "wheelhouse: $(grep -c -- --hash "$DIR/requirements.lock") wheels, $(du -sh "$DIR" | cut -f1)" >&2
-cat "$DIR/PYTHON"
+echo "$(cat "$DIR/PYTHON") $(sha256sum "$DIR/requirements.lock" | cut -d' ' -f1)"

@@ -31,7 +31,9 @@ case "$1" in
     if [ "${2:-}" = --format ]; then
       if [ "${FAKE_NVIDIA:-0}" = 1 ]; then echo '{"nvidia":{},"runc":{}}'; else echo '{"runc":{}}'; fi
     fi ;;
-  image) [ "${FAKE_IMAGE:-present}" = present ] || exit 1 ;;
+  image)
+    [ "${FAKE_IMAGE:-present}" = present ] || exit 1
+    case "$*" in *Labels*) echo "${FAKE_LABEL:-}" ;; esac ;;
 esac
 exit 0
 """
@@ -39,7 +41,7 @@ exit 0
 # stands in for images/wheelhouse.sh: prints the Python version the wheels are for
 FAKE_WHEELHOUSE = """#!/usr/bin/env bash
 echo "wheelhouse $*" >> "$FAKE_LOG"
-echo 3.12
+echo 3.12 0123abcd
 """
 
 
@@ -86,27 +88,31 @@ def last(calls, verb):
 
 
 def test_build_command_lines(fake):
-    """The wheelhouse of the flavour first, then a build on the host network only."""
+    """The flavour's wheelhouse, made into an image of its own, then the build: host network only here."""
     proc, calls = fake("build")
     assert proc.returncode == 0, proc.stderr
-    assert calls[-2:] == [
+    assert [c for c in calls if c.split()[0] in ("wheelhouse", "build")] == [
         "wheelhouse cuda12",
-        "build --network host -f images/cuda.Dockerfile --build-arg CUDA_MAJOR=12 -t puffer-bench:cuda12 .",
+        "build -q --label puffer-bench.lock=0123abcd -t puffer-bench-wheels:cuda12 -f - images/wheelhouse/cuda12",
+        "build --network host -f images/cuda.Dockerfile --build-arg CUDA_MAJOR=12 "
+        "--build-arg WHEELS=puffer-bench-wheels:cuda12 -t puffer-bench:cuda12 .",
     ]
     _, calls = fake("build", "--cuda", "13", "--base", "python:3.12-slim")
-    assert calls[-2:] == [
-        "wheelhouse cuda13",
+    assert last(calls, "build") == (
         "build --network host -f images/cuda.Dockerfile --build-arg CUDA_MAJOR=13 "
-        "--build-arg BASE=python:3.12-slim -t puffer-bench:cuda13 .",
-    ]
+        "--build-arg WHEELS=puffer-bench-wheels:cuda13 --build-arg BASE=python:3.12-slim -t puffer-bench:cuda13 ."
+    )
     # the CPU image's default base is the slim Python image of the wheelhouse's Python
     _, calls = fake("build", "--cpu", "--tag", "me/pb:dev")
-    assert calls[-2:] == [
-        "wheelhouse cpu",
-        "build --network host -f images/cpu.Dockerfile --build-arg BASE=python:3.12-slim -t me/pb:dev .",
-    ]
+    assert last(calls, "build") == (
+        "build --network host -f images/cpu.Dockerfile --build-arg WHEELS=puffer-bench-wheels:cpu "
+        "--build-arg BASE=python:3.12-slim -t me/pb:dev ."
+    )
     _, calls = fake("build", "--cpu", "--base=local/debian:12")
     assert last(calls, "build").endswith("--build-arg BASE=local/debian:12 -t puffer-bench:cpu .")
+    # a wheels image made from the same lock is kept
+    _, calls = fake("build", "--cpu", FAKE_LABEL="0123abcd")
+    assert [c for c in calls if c.startswith("build")] == [last(calls, "build")]
 
 
 def test_a_failed_wheelhouse_stops_the_build(fake, tmp_path):
