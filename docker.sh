@@ -211,8 +211,9 @@ cmd_test() {
     else
         echo "docker.sh: no NVIDIA container runtime: GPU tests (marked gpu) will be reported skipped" >&2
     fi
-    # as the image's user (not root), in the image's source tree, importing the installed package
-    "$DOCKER" run "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" --entrypoint python "$IMG" -m pytest -rs "${ARGS[@]}"
+    # as the image's user (not root), in the image's source tree, importing the installed package;
+    # exec: a signal to docker.sh reaches docker run, which hands it to the container
+    exec "$DOCKER" run "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" --entrypoint python "$IMG" -m pytest -rs "${ARGS[@]}"
 }
 
 results_dir() {
@@ -227,7 +228,7 @@ cmd_bench() {
     results=$(results_dir)
     [ -w "$results" ] || die "the results folder $results is not writable"
     # as the host user, so the reports on the host are yours
-    "$DOCKER" run "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" --user "$(id -u):$(id -g)" -v "$results:/opt/puffer-bench/results" \
+    exec "$DOCKER" run "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" --user "$(id -u):$(id -g)" -v "$results:/opt/puffer-bench/results" \
         "$IMG" run --out results "${ARGS[@]}"
 }
 
@@ -237,9 +238,9 @@ cmd_shell() {
     results=$(results_dir)
     [ -t 0 ] && [ -t 1 ] && tty=(-it)
     if [ ${#ARGS[@]} -eq 0 ]; then
-        "$DOCKER" run "${RUN_ARGS[@]}" "${tty[@]}" "${GPU_ARGS[@]}" -v "$results:/opt/puffer-bench/results" --entrypoint bash "$IMG"
+        exec "$DOCKER" run "${RUN_ARGS[@]}" "${tty[@]}" "${GPU_ARGS[@]}" -v "$results:/opt/puffer-bench/results" --entrypoint bash "$IMG"
     else
-        "$DOCKER" run "${RUN_ARGS[@]}" "${tty[@]}" "${GPU_ARGS[@]}" -v "$results:/opt/puffer-bench/results" --entrypoint "${ARGS[0]}" "$IMG" "${ARGS[@]:1}"
+        exec "$DOCKER" run "${RUN_ARGS[@]}" "${tty[@]}" "${GPU_ARGS[@]}" -v "$results:/opt/puffer-bench/results" --entrypoint "${ARGS[0]}" "$IMG" "${ARGS[@]:1}"
     fi
 }
 

@@ -27,6 +27,7 @@ IMAGE=puffer-bench:cpu
 OWN=""      # folder of the daemon this script started
 DOCKERD=""  # its pid
 RESULTS=""  # the bench's results folder on the host
+STEP=""     # pid of the step running now
 
 say() { echo "docker-test: $*" >&2; }
 die() {
@@ -60,7 +61,8 @@ stop_daemon() {
 
 cleanup() {
     local rc=$?
-    trap - EXIT INT TERM
+    trap - EXIT INT TERM HUP
+    [ -z "$STEP" ] || kill -TERM "$STEP" 2>/dev/null || true
     [ -z "$RESULTS" ] || rm -rf "$RESULTS"
     [ -z "$OWN" ] || stop_daemon
     exit "$rc"
@@ -68,6 +70,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 apt_install() {
     # install packages without letting their scripts start services (a default dockerd would
@@ -89,7 +92,9 @@ apt_install() {
 
 start_daemon() {
     OWN=$(mktemp -d /var/tmp/pbdock.XXXXXX)
-    dockerd --host "unix://$OWN/docker.sock" --data-root "$OWN/root" --exec-root "$OWN/exec" \
+    # in a session of its own: a Ctrl-C or a CI timeout signals this script, which stops the daemon
+    # in order (cleanup), rather than the daemon directly
+    setsid dockerd --host "unix://$OWN/docker.sock" --data-root "$OWN/root" --exec-root "$OWN/exec" \
         --pidfile "$OWN/dockerd.pid" --bridge=none --iptables=false --ip-masq=false >"$OWN/dockerd.log" 2>&1 &
     DOCKERD=$!
     export DOCKER_HOST="unix://$OWN/docker.sock"
@@ -109,10 +114,14 @@ minutes() {
 }
 
 timed() {
-    # timed LABEL CMD...: run CMD, then say how long it took
+    # timed LABEL CMD...: run CMD, then say how long it took. CMD runs in the background so that a
+    # SIGTERM to this script is handled at once (bash runs traps only between foreground commands).
     local label=$1 start=$SECONDS
     shift
-    "$@"
+    "$@" &
+    STEP=$!
+    wait "$STEP"
+    STEP=""
     say "$label took $(minutes $((SECONDS - start)))"
 }
 
