@@ -7,13 +7,13 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH       ?= torch==2.13.0
-EXTRAS      ?= dev,ray
+EXTRAS      ?= dev,ray,docker
 SYSTEM_SITE ?= 0
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 SOURCES     := pyproject.toml setup.py $(wildcard envs/*.c envs/*.h)
 
-.PHONY: bench test lint install clean env-debug readme-results kernels-check
+.PHONY: bench test lint install clean env-debug readme-results kernels-check docker-test
 
 $(PY):
 	$(PYTHON) -m venv $(if $(filter 1,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
@@ -44,7 +44,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check appliance tests
 	$(VENV)/bin/lint-imports   # the layer contracts in pyproject.toml (docs/architecture.md)
 	$(VENV)/bin/hadolint --config .hadolint.yaml images/cuda.Dockerfile images/cpu.Dockerfile
-	$(VENV)/bin/shellcheck docker.sh .ci/run
+	$(VENV)/bin/shellcheck docker.sh .ci/run images/*.sh
+
+# The CPU image built and run for real: the test suite and the quick bench inside it, the report
+# checked on the host, the tests marked docker against the daemon. Uses a reachable daemon or, as
+# root, starts its own (removed afterwards); skips in one line where Docker cannot be had.
+docker-test: $(STAMP)
+	PYTHON=$(PY) TORCH='$(TORCH)' TORCH_INDEX= images/docker-test.sh
 
 # Compile every kernels/*.cu for sm_80/86/89/90 with NVRTC (no GPU or driver needed), print registers per
 # kernel, fail on a compile error, a register spill or a limit in appliance/gpu/warm.py. Its Python

@@ -8,8 +8,12 @@ usage() {
 Usage: ./docker.sh VERB [options] [-- args]
 
 Verbs:
-  build [--cpu] [--cuda 12|13] [--tag T]   build images/cuda.Dockerfile (default: CUDA 12) or,
-                                           with --cpu, images/cpu.Dockerfile
+  build [--cpu] [--cuda 12|13] [--tag T] [--base IMAGE]
+                                           build images/cuda.Dockerfile (default: CUDA 12) or,
+                                           with --cpu, images/cpu.Dockerfile. First fills
+                                           images/wheelhouse/FLAVOUR on the host (needs python3
+                                           with pip; images/wheelhouse.sh): the image installs only
+                                           those wheels, checked against their sha256 lock.
   test  [--cpu] [--cuda N] [--tag T]       run the project's tests in the image; with an NVIDIA
                                            container runtime the GPU is passed in (--gpus all) and
                                            the GPU tests run, otherwise they are reported skipped
@@ -17,16 +21,27 @@ Verbs:
                                            puffer-bench run ARGS in the image (e.g. --suite full
                                            --gpu h100); ./results is mounted so reports land on
                                            the host. The CUDA image needs the NVIDIA runtime.
-  shell [--cpu] [--cuda N] [--tag T]       an interactive shell in the image
+  shell [--cpu] [--cuda N] [--tag T] [-- CMD...]
+                                           an interactive shell in the image, or with -- CMD, run
+                                           CMD there (e.g. -- puffer-bench info; -- bash -c '...')
   push  [--cpu] [--cuda N] [--tag T]       docker push the image (give --tag REGISTRY/NAME:TAG)
 
 Options:
   --cpu        the CPU-only image (puffer-bench:cpu)
   --cuda N     CUDA major of the GPU image: 12 (default, widest driver support) or 13
   --tag T      image name instead of puffer-bench:cuda12 / :cuda13 / :cpu
+  --base IMAGE base image to build on (build only; default python:X.Y-slim for the wheelhouse's
+               Python for --cpu, the Dockerfile's CUDA base otherwise; images/debian-base.sh
+               makes a local one where no registry can be reached)
   -h, --help   this text
 
-Environment: DOCKER (docker executable, default: docker).
+Containers run under an init (--init: docker stop's SIGTERM reaches puffer-bench), without network
+(--network none; builds use the host's network for apt), with a /dev/shm sized for multiprocessing.
+
+Environment: DOCKER (docker executable, default: docker); RESULTS (host folder mounted as the
+image's results/, default ./results); SHM_SIZE (--shm-size, default half the host's RAM, else 2g);
+PYTHON, PYTHON_VERSION, TORCH, TORCH_INDEX (the wheelhouse: see images/wheelhouse.sh);
+WHEELHOUSE (the script that makes it, default images/wheelhouse.sh).
 EOF
 }
 
@@ -39,10 +54,12 @@ DOCKER=${DOCKER:-docker}
 CPU=0
 CUDA=12
 TAG=""
+BASE=""
 VERB=""
 ARGS=()
 IMG=""
 GPU_ARGS=()
+RUN_ARGS=()
 
 parse() {
     while [ $# -gt 0 ]; do
@@ -64,6 +81,12 @@ parse() {
                 shift
                 ;;
             --tag=*) TAG=${1#--tag=} ;;
+            --base)
+                [ $# -ge 2 ] || die "--base needs an image, e.g. --base python:3.11-slim"
+                BASE=$2
+                shift
+                ;;
+            --base=*) BASE=${1#--base=} ;;
             --)
                 shift
                 ARGS+=("$@")
@@ -91,6 +114,26 @@ build_hint() {
     [ "$CPU" = 0 ] && [ "$CUDA" != 12 ] && flags=" --cuda $CUDA"
     [ -n "$TAG" ] && flags="$flags --tag $TAG"
     echo "./docker.sh build$flags"
+}
+
+flavour() {
+    if [ "$CPU" = 1 ]; then echo cpu; else echo "cuda$CUDA"; fi
+}
+
+shm_size() {
+    # /dev/shm holds the multiprocessing backend's shared buffers; Docker's default is 64 MB
+    if [ -n "${SHM_SIZE:-}" ]; then
+        echo "$SHM_SIZE"
+    elif [ -r /proc/meminfo ]; then
+        awk '/^MemTotal:/ { printf "%dm\n", $2 / 2048 }' /proc/meminfo
+    else
+        echo 2g
+    fi
+}
+
+# what every container gets: an init as PID 1, no network, room in /dev/shm
+run_args() {
+    RUN_ARGS=(--rm --init --network none --shm-size "$(shm_size)")
 }
 
 need_docker() {
@@ -126,25 +169,37 @@ prepare() {
     IMG=$(image)
     need_image "$IMG"
     set_gpu_args "${1:-}"
+    run_args
 }
 
 cmd_build() {
-    [ ${#ARGS[@]} -eq 0 ] || die "build takes no arguments besides --cpu, --cuda, --tag (got: ${ARGS[*]})"
+    [ ${#ARGS[@]} -eq 0 ] || die "build takes no arguments besides --cpu, --cuda, --tag, --base (got: ${ARGS[*]})"
     local dockerfile=images/cuda.Dockerfile
     local build_args=()
     if [ "$CPU" = 1 ]; then
         dockerfile=images/cpu.Dockerfile
     else
-        case "$CUDA" in
-            12) build_args=(--build-arg CUDA_MAJOR=12 --build-arg CUDA_VERSION=12.8.1
-                --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128) ;;
-            13) build_args=(--build-arg CUDA_MAJOR=13 --build-arg CUDA_VERSION=13.0.1
-                --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu130) ;;
-            *) die "--cuda must be 12 or 13, got '$CUDA'" ;;
-        esac
+        build_args=(--build-arg "CUDA_MAJOR=$CUDA")
     fi
     need_docker
-    "$DOCKER" build -f "$dockerfile" "${build_args[@]}" -t "$(image)" .
+    local made python lock wheels wheels_image
+    wheels=images/wheelhouse/$(flavour)
+    wheels_image=puffer-bench-wheels:$(flavour)
+    made=$("${WHEELHOUSE:-images/wheelhouse.sh}" "$(flavour)") || die "the wheelhouse $wheels could not be made (see above)"
+    read -r python lock <<<"$made"
+    # the wheels as an image of their own (its context is the wheelhouse alone), which the Dockerfile
+    # copies them from: the project's build context stays small, with no other flavour's wheels in it
+    if [ "$("$DOCKER" image inspect --format '{{ index .Config.Labels "puffer-bench.lock" }}' "$wheels_image" 2>/dev/null)" != "$lock" ]; then
+        printf 'FROM scratch\nCOPY . /wheels\n' |
+            "$DOCKER" build -q --label "puffer-bench.lock=$lock" -t "$wheels_image" -f - "$wheels" >/dev/null
+    fi
+    build_args+=(--build-arg "WHEELS=$wheels_image")
+    if [ -z "$BASE" ] && [ "$CPU" = 1 ]; then
+        BASE=python:$python-slim
+    fi
+    [ -z "$BASE" ] || build_args+=(--build-arg "BASE=$BASE")
+    # host networking for the build only: apt-get in RUN steps; the images' containers get none
+    "$DOCKER" build --network host -f "$dockerfile" "${build_args[@]}" -t "$(image)" .
 }
 
 cmd_test() {
@@ -156,19 +211,37 @@ cmd_test() {
     else
         echo "docker.sh: no NVIDIA container runtime: GPU tests (marked gpu) will be reported skipped" >&2
     fi
-    "$DOCKER" run --rm "${GPU_ARGS[@]}" --entrypoint python "$IMG" -m pytest -rs "${ARGS[@]}"
+    # as the image's user (not root), in the image's source tree, importing the installed package;
+    # exec: a signal to docker.sh reaches docker run, which hands it to the container
+    exec "$DOCKER" run "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" --entrypoint python "$IMG" -m pytest -rs "${ARGS[@]}"
+}
+
+results_dir() {
+    local dir=${RESULTS:-results}
+    mkdir -p "$dir" || die "cannot create the results folder $dir"
+    (cd "$dir" && pwd)
 }
 
 cmd_bench() {
     prepare required
-    mkdir -p results
-    "$DOCKER" run --rm "${GPU_ARGS[@]}" --user "$(id -u):$(id -g)" -v "$PWD/results:/opt/puffer-bench/results" \
+    local results
+    results=$(results_dir)
+    [ -w "$results" ] || die "the results folder $results is not writable"
+    # as the host user, so the reports on the host are yours
+    exec "$DOCKER" run "${RUN_ARGS[@]}" "${GPU_ARGS[@]}" --user "$(id -u):$(id -g)" -v "$results:/opt/puffer-bench/results" \
         "$IMG" run --out results "${ARGS[@]}"
 }
 
 cmd_shell() {
     prepare
-    "$DOCKER" run --rm -it "${GPU_ARGS[@]}" -v "$PWD/results:/opt/puffer-bench/results" --entrypoint bash "$IMG" "${ARGS[@]}"
+    local results tty=()
+    results=$(results_dir)
+    [ -t 0 ] && [ -t 1 ] && tty=(-it)
+    if [ ${#ARGS[@]} -eq 0 ]; then
+        exec "$DOCKER" run "${RUN_ARGS[@]}" "${tty[@]}" "${GPU_ARGS[@]}" -v "$results:/opt/puffer-bench/results" --entrypoint bash "$IMG"
+    else
+        exec "$DOCKER" run "${RUN_ARGS[@]}" "${tty[@]}" "${GPU_ARGS[@]}" -v "$results:/opt/puffer-bench/results" --entrypoint "${ARGS[0]}" "$IMG" "${ARGS[@]:1}"
+    fi
 }
 
 cmd_push() {

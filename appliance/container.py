@@ -2,8 +2,9 @@
 
 Uses the Docker SDK for Python (the ``docker`` extra). The host's results folder is mounted at the
 image's ``results/`` and the container runs as the host user, so reports land on the host owned by
-you; the GPU is passed through (``--gpus all``) when Docker has the NVIDIA runtime. ``docker.sh``
-does the same from plain shell for hosts without Python.
+you; the GPU is passed through (``--gpus all``) when Docker has the NVIDIA runtime. Like ``docker.sh``
+(which does the same from plain shell for hosts without Python) the container gets an init (SIGTERM
+reaches puffer-bench), no network, and a /dev/shm of half the host's RAM for multiprocessing.
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ def _client() -> Any:
             f"the Docker daemon is not reachable ({type(e).__name__}: {e}); is it running?"
         ) from None
     return client
+
+
+def shm_size() -> int:
+    """Bytes of /dev/shm for the container: half the host's RAM (Docker's default is 64 MB)."""
+    import psutil
+
+    return psutil.virtual_memory().total // 2
 
 
 def has_nvidia_runtime(client: Any) -> bool:
@@ -111,6 +119,9 @@ def run_in_container(image: str, args: list[str], results: Path, client: Any = N
         image,
         command,
         detach=True,
+        init=True,
+        network_mode="none",
+        shm_size=shm_size(),
         user=f"{os.getuid()}:{os.getgid()}",
         volumes={str(results): {"bind": f"{WORKDIR}/results", "mode": "rw"}},
         device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None,

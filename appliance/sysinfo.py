@@ -566,6 +566,31 @@ def gpu_info(nvml: Any | None = None) -> tuple[list[dict[str, Any]], str | None,
             nvml.nvmlShutdown()
 
 
+# Set by the Docker images (images/*.Dockerfile) to the lock of the wheelhouse they were built from.
+WHEELS_ENV = "PUFFER_BENCH_WHEELS"
+
+
+def image_wheels(path: str | None = None) -> dict[str, Any] | None:
+    """The wheels a Docker image was built from (``$PUFFER_BENCH_WHEELS``, made by images/wheelhouse.sh).
+
+    ``None`` outside such an image. Otherwise the lock file, its sha256 (one hash naming the whole
+    set) and each wheel as ``name==version`` -> sha256; ``error`` instead if the file is unreadable.
+    """
+    path = path or os.environ.get(WHEELS_ENV)
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        return {"lock": path, "error": f"{type(e).__name__}: {e}"}
+    wheels = {}
+    for line in text.splitlines():
+        requirement, _, digest = line.split("#", 1)[0].partition("--hash=sha256:")
+        if requirement.strip():
+            wheels[requirement.strip()] = digest.strip() or None
+    return {"lock": path, "sha256": hashlib.sha256(text.encode()).hexdigest(), "wheels": wheels}
+
+
 def fingerprint(
     nvml: Any | None = None, calibration: bool = True, root: Path = ROOT, pycpu: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -620,6 +645,7 @@ def fingerprint(
         "cuda_available": torch_info.get("cuda_available", False),
         "gpus": gpus,
         "gpu_error": gpu_error,
+        "image": image_wheels(),
     }
 
 
@@ -650,6 +676,10 @@ def summary(fp: dict[str, Any]) -> list[tuple[str, str]]:
         ("git", f"{git['commit'][:12]}{' (dirty)' if git['dirty'] else ''}" if git else "- (not a checkout)"),
         ("host", fp["host_hash"]),
     ]
+    image = fp.get("image")
+    if image:  # inside a puffer-bench Docker image: the locked wheels it was built from
+        wheels = image.get("error") or f"{len(image['wheels'])} locked, sha256 {image['sha256'][:12]}"
+        rows.append(("image wheels", f"{wheels} ({image['lock']})"))
     for gpu in fp["gpus"]:
         link = f"PCIe gen{gpu['pcie_gen']} x{gpu['pcie_width']} (max gen{gpu['pcie_max_gen']} x{gpu['pcie_max_width']})"
         rows.append(

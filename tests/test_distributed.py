@@ -18,7 +18,7 @@ import torch
 
 from appliance import vector
 from appliance.config import resolve
-from appliance.train import distributed
+from appliance.train import checkpoint, distributed
 from appliance.train.trainer import Trainer
 
 PUFFER = [str(Path(sys.executable).parent / "puffer-bench")]
@@ -187,7 +187,7 @@ def _perf(run_dir: Path) -> list[float]:
 
 @pytest.mark.slow
 def test_two_ranks_learn_squared_and_resume(tmp_path):
-    proc = _train(tmp_path, "dp", "--train.total-timesteps", "60000", "--train.checkpoint-interval", "50")
+    proc = _train(tmp_path, "dp", "--train.total-timesteps", "120000", "--train.checkpoint-interval", "50")
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
     assert re.search(r"on 2 ranks \([\d,]+ SPS; per rank [\d,]+, [\d,]+\)", out), out
@@ -195,14 +195,14 @@ def test_two_ranks_learn_squared_and_resume(tmp_path):
     last = json.loads((tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["sps/rank0"] > 0 and last["sps/rank1"] > 0 and last["time/allreduce"] > 0
     assert len(perf) >= 5 and np.mean(perf[-3:]) >= 0.9 > _random_perf() + 0.3, perf
-    state = torch.load(tmp_path / "dp" / "trainer_state.pt", weights_only=False)
-    assert state["global_step"] >= 60000  # the steps of both ranks
+    state = checkpoint.read(tmp_path / "dp" / checkpoint.MODEL)
+    assert state["global_step"] >= 120000  # the steps of both ranks
     # --resume: every rank starts from the checkpoint and the run goes on to the new total
-    proc = _train(tmp_path, "dp", "--resume", "dp", "--train.total-timesteps", "70000")
+    proc = _train(tmp_path, "dp", "--resume", "dp", "--train.total-timesteps", "130000")
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
-    resumed = torch.load(tmp_path / "dp" / "trainer_state.pt", weights_only=False)
-    assert resumed["global_step"] >= 70000 and resumed["epoch"] > state["epoch"]
+    resumed = checkpoint.read(tmp_path / "dp" / checkpoint.MODEL)
+    assert resumed["global_step"] >= 130000 and resumed["epoch"] > state["epoch"]
     assert np.mean(_perf(tmp_path / "dp")[-2:]) >= 0.8  # resumed from the trained weights, not anew
 
 
