@@ -49,8 +49,12 @@ lint: $(STAMP)
 # The CPU image built and run for real: the test suite and the quick bench inside it, the report
 # checked on the host, the tests marked docker against the daemon. Uses a reachable daemon or, as
 # root, starts its own (removed afterwards); skips in one line where Docker cannot be had.
+# In the image it runs the tests not marked slow (DOCKER_PYTEST_ARGS; empty for all of them): the slow
+# ones (learning, distributed, fault subprocesses) already run on the host in the same CI run, and
+# running them twice would put .ci/run near CI's time limit on 2 cores.
+DOCKER_PYTEST_ARGS ?= -m 'not slow'
 docker-test: $(STAMP)
-	PYTHON=$(PY) TORCH='$(TORCH)' TORCH_INDEX= images/docker-test.sh
+	PYTHON=$(PY) TORCH='$(TORCH)' TORCH_INDEX= PYTEST_ARGS="$(DOCKER_PYTEST_ARGS)" images/docker-test.sh
 
 # Compile every kernels/*.cu for sm_80/86/89/90 with NVRTC (no GPU or driver needed), print registers per
 # kernel, fail on a compile error, a register spill or a limit in appliance/gpu/warm.py. Its Python
