@@ -68,6 +68,7 @@ DONE, INFO, ERROR = 10, 11, 12
 FLAG_STRIDE = 64  # one cache line per worker flag: no false sharing between spinning workers
 WORKER_SPIN = 20_000  # flag checks before a worker starts sleeping
 MAIN_SPIN = 2_000  # flag sweeps before the main process starts sleeping
+SPIN_S = 2e-3  # ...or this long, whichever ends first (yields can be slow on a busy machine)
 MAX_SLEEP = 1e-3  # longest idle sleep: bounds the wake-up latency after a long pause
 ERROR_GRACE = 0.5  # seconds the other workers get to finish (or fail) once one has raised
 PARENT_WATCH = 0.2  # seconds between a worker's checks that its parent lives (see _watch_parent)
@@ -553,8 +554,11 @@ class Multiprocessing(Vector):
         flags, stride = self._flags, FLAG_STRIDE
         pending, ready = list(workers), []
         sweeps, sleep = 0, 0.0
-        deadline = None
         began = time.perf_counter()
+        # the clock starts now, not after the spin: on a loaded machine each sched_yield can give the
+        # core away for a whole time slice, so MAIN_SPIN yields alone may take seconds
+        deadline = time.monotonic() + (self.recv_timeout if timeout is None else timeout)
+        spin_until = time.monotonic() + SPIN_S
         # Fast path for slow steps: when recent waits were long, sleep through most of the expected wait
         # instead of spinning, so the main process leaves the cores to the workers.
         if self._oversubscribed and self._wait_ema > 3e-4 and not startup:
@@ -574,12 +578,12 @@ class Multiprocessing(Vector):
                     self._wait_ema = 0.8 * self._wait_ema + 0.2 * (time.perf_counter() - began)
                 return ready
             sweeps += 1
-            if sweeps <= MAIN_SPIN:
+            if sweeps % 64 == 0 and time.monotonic() >= spin_until:
+                sweeps = MAIN_SPIN  # spun long enough: from now on check, then sleep
+            if sweeps < MAIN_SPIN:
                 sched_yield()  # a worker waiting for this core gets it at once
             else:
                 now = time.monotonic()
-                if deadline is None:
-                    deadline = now + (self.recv_timeout if timeout is None else timeout)
                 self._check_alive()
                 if now > deadline:
                     names = ", ".join(self._worker_envs(w) for w in pending)
