@@ -311,7 +311,7 @@ def test_run_cli_errors_are_one_line(tmp_path):
 
 def test_readme_skips_partial_reports(tmp_path):
     """An interrupted suite's partial report must never become the README's figure."""
-    committed = json.loads(Path("results/cpu/2026-11-22-5bce98f73f3e.json").read_text())
+    committed = make_report({"env_sps/a/threads=1": (noisy(1e6), "higher")})
     folder = tmp_path / "cpu"
     folder.mkdir()
     complete = folder / "complete.json"
@@ -398,9 +398,10 @@ def test_compare_marks_busy_metrics_unreliable_instead_of_regressions(tmp_path):
 
 
 def test_compare_reads_the_committed_report_and_normalize_needs_calibrations(tmp_path):
-    from pathlib import Path
 
     old = Path(__file__).parent.parent / "results/cpu/2026-11-22-5bce98f73f3e.json"
+    if not old.is_file():  # the Docker image's build context leaves results/ out
+        pytest.skip(f"the committed report {old.name} is not in this tree (results/ not shipped)")
     new = json.loads(old.read_text())
     new["fingerprint"] = fingerprint(calibration=False)
     path = tmp_path / "new.json"
