@@ -190,8 +190,10 @@ cmd_build() {
     # the wheels as an image of their own (its context is the wheelhouse alone), which the Dockerfile
     # copies them from: the project's build context stays small, with no other flavour's wheels in it
     if [ "$("$DOCKER" image inspect --format '{{ index .Config.Labels "puffer-bench.lock" }}' "$wheels_image" 2>/dev/null)" != "$lock" ]; then
-        printf 'FROM scratch\nCOPY . /wheels\n' |
-            "$DOCKER" build -q --label "puffer-bench.lock=$lock" -t "$wheels_image" -f - "$wheels" >/dev/null
+        # the Dockerfile on stdin from a here-string, not a pipe: a pipe's writer can die of SIGPIPE
+        # (and pipefail end the script) when docker exits without reading it
+        "$DOCKER" build -q --label "puffer-bench.lock=$lock" -t "$wheels_image" -f - "$wheels" >/dev/null \
+            <<<$'FROM scratch\nCOPY . /wheels'
     fi
     build_args+=(--build-arg "WHEELS=$wheels_image")
     if [ -z "$BASE" ] && [ "$CPU" = 1 ]; then
