@@ -133,7 +133,7 @@ def _caches(root: Path) -> dict[str, int | None]:
     return out
 
 
-def _cgroup(root: Path) -> dict[str, Any]:
+def cgroup(root: Path = ROOT) -> dict[str, Any]:
     """CPU quota (in cores; None = unlimited) and cpuset actually granted, cgroup v2 or v1."""
     rel = "/"
     for line in (_read(root, "proc/self/cgroup") or "").splitlines():
@@ -233,7 +233,7 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
         "smt_active": None if smt_active is None else smt_active == "1",
         "numa_nodes": len(nodes) or None,
         "governor": _read(root, f"{cpufreq}/scaling_governor"),
-        "cgroup": _cgroup(root),
+        "cgroup": cgroup(root),
         "virtualization": _virtualization(root, flags),
     }
 

@@ -21,38 +21,15 @@ def _nearest_multiples(value: int, step: int, limit: int | None = None) -> list[
     return [o for o in options if limit is None or o <= limit] or [step]
 
 
-def _cgroup_cpu_limit() -> float | None:
-    """CPUs the cgroup quota allows (docker --cpus), or None when unlimited or unknown."""
-    candidates = [  # cgroup v2, then v1
-        ("/sys/fs/cgroup/cpu.max", None),
-        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"),
-    ]
-    for quota_path, period_path in candidates:
-        try:
-            with open(quota_path) as f:
-                fields = f.read().split()
-            if period_path is not None:
-                with open(period_path) as f:
-                    fields.append(f.read().strip())
-        except OSError:
-            continue
-        if len(fields) < 2 or fields[0] in ("max", "-1"):
-            return None
-        try:
-            quota, period = float(fields[0]), float(fields[1])
-        except ValueError:
-            return None
-        return quota / period if quota > 0 and period > 0 else None
-    return None
-
-
 def usable_cores() -> int:
     """Logical CPUs this process may run on at once: its affinity mask, capped by a cgroup CPU quota."""
     import math
     import os
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    limit = _cgroup_cpu_limit()
+    from appliance.sysinfo import cgroup
+
+    limit = cgroup()["quota_cores"]  # CPUs the cgroup quota allows (docker --cpus), None if unlimited
     if limit is not None:
         cpus = min(cpus, max(1, math.ceil(limit)))
     return max(1, cpus)
