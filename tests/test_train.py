@@ -381,9 +381,11 @@ def test_small_range_integer_observations_are_one_hot_encoded():
 
 
 def test_prioritized_sampling_matches_its_probabilities_and_weights():
-    """On a buffer with known |A|: segments are drawn in proportion to (sum|A| + floor)^alpha,
-    weighted by (N P)^-beta, distinct within a minibatch, and a zero-|A| segment can still be drawn."""
-    from appliance.train.trainer import PRIO_FLOOR, prioritized_sample
+    """On a buffer with known |A|: the trainer's sampler (kernels.prio_sample) draws segments in
+    proportion to (sum|A| + floor)^alpha, weighted by (N P)^-beta, distinct within a minibatch, and a
+    zero-|A| segment can still be drawn."""
+    from appliance.gpu import kernels
+    from appliance.gpu.reference import PRIO_FLOOR
 
     sums = torch.tensor([0.0, 1.0, 2.0, 4.0, 8.0, 1.0, 0.5, 3.0])
     adv = torch.zeros(8, 4)
@@ -392,23 +394,22 @@ def test_prioritized_sampling_matches_its_probabilities_and_weights():
     alpha, beta, n = 0.8, 0.4, len(sums)
     probs = (sums + PRIO_FLOOR) ** alpha
     probs = probs / probs.sum()
-    gen = torch.Generator().manual_seed(0)
     draws = 40_000
     counts = torch.zeros(n)
-    for _ in range(draws // 1000):
-        for _ in range(1000):
-            idx, weights = prioritized_sample(adv, alpha, beta, 1, gen)
-            counts[idx] += 1
+    for step in range(draws):  # one draw per minibatch step: the first pick follows P
+        idx, weights = kernels.prio_sample(adv, alpha, beta, 1, 0, step)
+        counts[idx] += 1
+        if step < 100:
             torch.testing.assert_close(weights, (n * probs[idx]) ** -beta)
     freq = counts / draws
     assert torch.allclose(freq, probs, atol=0.01), (freq, probs)
     # a full minibatch draws every segment once, the zero-|A| one included
-    idx, weights = prioritized_sample(adv, alpha, beta, n, gen)
+    idx, weights = kernels.prio_sample(adv, alpha, beta, n, 0, 1)
     assert sorted(idx.tolist()) == list(range(n))
     torch.testing.assert_close(weights, (n * probs[idx]) ** -beta)
     assert weights[idx == 0].item() > 1 > weights[idx == 4].item(), "rare segments weigh more"
     # alpha 0 is uniform sampling with weight 1
-    _, weights = prioritized_sample(adv, 0.0, beta, 4, gen)
+    _, weights = kernels.prio_sample(adv, 0.0, beta, 4, 0, 2)
     torch.testing.assert_close(weights, torch.ones(4))
 
 
