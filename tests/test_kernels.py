@@ -441,7 +441,7 @@ def test_prio_sample_first_draw_follows_the_priorities() -> None:
 
 def test_prio_sample_all_zero_is_uniform(host: Host) -> None:
     adv = torch.zeros(50, 8)
-    prio, key = _host_prio(host, adv, 0.8, 2, 3)
+    _, key = _host_prio(host, adv, 0.8, 2, 3)
     idx, weight = reference.prio_sample(adv, 0.8, 0.5, 50, 2, 3)
     assert torch.equal(idx, key.topk(50).indices)
     assert sorted(idx.tolist()) == list(range(50)), "a full draw takes every segment once"
