@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +16,7 @@ from appliance.testing import BusyEnv
 from appliance.train import Trainer, TrainingError
 from appliance.train.advantage import compute_advantages
 from appliance.train.policy import MinGRU, Policy
-from appliance.train.trainer import resolve_device
+from appliance.train.trainer import make_policy, resolve_device
 
 
 def gae_reference(values, rewards, dones, gamma, lam):
@@ -462,7 +464,7 @@ def test_gradient_accumulation_equals_the_full_batch_gradient(core):
 
 def test_muon_matches_torch_muon():
     """Our Muon (float32 Newton-Schulz on CPU) takes torch.optim.Muon's steps (bfloat16 there)."""
-    from appliance.train.trainer import Muon
+    from appliance.train.optim import Muon
 
     gen = torch.Generator().manual_seed(0)
     for shape in ((32, 96), (96, 32)):
@@ -479,6 +481,44 @@ def test_muon_matches_torch_muon():
             step, ref_step = ours.detach() - start, ref.detach() - start
             assert (step - ref_step).norm() < 0.05 * ref_step.norm()
             ref.data.copy_(ours.data)
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "adam"])
+def test_graph_safe_optimizers_take_the_same_steps(optimizer):
+    """The graph-safe optimizers (learning rate a device tensor that set_lr fills in place, Muon on
+    torch ops only) take the very steps of the plain ones, learning-rate annealing included; and the
+    graph-safe Muon still matches torch.optim.Muon."""
+    from appliance.train.optim import Muon, make_optimizer, set_lr
+
+    cfg = small_config("squared", "--train.optimizer", optimizer)
+    vec = vector.make_from_config(cfg)
+    try:
+        policy = make_policy(cfg, vec)
+    finally:
+        vec.close()
+    twin = copy.deepcopy(policy)
+    plain, safe = make_optimizer(policy, cfg.train), make_optimizer(twin, cfg.train, graph_safe=True)
+    assert all(isinstance(g["lr"], torch.Tensor) for g in safe.param_groups)
+    gen = torch.Generator().manual_seed(1)
+    for scale in (1.0, 0.7, 0.2):
+        assert set_lr(plain, scale) == set_lr(safe, scale)
+        for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
+            p.grad = torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        plain.step()
+        safe.step()
+    for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
+    ours = torch.nn.Parameter(torch.randn(32, 96, generator=gen))
+    ref = torch.nn.Parameter(ours.detach().clone())
+    opt = Muon([ours], lr=torch.tensor(0.02))
+    ref_opt = torch.optim.Muon([ref], lr=0.02, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
+    grad = torch.randn(32, 96, generator=gen)
+    ours.grad, ref.grad = grad.clone(), grad.clone()
+    start = ours.detach().clone()
+    opt.step()
+    ref_opt.step()
+    assert (ours.detach() - ref.detach()).norm() < 0.05 * (ref.detach() - start).norm()
 
 
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])

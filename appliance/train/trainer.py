@@ -34,6 +34,7 @@ from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError, DeviceError
 from appliance.gpu import kernels, reference
 from appliance.train import checkpoint
+from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State
 from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
@@ -66,90 +67,6 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         encoder=p.encoder,
         obs_codec=getattr(vec, "obs_codec", None),
     )
-
-
-class MultiOptimizer:
-    """Several optimizers stepped as one (Muon for hidden 2-D weights, Adam for the rest)."""
-
-    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        self.optimizers = optimizers
-        self.param_groups = [g for o in optimizers for g in o.param_groups]
-        for g in self.param_groups:
-            g.setdefault("initial_lr", g["lr"])
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for o in self.optimizers:
-            o.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        for o in self.optimizers:
-            o.step()
-
-    def state_dict(self) -> list[dict[str, Any]]:
-        return [o.state_dict() for o in self.optimizers]
-
-    def load_state_dict(self, states: list[dict[str, Any]]) -> None:
-        for o, s in zip(self.optimizers, states, strict=True):
-            o.load_state_dict(s)
-
-
-def make_optimizer(policy: Policy, hp: Any) -> MultiOptimizer:
-    adam_kwargs = {"lr": hp.learning_rate, "betas": (hp.adam_beta1, hp.adam_beta2), "eps": hp.adam_eps}
-    if hp.optimizer == "adam":
-        return MultiOptimizer([torch.optim.Adam(policy.parameters(), **adam_kwargs)])
-    heads = {id(p) for p in (*policy.decoder.parameters(), *policy.value.parameters())}
-    seen: set[int] = set()
-    matrices, others = [], []
-    for p in policy.parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        (matrices if p.ndim == 2 and id(p) not in heads else others).append(p)
-    opts: list[torch.optim.Optimizer] = [torch.optim.Adam(others, **adam_kwargs)]
-    if matrices:
-        opts.append(Muon(matrices, lr=hp.learning_rate))
-    return MultiOptimizer(opts)
-
-
-class Muon(torch.optim.Optimizer):
-    """Muon for 2-D weights: Nesterov momentum, then the update orthogonalized by 5 Newton-Schulz
-    steps, scaled to AdamW's update RMS (``lr * 0.2 * sqrt(max(A, B))``), no weight decay.
-
-    The same update as ``torch.optim.Muon(adjust_lr_fn="match_rms_adamw", weight_decay=0)``, but
-    the Newton-Schulz matmuls run in bfloat16 only on CUDA: on a CPU without bf16 units torch's
-    bf16 iteration made an optimizer step cost more than the whole rest of the update.
-    """
-
-    COEFFICIENTS = (3.4445, -4.7750, 2.0315)
-
-    def __init__(self, params: Any, lr: float, momentum: float = 0.95, steps: int = 5) -> None:
-        super().__init__(params, {"lr": lr, "momentum": momentum, "steps": steps})
-
-    @torch.no_grad()
-    def step(self) -> None:  # type: ignore[override]
-        a, b, c = self.COEFFICIENTS
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                buf = state["momentum_buffer"]
-                buf.lerp_(p.grad, 1 - group["momentum"])
-                update = p.grad.lerp(buf, group["momentum"])
-                x = update.to(torch.bfloat16 if p.is_cuda else torch.float32)
-                tall = x.size(0) > x.size(1)
-                if tall:
-                    x = x.T
-                x = x / x.norm().clamp_min(1e-7)
-                for _ in range(group["steps"]):
-                    gram = x @ x.T
-                    x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-                if tall:
-                    x = x.T
-                scale = 0.2 * math.sqrt(max(p.shape[0], p.shape[1]))
-                p.add_(x.to(p.dtype), alpha=-group["lr"] * scale)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -384,8 +301,7 @@ class Trainer:
         hp, b = self.hp, self.rollout
         progress = min(1.0, self.global_step / max(1, hp.total_timesteps))
         lr_scale = 0.5 * (1 + math.cos(math.pi * progress)) if hp.anneal_lr else 1.0
-        for g in self.optimizer.param_groups:
-            g["lr"] = g["initial_lr"] * lr_scale
+        lr = set_lr(self.optimizer, lr_scale)
         beta = hp.prio_beta0 + (1 - hp.prio_beta0) * progress
         sums: dict[str, float] = {}
         minibatches = hp.update_epochs * self.segments // self.mb_segments
@@ -429,7 +345,7 @@ class Trainer:
             sums["explained_variance"] = (
                 float(1 - (returns - b.values).var() / var) if var > 0 else float("nan")
             )
-            sums["learning_rate"] = self.optimizer.param_groups[0]["lr"]
+            sums["learning_rate"] = lr
         self.epoch += 1
         self.losses = sums
         return sums
