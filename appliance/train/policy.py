@@ -15,6 +15,7 @@ reproduces the rollout's exactly (ratios start at 1).
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -298,3 +299,22 @@ class Policy(nn.Module):
         logprob = sum(d.log_prob(action[..., i]) for i, d in enumerate(dist))
         entropy = sum(d.entropy() for d in dist)
         return logprob, entropy
+
+
+def inference_copy(policy: Policy, dtype: torch.dtype) -> Policy:
+    """A copy of ``policy`` in ``dtype`` (bfloat16 rollout weights beside float32 master weights),
+    weights shared within it as in the original (the LSTM cell's are the LSTM's), no gradients."""
+    twin = copy.deepcopy(policy).to(dtype)
+    twin.requires_grad_(False)
+    return twin
+
+
+@torch.no_grad()
+def copy_weights(dst: Policy, src: Policy) -> None:
+    """``dst``'s parameters and buffers from ``src`` (cast to ``dst``'s dtypes), in place: a captured
+    graph or a compiled function that reads ``dst`` sees the new values."""
+    pairs = [
+        *zip(dst.parameters(), src.parameters(), strict=True),
+        *zip(dst.buffers(), src.buffers(), strict=True),
+    ]
+    torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])

@@ -36,7 +36,7 @@ from appliance.gpu import kernels
 from appliance.train import checkpoint
 from appliance.train.graphs import GRAD_NORM, IMPORTANCE, LOSS_TERMS, NONFINITE, EpochScalars, MinibatchGraph
 from appliance.train.optim import make_optimizer, set_lr
-from appliance.train.policy import Policy, State
+from appliance.train.policy import Policy, State, copy_weights, inference_copy
 from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
 
@@ -154,7 +154,11 @@ class Trainer:
         self.generator = torch.Generator(device="cpu").manual_seed(hp.seed)
         self.policy = (policy or make_policy(config, vec)).to(self.device)
         self.amp = self.device.type == "cuda" and hp.precision == "bfloat16"
-        self.forward_step = torch.compile(self.policy.step) if hp.compile else self.policy.step
+        # bfloat16: the rollout steps a bfloat16 copy of the weights (refreshed before each rollout);
+        # the update trains the float32 master weights under bf16 autocast
+        self.rollout_policy = inference_copy(self.policy, torch.bfloat16) if self.amp else self.policy
+        step = self.rollout_policy.step
+        self.forward_step = torch.compile(step) if hp.compile else step
         self.forward_sequence = torch.compile(self.policy.sequence) if hp.compile else self.policy.sequence
 
         n, horizon = vec.num_agents, hp.bptt_horizon
@@ -231,6 +235,8 @@ class Trainer:
         """Step the envs until every segment row holds ``horizon`` steps: recv -> forward -> write -> send."""
         rollout = self.rollout
         rollout.reset()
+        if self.rollout_policy is not self.policy:
+            copy_weights(self.rollout_policy, self.policy)
         with self.timings.phase("evaluate"):
             while not rollout.full:
                 with self.timings("env"):
