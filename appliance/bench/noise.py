@@ -5,7 +5,14 @@ A background thread samples, every ``INTERVAL`` seconds during each measurement:
 * ``others_cores``: CPU time used by processes outside this process tree, in cores (system busy
   time from ``/proc/stat`` minus this process and its children, from psutil);
 * ``steal_cores``: time the hypervisor gave our virtual CPUs to someone else (``/proc/stat`` steal);
-* on GPUs (NVML): compute processes of others on the GPUs and the clock-throttle reasons.
+* on GPUs (NVML): compute processes of others on the GPUs and the clock-throttle reasons;
+
+and, before and after each measurement, a speed check (the fingerprint's calibration loops, median
+of three runs, about 0.2 s): how fast this CPU runs a fixed integer loop, a float loop and a memory copy
+right then. A machine can be slowed where /proc cannot see it (other virtual machines on the same
+host sharing its caches and memory bandwidth; no steal is reported for that), and the speed check
+is what shows it: :func:`finish` flags a step whose checks ran below ``SLOW_RATIO`` of the run's
+best as busy too.
 
 Each measurement step keeps its readings (``report["noise"]["steps"]``) and every metric the step
 produced gets a summary (``metric["noise"]``) with ``busy: true`` and the reasons when the mean
@@ -43,6 +50,7 @@ def thresholds(cores: int | None = None) -> tuple[float, float]:
     return max(OTHERS_BUSY_CORES, OTHERS_BUSY_SHARE * cores), max(STEAL_BUSY_CORES, STEAL_BUSY_SHARE * cores)
 
 
+SLOW_RATIO = 0.85  # a step whose speed check ran below this share of the run's best counts as slowed
 DEFAULT_CV = 0.03  # repeats of a headline figure should agree within this CV unless the suite says otherwise
 QUIET_WINDOW = 3.0  # seconds of quiet that --wait-quiet asks for
 
@@ -244,19 +252,81 @@ def summarize(readings: list[dict[str, Any]], cores: int | None = None) -> dict[
     return out
 
 
+SPEED_KEYS = ("int_mops", "float_gflops", "copy_gbs")
+
+
+SPEED_RUNS = 3  # medians of 3 runs (about 0.2 s): single runs scatter too much to flag a step
+
+
+def speed_check() -> dict[str, float]:
+    """The fingerprint's calibration loops (sysinfo.calibrate), median of SPEED_RUNS: this CPU's speed now."""
+    from appliance.sysinfo import calibrate
+
+    result = calibrate(runs=SPEED_RUNS)
+    return {k: float(result[k]) for k in SPEED_KEYS}
+
+
 @contextlib.contextmanager
-def watch(report: Any, label: str, sampler: Sampler | None = None) -> Iterator[Sampler]:
-    """Sample noise while a suite step runs; attach the summary to every metric the step added."""
+def watch(
+    report: Any,
+    label: str,
+    sampler: Sampler | None = None,
+    speed: Callable[[], dict[str, float]] | None = speed_check,
+) -> Iterator[Sampler]:
+    """Sample noise while a suite step runs, with a speed check before and after (``speed``; None:
+    none); attach the summary to every metric the step added (:func:`finish` adds the slow flags)."""
     metrics = report.data["metrics"]
     before = set(metrics)
     sampler = sampler or Sampler(gpu=_gpu_watch())
+    checks = [speed()] if speed else []
     with sampler:
         yield sampler
+    if speed:
+        checks.append(speed())
     summary = summarize(sampler.readings)
     steps = report.data.setdefault("noise", {"interval_s": sampler.interval, "steps": []})["steps"]
-    steps.append({"step": label, **summary, "readings": sampler.readings})
+    step = {"step": label, **summary, "readings": sampler.readings}
+    if checks:  # the mean of the checks before and after, loop by loop
+        step["speed"] = {k: round(sum(c[k] for c in checks) / len(checks), 4) for k in SPEED_KEYS}
+    steps.append(step)
     for name in set(metrics) - before:
         metrics[name]["noise"] = {"step": len(steps) - 1, **summary}
+
+
+def flag_slow_steps(data: dict[str, Any], ratio: float = SLOW_RATIO) -> list[dict[str, Any]]:
+    """Mark the steps whose speed check ran below ``ratio`` of the run's best (over the steps and
+    the fingerprint's calibration) busy, with the reason, on the step and on its metrics."""
+    steps = (data.get("noise") or {}).get("steps", [])
+    calibration = (data.get("fingerprint") or {}).get("calibration") or {}
+    best = {
+        k: max(
+            [s["speed"][k] for s in steps if "speed" in s] + ([calibration[k]] if calibration.get(k) else [])
+        )
+        for k in SPEED_KEYS
+        if any("speed" in s for s in steps)
+    }
+    slowed = []
+    for index, s in enumerate(steps):
+        if "speed" not in s or not best:
+            continue
+        ratios = {k: s["speed"][k] / best[k] for k in best if best[k] > 0}
+        s["speed_ratio"] = {k: round(v, 3) for k, v in ratios.items()}
+        low = {k: v for k, v in ratios.items() if v < ratio}
+        if not low:
+            continue
+        names = {"int_mops": "integer loop", "float_gflops": "float loop", "copy_gbs": "memory copy"}
+        reason = (
+            "the CPU ran its speed check slower than at its best in this run ("
+            + ", ".join(f"{names[k]} {100 * v:.0f}%" for k, v in sorted(low.items()))
+            + "): contention this machine's /proc does not show, e.g. other virtual machines on its host"
+        )
+        s["busy"], s["reasons"] = True, [*s.get("reasons", []), reason]
+        slowed.append(s)
+        for m in data["metrics"].values():
+            noise = m.get("noise")
+            if noise and noise.get("step") == index:
+                noise["busy"], noise["reasons"] = True, [*noise.get("reasons", []), reason]
+    return slowed
 
 
 _GPU: GpuWatch | None = None
@@ -283,6 +353,7 @@ def finish(report: Any, cv_limit: float | None = None) -> dict[str, Any]:
     """Name busy and unstable metrics in the report's analysis and warnings; return that analysis."""
     data = report.data
     cv_limit = float(cv_limit or (data.get("suite") or {}).get("definition", {}).get("cv") or DEFAULT_CV)
+    flag_slow_steps(data)
     busy = {
         n: m["noise"]["reasons"] for n, m in data["metrics"].items() if (m.get("noise") or {}).get("busy")
     }
@@ -291,7 +362,11 @@ def finish(report: Any, cv_limit: float | None = None) -> dict[str, Any]:
     data["analysis"]["noise"] = analysis
     if busy:
         steps = [s for s in (data.get("noise") or {}).get("steps", []) if s.get("busy")]
-        worst = max(steps, key=lambda s: s.get("others_cores_mean", 0), default=None)
+        worst = max(
+            steps,
+            key=lambda s: (s.get("others_cores_mean", 0), -min((s.get("speed_ratio") or {"": 1}).values())),
+            default=None,
+        )
         why = f"; worst step '{worst['step']}': {'; '.join(worst['reasons'])}" if worst else ""
         headline = sorted(n for n in busy if data["metrics"][n].get("better") != "info")
         report.warn(

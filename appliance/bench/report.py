@@ -517,19 +517,32 @@ def _round(x: Any) -> Any:
     return round(x, 3 - len(str(int(abs(x)))) if abs(x) >= 1 else 3) if isinstance(x, int | float) else x
 
 
-NOISE_COLUMNS = ("step", "readings", "others' load, cores (mean/max)", "steal, cores (mean/max)", "busy")
+NOISE_COLUMNS = (
+    "step", "readings", "others' load, cores (mean/max)", "steal, cores (mean/max)",
+    "speed check (int/float/copy vs run's best)", "busy",
+)  # fmt: skip
 NOISE_NOTE = (
     "Sampled during each measurement: CPU used by processes outside puffer-bench, hypervisor steal "
-    "time and, on GPUs, other processes and clock slowdowns. A busy step's figures are low for a "
-    "reason that has nothing to do with the code."
+    "time and, on GPUs, other processes and clock slowdowns; before and after it, a speed check (the "
+    "calibration loops once: slowed by contention /proc cannot see, such as other virtual machines on "
+    "the host). A busy step's figures are low for a reason that has nothing to do with the code."
 )
+
+
+def _speed_cell(step: dict[str, Any]) -> str:
+    ratio = step.get("speed_ratio")
+    if not ratio:
+        return "-"
+    return " / ".join(
+        f"{100 * ratio[k]:.0f}%" for k in ("int_mops", "float_gflops", "copy_gbs") if k in ratio
+    )
 
 
 def noise_table(report: dict[str, Any]) -> list[list[str]]:
     rows = []
     for step in (report.get("noise") or {}).get("steps") or []:
         if not step.get("n"):
-            rows.append([_cell(step["step"]), "0", "-", "-", "-"])
+            rows.append([_cell(step["step"]), "0", "-", "-", _speed_cell(step), "-"])
             continue
         busy = "**busy**: " + "; ".join(step["reasons"]) if step.get("busy") else "quiet"
         rows.append(
@@ -538,6 +551,7 @@ def noise_table(report: dict[str, Any]) -> list[list[str]]:
                 str(step["n"]),
                 f"{step['others_cores_mean']:.2f} / {step['others_cores_max']:.2f}",
                 f"{step['steal_cores_mean']:.2f} / {step['steal_cores_max']:.2f}",
+                _speed_cell(step),
                 busy,
             ]
         )
