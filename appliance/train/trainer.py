@@ -28,7 +28,7 @@ import torch
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError, DeviceError
 from appliance.gpu import kernels
-from appliance.train import checkpoint
+from appliance.train import checkpoint, engine
 from appliance.train.policy import Policy, State
 from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
@@ -300,12 +300,19 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir else None
         self.last_checkpoint: Path | None = None
         self.latest_pointer: Path | None = None
+        # the rollout engine (train.engine, train.buffers) for native Ocean envs; None: the plain loop below
+        self.engine = engine.Engine(self) if engine.wanted(hp, vec) else None
         self.vec.async_reset(hp.seed)
 
     # ------------------------------------------------------------------ rollout
 
     def evaluate(self) -> None:
-        """Step the envs until every segment row holds ``horizon`` steps: recv -> forward -> write -> send."""
+        """Step the envs until every segment row holds ``horizon`` steps: recv -> forward -> write -> send
+        (or the same in the rollout engine's buffers, :mod:`appliance.train.engine`)."""
+        if self.engine is not None:
+            with self.timings.phase("evaluate"):
+                self.engine.evaluate()
+            return
         rollout = self.rollout
         rollout.reset()
         with self.timings.phase("evaluate"):
@@ -542,4 +549,6 @@ class Trainer:
         return (self.global_step - self._start_step) / max(1e-9, time.time() - self.start_time)
 
     def close(self) -> None:
+        if getattr(self, "engine", None) is not None:
+            self.engine.close()
         self.vec.close()
