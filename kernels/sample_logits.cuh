@@ -1,7 +1,9 @@
 // sample_logits: decoder output (logits for every head, then the value column) -> action,
 // log-probability and value for one agent. Discrete is MultiDiscrete with one head.
 //
-// Per head: u = uniform24(Philox(seed, step, agent, head)); the action is the first index whose
+// Per head: u = uniform24(Philox(seed, step, key, head)), key the agent's id (its row unless the
+// caller passes ids), so a draw does not depend on which batch or buffer the agent was stepped in;
+// the action is the first index whose
 // running sum of exp(logit - max) exceeds u * sum, over the actions the mask allows (a head whose
 // actions are all masked samples as if unmasked, so no NaN reaches the trainer). The log-prob is
 // the masked log-softmax at that action, summed over heads.
@@ -12,7 +14,7 @@ namespace pb {
 
 template <typename T>
 PB_HD void sample_logits_row(const T* out, i64 ld, int value_col, const int* nvec, int heads,
-                             const unsigned char* mask, u64 seed, u64 step, u32 agent,
+                             const unsigned char* mask, u64 seed, u64 step, u32 agent, u32 key,
                              long long* action, float* logprob, float* value) {
   const i64 row = (i64)agent * ld;
   const unsigned char* m = mask ? mask + (i64)agent * value_col : 0;
@@ -30,7 +32,7 @@ PB_HD void sample_logits_row(const T* out, i64 ld, int value_col, const int* nve
     float sum = 0.0f;
     for (int j = 0; j < n; ++j)
       if (!use_mask || m[offset + j]) sum += expf(load(out, row + offset + j) - mx);
-    const float u = uniform24(philox_draw(seed, step, agent, (u32)h).x);
+    const float u = uniform24(philox_draw(seed, step, key, (u32)h).x);
     const float target = u * sum;
     float acc = 0.0f;
     int a = -1;

@@ -24,11 +24,11 @@ void host_to_bf16(const float* x, unsigned short* out, int n) {
 
 #define HOST_SAMPLE(NAME, T)                                                                   \
   void NAME(const T* out, i64 ld, int value_col, const int* nvec, int heads,                    \
-            const unsigned char* mask, u64 seed, u64 step, int agents, long long* action,       \
-            float* logprob, float* value) {                                                     \
+            const unsigned char* mask, u64 seed, u64 step, const long long* ids, int agents,    \
+            long long* action, float* logprob, float* value) {                                  \
     for (int i = 0; i < agents; ++i)                                                            \
-      sample_logits_row<T>(out, ld, value_col, nvec, heads, mask, seed, step, (u32)i, action,   \
-                           logprob, value);                                                     \
+      sample_logits_row<T>(out, ld, value_col, nvec, heads, mask, seed, step, (u32)i,           \
+                           ids ? (u32)ids[i] : (u32)i, action, logprob, value);                 \
   }
 HOST_SAMPLE(host_sample_logits_f32, float)
 HOST_SAMPLE(host_sample_logits_bf16, bf16)
@@ -100,17 +100,9 @@ HOST_SCAN(f64, double)
 HOST_PPO(host_ppo_loss_f32, float)
 HOST_PPO(host_ppo_loss_bf16, bf16)
 
-void host_prio_sample(const float* adv, int segments, int horizon, double alpha, double beta,
-                      u64 seed, u64 step, int samples, double* prio, double* cdf,
-                      long long* idx, float* weight) {
-  double run = 0.0;
-  for (int s = 0; s < segments; ++s) {
-    prio[s] = prio_row(adv + (i64)s * horizon, horizon, alpha);
-    run += prio[s];
-    cdf[s] = run;
-  }
-  for (int i = 0; i < samples; ++i)
-    prio_pick(prio, cdf, segments, seed, step, (u32)i, beta, idx, weight);
+void host_prio_keys(const float* adv, int segments, int horizon, double alpha, double floor,
+                    u64 seed, u64 step, double* prio, double* key) {
+  for (int s = 0; s < segments; ++s) prio_key(adv, horizon, alpha, floor, seed, step, (u32)s, prio, key);
 }
 
 #define HOST_INGEST(NAME, S, D)                                                                \

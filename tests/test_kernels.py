@@ -27,8 +27,8 @@ HERE = __import__("pathlib").Path(__file__).resolve().parent
 SIGNATURES = {
     "host_philox": "LLIIp",
     "host_to_bf16": "ppi",
-    "host_sample_logits_f32": "plipipLLippp",
-    "host_sample_logits_bf16": "plipipLLippp",
+    "host_sample_logits_f32": "plipipLLpippp",
+    "host_sample_logits_bf16": "plipipLLpippp",
     "host_advantage": "pppppiiffff",
     "host_lstm_step_f32": "pppppiipp",
     "host_lstm_step_bf16": "pppppiipp",
@@ -40,7 +40,7 @@ SIGNATURES = {
     "host_mingru_scan_bwd_f64": "ppppppiii",
     "host_ppo_loss_f32": "plpipppppppfffffippppp",
     "host_ppo_loss_bf16": "plpipppppppfffffippppp",
-    "host_prio_sample": "piiddLLipppp",
+    "host_prio_keys": "piiddLLpp",
     "host_ingest_u8_u8": "pppppilifppp",
     "host_ingest_u8_f32": "pppppilifppp",
     "host_ingest_u8_bf16": "pppppilifppp",
@@ -134,7 +134,7 @@ def test_bf16_rounding_matches_torch(host: Host) -> None:
 # ------------------------------------------------------------------------------------ sample_logits
 
 
-def _host_sample(host: Host, out: torch.Tensor, nvec, seed, step, mask=None, storage="f32"):
+def _host_sample(host: Host, out: torch.Tensor, nvec, seed, step, mask=None, storage="f32", ids=None):
     n = out.shape[0]
     heads = len(nvec)
     action = torch.zeros(n, heads, dtype=torch.int64)
@@ -143,7 +143,7 @@ def _host_sample(host: Host, out: torch.Tensor, nvec, seed, step, mask=None, sto
     m = None if mask is None else mask.to(torch.uint8).contiguous()
     host(
         f"host_sample_logits_{storage}", data, out.shape[1], sum(nvec), torch.tensor(nvec, dtype=torch.int32),
-        heads, m, seed, step, n, action, logprob, value,
+        heads, m, seed, step, ids, n, action, logprob, value,
     )  # fmt: skip
     return (action[:, 0] if heads == 1 else action), logprob, value
 
@@ -189,6 +189,24 @@ def test_sample_logits_draws_follow_the_softmax() -> None:
     # another step or seed gives other draws, the same (seed, step) the same ones
     assert not torch.equal(a, reference.sample_logits(out, [5], seed=3, step=1)[0])
     assert torch.equal(a, reference.sample_logits(out, [5], seed=3, step=0)[0])
+
+
+def test_sample_logits_draws_are_keyed_by_agent_id_not_by_row(host: Host) -> None:
+    """An agent draws the same action whichever batch, order or buffer it is stepped in (the rollout
+    engine splits agents into buffers), and a device-held step tensor draws as the int does."""
+    g = torch.Generator().manual_seed(4)
+    out = torch.randn(64, 7, generator=g)
+    whole = reference.sample_logits(out, [3, 3], 5, 17)
+    perm = torch.randperm(64, generator=g)
+    part = perm[:20]
+    sub = reference.sample_logits(out[part], [3, 3], 5, 17, ids=part)
+    for a, b in zip(sub, whole, strict=True):
+        assert torch.equal(a, b[part])
+    host_sub = _host_sample(host, out[part].contiguous(), [3, 3], 5, 17, ids=part)
+    for a, b in zip(host_sub, sub, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    on_device = reference.sample_logits(out, [3, 3], 5, torch.tensor([17]))
+    assert all(torch.equal(a, b) for a, b in zip(on_device, whole, strict=True))
 
 
 # ------------------------------------------------------------------------------------ advantage
@@ -382,41 +400,59 @@ def test_ppo_loss_matches_trainer_and_reference(host: Host, storage: str, nvec: 
 # ------------------------------------------------------------------------------------ prio_sample
 
 
-def _host_prio(host, adv, alpha, beta, samples, seed, step):
+def _host_prio(host, adv, alpha, seed, step, floor=reference.PRIO_FLOOR):
     segments, horizon = adv.shape
-    prio, cdf = torch.zeros(segments, dtype=torch.float64), torch.zeros(segments, dtype=torch.float64)
-    idx, weight = torch.zeros(samples, dtype=torch.int64), torch.zeros(samples)
-    host("host_prio_sample", adv, segments, horizon, alpha, beta, seed, step, samples, prio, cdf, idx, weight)
-    return idx, weight
+    prio, key = torch.zeros(segments, dtype=torch.float64), torch.zeros(segments, dtype=torch.float64)
+    host("host_prio_keys", adv, segments, horizon, alpha, floor, seed, step, prio, key)
+    return prio, key
 
 
 def test_prio_sample_matches_reference_and_trainer_weights(host: Host) -> None:
     g = torch.Generator().manual_seed(8)
-    segments, horizon, samples = 1000, 16, 4096
+    segments, horizon, samples = 1000, 16, 256
     adv = torch.randn(segments, horizon, generator=g) * torch.rand(segments, 1, generator=g) ** 3
-    adv[:100] = 0.0  # rows that can never be drawn
-    idx, weight = _host_prio(host, adv, 0.8, 0.4, samples, 5, 9)
-    ref_idx, ref_weight = reference.prio_sample(adv, 0.8, 0.4, samples, 5, 9)
-    assert torch.equal(idx, ref_idx)
-    torch.testing.assert_close(weight, ref_weight)
-    assert (idx >= 100).all()
-    # the trainer's probabilities and importance weights for the drawn rows
-    prio = adv.abs().sum(1).pow(0.8)
-    probs = prio / prio.sum()
+    adv[:100] = 0.0  # rows only the priority floor keeps drawable
+    prio, key = _host_prio(host, adv, 0.8, 5, 9)
+    ref_prio, ref_key = reference.prio_keys(adv, 0.8, 5, 9)
+    torch.testing.assert_close(prio, ref_prio, rtol=1e-14, atol=0)
+    torch.testing.assert_close(key, ref_key, rtol=1e-12, atol=0)
+    idx, weight = reference.prio_sample(adv, 0.8, 0.4, samples, 5, 9)
+    assert torch.equal(idx, key.topk(samples).indices), "the kernel body's keys pick the same segments"
+    assert len(idx.unique()) == samples, "distinct segments (without replacement)"
+    assert (idx >= 100).all(), "zero-|A| rows are (almost) never drawn while others are left"
+    probs = (adv.abs().sum(1) + reference.PRIO_FLOOR).pow(0.8)
+    probs = probs / probs.sum()
     torch.testing.assert_close(weight, (segments * probs[idx]).pow(-0.4), rtol=1e-5, atol=0)
-    # and the draws follow those probabilities (a few rows hold most of the mass)
-    big = reference.prio_sample(adv, 0.8, 0.4, 200_000, 1, 0)[0]
-    freq = torch.bincount(big, minlength=segments).double() / len(big)
-    torch.testing.assert_close(freq, probs.double(), atol=3e-3, rtol=0)
+    # another step or seed draws other segments, the same ones the same
+    assert not torch.equal(idx, reference.prio_sample(adv, 0.8, 0.4, samples, 5, 10)[0])
+    assert torch.equal(idx, reference.prio_sample(adv, 0.8, 0.4, samples, 5, torch.tensor([9]))[0])
+
+
+def test_prio_sample_first_draw_follows_the_priorities() -> None:
+    """The largest key is one draw proportional to the priorities (the rest follow, without replacement)."""
+    sums = torch.tensor([0.0, 1.0, 2.0, 4.0, 8.0])
+    adv = torch.stack([sums, torch.zeros(5)], 1)
+    probs = (sums + reference.PRIO_FLOOR).pow(0.8)
+    probs = probs / probs.sum()
+    first = torch.tensor([int(reference.prio_sample(adv, 0.8, 0.4, 1, 3, step)[0]) for step in range(20_000)])
+    freq = torch.bincount(first, minlength=5).double() / len(first)
+    torch.testing.assert_close(freq, probs.double(), atol=0.012, rtol=0)
 
 
 def test_prio_sample_all_zero_is_uniform(host: Host) -> None:
     adv = torch.zeros(50, 8)
-    idx, weight = _host_prio(host, adv, 0.8, 0.5, 1000, 2, 3)
-    ref_idx, ref_weight = reference.prio_sample(adv, 0.8, 0.5, 1000, 2, 3)
-    assert torch.equal(idx, ref_idx)
-    assert torch.equal(weight, torch.ones(1000)) and torch.equal(ref_weight, torch.ones(1000))
-    assert len(idx.unique()) > 40
+    _, key = _host_prio(host, adv, 0.8, 2, 3)
+    idx, weight = reference.prio_sample(adv, 0.8, 0.5, 50, 2, 3)
+    assert torch.equal(idx, key.topk(50).indices)
+    assert sorted(idx.tolist()) == list(range(50)), "a full draw takes every segment once"
+    torch.testing.assert_close(weight, torch.ones(50))
+
+
+def test_prio_sample_refuses_bad_counts() -> None:
+    with pytest.raises(ValueError, match="draws 1 to 4 distinct segments, not 5"):
+        reference.prio_sample(torch.zeros(4, 2), 0.8, 0.4, 5, 0, 0)
+    with pytest.raises(ValueError, match="floor must be > 0"):
+        reference.prio_sample(torch.zeros(4, 2), 0.8, 0.4, 2, 0, 0, floor=0.0)
 
 
 def test_gather_rows_reference() -> None:

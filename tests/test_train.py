@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +16,7 @@ from appliance.testing import BusyEnv
 from appliance.train import Trainer, TrainingError
 from appliance.train.advantage import compute_advantages
 from appliance.train.policy import MinGRU, Policy
-from appliance.train.trainer import resolve_device
+from appliance.train.trainer import make_policy, resolve_device
 
 
 def gae_reference(values, rewards, dones, gamma, lam):
@@ -381,9 +383,11 @@ def test_small_range_integer_observations_are_one_hot_encoded():
 
 
 def test_prioritized_sampling_matches_its_probabilities_and_weights():
-    """On a buffer with known |A|: segments are drawn in proportion to (sum|A| + floor)^alpha,
-    weighted by (N P)^-beta, distinct within a minibatch, and a zero-|A| segment can still be drawn."""
-    from appliance.train.trainer import PRIO_FLOOR, prioritized_sample
+    """On a buffer with known |A|: the trainer's sampler (kernels.prio_sample) draws segments in
+    proportion to (sum|A| + floor)^alpha, weighted by (N P)^-beta, distinct within a minibatch, and a
+    zero-|A| segment can still be drawn."""
+    from appliance.gpu import kernels
+    from appliance.gpu.reference import PRIO_FLOOR
 
     sums = torch.tensor([0.0, 1.0, 2.0, 4.0, 8.0, 1.0, 0.5, 3.0])
     adv = torch.zeros(8, 4)
@@ -392,23 +396,22 @@ def test_prioritized_sampling_matches_its_probabilities_and_weights():
     alpha, beta, n = 0.8, 0.4, len(sums)
     probs = (sums + PRIO_FLOOR) ** alpha
     probs = probs / probs.sum()
-    gen = torch.Generator().manual_seed(0)
     draws = 40_000
     counts = torch.zeros(n)
-    for _ in range(draws // 1000):
-        for _ in range(1000):
-            idx, weights = prioritized_sample(adv, alpha, beta, 1, gen)
-            counts[idx] += 1
+    for step in range(draws):  # one draw per minibatch step: the first pick follows P
+        idx, weights = kernels.prio_sample(adv, alpha, beta, 1, 0, step)
+        counts[idx] += 1
+        if step < 100:
             torch.testing.assert_close(weights, (n * probs[idx]) ** -beta)
     freq = counts / draws
     assert torch.allclose(freq, probs, atol=0.01), (freq, probs)
     # a full minibatch draws every segment once, the zero-|A| one included
-    idx, weights = prioritized_sample(adv, alpha, beta, n, gen)
+    idx, weights = kernels.prio_sample(adv, alpha, beta, n, 0, 1)
     assert sorted(idx.tolist()) == list(range(n))
     torch.testing.assert_close(weights, (n * probs[idx]) ** -beta)
     assert weights[idx == 0].item() > 1 > weights[idx == 4].item(), "rare segments weigh more"
     # alpha 0 is uniform sampling with weight 1
-    _, weights = prioritized_sample(adv, 0.0, beta, 4, gen)
+    _, weights = kernels.prio_sample(adv, 0.0, beta, 4, 0, 2)
     torch.testing.assert_close(weights, torch.ones(4))
 
 
@@ -461,7 +464,7 @@ def test_gradient_accumulation_equals_the_full_batch_gradient(core):
 
 def test_muon_matches_torch_muon():
     """Our Muon (float32 Newton-Schulz on CPU) takes torch.optim.Muon's steps (bfloat16 there)."""
-    from appliance.train.trainer import Muon
+    from appliance.train.optim import Muon
 
     gen = torch.Generator().manual_seed(0)
     for shape in ((32, 96), (96, 32)):
@@ -478,6 +481,44 @@ def test_muon_matches_torch_muon():
             step, ref_step = ours.detach() - start, ref.detach() - start
             assert (step - ref_step).norm() < 0.05 * ref_step.norm()
             ref.data.copy_(ours.data)
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "adam"])
+def test_graph_safe_optimizers_take_the_same_steps(optimizer):
+    """The graph-safe optimizers (learning rate a device tensor that set_lr fills in place, Muon on
+    torch ops only) take the very steps of the plain ones, learning-rate annealing included; and the
+    graph-safe Muon still matches torch.optim.Muon."""
+    from appliance.train.optim import Muon, make_optimizer, set_lr
+
+    cfg = small_config("squared", "--train.optimizer", optimizer)
+    vec = vector.make_from_config(cfg)
+    try:
+        policy = make_policy(cfg, vec)
+    finally:
+        vec.close()
+    twin = copy.deepcopy(policy)
+    plain, safe = make_optimizer(policy, cfg.train), make_optimizer(twin, cfg.train, graph_safe=True)
+    assert all(isinstance(g["lr"], torch.Tensor) for g in safe.param_groups)
+    gen = torch.Generator().manual_seed(1)
+    for scale in (1.0, 0.7, 0.2):
+        assert set_lr(plain, scale) == set_lr(safe, scale)
+        for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
+            p.grad = torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        plain.step()
+        safe.step()
+    for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
+    ours = torch.nn.Parameter(torch.randn(32, 96, generator=gen))
+    ref = torch.nn.Parameter(ours.detach().clone())
+    opt = Muon([ours], lr=torch.tensor(0.02))
+    ref_opt = torch.optim.Muon([ref], lr=0.02, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
+    grad = torch.randn(32, 96, generator=gen)
+    ours.grad, ref.grad = grad.clone(), grad.clone()
+    start = ours.detach().clone()
+    opt.step()
+    ref_opt.step()
+    assert (ours.detach() - ref.detach()).norm() < 0.05 * (ref.detach() - start).norm()
 
 
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])

@@ -303,10 +303,10 @@ def _cases(
         ok, err = _close("prio_sample", w, rw)
         return ok and same >= MATCH_FRACTION, {"max_err": err, "index_match": same}
 
-    def eager_prio() -> Any:  # Trainer.train's composition, multinomial on the host
-        prio = adv.abs().sum(1).pow(0.8)
-        probs = prio / prio.sum() if prio.sum() > 0 else torch.full_like(prio, 1.0 / agents)
-        idx = torch.multinomial(probs.cpu(), samples, replacement=True, generator=cpu_gen).to(dev)
+    def eager_prio() -> Any:  # the trainer's former composition: multinomial on the host, no replacement
+        probs = (adv.abs().sum(1) + reference.PRIO_FLOOR).pow(0.8)
+        probs = probs / probs.sum()
+        idx = torch.multinomial(probs.cpu(), samples, replacement=False, generator=cpu_gen).to(dev)
         return idx, (agents * probs[idx]).pow(-0.4)
 
     add(

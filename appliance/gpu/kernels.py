@@ -216,13 +216,14 @@ def sample_logits(
     step: int,
     mask: torch.Tensor | None = None,
     *,
+    ids: torch.Tensor | None = None,
     action: torch.Tensor | None = None,
     logprob: torch.Tensor | None = None,
     value: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if not use_cuda(out):
         return reference.sample_logits(
-            out, nvec, seed, step, mask, action=action, logprob=logprob, value=value
+            out, nvec, seed, step, mask, ids=ids, action=action, logprob=logprob, value=value
         )
     n, width = out.shape[0], sum(nvec)
     if out.stride(1) != 1 or out.shape[1] < width + 1:
@@ -237,7 +238,7 @@ def sample_logits(
         _check(mask, "mask", torch.uint8 if mask.dtype != torch.bool else torch.bool)
     args = (
         _ptr(out), np.int64(out.stride(0)), np.int32(width), _ptr(_nvec_tensor(nvec, out.device)),
-        np.int32(heads), _ptr(mask), np.uint64(seed), np.uint64(step), np.int32(n),
+        np.int32(heads), _ptr(mask), np.uint64(seed), *_step_args(step), _ptr(_ids(ids, n)), np.int32(n),
         _ptr(_check(action, "action", torch.int64)), _ptr(_check(logprob, "logprob", torch.float32)),
         _ptr(_check(value, "value", torch.float32)),
     )  # fmt: skip
@@ -439,27 +440,43 @@ def prio_sample(
     beta: float,
     samples: int,
     seed: int,
-    step: int,
+    step: int | torch.Tensor,
     *,
+    floor: float = reference.PRIO_FLOOR,
     idx: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if not use_cuda(adv):
-        return reference.prio_sample(adv, alpha, beta, samples, seed, step, idx=idx, weight=weight)
+        return reference.prio_sample(
+            adv, alpha, beta, samples, seed, step, floor=floor, idx=idx, weight=weight
+        )
     segments, horizon = _check(adv, "adv", torch.float32).shape
+    reference._check_samples(samples, segments, floor)
     dev = adv.device
     prio = _scratch("prio", (segments,), torch.float64, dev)
-    cdf = _scratch("cdf", (segments,), torch.float64, dev)
-    idx = idx if idx is not None else torch.empty(samples, dtype=torch.int64, device=dev)
-    weight = weight if weight is not None else torch.empty(samples, dtype=torch.float32, device=dev)
-    args = (_ptr(adv), np.int32(segments), np.int32(horizon), np.float64(alpha), _ptr(prio), _ptr(cdf))
-    _launch("prio_sample", "prio_cdf", dev, 1, args, block=1024)  # one block: PB_CDF_THREADS
+    key = _scratch("prio_key", (segments,), torch.float64, dev)
     args = (
-        _ptr(prio), _ptr(cdf), np.int32(segments), np.uint64(seed), np.uint64(step), np.int32(samples),
-        np.float64(beta), _ptr(_check(idx, "idx", torch.int64)), _ptr(_check(weight, "weight", torch.float32)),
+        _ptr(adv), np.int32(segments), np.int32(horizon), np.float64(alpha), np.float64(floor),
+        np.uint64(seed), *_step_args(step), _ptr(prio), _ptr(key),
     )  # fmt: skip
-    _launch("prio_sample", "prio_pick", dev, samples, args)
-    return idx, weight
+    _launch("prio_sample", "prio_keys", dev, segments, args)
+    k = key.topk(samples).indices  # on the device: no host sync
+    w = (segments * prio[k] / prio.sum()).pow(-beta).float()
+    return (k if idx is None else idx.copy_(k)), (w if weight is None else weight.copy_(w))
+
+
+def _step_args(step: int | torch.Tensor) -> tuple[np.uint64, np.uint64]:
+    """A step given as an int, or as an int64 tensor on the device (read by the kernel, so a captured
+    graph sees the value at replay): the kernels' (step, step_ptr) pair."""
+    if isinstance(step, torch.Tensor):
+        return np.uint64(0), _ptr(_check(step, "step", torch.int64))
+    return np.uint64(step), np.uint64(0)
+
+
+def _ids(ids: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    if ids is not None and (ids.dtype != torch.int64 or ids.numel() != n):
+        raise ConfigError(f"ids must be int64 with one id per row ({n}), got {ids.dtype} {tuple(ids.shape)}")
+    return ids
 
 
 def gather_rows(src: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -61,6 +61,7 @@ def sample_logits(
     step: int,
     mask: torch.Tensor | None = None,
     *,
+    ids: torch.Tensor | None = None,
     action: torch.Tensor | None = None,
     logprob: torch.Tensor | None = None,
     value: torch.Tensor | None = None,
@@ -70,9 +71,13 @@ def sample_logits(
     (nonzero = allowed) is optional, and a head with no allowed action samples unmasked.
 
     Replaces ``Policy.sample(out)`` (Categorical per head) plus the value head's squeeze in the rollout;
-    the draws come from Philox(seed, step, agent, head) instead of torch's generator."""
+    the draws come from Philox(seed, step, key, head) instead of torch's generator, the key being the
+    agent's id from ``ids`` (int64 ``[N]``; default its row), so an agent draws the same whichever batch
+    or buffer it is stepped in. ``step`` may be an int64 tensor held on the device (the CUDA kernel
+    reads it there, so a captured graph draws anew at each replay)."""
     n_agents, width = out.shape[0], sum(nvec)
-    agents = torch.arange(n_agents, device=out.device)
+    step = _scalar(step)
+    agents = torch.arange(n_agents, device=out.device) if ids is None else ids.to(out.device, torch.int64)
     actions, total = [], torch.zeros(n_agents, dtype=torch.float32, device=out.device)
     offset = 0
     for h, n in enumerate(nvec):
@@ -245,34 +250,55 @@ def ppo_loss(
     return out
 
 
+PRIO_FLOOR = 1e-6  # added to every segment's summed |A| so that zero-|A| segments can still be drawn
+
+
+def prio_keys(
+    adv: torch.Tensor, alpha: float, seed: int, step: int | torch.Tensor, floor: float = PRIO_FLOOR
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each segment's priority (sum_t |A| + floor)^alpha and its sampling key log(u) / priority
+    (float64 ``[segments]`` each), u = 1 - a Philox uniform keyed on (seed, step, segment), in (0, 1].
+    The ``samples`` largest keys are a draw without replacement proportional to the priorities."""
+    prio = (adv.double().abs().sum(1) + floor).pow(alpha)
+    r = philox(seed, _scalar(step), torch.arange(adv.shape[0], device=adv.device), PRIO_LANE)
+    key = torch.log(1.0 - uniform53(r[0], r[1])) / prio
+    return prio, torch.where(prio > 0, key, float("-inf"))
+
+
 def prio_sample(
     adv: torch.Tensor,
     alpha: float,
     beta: float,
     samples: int,
     seed: int,
-    step: int,
+    step: int | torch.Tensor,
     *,
+    floor: float = PRIO_FLOOR,
     idx: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Trainer.train's segment sampling: ``adv [segments, horizon]`` -> (idx int64 [samples], importance
-    float32 [samples]) with P ∝ (sum_t |A|)^alpha (uniform if all zero), weight (S P)^-beta. The draws
-    are Philox uniforms searched in the CDF instead of torch.multinomial on the host."""
+    float32 [samples]): ``samples`` distinct segments drawn one after another with P proportional to
+    (sum_t |A| + floor)^alpha among those left (without replacement, as PufferLib), and the
+    importance weights (S P)^-beta of the single-draw probabilities. Exponential keys and a top-k
+    (:func:`prio_keys`) instead of ``torch.multinomial`` on the host: no sync, same draws on CPU and GPU."""
     segments = adv.shape[0]
-    prio = adv.double().abs().sum(1).pow(alpha)
-    cdf = prio.cumsum(0)
-    total = cdf[-1]
-    r = philox(seed, step, torch.arange(samples, device=adv.device), PRIO_LANE)
-    u = uniform53(r[0], r[1])
-    if bool(total > 0) and bool(torch.isfinite(total)):
-        k = torch.searchsorted(cdf, u * total, right=True).clamp_max(segments - 1)
-        p = prio[k] / total
-    else:
-        k = (u * segments).long().clamp_max(segments - 1)
-        p = torch.full_like(u, 1.0 / segments)
-    w = (segments * p).pow(-beta).float()
+    _check_samples(samples, segments, floor)
+    prio, key = prio_keys(adv, alpha, seed, step, floor)
+    k = key.topk(samples).indices
+    w = (segments * prio[k] / prio.sum()).pow(-beta).float()
     return _into(idx, k), _into(weight, w)
+
+
+def _check_samples(samples: int, segments: int, floor: float) -> None:
+    if not 1 <= samples <= segments:
+        raise ValueError(f"prio_sample draws 1 to {segments} distinct segments, not {samples}")
+    if not floor > 0:
+        raise ValueError(f"prio_sample's floor must be > 0 (zero-|A| segments stay drawable), got {floor}")
+
+
+def _scalar(step: int | torch.Tensor) -> int:
+    return int(step.reshape(-1)[0]) if isinstance(step, torch.Tensor) else int(step)
 
 
 def gather_rows(src: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

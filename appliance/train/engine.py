@@ -109,6 +109,7 @@ class Engine:
         self.buffers = [self._buffer(b, vec) for b in range(self.buffers_n)]
         self._c = _ocean.Engine(vec._c, self.threads)
         self.graphs: tuple[list[int], list[int]] | None = None  # (graph execs, streams): set_graphs
+        self._step0 = trainer.global_step
 
     def _buffer(self, b: int, vec: Any) -> _Buffer:
         first, count = b * self.per, self.per
@@ -142,6 +143,7 @@ class Engine:
         """One epoch's rollout: ``steps`` steps of every buffer, then rewards and dones into the rollout."""
         tr = self.trainer
         tr.rollout.reset()
+        self._step0 = tr.global_step  # the plain loop's global_step at step t is _step0 + t * num_agents
         for buf in self.buffers:  # views of the trainer's current state (a checkpoint load replaces it)
             buf.state = tuple(s[buf.first : buf.first + buf.count] for s in tr.state)
             if buf.stream is not None:  # the update's kernels (new weights) come first
@@ -167,7 +169,7 @@ class Engine:
             if pos == 0 and m:
                 for saved, now in zip(rollout.initial_state, buf.state, strict=True):
                     saved[r0 : r0 + m] = now[:m]
-            action, logprob, value = tr._act(obs, buf.state, buf.ids)
+            action, logprob, value = tr._act(obs, buf.state, buf.ids, step=self._step0 + t * n)
             if m:
                 rollout.obs[r0 : r0 + m, pos] = obs[:m].to(rollout.obs.device, non_blocking=True)
                 rollout.actions[r0 : r0 + m, pos] = action[:m]

@@ -8,9 +8,14 @@ path (fused kernels, graphs) can replace pieces behind the same calls.
 Per minibatch: advantages are recomputed over the whole buffer with the values and ratios the
 previous minibatches wrote back (V-trace), distinct segments are drawn with probability
 proportional to (sum_t |A| + floor)^alpha and weighted by (N P)^-beta (beta annealed to 1;
-:func:`prioritized_sample`), then the clipped policy loss,
-clipped value loss and entropy bonus are minimized, with gradient accumulation when the minibatch is
-larger than ``max_minibatch_size``.
+``kernels.prio_sample``), then the clipped policy loss, clipped value loss and entropy bonus
+(``kernels.ppo_loss``: the loss and its gradient with respect to the logits and value) are
+minimized, with gradient accumulation when the minibatch is larger than ``max_minibatch_size``.
+
+The pieces named ``kernels.<op>`` are :mod:`appliance.gpu.kernels`: fused CUDA kernels on a GPU,
+their torch references (the same math) elsewhere. Random draws (actions, segments) come from
+Philox keyed on (seed, step, agent or segment), so a run is reproducible by its seed and an agent's
+draws do not depend on how agents are batched.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ import torch
 
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError, DeviceError
-from appliance.gpu import kernels
+from appliance.gpu import kernels, reference
 from appliance.train import checkpoint, engine
+from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State
 from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
@@ -61,109 +67,6 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         encoder=p.encoder,
         obs_codec=getattr(vec, "obs_codec", None),
     )
-
-
-class MultiOptimizer:
-    """Several optimizers stepped as one (Muon for hidden 2-D weights, Adam for the rest)."""
-
-    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        self.optimizers = optimizers
-        self.param_groups = [g for o in optimizers for g in o.param_groups]
-        for g in self.param_groups:
-            g.setdefault("initial_lr", g["lr"])
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for o in self.optimizers:
-            o.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        for o in self.optimizers:
-            o.step()
-
-    def state_dict(self) -> list[dict[str, Any]]:
-        return [o.state_dict() for o in self.optimizers]
-
-    def load_state_dict(self, states: list[dict[str, Any]]) -> None:
-        for o, s in zip(self.optimizers, states, strict=True):
-            o.load_state_dict(s)
-
-
-def make_optimizer(policy: Policy, hp: Any) -> MultiOptimizer:
-    adam_kwargs = {"lr": hp.learning_rate, "betas": (hp.adam_beta1, hp.adam_beta2), "eps": hp.adam_eps}
-    if hp.optimizer == "adam":
-        return MultiOptimizer([torch.optim.Adam(policy.parameters(), **adam_kwargs)])
-    heads = {id(p) for p in (*policy.decoder.parameters(), *policy.value.parameters())}
-    seen: set[int] = set()
-    matrices, others = [], []
-    for p in policy.parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        (matrices if p.ndim == 2 and id(p) not in heads else others).append(p)
-    opts: list[torch.optim.Optimizer] = [torch.optim.Adam(others, **adam_kwargs)]
-    if matrices:
-        opts.append(Muon(matrices, lr=hp.learning_rate))
-    return MultiOptimizer(opts)
-
-
-class Muon(torch.optim.Optimizer):
-    """Muon for 2-D weights: Nesterov momentum, then the update orthogonalized by 5 Newton-Schulz
-    steps, scaled to AdamW's update RMS (``lr * 0.2 * sqrt(max(A, B))``), no weight decay.
-
-    The same update as ``torch.optim.Muon(adjust_lr_fn="match_rms_adamw", weight_decay=0)``, but
-    the Newton-Schulz matmuls run in bfloat16 only on CUDA: on a CPU without bf16 units torch's
-    bf16 iteration made an optimizer step cost more than the whole rest of the update.
-    """
-
-    COEFFICIENTS = (3.4445, -4.7750, 2.0315)
-
-    def __init__(self, params: Any, lr: float, momentum: float = 0.95, steps: int = 5) -> None:
-        super().__init__(params, {"lr": lr, "momentum": momentum, "steps": steps})
-
-    @torch.no_grad()
-    def step(self) -> None:  # type: ignore[override]
-        a, b, c = self.COEFFICIENTS
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                buf = state["momentum_buffer"]
-                buf.lerp_(p.grad, 1 - group["momentum"])
-                update = p.grad.lerp(buf, group["momentum"])
-                x = update.to(torch.bfloat16 if p.is_cuda else torch.float32)
-                tall = x.size(0) > x.size(1)
-                if tall:
-                    x = x.T
-                x = x / x.norm().clamp_min(1e-7)
-                for _ in range(group["steps"]):
-                    gram = x @ x.T
-                    x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-                if tall:
-                    x = x.T
-                scale = 0.2 * math.sqrt(max(p.shape[0], p.shape[1]))
-                p.add_(x.to(p.dtype), alpha=-group["lr"] * scale)
-
-
-PRIO_FLOOR = 1e-6  # added to every segment's priority so zero-|A| segments can still be drawn
-
-
-def segment_probs(adv: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Sampling probability of each segment: (sum_t |A| + floor)^alpha, normalized (alpha 0: uniform)."""
-    prio = (adv.abs().sum(1) + PRIO_FLOOR).pow(alpha)
-    return prio / prio.sum()
-
-
-def prioritized_sample(
-    adv: torch.Tensor, alpha: float, beta: float, count: int, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``count`` distinct segments (rows of ``adv``) drawn with :func:`segment_probs`, without
-    replacement as PufferLib, and their importance weights (N P)^-beta."""
-    probs = segment_probs(adv, alpha)
-    idx = torch.multinomial(probs.cpu(), count, replacement=False, generator=generator).to(adv.device)
-    return idx, (len(probs) * probs[idx]).pow(-beta)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -356,14 +259,29 @@ class Trainer:
         )
 
     @torch.no_grad()
-    def _act(self, obs: torch.Tensor, state: State, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _act(
+        self, obs: torch.Tensor, state: State, ids: torch.Tensor, step: int | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """Policy step for the agents ``ids``: sampled actions, their log-probs and the values; the
-        agents' recurrent state moves on in ``self.state``."""
+        agents' recurrent state moves on in ``self.state``. The draws are keyed on (seed, ``step``,
+        agent id); ``step`` defaults to ``global_step`` (the rollout engine passes the step it is at)."""
         try:
             with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
                 out, value, new_state = self.forward_step(obs, state)
+            if self.policy.nvec is None:  # Box actions: a Gaussian from torch's generator
                 action, logprob = self.policy.sample(out.float())
-        except (ValueError, RuntimeError) as e:  # NaN logits fail in the sampler: say where they came from
+            else:  # logits and value side by side, one fused sampling kernel on a GPU
+                decoded = torch.cat([out.float(), value.float()[:, None]], 1)
+                action, logprob, value = kernels.sample_logits(
+                    decoded,
+                    self.policy.nvec,
+                    self.hp.seed,
+                    self.global_step if step is None else step,
+                    ids=ids,
+                )
+            if not torch.isfinite(logprob).all():
+                raise ValueError("non-finite log-probabilities")
+        except (ValueError, RuntimeError) as e:  # NaN logits: say where they came from
             if obs.is_floating_point() and not torch.isfinite(obs).all():
                 bad = ids[~torch.isfinite(obs.reshape(len(obs), -1)).all(1)][:5].tolist()
                 raise TrainingError(
@@ -397,14 +315,13 @@ class Trainer:
         hp, b = self.hp, self.rollout
         progress = min(1.0, self.global_step / max(1, hp.total_timesteps))
         lr_scale = 0.5 * (1 + math.cos(math.pi * progress)) if hp.anneal_lr else 1.0
-        for g in self.optimizer.param_groups:
-            g["lr"] = g["initial_lr"] * lr_scale
+        lr = set_lr(self.optimizer, lr_scale)
         beta = hp.prio_beta0 + (1 - hp.prio_beta0) * progress
         sums: dict[str, float] = {}
         minibatches = hp.update_epochs * self.segments // self.mb_segments
         with self.timings.phase("train"):
             b.ratios.fill_(1.0)
-            for _ in range(minibatches):
+            for i in range(minibatches):
                 adv = kernels.advantage(  # fused on CUDA; the torch reference elsewhere
                     b.values,
                     b.rewards,
@@ -420,8 +337,8 @@ class Trainer:
                         f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "
                         "check the env's rewards and observations for NaN/Inf; " + self._kept()
                     )
-                idx, importance = prioritized_sample(
-                    adv, hp.prio_alpha, beta, self.mb_segments, self.generator
+                idx, importance = kernels.prio_sample(  # distinct segments, on the device
+                    adv, hp.prio_alpha, beta, self.mb_segments, hp.seed, self.epoch * minibatches + i
                 )
                 mb_adv = adv[idx]
                 mb_returns = mb_adv + b.values[idx]
@@ -442,7 +359,7 @@ class Trainer:
             sums["explained_variance"] = (
                 float(1 - (returns - b.values).var() / var) if var > 0 else float("nan")
             )
-            sums["learning_rate"] = self.optimizer.param_groups[0]["lr"]
+            sums["learning_rate"] = lr
         self.epoch += 1
         self.losses = sums
         return sums
@@ -459,7 +376,10 @@ class Trainer:
     def _minibatch(
         self, idx: torch.Tensor, norm_adv: torch.Tensor, returns: torch.Tensor
     ) -> dict[str, float]:
-        hp, b = self.hp, self.rollout
+        """Forward and backward over the sampled segments ``idx``, in chunks of at most
+        ``max_minibatch_size`` whose gradients add up (each scaled by its share of the minibatch)."""
+        b = self.rollout
+        loss_fn = self._discrete_loss if self.policy.nvec is not None else self._gaussian_loss
         stats: dict[str, float] = {}
         for start in range(0, len(idx), self.chunk_segments):
             sl = slice(start, start + self.chunk_segments)
@@ -470,41 +390,83 @@ class Trainer:
             with self.timings("forward"), torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
                 state = tuple(s[rows] for s in b.initial_state)
                 out, new_value = self.forward_sequence(obs, state)
-                new_logprob, entropy = self.policy.evaluate_actions(out.float(), b.actions[rows])
-                new_value = new_value.float()
-            mask = b.masks[rows]
-            logratio = new_logprob - b.logprobs[rows]
-            ratio = logratio.exp()
-            adv = norm_adv[sl]
-            pg_loss = _masked_mean(
-                torch.max(-adv * ratio, -adv * ratio.clamp(1 - hp.clip_coef, 1 + hp.clip_coef)), mask
-            )
-            old_value = b.values[rows]
-            v_clipped = old_value + (new_value - old_value).clamp(-hp.vf_clip_coef, hp.vf_clip_coef)
-            v_loss = 0.5 * _masked_mean(
-                torch.max((new_value - returns[sl]) ** 2, (v_clipped - returns[sl]) ** 2), mask
-            )
-            ent = _masked_mean(entropy, mask)
-            loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
-            if not torch.isfinite(loss):
-                raise TrainingError(
-                    f"loss became {loss.item()} in epoch {self.epoch} (step {self.global_step}); stopping; {self._kept()}"
-                )
-            with self.timings("learn"):
-                (loss * weight).backward()
+            out, new_value = out.float(), new_value.float()
+            part, ratio = loss_fn(out, new_value, rows, norm_adv[sl], returns[sl], weight)
             with torch.no_grad():  # fresh ratios and values for the next minibatch's V-trace advantages
-                b.ratios[rows] = ratio.detach()
+                b.ratios[rows] = ratio.reshape(len(rows), -1)
                 b.values[rows] = new_value.detach()
-                part = {
-                    "policy_loss": pg_loss.item(),
-                    "value_loss": v_loss.item(),
-                    "entropy": ent.item(),
-                    "approx_kl": _masked_mean((ratio - 1) - logratio, mask).item(),
-                    "clipfrac": _masked_mean(((ratio - 1).abs() > hp.clip_coef).float(), mask).item(),
-                }
             for k, v in part.items():
                 stats[k] = stats.get(k, 0.0) + v * weight
         return stats
+
+    def _discrete_loss(
+        self,
+        out: torch.Tensor,
+        value: torch.Tensor,
+        rows: torch.Tensor,
+        adv: torch.Tensor,
+        returns: torch.Tensor,
+        weight: float,
+    ) -> tuple[dict[str, float], torch.Tensor]:
+        """``kernels.ppo_loss``: the loss's statistics and its gradient with respect to the logits and
+        values in one pass (one fused kernel on a GPU), then the backward pass from those gradients."""
+        hp, b = self.hp, self.rollout
+        n = value.numel()
+        res = kernels.ppo_loss(
+            out.reshape(n, -1), value.reshape(n), b.actions[rows].reshape(n, -1).squeeze(1),
+            b.logprobs[rows].reshape(n), adv.reshape(n), returns.reshape(n), b.values[rows].reshape(n),
+            b.masks[rows].reshape(n), self.policy.nvec, hp.clip_coef, hp.vf_clip_coef, hp.vf_coef,
+            hp.ent_coef, grad_scale=weight,
+        )  # fmt: skip
+        loss, *values = res.stats.tolist()  # the one host sync of the chunk
+        self._check_loss(loss)
+        with self.timings("learn"):
+            torch.autograd.backward(
+                [out, value], [res.grad_logits.view_as(out), res.grad_value.view_as(value)]
+            )
+        return dict(zip(reference.STAT_NAMES[1:], values, strict=True)), res.ratio
+
+    def _gaussian_loss(
+        self,
+        out: torch.Tensor,
+        value: torch.Tensor,
+        rows: torch.Tensor,
+        adv: torch.Tensor,
+        returns: torch.Tensor,
+        weight: float,
+    ) -> tuple[dict[str, float], torch.Tensor]:
+        """The same loss for Box actions (a Gaussian head), through autograd."""
+        hp, b = self.hp, self.rollout
+        new_logprob, entropy = self.policy.evaluate_actions(out, b.actions[rows])
+        mask = b.masks[rows]
+        logratio = new_logprob - b.logprobs[rows]
+        ratio = logratio.exp()
+        pg_loss = _masked_mean(
+            torch.max(-adv * ratio, -adv * ratio.clamp(1 - hp.clip_coef, 1 + hp.clip_coef)), mask
+        )
+        old_value = b.values[rows]
+        v_clipped = old_value + (value - old_value).clamp(-hp.vf_clip_coef, hp.vf_clip_coef)
+        v_loss = 0.5 * _masked_mean(torch.max((value - returns) ** 2, (v_clipped - returns) ** 2), mask)
+        ent = _masked_mean(entropy, mask)
+        loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
+        self._check_loss(loss.item())
+        with self.timings("learn"):
+            (loss * weight).backward()
+        with torch.no_grad():
+            part = {
+                "policy_loss": pg_loss.item(),
+                "value_loss": v_loss.item(),
+                "entropy": ent.item(),
+                "approx_kl": _masked_mean((ratio - 1) - logratio, mask).item(),
+                "clipfrac": _masked_mean(((ratio - 1).abs() > hp.clip_coef).float(), mask).item(),
+            }
+        return part, ratio.detach()
+
+    def _check_loss(self, loss: float) -> None:
+        if not math.isfinite(loss):
+            raise TrainingError(
+                f"loss became {loss} in epoch {self.epoch} (step {self.global_step}); stopping; {self._kept()}"
+            )
 
     # ------------------------------------------------------------------ checkpoints
 
