@@ -500,6 +500,11 @@ class Trainer:
             **{f"loss/{k}": v for k, v in self.losses.items()},
             **{f"env/{k}": v for k, v in self.env_stats.items()},
             **{f"time/{k}": v["seconds"] for k, v in self.timings.breakdown().items()},
+            **{  # the rollout engine's buffers: seconds in the policy step, waiting for the GIL, stepping envs
+                f"time/buffer{b}/{part}": seconds
+                for b, parts in enumerate(self.timings.buffers)
+                for part, seconds in parts.items()
+            },
         }
         if self.run_dir is not None:
             checkpoint.append_metrics(self.run_dir, json.dumps(record) + "\n")
