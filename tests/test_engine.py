@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -173,12 +174,16 @@ def vec():
 def test_an_exception_in_a_buffer_surfaces_after_every_thread_ended(vec):
     before = tasks()
     engine = _ocean.Engine(vec._c, [1, 1])
-    seen = []
+    seen, failing = [], threading.Event()
 
     def callback(b, t):
         seen.append((b, t))
         if b == 1 and t == 2:
+            failing.set()
             raise ZeroDivisionError("boom")
+        if b == 0 and t == 10:  # let buffer 1 fail first
+            failing.wait(5)
+            time.sleep(0.05)
         vec.actions[b * 4 : (b + 1) * 4] = 0
 
     with pytest.raises(ZeroDivisionError, match="boom") as e:
