@@ -20,11 +20,14 @@ import time
 import numpy as np
 import pytest
 import torch
+from rich.console import Console
 
 from appliance import _ocean, vector
+from appliance.bench.bottleneck import diagnose_training
 from appliance.config import resolve
 from appliance.errors import ConfigError, DeviceError
 from appliance.train import Trainer
+from appliance.train.dashboard import Reporter
 from appliance.train.engine import split_threads
 
 TENSORS = ("obs", "actions", "logprobs", "values", "rewards", "dones", "masks")
@@ -314,6 +317,11 @@ def test_per_buffer_timings_reach_the_metrics_record():
         record = trainer.log_metrics()
         assert record["time/buffer1/env"] == buffers[1]["env"]
         assert {"time/buffer0/policy", "time/buffer0/gil"} <= set(record)
+        reporter = Reporter(trainer, "breakout", live=False)
+        assert "buffers policy/env s:" in reporter.line()
+        console = Console(record=True, width=160)
+        console.print(reporter._render())
+        assert "rollout buffers" in console.export_text()
     finally:
         trainer.close()
 
@@ -333,3 +341,30 @@ def test_without_cuda_the_extension_imports_and_graphs_fail_clearly(vec):
             trainer.engine.set_graphs([1], [0])
     finally:
         trainer.close()
+
+
+def test_the_diagnosis_names_buffers_and_threads():
+    vec, cpu, gpu = {"backend": "native", "num_threads": 4}, {"device": "cpu"}, {"device": "cuda"}
+    env_bound = {"evaluate.env": 0.6, "evaluate.forward": 0.2}
+    one = [{"policy": 0.25, "gil": 0.0, "env": 0.7}]
+    advice = " ".join(
+        diagnose_training("b", env_bound, 1e6, {"vec": vec, "train": cpu}, {"buffers": one})["suggestions"]
+    )
+    assert "raise train.buffers (now 1, e.g. 2)" in advice and "vec.num_threads (now 4" in advice
+    forward_bound = {"evaluate.env": 0.1, "evaluate.forward": 0.7}
+    two = [{"policy": 0.7, "gil": 0.01, "env": 0.2}] * 2
+    advice = " ".join(
+        diagnose_training("b", forward_bound, 1e6, {"vec": vec, "train": gpu}, {"buffers": two})[
+            "suggestions"
+        ]
+    )
+    assert "own CUDA stream" in advice and "now 2, e.g. 4" in advice
+    gil = [{"policy": 0.4, "gil": 0.3, "env": 0.2}] * 4
+    advice = " ".join(
+        diagnose_training("b", forward_bound, 1e6, {"vec": vec, "train": cpu}, {"buffers": gil})[
+            "suggestions"
+        ]
+    )
+    assert "GIL-bound" in advice and "fewer train.buffers (now 4)" in advice
+    plain = diagnose_training("b", env_bound, 1e6, {"vec": vec, "train": {"engine": "off"}}, {})
+    assert "train.engine auto" in " ".join(plain["suggestions"])
