@@ -137,17 +137,21 @@ def test_auto_uses_the_engine_for_native_envs_only():
 
 @pytest.mark.parametrize("buffers", [3, 5, 16])
 def test_buffers_must_divide_num_envs(buffers):
-    c = config("breakout", "--train.buffers", str(buffers))
-    vec = vector.make_from_config(c)
-    try:
-        with pytest.raises(ConfigError) as e:
-            Trainer(c, vec)
-    finally:
-        vec.close()
+    with pytest.raises(ConfigError) as e:  # when the config is resolved, before any env starts
+        config("breakout", "--train.buffers", str(buffers))
     message = str(e.value)
     assert (
         "\n" not in message and "must divide vec.num_envs (8)" in message and "valid: 1, 2, 4, 8" in message
     )
+    config("breakout", "--train.buffers", str(buffers), "--train.engine", "off")  # no engine: no rule
+    c = config("breakout")
+    c.data["train"]["buffers"] = buffers  # a config made by other means: the trainer checks too
+    vec = vector.make_from_config(c)
+    try:
+        with pytest.raises(ConfigError, match="must divide vec.num_envs"):
+            Trainer(c, vec)
+    finally:
+        vec.close()
 
 
 def test_buffers_out_of_range_is_a_config_error():

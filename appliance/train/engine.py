@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from appliance.config import check_buffers
 from appliance.errors import ConfigError, DeviceError
 
 if TYPE_CHECKING:
@@ -57,17 +58,6 @@ def wanted(hp: Any, vec: Any) -> bool:
 def split_threads(total: int, buffers: int) -> list[int]:
     """``total`` env threads shared out over the buffers, at least one each (the buffer's own thread)."""
     return [max(1, total // buffers + (b < total % buffers)) for b in range(buffers)]
-
-
-def check_buffers(buffers: int, num_envs: int) -> None:
-    if not isinstance(buffers, int) or isinstance(buffers, bool) or buffers < 1:
-        raise ConfigError(f"train.buffers must be an int >= 1, got {buffers!r}")
-    if num_envs % buffers:
-        valid = [d for d in range(1, min(num_envs, 64) + 1) if num_envs % d == 0]
-        raise ConfigError(
-            f"train.buffers ({buffers}) must divide vec.num_envs ({num_envs}) so every buffer steps as many envs; "
-            f"valid: {', '.join(map(str, valid))}"
-        )
 
 
 @dataclass
