@@ -121,10 +121,10 @@ class Reporter:
         grid.add_row(_row(perf, losses, env))
         if t.timings.buffers:  # the rollout engine: where each buffer's thread spent its time
             buffers = Table(title="rollout buffers (seconds)", box=None)
-            for col in ("buffer", "policy", "GIL wait", "env step"):
+            for col in ("buffer", "policy step", "of it copies", "GIL wait", "env step"):
                 buffers.add_column(col, justify="right")
             for b, parts in enumerate(t.timings.buffers):
-                buffers.add_row(str(b), *(f"{parts[k]:.1f}" for k in ("policy", "gil", "env")))
+                buffers.add_row(str(b), *(f"{parts[k]:.1f}" for k in ("policy", "copy", "gil", "env")))
             grid.add_row(buffers)
         return grid
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,7 @@ class Engine:
         if self.device.type == "cuda":
             self._pin(vec)
         self.buffers = [self._buffer(b, vec) for b in range(self.buffers_n)]
+        self._copy = [0.0] * self.buffers_n  # per buffer: seconds of its policy steps spent copying
         self._c = _ocean.Engine(vec._c, self.threads)
         self.graphs: tuple[list[int], list[int]] | None = None  # (graph execs, streams): set_graphs
         self._step0 = trainer.global_step
@@ -154,18 +156,23 @@ class Engine:
         j, pos = divmod(t, rollout.horizon)
         r0 = j * n + buf.first
         m = max(0, min(buf.count, rollout.segments - r0))  # this pass's rows for these agents
+        clock = time.perf_counter
         with torch.cuda.stream(buf.stream) if buf.stream is not None else contextlib.nullcontext():
+            t0 = clock()
             obs = buf.obs if buf.obs_device is None else buf.obs_device.copy_(buf.obs, non_blocking=True)
             if pos == 0 and m:
                 for saved, now in zip(rollout.initial_state, buf.state, strict=True):
                     saved[r0 : r0 + m] = now[:m]
+            t1 = clock()
             action, logprob, value = tr._act(obs, buf.state, buf.ids, step=self._step0 + t * n)
+            t2 = clock()
             if m:
                 rollout.obs[r0 : r0 + m, pos] = obs[:m].to(rollout.obs.device, non_blocking=True)
                 rollout.actions[r0 : r0 + m, pos] = action[:m]
                 rollout.logprobs[r0 : r0 + m, pos] = logprob[:m]
                 rollout.values[r0 : r0 + m, pos] = value[:m]
             buf.actions.copy_(action.reshape(buf.actions.shape), non_blocking=buf.stream is not None)
+            self._copy[b] += (t1 - t0) + (clock() - t2)  # the rest of the policy step is the forward
             if buf.stream is not None:
                 buf.stream.synchronize()
 
@@ -222,8 +229,13 @@ class Engine:
     # ------------------------------------------------------------------ timings
 
     def _account(self) -> None:
-        """The horizon's per-buffer seconds (policy step, GIL wait, env step) into the trainer's Timings."""
-        self.trainer.timings.add_buffers(self._c.take_times())
+        """The horizon's per-buffer seconds (policy step, of which copies, GIL wait, env step) into the
+        trainer's Timings."""
+        times = self._c.take_times()
+        for t, copy in zip(times, self._copy, strict=True):
+            t["copy"] = min(copy, t["policy"])
+        self._copy = [0.0] * self.buffers_n
+        self.trainer.timings.add_buffers(times)
 
     def close(self) -> None:
         c = getattr(self, "_c", None)

@@ -5,8 +5,9 @@ phase spent outside its named parts. With ``sync=True`` (profiling) every sectio
 first, so GPU time lands in the section that queued it; otherwise nothing synchronizes.
 
 The rollout engine (:mod:`appliance.train.engine`) steps buffers on threads of its own: it adds each
-buffer's seconds in its policy step, waiting for the GIL and stepping its envs (:attr:`Timings.buffers`),
-and their means over the buffers to evaluate's ``forward`` and ``env`` (the GIL wait stays in ``misc``).
+buffer's seconds in its policy step (``copy``: the part spent copying observations, rollout rows and
+actions), waiting for the GIL and stepping its envs (:attr:`Timings.buffers`), and their means over
+the buffers to evaluate's ``forward``, ``copy`` and ``env`` (the GIL wait stays in ``misc``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = {"evaluate": ("forward", "env", "copy"), "train": ("forward", "learn", "copy")}
-BUFFER_PARTS = ("policy", "gil", "env")
+BUFFER_PARTS = ("policy", "copy", "gil", "env")  # copy: the part of policy spent copying
 
 
 class Timings:
@@ -68,15 +69,17 @@ class Timings:
             self.totals[f"{self._phase}.{section}"] += time.perf_counter() - start
 
     def add_buffers(self, times: list[dict[str, float]]) -> None:
-        """One horizon of the rollout engine: per buffer ``policy``, ``gil`` and ``env`` seconds."""
+        """One horizon of the rollout engine: per buffer ``policy`` (including ``copy``), ``gil`` and ``env`` seconds."""
         if len(self.buffers) != len(times):
             self.buffers = [dict.fromkeys(BUFFER_PARTS, 0.0) for _ in times]
         for total, t in zip(self.buffers, times, strict=True):
             for part in BUFFER_PARTS:
                 total[part] += float(t[part])
         if times and self._phase == "evaluate":
-            self.totals["evaluate.forward"] += sum(t["policy"] for t in times) / len(times)
-            self.totals["evaluate.env"] += sum(t["env"] for t in times) / len(times)
+            n = len(times)
+            self.totals["evaluate.forward"] += sum(t["policy"] - t["copy"] for t in times) / n
+            self.totals["evaluate.copy"] += sum(t["copy"] for t in times) / n
+            self.totals["evaluate.env"] += sum(t["env"] for t in times) / n
 
     def breakdown(self) -> dict[str, dict[str, float]]:
         """Seconds and share of total for every section."""
