@@ -24,7 +24,8 @@
 
 typedef struct EngineTimes {
     double policy_s; /* in the policy step (for a Python callback: including the wait for the GIL) */
-    double gil_s;    /* of policy_s: waiting for the Python lock (set by the callback's wrapper) */
+    double gil_s;    /* of policy_s: waiting for the Python lock before the callback (set by its wrapper;
+                        waits inside the callback, between torch ops, count as policy) */
     double env_s;    /* stepping the buffer's envs */
     long long steps;
 } EngineTimes;

@@ -14,6 +14,10 @@ scaled by :class:`~appliance.train.trainer.ReturnScale` after the horizon, in st
 agents (the policy never reads them), and actions are sampled by ``Trainer._act`` keyed on the agents'
 global ids. ``buffers = 1`` is the plain loop with the loop moved into C.
 
+Per buffer and horizon the C loop times its policy steps, the wait for the GIL before each callback
+(waits inside it, between torch ops, count as policy) and its env steps; ``_step`` times the copies
+within the policy step. They reach ``Timings.buffers``, the dashboard, metrics and reports.
+
 Envs are the vector's own (the C buffers are views of its env structs: same seeds, state and episode
 logs), so the vector stays usable for ``log()``, rendering and evaluation.
 """
