@@ -130,8 +130,12 @@ class Engine:
         cudart = torch.cuda.cudart()
         for array in (vec.observations, vec.actions, vec.rewards, vec.terminals, vec.truncations):
             ptr, size = array.ctypes.data, array.nbytes
-            if size and int(cudart.cudaHostRegister(ptr, size, 0)) == 0:
+            if not size or torch.from_numpy(array).is_pinned():  # e.g. another trainer on this vector
+                continue
+            if int(cudart.cudaHostRegister(ptr, size, 0)) == 0:
                 self._pinned.append(ptr)
+            elif hasattr(cudart, "cudaGetLastError"):  # leave no error for torch's next launch check
+                cudart.cudaGetLastError()
 
     # ------------------------------------------------------------------ rollout
 
