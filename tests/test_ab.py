@@ -67,7 +67,7 @@ def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
 
     def fake(cmd, **kw):
         calls.append((cmd, kw))
-        if "appliance.cli" in cmd:  # the round: write the report the real `run` would
+        if ab.CLI_MAIN in cmd:  # the round: write the report the real `run` would
             from appliance.bench import report as rpt
             from appliance.sysinfo import fingerprint
 
@@ -91,10 +91,23 @@ def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
         calls[1][0][1:] == ["setup.py", "build_ext", "--inplace"] and calls[1][1]["cwd"] == side.tmp / "tree"
     )
     run_cmd, kw = calls[2]
-    assert run_cmd[1:4] == ["-m", "appliance.cli", "run"] and "--repeats" in run_cmd
+    assert run_cmd[1:4] == ["-c", ab.CLI_MAIN, "run"] and "--repeats" in run_cmd
     assert kw["env"]["PYTHONPATH"] == str(side.tmp / "tree")
     assert calls[3][0][-4:-1] == ["worktree", "remove", "--force"] and not side.tmp.exists()
     assert data["metrics"]["env_sps/squared/threads=1"]["median"] == 103.0
+
+
+def test_the_command_a_git_round_runs_starts_the_cli():
+    """The fake above stands in for the run; this runs the very command line (a commit's CLI, module or
+    package), so a layout change cannot break git: rounds unseen."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", ab.CLI_MAIN, "run", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Usage: puffer-bench run" in result.stdout
 
 
 def test_git_worktree_failure_is_one_line(tmp_path):

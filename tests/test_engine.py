@@ -62,9 +62,14 @@ def config(env: str, *extra: str):
     )
 
 
-def epochs(cfg, count: int = 2) -> list[tuple[dict[str, torch.Tensor], dict[str, float], int]]:
-    """Per epoch: the rollout's tensors (and starting states), the update's losses, the step count."""
+def epochs(
+    cfg, count: int = 2, device_steps: bool = False
+) -> list[tuple[dict[str, torch.Tensor], dict[str, float], int]]:
+    """Per epoch: the rollout's tensors (and starting states), the update's losses, the step count;
+    ``device_steps``: the engine steps RolloutGraphs' body (what CUDA captures), eagerly."""
     trainer = Trainer(cfg, vector.make_from_config(cfg))
+    if device_steps:
+        trainer.engine.use_device_steps()
     out = []
     try:
         for _ in range(count):
@@ -372,3 +377,31 @@ def test_the_diagnosis_names_buffers_and_threads():
     assert "GIL-bound" in advice and "fewer train.buffers (now 4)" in advice
     plain = diagnose_training("b", env_bound, 1e6, {"vec": vec, "train": {"engine": "off"}}, {})
     assert "train.engine auto" in " ".join(plain["suggestions"])
+
+
+@pytest.mark.parametrize("env", ["breakout", "target"])
+def test_the_graphable_device_step_gives_the_plain_loops_rollout(env):
+    """RolloutGraphs.body (device-held column and step, as captured on CUDA) run eagerly as the
+    engine's callback: the same rollout and losses as the plain loop."""
+    extra = ("--vec.num-envs", "4") if env == "target" else ()
+    plain = epochs(config(env, "--train.engine", "off", *extra))
+    for buffers in (1, 2):
+        engine = epochs(config(env, "--train.buffers", str(buffers), *extra), device_steps=True)
+        for epoch, ((a, la, sa), (b, lb, sb)) in enumerate(zip(plain, engine, strict=True)):
+            where = f"{buffers} buffers, epoch {epoch}"
+            for key in a:
+                if a[key].is_floating_point() and key not in EXACT:
+                    torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6, msg=f"{where}: {key}")
+                else:
+                    assert torch.equal(a[key], b[key]), f"{where}: {key} differs"
+            assert la == pytest.approx(lb, rel=1e-4, abs=1e-6) and sa == sb
+
+
+def test_device_steps_need_one_row_per_agent():
+    c = config("breakout", "--train.batch-size", "256")
+    trainer = Trainer(c, vector.make_from_config(c))
+    try:
+        with pytest.raises(ConfigError, match="several rows"):
+            trainer.engine.use_device_steps()
+    finally:
+        trainer.close()

@@ -257,6 +257,25 @@ def test_lstm_step_matches_lstm_cell(host: Host, storage: str) -> None:
     torch.testing.assert_close(got_c, ref_c, rtol=1e-5, atol=1e-6)
 
 
+def test_policy_lstm_step_on_the_kernel_path_equals_the_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Policy.step's CUDA branch (two GEMMs, then kernels.lstm_step) with the reference standing in for
+    the kernel: the same h and c as nn.LSTMCell, the path taken on a CPU."""
+    from gymnasium import spaces
+
+    from appliance.train.policy import Policy
+
+    torch.manual_seed(2)
+    policy = Policy(spaces.Box(0, 1, (6,), np.float32), spaces.Discrete(3), core="lstm", hidden_size=16)
+    obs, state = torch.rand(32, 6), (torch.randn(32, 16), torch.randn(32, 16))
+    with torch.no_grad():
+        want = policy.step(obs, state)
+        monkeypatch.setattr(kernels, "use_cuda", lambda t: True)
+        monkeypatch.setattr(kernels, "lstm_step", reference.lstm_step)
+        got = policy.step(obs, state)
+    for a, b in ((got[0], want[0]), (got[1], want[1]), *zip(got[2], want[2], strict=True)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("storage", ["f32", "bf16"])
 def test_mingru_step_matches_policy(host: Host, storage: str) -> None:
     torch.manual_seed(4)

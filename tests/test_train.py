@@ -483,6 +483,35 @@ def test_muon_matches_torch_muon():
             ref.data.copy_(ours.data)
 
 
+@pytest.mark.parametrize("core", ["lstm", "mingru"])
+def test_bfloat16_rollout_weights_follow_the_float32_masters(core):
+    """train.precision bfloat16 on a GPU: the rollout steps a bfloat16 copy of the weights. The copy
+    keeps the LSTM cell's weights shared with the LSTM's, refreshes in place from the masters, and
+    steps like the float32 policy under bf16 autocast (the training forward)."""
+    from appliance.train.policy import copy_weights, inference_copy
+
+    policy = Policy(spaces.Box(0, 1, (10,), np.float32), spaces.Discrete(4), core=core, hidden_size=32)
+    twin = inference_copy(policy, torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in twin.parameters())
+    if core == "lstm":
+        assert twin.cell.weight_ih is twin.core.weight_ih_l0
+    address = [p.data_ptr() for p in twin.parameters()]
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    copy_weights(twin, policy)
+    assert [p.data_ptr() for p in twin.parameters()] == address, "refreshed in place"
+    for p, q in zip(twin.parameters(), policy.parameters(), strict=True):
+        assert torch.equal(p, q.to(torch.bfloat16))
+    obs = torch.rand(64, 10)
+    state = policy.initial_state(64)
+    with torch.autocast("cpu", torch.bfloat16):
+        out, value, _ = twin.step(obs, state)
+        ref_out, ref_value, _ = policy.step(obs, state)
+    torch.testing.assert_close(out.float(), ref_out.float(), rtol=0.05, atol=0.02)
+    torch.testing.assert_close(value.float(), ref_value.float(), rtol=0.05, atol=0.05)
+
+
 @pytest.mark.parametrize("optimizer", ["muon", "adam"])
 def test_graph_safe_optimizers_take_the_same_steps(optimizer):
     """The graph-safe optimizers (learning rate a device tensor that set_lr fills in place, Muon on

@@ -41,6 +41,9 @@ from appliance.errors import ConfigError, ReportError
 SCHEMA = "puffer-bench/ab/1"
 UNRELIABLE = "unreliable (busy)"
 
+# The CLI of a commit's worktree, whatever the layout (a module before the house refactor, a package after).
+CLI_MAIN = "import sys; from appliance.cli import main; sys.argv[0] = 'puffer-bench'; main()"
+
 
 @dataclass
 class Variant:
@@ -233,7 +236,7 @@ class Subprocess:
             assert self.tree is not None
             env = {**os.environ, "PYTHONPATH": str(self.tree)}
             result = self.execute(
-                [sys.executable, "-m", "appliance.cli", *args],
+                [sys.executable, "-c", CLI_MAIN, *args],
                 cwd=self.tree,
                 env=env,
                 capture_output=True,

@@ -123,6 +123,8 @@ def measure(
                 f"{case['op']:<20} {case['dtype']:<5} {'ok  ' if ok else 'FAIL'} max err {detail['max_err']:.3g}; "
                 f"{k['median']:.1f} us vs eager {e['median']:.1f} us ({e['median'] / k['median']:.1f}x)"
             )
+        if cuda:
+            results.append(_graph_check(report, runs, log))
         report.data["analysis"]["kernels"] = results
         report.data["analysis"]["kernel_origin"] = dict(kernels._MODULES.origin)
         report.data["analysis"]["passed"] = all(r["passed"] for r in results)
@@ -352,3 +354,56 @@ def _cases(
         eager_ingest,
     )
     return cases
+
+
+def _graph_check(report: Any, epochs: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """The training update captured as CUDA graphs (train.graphs true) against the eager update, on
+    breakout at the profile-free size below: the same losses and weights within tolerance, and each
+    update epoch's wall time, graphed and eager interleaved."""
+    from appliance import vector
+    from appliance.config import resolve
+    from appliance.train import Trainer
+
+    def trainer(graphs: bool) -> Trainer:
+        cfg = resolve(
+            env="breakout",
+            overrides=[
+                "--train.device", "cuda", "--train.graphs", str(graphs).lower(), "--vec.num-envs", "2048",
+                "--train.bptt-horizon", "64", "--train.minibatch-size", "32768",
+                "--train.max-minibatch-size", "32768", "--train.update-epochs", "2",
+            ],
+        )  # fmt: skip
+        return Trainer(cfg, vector.make_from_config(cfg))
+
+    graphed, eager = trainer(True), trainer(False)
+    seconds: dict[str, list[float]] = {"graphs": [], "eager": []}
+    worst = 0.0
+    try:
+        for epoch in range(max(4, min(epochs, 10))):
+            losses = {}
+            for name, t in (("graphs", graphed), ("eager", eager)):
+                t.evaluate()
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                losses[name] = t.train()
+                torch.cuda.synchronize()
+                if epoch >= 2:  # after the warm-up and the capture
+                    seconds[name].append(time.perf_counter() - start)
+            for k in ("policy_loss", "value_loss", "entropy"):
+                a, b = losses["graphs"][k], losses["eager"][k]
+                worst = max(worst, abs(a - b) / max(1e-6, abs(b)))
+        pairs = zip(graphed.policy.parameters(), eager.policy.parameters(), strict=True)
+        weights = max(float((p - q).abs().max()) for p, q in pairs)
+        captured = graphed.update_step.captured
+    finally:
+        graphed.close()
+        eager.close()
+    ok = captured and worst < 1e-2 and weights < 1e-2
+    g = report.add("update/breakout/graphs", [s * 1e3 for s in seconds["graphs"]], "ms", "lower")
+    e = report.add("update/breakout/eager", [s * 1e3 for s in seconds["eager"]], "ms", "lower")
+    report.add("update/breakout/speedup", [e["median"] / g["median"]], "x", "higher")
+    log(
+        f"{'update graphs':<20} {'f32':<5} {'ok  ' if ok else 'FAIL'} loss rel err {worst:.3g}, weights max err "
+        f"{weights:.3g}; epoch {g['median']:.1f} ms vs eager {e['median']:.1f} ms ({e['median'] / g['median']:.2f}x)"
+    )
+    return {"op": "update_graphs", "dtype": "f32", "passed": ok, "max_err": worst, "weights_err": weights}

@@ -437,7 +437,7 @@ def ppo_loss(
 def prio_sample(
     adv: torch.Tensor,
     alpha: float,
-    beta: float,
+    beta: float | torch.Tensor,
     samples: int,
     seed: int,
     step: int | torch.Tensor,

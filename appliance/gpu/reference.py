@@ -220,7 +220,10 @@ def ppo_loss(
     lg = logits.detach().float().requires_grad_(True)
     nv = value.detach().float().requires_grad_(True)
     act = actions.reshape(len(lg), -1)
-    dists = [torch.distributions.Categorical(logits=p) for p in torch.split(lg, list(nvec), dim=-1)]
+    dists = [  # unvalidated: NaN logits give a NaN loss, which the trainer reports, not a ValueError here
+        torch.distributions.Categorical(logits=p, validate_args=False)
+        for p in torch.split(lg, list(nvec), dim=-1)
+    ]
     new_logprob = sum(d.log_prob(act[:, i]) for i, d in enumerate(dists))
     entropy = sum(d.entropy() for d in dists)
     m = mask.float()
@@ -268,7 +271,7 @@ def prio_keys(
 def prio_sample(
     adv: torch.Tensor,
     alpha: float,
-    beta: float,
+    beta: float | torch.Tensor,
     samples: int,
     seed: int,
     step: int | torch.Tensor,

@@ -35,6 +35,7 @@ import torch
 
 from appliance.config import check_buffers
 from appliance.errors import ConfigError, DeviceError
+from appliance.train.graphs import RolloutGraphs
 
 if TYPE_CHECKING:
     from appliance.train.trainer import Trainer
@@ -106,6 +107,15 @@ class Engine:
         self._c = _ocean.Engine(vec._c, self.threads)
         self.graphs: tuple[list[int], list[int]] | None = None  # (graph execs, streams): set_graphs
         self._step0 = trainer.global_step
+        # the policy step as device work (graphs.RolloutGraphs): on CUDA with train.graphs, run eagerly
+        # for one horizon on the buffers' streams, then captured once per buffer and launched from C
+        self.device_steps: RolloutGraphs | None = None
+        self.graph_reason: str | None = "train.graphs is off, or the device is not CUDA"
+        if self.device.type == "cuda" and hp.graphs:
+            self.graph_reason = "train.compile makes graphs of its own" if hp.compile else None
+            self.graph_reason = self.graph_reason or RolloutGraphs.supported(trainer, self)
+            if self.graph_reason is None:
+                self.device_steps = RolloutGraphs(trainer, self)
 
     def _buffer(self, b: int, vec: Any) -> _Buffer:
         first, count = b * self.per, self.per
@@ -148,12 +158,47 @@ class Engine:
             buf.state = tuple(s[buf.first : buf.first + buf.count] for s in tr.state)
             if buf.stream is not None:  # the update's kernels (new weights) come first
                 buf.stream.wait_stream(torch.cuda.current_stream(self.device))
+        device_steps = self.device_steps
+        if device_steps is not None:
+            device_steps.begin()
         if self.graphs is not None:
             self._c.run_graphs(self.steps, *self.graphs, self.hist_rewards, self.hist_dones)
+        elif device_steps is not None:
+            self._c.run(self.steps, self._device_step, self.hist_rewards, self.hist_dones)
         else:
             self._c.run(self.steps, self._step, self.hist_rewards, self.hist_dones)
+        if device_steps is not None and (what := device_steps.nonfinite()) is not None:
+            from appliance.train.trainer import TrainingError
+
+            kind = (
+                "the env returned NaN or Inf observations"
+                if what == "observations"
+                else "the policy's logits became NaN or Inf"
+            )
+            raise TrainingError(
+                f"{kind} in epoch {tr.epoch} (steps from {tr.global_step}); stopping; {tr._kept()}"
+            )
         self._account()
         self._finish()
+        if device_steps is not None and self.graphs is None and self.device.type == "cuda":
+            self.set_graphs(device_steps.capture())  # after one eager horizon warmed everything up
+
+    def use_device_steps(self) -> None:
+        """Step with :class:`RolloutGraphs`' eager body instead of :meth:`_step` (what CUDA captures;
+        on a CPU it stays eager: tests compare it with the plain loop there)."""
+        reason = RolloutGraphs.supported(self.trainer, self)
+        if reason is not None:
+            raise ConfigError(f"the rollout's device steps cannot run here: {reason}")
+        self.device_steps = RolloutGraphs(self.trainer, self)
+
+    @torch.no_grad()
+    def _device_step(self, b: int, t: int) -> None:
+        """Buffer ``b``'s step as :meth:`RolloutGraphs.body` (device-held column and step), on its stream."""
+        buf = self.buffers[b]
+        with torch.cuda.stream(buf.stream) if buf.stream is not None else contextlib.nullcontext():
+            self.device_steps.body(b)
+            if buf.stream is not None:
+                buf.stream.synchronize()
 
     @torch.no_grad()
     def _step(self, b: int, t: int) -> None:

@@ -15,6 +15,7 @@ reproduces the rollout's exactly (ratios start at 1).
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -23,6 +24,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
+
+from appliance.gpu import kernels, reference
 
 State = tuple[torch.Tensor, ...]
 
@@ -131,30 +134,18 @@ class MinGRU(nn.Module):
         super().__init__()
         self.linear = nn.Linear(size, 2 * size)
 
-    @staticmethod
-    def _g(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(x >= 0, x + 0.5, torch.sigmoid(x))
-
-    @staticmethod
-    def _log_g(x: torch.Tensor) -> torch.Tensor:
-        return torch.where(x >= 0, torch.log(F.relu(x) + 0.5), -F.softplus(-x))
-
     def step(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """One step: x [B, H], h [B, H] (positive) -> new h."""
-        k, v = self.linear(x).chunk(2, dim=-1)
-        z = torch.sigmoid(k)
-        return (1 - z) * h + z * self._g(v)
+        """One step: x [B, H], h [B, H] (positive) -> new h (``kernels.mingru_step``: fused on CUDA
+        in inference; the torch reference, which autograd follows, elsewhere)."""
+        kv = self.linear(x)
+        if torch.is_grad_enabled():
+            return reference.mingru_step(kv, h)
+        return kernels.mingru_step(kv.contiguous(), h.float().contiguous())
 
     def scan(self, x: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
-        """All steps at once: x [B, T, H], h0 [B, H] -> h [B, T, H] via log-space cumulative sums."""
-        k, v = self.linear(x).chunk(2, dim=-1)
-        log_coeff = -F.softplus(k)  # log(1 - z)
-        log_values = -F.softplus(-k) + self._log_g(v)  # log(z * g(v))
-        log_h0 = torch.log(h0.clamp_min(1e-30)).unsqueeze(1)
-        a_star = torch.cumsum(log_coeff, dim=1)
-        # h_t = exp(a*_t) * (h0 + sum_{s<=t} exp(log_values_s - a*_s))
-        log_terms = torch.cat([log_h0, log_values - a_star], dim=1)
-        return torch.exp(a_star + torch.logcumsumexp(log_terms, dim=1)[:, 1:])
+        """All steps at once: x [B, T, H], h0 [B, H] -> h [B, T, H] via log-space cumulative sums
+        (``kernels.mingru_scan``: a fused forward and backward on CUDA)."""
+        return kernels.mingru_scan(self.linear(x), h0)
 
 
 class Policy(nn.Module):
@@ -247,7 +238,7 @@ class Policy(nn.Module):
         """Inference for one step: obs [B, ...] -> (logits or mean [B, A], value [B], state)."""
         x = self.encode(obs)
         if self.core_kind == "lstm":
-            h, c = self.cell(x, state)
+            h, c = self._lstm_step(x, state)
             x, state = h, (h, c)
         elif self.core_kind == "mingru":
             h = self.core.step(x, state[0])
@@ -255,6 +246,16 @@ class Policy(nn.Module):
         else:
             x = self.core(x)
         return self.decoder(x), self.value(x).squeeze(-1), state
+
+    def _lstm_step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor]:
+        """``nn.LSTMCell``, or on CUDA in inference its two GEMMs and ``kernels.lstm_step`` (the gate
+        math fused into one kernel; the reference is tested equal to the cell)."""
+        if not (kernels.use_cuda(x) and not torch.is_grad_enabled()):
+            return self.cell(x, state)
+        h, c = state
+        gx = F.linear(x, self.cell.weight_ih, self.cell.bias_ih)
+        gh = F.linear(h.to(gx.dtype), self.cell.weight_hh, self.cell.bias_hh)
+        return kernels.lstm_step(gx.contiguous(), gh.contiguous(), c.float().contiguous())
 
     def sequence(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor]:
         """Training over segments: obs [B, T, ...] from initial state [B, H] -> ([B, T, A], [B, T])."""
@@ -298,3 +299,22 @@ class Policy(nn.Module):
         logprob = sum(d.log_prob(action[..., i]) for i, d in enumerate(dist))
         entropy = sum(d.entropy() for d in dist)
         return logprob, entropy
+
+
+def inference_copy(policy: Policy, dtype: torch.dtype) -> Policy:
+    """A copy of ``policy`` in ``dtype`` (bfloat16 rollout weights beside float32 master weights),
+    weights shared within it as in the original (the LSTM cell's are the LSTM's), no gradients."""
+    twin = copy.deepcopy(policy).to(dtype)
+    twin.requires_grad_(False)
+    return twin
+
+
+@torch.no_grad()
+def copy_weights(dst: Policy, src: Policy) -> None:
+    """``dst``'s parameters and buffers from ``src`` (cast to ``dst``'s dtypes), in place: a captured
+    graph or a compiled function that reads ``dst`` sees the new values."""
+    pairs = [
+        *zip(dst.parameters(), src.parameters(), strict=True),
+        *zip(dst.buffers(), src.buffers(), strict=True),
+    ]
+    torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])

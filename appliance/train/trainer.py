@@ -32,10 +32,11 @@ import torch
 
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError, DeviceError
-from appliance.gpu import kernels, reference
+from appliance.gpu import kernels
 from appliance.train import checkpoint, engine
+from appliance.train.graphs import GRAD_NORM, IMPORTANCE, LOSS_TERMS, NONFINITE, EpochScalars, MinibatchGraph
 from appliance.train.optim import make_optimizer, set_lr
-from appliance.train.policy import Policy, State
+from appliance.train.policy import Policy, State, copy_weights, inference_copy
 from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
 
@@ -153,7 +154,11 @@ class Trainer:
         self.generator = torch.Generator(device="cpu").manual_seed(hp.seed)
         self.policy = (policy or make_policy(config, vec)).to(self.device)
         self.amp = self.device.type == "cuda" and hp.precision == "bfloat16"
-        self.forward_step = torch.compile(self.policy.step) if hp.compile else self.policy.step
+        # bfloat16: the rollout steps a bfloat16 copy of the weights (refreshed before each rollout);
+        # the update trains the float32 master weights under bf16 autocast
+        self.rollout_policy = inference_copy(self.policy, torch.bfloat16) if self.amp else self.policy
+        step = self.rollout_policy.step
+        self.forward_step = torch.compile(step) if hp.compile else step
         self.forward_sequence = torch.compile(self.policy.sequence) if hp.compile else self.policy.sequence
 
         n, horizon = vec.num_agents, hp.bptt_horizon
@@ -192,7 +197,11 @@ class Trainer:
         )
         self.state = self.policy.initial_state(n, self.device)
 
-        self.optimizer = make_optimizer(self.policy, hp)
+        # the update: device work only, captured as a CUDA graph where that is possible
+        capture = self._can_capture(profile)
+        self.optimizer = make_optimizer(self.policy, hp, graph_safe=capture)
+        self.epoch_scalars = EpochScalars(self.device)
+        self.update_step = MinibatchGraph(self._update_minibatch, capture)
         self.return_scale = ReturnScale(n, hp.gamma) if hp.reward_norm else None
         self.timings = Timings(sync=profile)
         self.global_step, self.epoch = 0, 0
@@ -207,11 +216,28 @@ class Trainer:
         self.engine = engine.Engine(self) if engine.wanted(hp, vec) else None
         self.vec.async_reset(hp.seed)
 
+    def _can_capture(self, profile: bool) -> bool:
+        """``train.graphs`` on a CUDA device, except where a graph cannot hold the update: Box actions
+        (no fused loss), observations kept on the host (``cpu_offload``), ``torch.compile`` (its own
+        graphs), per-phase profiling (it synchronizes) and data-parallel ranks (the all-reduces)."""
+        hp = self.hp
+        return bool(
+            hp.graphs
+            and self.device.type == "cuda"
+            and self.policy.nvec is not None
+            and not hp.cpu_offload
+            and not hp.compile
+            and not profile
+            and type(self)._reduce_gradients is Trainer._reduce_gradients
+        )
+
     # ------------------------------------------------------------------ rollout
 
     def evaluate(self) -> None:
         """Step the envs until every segment row holds ``horizon`` steps: recv -> forward -> write -> send
         (or the same in the rollout engine's buffers, :mod:`appliance.train.engine`)."""
+        if self.rollout_policy is not self.policy:
+            copy_weights(self.rollout_policy, self.policy)
         if self.engine is not None:
             with self.timings.phase("evaluate"):
                 self.engine.evaluate()
@@ -311,50 +337,28 @@ class Trainer:
     # ------------------------------------------------------------------ update
 
     def train(self) -> dict[str, float]:
-        """PPO over the buffer; returns the epoch's mean losses."""
-        hp, b = self.hp, self.rollout
+        """PPO over the buffer; returns the epoch's mean losses. The minibatches are device work only
+        (:meth:`_update_minibatch`), replayed as one CUDA graph each on a GPU; the statistics and
+        the NaN checks are read back once, at the end."""
+        hp, b, acc = self.hp, self.rollout, self.epoch_scalars
         progress = min(1.0, self.global_step / max(1, hp.total_timesteps))
         lr_scale = 0.5 * (1 + math.cos(math.pi * progress)) if hp.anneal_lr else 1.0
         lr = set_lr(self.optimizer, lr_scale)
-        beta = hp.prio_beta0 + (1 - hp.prio_beta0) * progress
-        sums: dict[str, float] = {}
         minibatches = hp.update_epochs * self.segments // self.mb_segments
         with self.timings.phase("train"):
             b.ratios.fill_(1.0)
-            for i in range(minibatches):
-                adv = kernels.advantage(  # fused on CUDA; the torch reference elsewhere
-                    b.values,
-                    b.rewards,
-                    b.dones,
-                    b.ratios,
-                    hp.gamma,
-                    hp.gae_lambda,
-                    hp.vtrace_rho_clip,
-                    hp.vtrace_c_clip,
+            acc.begin(self.epoch * minibatches, hp.prio_beta0 + (1 - hp.prio_beta0) * progress)
+            for _ in range(minibatches):
+                self.update_step()
+            sums = acc.finish(minibatches)
+            if sums.pop("nonfinite_advantages"):
+                raise TrainingError(
+                    f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "
+                    "check the env's rewards and observations for NaN/Inf; " + self._kept()
                 )
-                if not torch.isfinite(adv).all():
-                    raise TrainingError(
-                        f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "
-                        "check the env's rewards and observations for NaN/Inf; " + self._kept()
-                    )
-                idx, importance = kernels.prio_sample(  # distinct segments, on the device
-                    adv, hp.prio_alpha, beta, self.mb_segments, hp.seed, self.epoch * minibatches + i
-                )
-                mb_adv = adv[idx]
-                mb_returns = mb_adv + b.values[idx]
-                mean, std = self._advantage_stats(mb_adv)
-                norm_adv = importance[:, None] * (mb_adv - mean) / (std + 1e-8)
-                self.optimizer.zero_grad()
-                stats = self._minibatch(idx, norm_adv, mb_returns)
-                with self.timings("learn"):
-                    self._reduce_gradients()
-                    grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), hp.max_grad_norm)
-                    self.optimizer.step()
-                stats["grad_norm"] = float(grad_norm)
-                stats["importance"] = float(importance.mean())
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v / minibatches
-            returns = adv + b.values
+            self._check_loss(sums.pop("loss"))
+            assert acc.last_advantages is not None
+            returns = acc.last_advantages + b.values
             var = returns.var()
             sums["explained_variance"] = (
                 float(1 - (returns - b.values).var() / var) if var > 0 else float("nan")
@@ -363,6 +367,39 @@ class Trainer:
         self.epoch += 1
         self.losses = sums
         return sums
+
+    def _update_minibatch(self) -> None:
+        """One minibatch, all on the device: V-trace advantages with the ratios and values the
+        previous minibatches wrote back, distinct segments by priority, the loss and its gradient,
+        clipping and the optimizer step; statistics summed into ``epoch_scalars``."""
+        hp, b, acc = self.hp, self.rollout, self.epoch_scalars
+        adv = kernels.advantage(  # fused on CUDA; the torch reference elsewhere
+            b.values,
+            b.rewards,
+            b.dones,
+            b.ratios,
+            hp.gamma,
+            hp.gae_lambda,
+            hp.vtrace_rho_clip,
+            hp.vtrace_c_clip,
+        )
+        acc.sums[NONFINITE] += (~torch.isfinite(adv)).any()
+        idx, importance = kernels.prio_sample(  # distinct segments, drawn on the device
+            adv, hp.prio_alpha, acc.beta, self.mb_segments, hp.seed, acc.step
+        )
+        mb_adv = adv[idx]
+        mb_returns = mb_adv + b.values[idx]
+        mean, std = self._advantage_stats(mb_adv)
+        norm_adv = importance[:, None] * (mb_adv - mean) / (std + 1e-8)
+        self.optimizer.zero_grad(set_to_none=not self.update_step.capture)  # graphs: grads stay put
+        self._minibatch(idx, norm_adv, mb_returns)
+        with self.timings("learn"):
+            self._reduce_gradients()
+            acc.sums[GRAD_NORM] += torch.nn.utils.clip_grad_norm_(self.policy.parameters(), hp.max_grad_norm)
+            self.optimizer.step()
+        acc.sums[IMPORTANCE] += importance.mean()
+        acc.step += 1
+        acc.last_advantages = adv
 
     # Data-parallel hooks (appliance.train.distributed.RankTrainer): one process needs neither.
 
@@ -373,14 +410,11 @@ class Trainer:
     def _reduce_gradients(self) -> None:
         """Called after a minibatch's backward, before clipping: ranks average gradients here."""
 
-    def _minibatch(
-        self, idx: torch.Tensor, norm_adv: torch.Tensor, returns: torch.Tensor
-    ) -> dict[str, float]:
+    def _minibatch(self, idx: torch.Tensor, norm_adv: torch.Tensor, returns: torch.Tensor) -> None:
         """Forward and backward over the sampled segments ``idx``, in chunks of at most
         ``max_minibatch_size`` whose gradients add up (each scaled by its share of the minibatch)."""
         b = self.rollout
         loss_fn = self._discrete_loss if self.policy.nvec is not None else self._gaussian_loss
-        stats: dict[str, float] = {}
         for start in range(0, len(idx), self.chunk_segments):
             sl = slice(start, start + self.chunk_segments)
             rows = idx[sl]
@@ -391,13 +425,11 @@ class Trainer:
                 state = tuple(s[rows] for s in b.initial_state)
                 out, new_value = self.forward_sequence(obs, state)
             out, new_value = out.float(), new_value.float()
-            part, ratio = loss_fn(out, new_value, rows, norm_adv[sl], returns[sl], weight)
+            terms, ratio = loss_fn(out, new_value, rows, norm_adv[sl], returns[sl], weight)
             with torch.no_grad():  # fresh ratios and values for the next minibatch's V-trace advantages
                 b.ratios[rows] = ratio.reshape(len(rows), -1)
                 b.values[rows] = new_value.detach()
-            for k, v in part.items():
-                stats[k] = stats.get(k, 0.0) + v * weight
-        return stats
+                self.epoch_scalars.sums[LOSS_TERMS] += terms * weight
 
     def _discrete_loss(
         self,
@@ -407,9 +439,10 @@ class Trainer:
         adv: torch.Tensor,
         returns: torch.Tensor,
         weight: float,
-    ) -> tuple[dict[str, float], torch.Tensor]:
-        """``kernels.ppo_loss``: the loss's statistics and its gradient with respect to the logits and
-        values in one pass (one fused kernel on a GPU), then the backward pass from those gradients."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``kernels.ppo_loss``: the loss terms (``reference.STAT_NAMES``) and the loss's gradient with
+        respect to the logits and values in one pass (one fused kernel on a GPU), then the backward
+        pass from those gradients. Returns the terms and the new ratios, on the device."""
         hp, b = self.hp, self.rollout
         n = value.numel()
         res = kernels.ppo_loss(
@@ -418,13 +451,11 @@ class Trainer:
             b.masks[rows].reshape(n), self.policy.nvec, hp.clip_coef, hp.vf_clip_coef, hp.vf_coef,
             hp.ent_coef, grad_scale=weight,
         )  # fmt: skip
-        loss, *values = res.stats.tolist()  # the one host sync of the chunk
-        self._check_loss(loss)
         with self.timings("learn"):
             torch.autograd.backward(
                 [out, value], [res.grad_logits.view_as(out), res.grad_value.view_as(value)]
             )
-        return dict(zip(reference.STAT_NAMES[1:], values, strict=True)), res.ratio
+        return res.stats, res.ratio
 
     def _gaussian_loss(
         self,
@@ -434,7 +465,7 @@ class Trainer:
         adv: torch.Tensor,
         returns: torch.Tensor,
         weight: float,
-    ) -> tuple[dict[str, float], torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The same loss for Box actions (a Gaussian head), through autograd."""
         hp, b = self.hp, self.rollout
         new_logprob, entropy = self.policy.evaluate_actions(out, b.actions[rows])
@@ -449,18 +480,13 @@ class Trainer:
         v_loss = 0.5 * _masked_mean(torch.max((value - returns) ** 2, (v_clipped - returns) ** 2), mask)
         ent = _masked_mean(entropy, mask)
         loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
-        self._check_loss(loss.item())
         with self.timings("learn"):
             (loss * weight).backward()
         with torch.no_grad():
-            part = {
-                "policy_loss": pg_loss.item(),
-                "value_loss": v_loss.item(),
-                "entropy": ent.item(),
-                "approx_kl": _masked_mean((ratio - 1) - logratio, mask).item(),
-                "clipfrac": _masked_mean(((ratio - 1).abs() > hp.clip_coef).float(), mask).item(),
-            }
-        return part, ratio.detach()
+            kl = _masked_mean((ratio - 1) - logratio, mask)
+            clipfrac = _masked_mean(((ratio - 1).abs() > hp.clip_coef).float(), mask)
+            terms = torch.stack([loss, pg_loss, v_loss, ent, kl, clipfrac]).detach()
+        return terms, ratio.detach()
 
     def _check_loss(self, loss: float) -> None:
         if not math.isfinite(loss):

@@ -1,0 +1,193 @@
+"""The training update as device work only, captured as a CUDA graph on a GPU.
+
+One PPO minibatch (V-trace advantages, prioritized sampling, forward, ``kernels.ppo_loss``,
+backward, clipping, the optimizer step) reads nothing back to the host: the sampling step and the
+importance exponent beta live in device scalars (:class:`EpochScalars`), statistics are summed
+on the device and read once per epoch, and NaN checks are made on those sums. So the very same
+Python function runs eagerly on a CPU (the reference path, tested there) and, on a GPU, is
+captured once after a warm-up and replayed for every later minibatch (:class:`MinibatchGraph`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from appliance.gpu import kernels
+
+# What EpochScalars.sums holds, in order: the loss terms (each chunk's weighted by its share of the
+# minibatch), then per minibatch the clipped gradient's norm, the mean importance weight and
+# whether any advantage was NaN/Inf.
+STATS = (
+    "loss",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clipfrac",
+    "grad_norm",
+    "importance",
+    "nonfinite_advantages",
+)
+LOSS_TERMS = slice(0, 6)  # reference.STAT_NAMES, kernels.ppo_loss's order
+GRAD_NORM, IMPORTANCE, NONFINITE = 6, 7, 8
+
+
+class EpochScalars:
+    """The device scalars one epoch of minibatches reads and writes."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.step = torch.zeros(1, dtype=torch.int64, device=device)  # prio_sample's Philox step
+        self.beta = torch.zeros((), dtype=torch.float32, device=device)
+        self.sums = torch.zeros(len(STATS), dtype=torch.float32, device=device)
+        self.last_advantages: torch.Tensor | None = None  # the last minibatch's (explained variance)
+
+    def begin(self, step: int, beta: float) -> None:
+        self.step.fill_(step)
+        self.beta.fill_(beta)
+        self.sums.zero_()
+
+    def finish(self, minibatches: int) -> dict[str, float]:
+        """The epoch's means: the one read-back of the update."""
+        return {k: v / minibatches for k, v in zip(STATS, self.sums.tolist(), strict=True)}
+
+
+class MinibatchGraph:
+    """Calls ``fn`` (one minibatch) eagerly, or with ``capture`` (CUDA) eagerly for ``WARMUP`` calls
+    on a side stream, then captures it once and replays the graph on every later call. A capture
+    records without running, so the capturing call replays once to do its minibatch."""
+
+    WARMUP = 3
+
+    def __init__(self, fn: Callable[[], None], capture: bool) -> None:
+        self.fn, self.capture = fn, capture
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def __call__(self) -> None:
+        if not self.capture:
+            self.fn()
+            return
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        self.calls += 1
+        if self.calls <= self.WARMUP:  # allocations, lazy module loads and cuDNN plans happen here
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.fn()
+            torch.cuda.current_stream().wait_stream(side)
+            return
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.fn()
+        self.graph = graph
+        graph.replay()
+
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
+
+
+class RolloutGraphs:
+    """The rollout engine's policy step for each buffer as device work at device-held indices, so a
+    CUDA graph per buffer can hold it (:mod:`appliance.train.engine` launches them from its C threads):
+    the buffer's observations in from the vector's (pinned) rows, the policy step on the buffer's
+    recurrent state, ``kernels.sample_logits`` at the device-held global step, the rollout write at the
+    device-held column ``t``, the actions out to the vector's rows, then ``t += 1`` and
+    ``step += num_agents``. :meth:`body` runs eagerly anywhere (the CPU tests use it as the engine's
+    callback); :meth:`capture` records it once per buffer on the buffer's stream.
+
+    Needs every agent to own one rollout row (``train.batch_size auto``: one pass of the horizon),
+    Discrete or MultiDiscrete actions, and the observations on the trainer's device.
+    """
+
+    def __init__(self, trainer: Any, engine: Any) -> None:
+        self.trainer, self.engine = trainer, engine
+        dev = trainer.device
+        heads = len(trainer.policy.nvec)
+        self.t = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in engine.buffers]
+        self.step = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in engine.buffers]
+        self.out = [
+            (
+                torch.zeros(
+                    (buf.count,) if heads == 1 else (buf.count, heads), dtype=torch.int64, device=dev
+                ),
+                torch.zeros(buf.count, dtype=torch.float32, device=dev),
+                torch.zeros(buf.count, dtype=torch.float32, device=dev),
+            )
+            for buf in engine.buffers
+        ]
+        self.graphs: list[torch.cuda.CUDAGraph] = []
+
+    @staticmethod
+    def supported(trainer: Any, engine: Any) -> str | None:
+        """None when the rollout step can be graphed, else why not (said once in the run's log)."""
+        if trainer.policy.nvec is None:
+            return "Box actions sample from torch's Gaussian, not the fused kernel"
+        if engine.passes != 1:
+            return "train.batch_size is above num_agents * bptt_horizon (agents write several rows)"
+        if trainer.rollout.obs.device != trainer.device:
+            return "train.cpu_offload keeps the observations on the host"
+        return None
+
+    def begin(self) -> None:
+        """Before a horizon: column 0, the plain loop's global step, the segments' initial states."""
+        tr = self.trainer
+        for t, step in zip(self.t, self.step, strict=True):
+            t.zero_()
+            step.fill_(tr.global_step)
+        for saved, now in zip(tr.rollout.initial_state, tr.state, strict=True):
+            saved.copy_(now)
+
+    def body(self, b: int) -> None:
+        """Buffer ``b``'s policy step at the device-held column and step (no host read-back)."""
+        tr, buf, r = self.trainer, self.engine.buffers[b], self.trainer.rollout
+        rows = slice(buf.first, buf.first + buf.count)
+        t = self.t[b]
+        obs = buf.obs if buf.obs_device is None else buf.obs_device.copy_(buf.obs, non_blocking=True)
+        with torch.no_grad():
+            with torch.autocast(tr.device.type, torch.bfloat16, enabled=tr.amp):
+                out, value, new_state = tr.forward_step(obs, buf.state)
+            decoded = torch.cat([out.float(), value.float()[:, None]], 1)
+            action, logprob, value = self.out[b]
+            kernels.sample_logits(
+                decoded, tr.policy.nvec, tr.hp.seed, self.step[b], ids=buf.ids,
+                action=action, logprob=logprob, value=value,
+            )  # fmt: skip
+            for s, new in zip(buf.state, new_state, strict=True):
+                s.copy_(new)
+            r.obs[rows].index_copy_(1, t, obs.unsqueeze(1).to(r.obs.device, r.obs.dtype))
+            r.actions[rows].index_copy_(1, t, action.unsqueeze(1).to(r.actions.dtype))
+            r.logprobs[rows].index_copy_(1, t, logprob.unsqueeze(1))
+            r.values[rows].index_copy_(1, t, value.unsqueeze(1))
+            buf.actions.copy_(action.reshape(buf.actions.shape), non_blocking=buf.stream is not None)
+            t += 1
+            self.step[b] += tr.vec.num_agents
+
+    def capture(self) -> list[int]:
+        """One graph per buffer, recorded (not run) on the buffer's stream after an eager epoch has
+        warmed every library up on it; returns the graph execs for ``Engine.set_graphs``."""
+        self.graphs = []
+        for b, buf in enumerate(self.engine.buffers):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=buf.stream):
+                self.body(b)
+            self.graphs.append(graph)
+        torch.cuda.synchronize()
+        return [g.raw_cuda_graph_exec() for g in self.graphs]
+
+    def nonfinite(self) -> str | None:
+        """After a graphed horizon, the NaN check the eager step makes at every step, once: None, or
+        what went NaN/Inf first ("observations" from the env, else "logits" from the policy)."""
+        r = self.trainer.rollout
+        if bool(torch.isfinite(r.logprobs).all()):
+            return None
+        return (
+            "observations"
+            if r.obs.is_floating_point() and not bool(torch.isfinite(r.obs).all())
+            else "logits"
+        )
