@@ -154,13 +154,13 @@ class Engine:
         tr = self.trainer
         tr.rollout.reset()
         self._step0 = tr.global_step  # the plain loop's global_step at step t is _step0 + t * num_agents
-        for buf in self.buffers:  # views of the trainer's current state (a checkpoint load replaces it)
-            buf.state = tuple(s[buf.first : buf.first + buf.count] for s in tr.state)
-            if buf.stream is not None:  # the update's kernels (new weights) come first
-                buf.stream.wait_stream(torch.cuda.current_stream(self.device))
         device_steps = self.device_steps
-        if device_steps is not None:
+        if device_steps is not None:  # column 0, the step, the segments' initial states (default stream)
             device_steps.begin()
+        for buf in self.buffers:  # views of the trainer's recurrent state, the same storage every epoch
+            buf.state = tuple(s[buf.first : buf.first + buf.count] for s in tr.state)
+            if buf.stream is not None:  # the update's kernels (new weights) and begin() come first
+                buf.stream.wait_stream(torch.cuda.current_stream(self.device))
         if self.graphs is not None:
             self._c.run_graphs(self.steps, *self.graphs, self.hist_rewards, self.hist_dones)
         elif device_steps is not None:
