@@ -13,9 +13,12 @@ epoch first differed.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -405,3 +408,22 @@ def test_device_steps_need_one_row_per_agent():
             trainer.engine.use_device_steps()
     finally:
         trainer.close()
+
+
+@pytest.mark.parametrize("sanitize", ["address,undefined", "thread"])
+def test_the_native_loop_under_sanitizers(tmp_path, sanitize):
+    """envs/engine_debug.c drives the C loop without Python (every env, 1, 2 and 4 buffers, a
+    failing buffer, an out-of-range action) built with ASan+UBSan, and with ThreadSanitizer."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed for the C-level tests"
+    envs = Path(__file__).resolve().parent.parent / "envs"
+    binary = tmp_path / "engine_debug"
+    flags = [f"-fsanitize={sanitize}"] + (
+        ["-fno-sanitize-recover=undefined"] if "undefined" in sanitize else []
+    )
+    sources = [str(envs / f) for f in ("engine_debug.c", "engine.c", "vecenv.c")]
+    command = [cc, "-std=c11", "-O1", "-g", "-fno-omit-frame-pointer", *flags, f"-I{envs}", *sources]
+    subprocess.run([*command, "-o", str(binary), "-lm", "-pthread", "-ldl"], check=True)
+    result = subprocess.run([str(binary), "all", "200"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(" ok") == 3 * len(_ocean.names()) and "WARNING" not in result.stderr
