@@ -157,6 +157,11 @@ static void* buffer_main(void* raw) {
     Buffer* buf = (Buffer*)raw;
     Engine* eng = buf->eng;
     EnginePolicy* p = &eng->policy;
+#if defined(__linux__)
+    char name[16];
+    snprintf(name, sizeof(name), "rollout-buf%d", buf->index);
+    pthread_setname_np(pthread_self(), name); /* shown by profilers, gdb, top -H */
+#endif
     if (p->begin) p->begin(p->ctx, buf->index);
     for (int t = 0; t < eng->horizon; t++) {
         if (atomic_load_explicit(&eng->abort, memory_order_relaxed)) break;

@@ -12,6 +12,7 @@ epoch first differed.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -427,3 +428,22 @@ def test_the_native_loop_under_sanitizers(tmp_path, sanitize):
     result = subprocess.run([str(binary), "all", "200"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(" ok") == 3 * len(_ocean.names()) and "WARNING" not in result.stderr
+
+
+def test_the_profile_trace_shows_the_buffer_threads(tmp_path):
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    trace = tmp_path / "trace.json"
+    args = ["train", "squared", "--profile-trace", str(trace), "--train.device", "cpu", "--vec.num-envs", "8"]
+    args += ["--train.bptt-horizon", "8", "--train.minibatch-size", "64", "--train.buffers", "2"]
+    result = CliRunner().invoke(cli, [*args, "--train.data-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {
+        e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
+    buffer_threads = {tid for tid, name in names.items() if "rollout-buf" in name}
+    ops = [e for e in events if e.get("ph") == "X" and e.get("tid") in buffer_threads]
+    assert buffer_threads and any(e["name"].startswith("aten::") for e in ops)
