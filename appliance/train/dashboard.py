@@ -134,7 +134,7 @@ def _buffers(trainer: Any) -> str:
     buffers = trainer.timings.buffers
     if not buffers:
         return ""
-    return " | buffers policy/env s: " + " ".join(f"{b['policy']:.1f}/{b['env']:.1f}" for b in buffers)
+    return " | buffers policy/env s: " + " ".join(f"{b['policy']:.2f}/{b['env']:.2f}" for b in buffers)
 
 
 def _per_rank(trainer: Any) -> str:
