@@ -49,11 +49,12 @@ class BuildPyWithCubins(build_py):
 
 ocean = Extension(
     "appliance._ocean",
-    sources=["envs/binding.c", "envs/vecenv.c"],
+    sources=["envs/binding.c", "envs/vecenv.c", "envs/engine.c"],
     include_dirs=["envs"],
     depends=[str(p.relative_to(ROOT)) for p in sorted((ROOT / "envs").glob("*.h"))],
     extra_compile_args=_compile_args(),
     extra_link_args=["-pthread"],
+    libraries=["dl"],  # the engine resolves the CUDA driver at run time (dlopen), never at link time
 )
 
 setup(

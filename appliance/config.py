@@ -40,6 +40,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "precision"): ("float32", "bfloat16"),
+    ("train", "engine"): ("auto", "on", "off"),
     ("policy", "core"): ("mlp", "lstm", "mingru"),
     ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
     ("bench", "suite"): ("quick", "full"),
@@ -104,6 +105,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("train", "max_grad_norm"): POSITIVE,
     ("train", "update_epochs"): Range(1, 10_000),
     ("train", "bptt_horizon"): Range(1, 65_536),
+    ("train", "buffers"): Range(1, 256),
     ("train", "batch_size"): AT_LEAST_1,
     ("train", "minibatch_size"): AT_LEAST_1,
     ("train", "max_minibatch_size"): AT_LEAST_1,
@@ -562,9 +564,23 @@ def resolve(
         _apply(data, layer, schema, "command line")
         sources.append("command line")
 
+    if data["vec"]["backend"] == "native" and data["train"]["engine"] != "off":
+        check_buffers(data["train"]["buffers"], data["vec"]["num_envs"])
     if env is not None and env in env_names():
         check_memory(env, data)
     return Config(data, env_name=env, profile=profile, sources=sources)
+
+
+def check_buffers(buffers: int, num_envs: int) -> None:
+    """``train.buffers`` must split ``vec.num_envs`` evenly: the rollout engine's buffers step as many envs each."""
+    if not isinstance(buffers, int) or isinstance(buffers, bool) or buffers < 1:
+        raise ConfigError(f"train.buffers must be an int >= 1, got {buffers!r}")
+    if num_envs % buffers:
+        valid = [d for d in range(1, min(num_envs, 64) + 1) if num_envs % d == 0]
+        raise ConfigError(
+            f"train.buffers ({buffers}) must divide vec.num_envs ({num_envs}) so every rollout buffer steps as many "
+            f"envs; valid: {', '.join(map(str, valid))}"
+        )
 
 
 # ----------------------------------------------------------------------------- memory

@@ -323,17 +323,18 @@ def test_a_signal_during_the_update_lets_it_finish(tmp_path, no_default_stop, mo
     assert result.epochs == 1 and result.steps == EPOCH_STEPS
 
 
-def test_an_interrupted_rollout_is_not_counted(tmp_path):
-    trainer = make_trainer(tmp_path)
-    real_recv, calls = trainer.vec.recv, [0]
+@pytest.mark.parametrize("engine", ["off", "on"])
+def test_an_interrupted_rollout_is_not_counted(tmp_path, engine):
+    trainer = make_trainer(tmp_path, "squared", "--train.engine", engine)
+    real_act, calls = trainer._act, [0]
 
-    def recv():
+    def act(*args, **kwargs):  # the plain loop calls it in the main thread, the engine in a buffer's
         calls[0] += 1
-        if calls[0] == 12:  # inside the second rollout (8 recvs each)
+        if calls[0] == 12:  # inside the second rollout (8 steps each)
             raise KeyboardInterrupt
-        return real_recv()
+        return real_act(*args, **kwargs)
 
-    trainer.vec.recv = recv
+    trainer._act = act
     try:
         result = loop.run(trainer, loop.Stop(epochs=5), interruptible=True)
     finally:
@@ -418,18 +419,29 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_stays(tmp_path, monkeyp
     assert not list((data / "r1").glob(".*.tmp"))
 
 
-def test_nan_observations_stop_with_the_epoch_not_a_sampler_traceback(tmp_path):
-    trainer = make_trainer(tmp_path, "pong")
-    real_recv = trainer.vec.recv
+@pytest.mark.parametrize("engine", ["off", "on"])
+def test_nan_observations_stop_with_the_epoch_not_a_sampler_traceback(tmp_path, engine):
+    trainer = make_trainer(tmp_path, "pong", "--train.engine", engine)
+    if engine == "off":
+        real_recv = trainer.vec.recv
 
-    def recv():
-        obs, *rest = real_recv()
-        if trainer.epoch == 1:
-            obs = obs.astype("float32").copy()
-            obs[3] = float("nan")
-        return (obs, *rest)
+        def recv():
+            obs, *rest = real_recv()
+            if trainer.epoch == 1:
+                obs = obs.astype("float32").copy()
+                obs[3] = float("nan")
+            return (obs, *rest)
 
-    trainer.vec.recv = recv
+        trainer.vec.recv = recv
+    else:  # the engine's buffers read the vector's observation rows the C envs write
+        real_step = trainer.engine._step
+
+        def step(b, t):
+            if trainer.epoch == 1:
+                trainer.vec.observations[3] = float("nan")
+            real_step(b, t)
+
+        trainer.engine._step = step
     try:
         trainer.evaluate()
         trainer.train()

@@ -126,3 +126,32 @@ def test_autotune_cli_errors_are_one_line():
     assert result.exit_code == 2 and "no configuration fits" in result.output
     result = run("autotune", "NoSuchEnv-v0")
     assert result.exit_code == 2 and "unknown env" in result.output
+
+
+def test_autotune_times_engine_buffers_when_asked_and_saves_the_fastest(tmp_path):
+    path = tmp_path / "tuned.yaml"
+    result = run(
+        "autotune",
+        "breakout",
+        "--seconds",
+        "0.05",
+        "--batch-size",
+        "64",
+        "--buffers",
+        "1,2",
+        "--save",
+        str(path),
+    )
+    assert result.exit_code == 0, result.output
+    assert "rollout engine, 1 buffers" in result.output and "rollout engine, 2 buffers" in result.output
+    doc = yaml.safe_load(path.read_text())
+    assert doc["train"]["buffers"] in (1, 2) and "engine buffers" in doc["profile"]["description"]
+    assert resolve(env="breakout", config_file=path).train.buffers == doc["train"]["buffers"]
+
+
+def test_autotune_buffer_counts():
+    assert autotune.buffer_counts("auto", cuda=False) == []  # a CPU keeps its behaviour
+    assert autotune.buffer_counts("auto", cuda=True) == [1, 2, 4, 8]
+    assert autotune.buffer_counts("4,1,2", cuda=False) == [1, 2, 4]
+    with pytest.raises(ConfigError, match="--buffers"):
+        autotune.buffer_counts("many", cuda=False)

@@ -5,7 +5,11 @@
 2. Build candidates (backend, num_envs, num_workers or threads, batch_size, zero_copy) that fit the
    cores and ``max_ram_gb``, time each with :func:`appliance.bench.vecsps.measure` (optionally
    spending ``forward_ms`` per batch to stand in for the policy), and pick the highest SPS.
-3. Write the winner as a YAML profile that ``--config`` accepts.
+3. On a GPU machine (or when asked with ``--buffers``), for a native Ocean winner: time the rollout
+   engine's ``Trainer.evaluate`` with 1, 2, 4 and 8 buffers (``train.buffers``, those that divide
+   num_envs) under the hardware profile's trainer settings, and keep the fastest (:func:`tune_buffers`).
+   On a CPU the buffers' policy steps share the cores with the envs, so nothing is tried there unless asked.
+4. Write the winner as a YAML profile that ``--config`` accepts.
 """
 
 from __future__ import annotations
@@ -204,21 +208,99 @@ def tune(
     return {"profile": profile, "results": results, "best": best}
 
 
-def profile_yaml(env: Any, best: dict[str, Any], forward_ms: float, cpu: str | None) -> str:
-    """The winner as a config layer for ``--config``: the vec section plus a descriptive header."""
+BUFFER_COUNTS = (1, 2, 4, 8)
+
+
+def buffer_counts(spec: str, cuda: bool) -> list[int]:
+    """``--buffers``: ``auto`` (1, 2, 4, 8 on a CUDA machine, none on a CPU), ``none``, or a list ``1,2,4``."""
+    text = spec.strip().lower()
+    if text == "auto":
+        return list(BUFFER_COUNTS) if cuda else []
+    if text in ("none", "", "0"):
+        return []
+    try:
+        counts = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ConfigError(
+            f"--buffers {spec!r}: expected auto, none or a list of counts such as 1,2,4"
+        ) from None
+    if not counts or counts[0] < 1:
+        raise ConfigError(f"--buffers {spec!r}: buffer counts must be >= 1")
+    return counts
+
+
+def tune_buffers(
+    env: str,
+    params: dict[str, Any],
+    vec: dict[str, Any],
+    counts: list[int],
+    profile: str,
+    seconds: float,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any] | None:
+    """Rollout agent-steps/s of ``Trainer.evaluate`` through the engine with each buffer count that
+    divides ``vec['num_envs']`` (one warm-up epoch, then epochs for about ``seconds``); the best row."""
+    from appliance import vector
+    from appliance.config import resolve
+    from appliance.train import Trainer
+
+    rows = []
+    for count in counts:
+        if vec["num_envs"] % count:
+            continue
+        layer = {
+            "vec": {k: vec[k] for k in ("backend", "num_envs", "num_threads") if k in vec},
+            "train": {"engine": "on", "buffers": count},
+            "env": dict(params),
+        }
+        cfg = resolve(env, profile=profile, overrides=layer)
+        trainer = Trainer(cfg, vector.make_from_config(cfg))
+        try:
+            trainer.evaluate()  # warm-up: allocator, kernels
+            start, steps = time.perf_counter(), trainer.global_step
+            while True:
+                trainer.evaluate()
+                elapsed = time.perf_counter() - start
+                if elapsed >= seconds:
+                    break
+            row = {
+                "buffers": count,
+                "sps": (trainer.global_step - steps) / elapsed,
+                "threads": trainer.engine.threads,
+            }
+        finally:
+            trainer.close()
+        rows.append(row)
+        if on_result:
+            on_result(row)
+    return max(rows, key=lambda r: r["sps"]) if rows else None
+
+
+def profile_yaml(
+    env: Any, best: dict[str, Any], forward_ms: float, cpu: str | None, buffers: dict[str, Any] | None = None
+) -> str:
+    """The winner as a config layer for ``--config``: the vec section (and ``train.buffers`` when
+    :func:`tune_buffers` ran) plus a descriptive header."""
     vec = {
         k: best[k]
         for k in ("backend", "num_envs", "num_workers", "num_threads", "batch_size", "zero_copy")
         if k in best
     }
-    doc = {
+    doc: dict[str, Any] = {
         "profile": {
             "description": f"autotuned for {env} on {cpu or 'this CPU'}: {best['sps']:.0f} agent-steps/s measured"
-            + (f" with {forward_ms:g} ms simulated policy time per batch" if forward_ms else ""),
+            + (f" with {forward_ms:g} ms simulated policy time per batch" if forward_ms else "")
+            + (
+                f"; rollout {buffers['sps']:.0f} agent-steps/s with {buffers['buffers']} engine buffers"
+                if buffers
+                else ""
+            ),
             "gpu": "",
         },
         "vec": vec,
     }
+    if buffers:
+        doc["train"] = {"buffers": buffers["buffers"]}
     header = f"# written by puffer-bench autotune {env} on {time.strftime('%Y-%m-%d', time.gmtime())}\n"
     return header + yaml.safe_dump(doc, sort_keys=False)
 

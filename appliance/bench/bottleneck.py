@@ -4,7 +4,8 @@
   the agent-steps/s that PCIe, the env threads and the policy forward each allow; the smallest is
   the bottleneck.
 * :func:`diagnose_training` reads a training run's phase breakdown, names the phase that dominates
-  and suggests the knobs that address it, quoting the figures that led there.
+  and suggests the knobs that address it, quoting the figures that led there (with the rollout
+  engine's per-buffer shares, :func:`buffer_advice` names the buffer and thread counts to try).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def diagnose_training(
     figures: dict[str, Any],
 ) -> dict[str, Any]:
     """``shares``: phase section -> share of wall time; ``figures``: facts for the suggestions
-    (bytes_per_step, obs_dtype, env_sps_single, usable_cores, forward_sps, memory_peak, memory_total)."""
+    (bytes_per_step, obs_dtype, env_sps_single, usable_cores, forward_sps, memory_peak, memory_total,
+    buffers: the rollout engine's per-buffer shares)."""
     totals = {cat: sum(shares.get(s, 0.0) for s in secs) for cat, secs in CATEGORIES.items()}
     top = max(totals, key=lambda k: totals[k])
     vec, train = cfg.get("vec", {}), cfg.get("train", {})
@@ -112,6 +114,7 @@ def diagnose_training(
             f"overhead-bound: time outside the named sections took {pct['overhead']} (Python and launch "
             f"overhead); larger batches (vec.num_envs, train.minibatch_size) amortize it, CUDA graphs remove it"
         )
+    suggestions += buffer_advice(top, figures.get("buffers") or [], vec, train)
     summary = f"{env} trains at {_rate(sps)}agent-steps/s; time went to {breakdown}. The bottleneck is {top}."
     return {
         "env": env,
@@ -120,6 +123,55 @@ def diagnose_training(
         "summary": summary,
         "suggestions": suggestions,
     }
+
+
+GIL_BOUND = (
+    0.10  # share of wall time the engine's buffers waited for the Python lock beyond which it is named
+)
+
+
+def buffer_advice(
+    top: str, buffers: list[dict[str, float]], vec: dict[str, Any], train: dict[str, Any]
+) -> list[str]:
+    """What the rollout engine's buffer and thread counts can do about the bottleneck ``top``.
+    ``buffers``: per buffer the share of wall time in its policy step, GIL wait and env step (empty
+    when the plain loop ran)."""
+    if not buffers:
+        if top in ("env", "forward") and vec.get("backend") == "native" and train.get("engine") == "off":
+            return [
+                "the rollout ran the plain Python loop (train.engine off): train.engine auto steps native envs "
+                "in C threads, in train.buffers groups that overlap env steps with policy steps"
+            ]
+        return []
+    count = len(buffers)
+    mean = {k: sum(b.get(k, 0.0) for b in buffers) / count for k in ("policy", "gil", "env")}
+    fact = (
+        f"each of the {count} rollout buffer(s) spent {100 * mean['policy']:.0f}% of wall time in its policy step, "
+        f"{100 * mean['env']:.0f}% stepping envs and {100 * mean['gil']:.0f}% waiting for the GIL"
+    )
+    gpu = train.get("device") == "cuda"
+    out = []
+    if mean["gil"] > GIL_BOUND:
+        out.append(
+            f"GIL-bound: {fact}; use fewer train.buffers (now {count}) or CUDA graphs (no Python per step)"
+        )
+    elif top == "env":
+        out.append(
+            f"{fact}; raise train.buffers (now {count}, e.g. {2 * count}) so one buffer's env step overlaps "
+            f"another's policy step, and vec.num_threads (now {vec.get('num_threads')}, shared out over the buffers)"
+        )
+    elif top == "forward":
+        out.append(
+            f"{fact}; "
+            + (
+                f"raise train.buffers (now {count}, e.g. {2 * count}): each buffer's policy runs on its own CUDA "
+                "stream while the others step envs"
+                if gpu
+                else "on a CPU the buffers' policy steps share the cores: train.buffers 1 unless env steps "
+                "take about as long as policy steps"
+            )
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------- from a report
@@ -195,6 +247,11 @@ def diagnosis_from_report(env: str, cfg: Any, report: dict[str, Any], run: dict[
             or {}
         ).get("median"),
     }
+    buffers: dict[int, dict[str, float]] = {}
+    for n, m in metrics.items():
+        if n.startswith(f"train_buffer/{env}/"):
+            buffers.setdefault(int(m["labels"]["buffer"]), {})[m["labels"]["part"]] = m["median"]
+    figures["buffers"] = [buffers[b] for b in sorted(buffers)]
     spaces = _ocean_spaces(env, cfg)
     if spaces is not None:
         figures["bytes_per_step"] = step_bytes(*spaces)

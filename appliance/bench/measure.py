@@ -38,6 +38,9 @@ def training_speed(cfg: Any, seconds: float, warmup_epochs: int = 1) -> dict[str
             "sps": result.steps / elapsed,
             "epochs": result.epochs,
             "shares": {k: v["share"] for k, v in trainer.timings.breakdown().items()},
+            # the rollout engine's buffers: share of the timed wall clock each spent in its policy step,
+            # waiting for the GIL and stepping its envs (empty for the plain loop)
+            "buffers": [{k: v / elapsed for k, v in b.items()} for b in trainer.timings.buffers],
             "memory_peak": torch.cuda.max_memory_allocated() if cuda else None,
             "memory_total": torch.cuda.get_device_properties(trainer.device).total_memory if cuda else None,
         }

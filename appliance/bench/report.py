@@ -239,6 +239,7 @@ SECTIONS = (
     ("vector_sps/", "Vector speed per backend"),
     ("train_sps/", "Training speed (end-to-end agent-steps/s)"),
     ("train_phase/", "Training phase shares"),
+    ("train_buffer/", "Rollout engine buffers (share of wall time: policy step, GIL wait, env step)"),
     ("time_to_score/", "Time to score"),
     ("kernel/", "Fused kernels (us per call, cuda and eager torch; speed-up)"),
 )

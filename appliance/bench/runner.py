@@ -224,6 +224,17 @@ class SuiteRunner:
                 env=env,
                 phase=phase,
             )
+        for b, parts in enumerate(runs[0].get("buffers") or []):
+            for part in parts:
+                self.report.add(
+                    f"train_buffer/{env}/{b}/{part}",
+                    [r["buffers"][b][part] for r in runs],
+                    "share",
+                    "info",
+                    env=env,
+                    buffer=b,
+                    part=part,
+                )
         self._train[env] = runs[-1]  # memory figures for the diagnosis
 
     def diagnose(self, env: str) -> None:

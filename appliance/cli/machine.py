@@ -24,6 +24,12 @@ from appliance.cli.common import (
 # ----------------------------------------------------------------------------- info, config
 
 
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 @cli.command(context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Print the fingerprint as JSON.")
 def info(as_json: bool) -> None:
@@ -238,6 +244,13 @@ def vector_bench(
     help="Write the fastest config as a YAML profile (for --config).",
 )
 @click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option(
+    "--buffers",
+    "buffers_spec",
+    default="auto",
+    show_default=True,
+    help="Rollout engine buffer counts to time with the winner (native Ocean envs): auto (1,2,4,8 on a GPU, none on a CPU), none, or e.g. 1,2,4.",
+)
 def autotune(
     env: str,
     batch_size: int | None,
@@ -247,6 +260,7 @@ def autotune(
     cores: int | None,
     save: str | None,
     profile: str | None,
+    buffers_spec: str,
 ) -> None:
     """Profile ENV, time candidate vector configurations, and pick the fastest.
 
@@ -284,9 +298,20 @@ def autotune(
             on_result=lambda r: (rows.append(r), live.update(table())),
         )  # fmt: skip
     console.print(tuner.best_line(result["best"]))
+    buffers = None
+    counts = tuner.buffer_counts(buffers_spec, _cuda())
+    if counts and name and result["best"]["backend"] == "native":
+        buffers = tuner.tune_buffers(
+            name, params, result["best"], counts, pick_profile(profile), max(seconds, 1.0),
+            on_result=lambda r: console.print(
+                f"  rollout engine, {r['buffers']} buffers (env threads {r['threads']}): {r['sps']:,.0f} agent-steps/s"
+            ),
+        )  # fmt: skip
+        if buffers:
+            console.print(f"fastest rollout: train.buffers={buffers['buffers']}")
     if save:
         from appliance.report_io import write_bytes_atomic
 
-        text = tuner.profile_yaml(env, result["best"], forward_ms, fingerprint()["cpu"]["model"])
+        text = tuner.profile_yaml(env, result["best"], forward_ms, fingerprint()["cpu"]["model"], buffers)
         write_bytes_atomic(save, text.encode())
         console.print(f"wrote {save} (use it with --config {save})")

@@ -77,7 +77,7 @@ class Reporter:
             if k in t.losses
         )
         env = " ".join(f"{k}={v:.4g}" for k, v in t.env_stats.items() if k != "n")
-        return f"epoch {t.epoch} step {t.global_step} sps {t.sps:,.0f}{_per_rank(t)} | {losses} | {env}"
+        return f"epoch {t.epoch} step {t.global_step} sps {t.sps:,.0f}{_per_rank(t)} | {losses} | {env}{_buffers(t)}"
 
     def _render(self) -> Any:
         from rich.table import Table
@@ -119,7 +119,22 @@ class Reporter:
             env.add_row(k, f"{v:.4g}")
         grid.add_row(head)
         grid.add_row(_row(perf, losses, env))
+        if t.timings.buffers:  # the rollout engine: where each buffer's thread spent its time
+            buffers = Table(title="rollout buffers (seconds)", box=None)
+            for col in ("buffer", "policy step", "of it copies", "GIL wait", "env step"):
+                buffers.add_column(col, justify="right")
+            for b, parts in enumerate(t.timings.buffers):
+                buffers.add_row(str(b), *(f"{parts[k]:.1f}" for k in ("policy", "copy", "gil", "env")))
+            grid.add_row(buffers)
         return grid
+
+
+def _buffers(trainer: Any) -> str:
+    """' | buffers policy/env s: 1.2/0.3 1.1/0.4': the rollout engine's per-buffer split, else ''."""
+    buffers = trainer.timings.buffers
+    if not buffers:
+        return ""
+    return " | buffers policy/env s: " + " ".join(f"{b['policy']:.2f}/{b['env']:.2f}" for b in buffers)
 
 
 def _per_rank(trainer: Any) -> str:

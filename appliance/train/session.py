@@ -170,7 +170,11 @@ def _profile(trainer: Any, path: str) -> str:
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
+    try:  # the rollout engine's buffer threads too (torch's profiler follows only its own threads otherwise)
+        extra = {"experimental_config": torch._C._profiler._ExperimentalConfig(profile_all_threads=True)}
+    except (AttributeError, TypeError):
+        extra = {}
+    with torch.profiler.profile(activities=activities, **extra) as prof:
         loop.run(trainer, loop.Stop(epochs=3))
     prof.export_chrome_trace(path)
     return f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing)"

@@ -3,6 +3,11 @@
 Evaluate: forward, env, copy, misc. Train: forward, learn, copy, misc. ``misc`` is whatever the
 phase spent outside its named parts. With ``sync=True`` (profiling) every section waits for CUDA
 first, so GPU time lands in the section that queued it; otherwise nothing synchronizes.
+
+The rollout engine (:mod:`appliance.train.engine`) steps buffers on threads of its own: it adds each
+buffer's seconds in its policy step (``copy``: the part spent copying observations, rollout rows and
+actions), waiting for the GIL and stepping its envs (:attr:`Timings.buffers`), and their means over
+the buffers to evaluate's ``forward``, ``copy`` and ``env`` (the GIL wait stays in ``misc``).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = {"evaluate": ("forward", "env", "copy"), "train": ("forward", "learn", "copy")}
+BUFFER_PARTS = ("policy", "copy", "gil", "env")  # copy: the part of policy spent copying
 
 
 class Timings:
@@ -25,6 +31,7 @@ class Timings:
             f"{p}.{s}": 0.0 for p, parts in PHASES.items() for s in (*parts, "misc")
         }
         self.phase_totals: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self.buffers: list[dict[str, float]] = []  # per rollout-engine buffer: policy, gil, env seconds
         self._phase: str | None = None
 
     def _sync(self) -> None:
@@ -60,6 +67,19 @@ class Timings:
         finally:
             self._sync()
             self.totals[f"{self._phase}.{section}"] += time.perf_counter() - start
+
+    def add_buffers(self, times: list[dict[str, float]]) -> None:
+        """One horizon of the rollout engine: per buffer ``policy`` (including ``copy``), ``gil`` and ``env`` seconds."""
+        if len(self.buffers) != len(times):
+            self.buffers = [dict.fromkeys(BUFFER_PARTS, 0.0) for _ in times]
+        for total, t in zip(self.buffers, times, strict=True):
+            for part in BUFFER_PARTS:
+                total[part] += float(t[part])
+        if times and self._phase == "evaluate":
+            n = len(times)
+            self.totals["evaluate.forward"] += sum(t["policy"] - t["copy"] for t in times) / n
+            self.totals["evaluate.copy"] += sum(t["copy"] for t in times) / n
+            self.totals["evaluate.env"] += sum(t["env"] for t in times) / n
 
     def breakdown(self) -> dict[str, dict[str, float]]:
         """Seconds and share of total for every section."""

@@ -33,7 +33,7 @@ import torch
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError, DeviceError
 from appliance.gpu import kernels
-from appliance.train import checkpoint
+from appliance.train import checkpoint, engine
 from appliance.train.graphs import GRAD_NORM, IMPORTANCE, LOSS_TERMS, NONFINITE, EpochScalars, MinibatchGraph
 from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State, copy_weights, inference_copy
@@ -212,6 +212,8 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir else None
         self.last_checkpoint: Path | None = None
         self.latest_pointer: Path | None = None
+        # the rollout engine (train.engine, train.buffers) for native Ocean envs; None: the plain loop below
+        self.engine = engine.Engine(self) if engine.wanted(hp, vec) else None
         self.vec.async_reset(hp.seed)
 
     def _can_capture(self, profile: bool) -> bool:
@@ -232,11 +234,16 @@ class Trainer:
     # ------------------------------------------------------------------ rollout
 
     def evaluate(self) -> None:
-        """Step the envs until every segment row holds ``horizon`` steps: recv -> forward -> write -> send."""
-        rollout = self.rollout
-        rollout.reset()
+        """Step the envs until every segment row holds ``horizon`` steps: recv -> forward -> write -> send
+        (or the same in the rollout engine's buffers, :mod:`appliance.train.engine`)."""
         if self.rollout_policy is not self.policy:
             copy_weights(self.rollout_policy, self.policy)
+        if self.engine is not None:
+            with self.timings.phase("evaluate"):
+                self.engine.evaluate()
+            return
+        rollout = self.rollout
+        rollout.reset()
         with self.timings.phase("evaluate"):
             while not rollout.full:
                 with self.timings("env"):
@@ -278,9 +285,12 @@ class Trainer:
         )
 
     @torch.no_grad()
-    def _act(self, obs: torch.Tensor, state: State, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _act(
+        self, obs: torch.Tensor, state: State, ids: torch.Tensor, step: int | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """Policy step for the agents ``ids``: sampled actions, their log-probs and the values; the
-        agents' recurrent state moves on in ``self.state``."""
+        agents' recurrent state moves on in ``self.state``. The draws are keyed on (seed, ``step``,
+        agent id); ``step`` defaults to ``global_step`` (the rollout engine passes the step it is at)."""
         try:
             with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
                 out, value, new_state = self.forward_step(obs, state)
@@ -289,7 +299,11 @@ class Trainer:
             else:  # logits and value side by side, one fused sampling kernel on a GPU
                 decoded = torch.cat([out.float(), value.float()[:, None]], 1)
                 action, logprob, value = kernels.sample_logits(
-                    decoded, self.policy.nvec, self.hp.seed, self.global_step, ids=ids
+                    decoded,
+                    self.policy.nvec,
+                    self.hp.seed,
+                    self.global_step if step is None else step,
+                    ids=ids,
                 )
             if not torch.isfinite(logprob).all():
                 raise ValueError("non-finite log-probabilities")
@@ -512,6 +526,11 @@ class Trainer:
             **{f"loss/{k}": v for k, v in self.losses.items()},
             **{f"env/{k}": v for k, v in self.env_stats.items()},
             **{f"time/{k}": v["seconds"] for k, v in self.timings.breakdown().items()},
+            **{  # the rollout engine's buffers: seconds in the policy step, waiting for the GIL, stepping envs
+                f"time/buffer{b}/{part}": seconds
+                for b, parts in enumerate(self.timings.buffers)
+                for part, seconds in parts.items()
+            },
         }
         if self.run_dir is not None:
             checkpoint.append_metrics(self.run_dir, json.dumps(record) + "\n")
@@ -523,4 +542,6 @@ class Trainer:
         return (self.global_step - self._start_step) / max(1e-9, time.time() - self.start_time)
 
     def close(self) -> None:
+        if getattr(self, "engine", None) is not None:
+            self.engine.close()
         self.vec.close()
