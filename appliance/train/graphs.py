@@ -65,13 +65,17 @@ class MinibatchGraph:
         self.fn, self.capture = fn, capture
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.replay = True  # False: run fn eagerly even once captured (gpu-check compares the two)
 
     def __call__(self) -> None:
         if not self.capture:
             self.fn()
             return
         if self.graph is not None:
-            self.graph.replay()
+            if self.replay:
+                self.graph.replay()
+            else:
+                self.fn()
             return
         self.calls += 1
         if self.calls <= self.WARMUP:  # allocations, lazy module loads and cuDNN plans happen here
@@ -90,6 +94,24 @@ class MinibatchGraph:
     @property
     def captured(self) -> bool:
         return self.graph is not None
+
+
+def update_state(trainer: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(tensor, copy) for everything an update epoch changes: weights, optimizer state, the rollout's
+    values and ratios. :func:`restore` puts the copies back in place (same addresses, so a captured
+    graph still reads them): gpu-check runs one epoch's update twice from the same state."""
+    tensors = [*trainer.policy.parameters(), trainer.rollout.values, trainer.rollout.ratios]
+    for opt in trainer.optimizer.optimizers:
+        for state in opt.state.values():
+            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+        tensors += [g["lr"] for g in opt.param_groups if isinstance(g["lr"], torch.Tensor)]
+    return [(t, t.detach().clone()) for t in tensors]
+
+
+@torch.no_grad()
+def restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    for t, copy in saved:
+        t.copy_(copy)
 
 
 class RolloutGraphs:
@@ -130,7 +152,7 @@ class RolloutGraphs:
             return "Box actions sample from torch's Gaussian, not the fused kernel"
         if engine.passes != 1:
             return "train.batch_size is above num_agents * bptt_horizon (agents write several rows)"
-        if trainer.rollout.obs.device != trainer.device:
+        if trainer.rollout.obs.device.type != trainer.device.type:  # (cuda:0 vs the trainer's "cuda")
             return "train.cpu_offload keeps the observations on the host"
         return None
 
