@@ -112,6 +112,15 @@ class SuiteRunner:
             if self.wanted(env):
                 seconds = float(train.get("seconds", 8))
                 self.steps.append(Step(f"train {env}", lambda env=env, s=seconds: self.run_train_sps(env, s)))
+                for label, overrides in (train.get("variants") or {}).items():  # e.g. buffers x graphs
+                    self.steps.append(
+                        Step(
+                            f"train {env} {label}",
+                            lambda env=env, s=seconds, label=label, o=overrides: self.run_train_sps(
+                                env, s, label, o
+                            ),
+                        )
+                    )
         for item in self.suite.get("time_to_score", []):
             if self.wanted(item["env"]):
                 self.steps.append(
@@ -211,9 +220,19 @@ class SuiteRunner:
             num_envs=num_envs,
         )
 
-    def run_train_sps(self, env: str, seconds: float) -> None:
-        cfg = self.config(env)
+    def run_train_sps(
+        self, env: str, seconds: float, label: str | None = None, overrides: dict[str, Any] | None = None
+    ) -> None:
+        """Training speed on ``env``; a suite variant (``label`` and its config ``overrides``) adds
+        ``train_sps/<env>/<label>`` and no phase shares or diagnosis (those describe the env's config)."""
+        cfg = self.config(env, overrides)
         runs = [measure.training_speed(cfg, seconds) for _ in range(self.repeats)]
+        if label is not None:
+            self.report.add(
+                f"train_sps/{env}/{label}", [r["sps"] for r in runs], "agent-steps/s", env=env, variant=label,
+                overrides=dict(overrides or {}),
+            )  # fmt: skip
+            return
         self.report.add(f"train_sps/{env}", [r["sps"] for r in runs], "agent-steps/s", env=env)
         for phase in runs[0]["shares"]:
             self.report.add(

@@ -10,7 +10,7 @@ suite definitions. Suite keys::
     env_sps: {envs: [...], threads: profile | [1, 2, ...]}
     vector_sps: [{env, backends: [native|serial|multiprocessing|ray|gymnasium-sync|gymnasium-async],
                   num_envs}]
-    train_sps: {envs: [...], seconds: 8}
+    train_sps: {envs: [...], seconds: 8, variants: {label: {section.key: value}}}
     time_to_score: [{env, metric, target, max_timesteps, repeats, overrides: {section.key: value}}]
 """
 
@@ -114,9 +114,14 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
             )
         if "num_envs" in item:
             _positive(where + ".num_envs", item["num_envs"], int)
-    if (train := _section(data, "train_sps", {"envs", "seconds"})) is not None:
+    if (train := _section(data, "train_sps", {"envs", "seconds", "variants"})) is not None:
         _env_list("train_sps.envs", train.get("envs", []), gymnasium_ok=True)
         _positive("train_sps.seconds", train.get("seconds", 8), float)
+        variants = train.get("variants", {})
+        if not isinstance(variants, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, dict) for k, v in variants.items()
+        ):
+            raise _fail("train_sps.variants", "must map a label to {section.key: value} overrides")
     scores = data.get("time_to_score", [])
     if not isinstance(scores, list):
         raise _fail("time_to_score", "must be a list")
