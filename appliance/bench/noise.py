@@ -318,7 +318,7 @@ def flag_slow_steps(data: dict[str, Any], ratio: float = SLOW_RATIO) -> list[dic
         reason = (
             "the CPU ran its speed check slower than at its best in this run ("
             + ", ".join(f"{names[k]} {100 * v:.0f}%" for k, v in sorted(low.items()))
-            + "): contention this machine's /proc does not show, e.g. other virtual machines on its host"
+            + "): something slowed the CPU (other processes, or, where /proc shows none, other virtual machines on its host)"
         )
         s["busy"], s["reasons"] = True, [*s.get("reasons", []), reason]
         slowed.append(s)
