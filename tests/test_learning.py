@@ -129,12 +129,14 @@ SQUARED = [
 @pytest.mark.slow
 def test_squared_defaults_learn():
     """`puffer-bench train squared` on a machine without a GPU, untouched: the default config under
-    the cpu profile learns PufferLib's squared (random play: perf 0.12). With PufferLib's rules (off the
-    grid or out of time: -1) the defaults reached perf 0.78 by 1.4 M steps here, not yet the 0.95 that
-    issue 13 asks for (PufferLib itself trains this env for 100 M steps)."""
+    the cpu profile learns PufferLib's squared (random play: perf 0.12). With its gae_lambda 0.98 the
+    last-5-epoch perf was 0.84 at 1.05 M steps and 0.93 at 2.5 M here (OMP_NUM_THREADS=1, 2 busy
+    cores: about 80 s per M steps), so the run stops at 0.85 and must keep at least 0.8; the previous
+    defaults (gae_lambda 0.90) reached 0.78 in 2.5 M and fail this bar. Issue 13's 0.95 is not reached
+    within a test's budget (PufferLib itself trains this env for 20 M steps)."""
     baseline = random_score("squared", "perf")
-    history = train("squared", [], target=("perf", 0.8), min_epochs=20, steps=2_500_000)
-    assert len(history) >= 20 and recent(history, "perf") >= 0.7 > baseline + 0.5
+    history = train("squared", [], target=("perf", 0.85), min_epochs=20, steps=2_500_000)
+    assert len(history) >= 20 and recent(history, "perf") >= 0.8 > baseline + 0.5
 
 
 @pytest.mark.slow
@@ -228,3 +230,42 @@ def test_acrobot_defaults_swing_up():
     entropy to 0.0005 with no learning (see trainer.ReturnScale)."""
     history = train("Acrobot-v1", [], target=("episode_return", -100), steps=1_000_000)
     assert recent(history, "episode_return") >= -100
+
+
+# The other Ocean envs on their untouched defaults under the cpu profile, each stopped once it clearly
+# beats random play. Figures: OMP_NUM_THREADS=1, seed 0, 2 busy cores (/tmp probe runs of the same
+# loop; random play from random_score with 3,000 steps).
+
+
+@pytest.mark.slow
+def test_pong_defaults_win_most_points():
+    """Issue 13's pong bar: perf (own points / all points) >= 0.9 on CPU. Random play scores 0; the
+    defaults' last-5-epoch mean reached 0.91 at 1.1 M steps (35 s)."""
+    history = train("pong", [], target=("perf", 0.9), min_epochs=20, steps=2_500_000)
+    assert len(history) >= 20 and recent(history, "perf") >= 0.85
+
+
+@pytest.mark.slow
+def test_connect4_defaults_beat_the_opponent():
+    """Wins more games than it loses against the 3-ply opponent (random play wins 0.03%); the defaults'
+    last-5-epoch win rate reached 0.63 at 0.5 M steps (18 s)."""
+    history = train("connect4", [], target=("perf", 0.6), min_epochs=20, steps=1_500_000)
+    assert len(history) >= 20 and recent(history, "perf") > 0.5
+
+
+@pytest.mark.slow
+def test_snake_defaults_improve():
+    """Snakes live longer and eat more than random ones (random play: episode return -0.90, length
+    1.97): the defaults' last-5-epoch return was -0.64 at 1.05 M steps and -0.31 at 1.5 M (85 s)."""
+    baseline = random_score("snake", "episode_return")
+    history = train("snake", [], target=("episode_return", -0.6), min_epochs=10, steps=2_000_000)
+    assert recent(history, "episode_return") >= baseline + 0.2, baseline
+
+
+@pytest.mark.slow
+def test_g2048_defaults_improve():
+    """Game score above random play's (about 1,100): the defaults' last-5-epoch mean was 2,600 at
+    0.4 M steps (19 s) and about 4,000 at 1 M."""
+    baseline = random_score("g2048", "score")
+    history = train("g2048", [], target=("score", 2 * baseline), min_epochs=20, steps=1_500_000)
+    assert recent(history, "score") >= 1.8 * baseline, baseline
