@@ -467,6 +467,17 @@ def test_prio_sample_all_zero_is_uniform(host: Host) -> None:
     torch.testing.assert_close(weight, torch.ones(50))
 
 
+def test_prio_sample_with_given_uniforms_is_the_same_draw() -> None:
+    """The trainer passes torch's uniforms (see Trainer._update_minibatch): the same keys and top-k."""
+    g = torch.Generator().manual_seed(3)
+    adv = torch.randn(64, 8, generator=g)
+    u = torch.rand(64, generator=g, dtype=torch.float64)
+    idx, w = kernels.prio_sample(adv, 0.8, 0.4, 16, 0, 0, uniform=u)
+    prio = (adv.double().abs().sum(1) + reference.PRIO_FLOOR).pow(0.8)
+    assert torch.equal(idx, (torch.log1p(-u) / prio).topk(16).indices)
+    torch.testing.assert_close(w, (64 * prio[idx] / prio.sum()).pow(-0.4).float())
+
+
 def test_prio_sample_refuses_bad_counts() -> None:
     with pytest.raises(ValueError, match="draws 1 to 4 distinct segments, not 5"):
         reference.prio_sample(torch.zeros(4, 2), 0.8, 0.4, 5, 0, 0)

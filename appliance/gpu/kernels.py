@@ -443,12 +443,13 @@ def prio_sample(
     step: int | torch.Tensor,
     *,
     floor: float = reference.PRIO_FLOOR,
+    uniform: torch.Tensor | None = None,
     idx: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    if not use_cuda(adv):
+    if not use_cuda(adv) or uniform is not None:  # given uniforms: torch ops on the device, no kernel
         return reference.prio_sample(
-            adv, alpha, beta, samples, seed, step, floor=floor, idx=idx, weight=weight
+            adv, alpha, beta, samples, seed, step, floor=floor, uniform=uniform, idx=idx, weight=weight
         )
     segments, horizon = _check(adv, "adv", torch.float32).shape
     reference._check_samples(samples, segments, floor)

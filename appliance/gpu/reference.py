@@ -277,6 +277,7 @@ def prio_sample(
     step: int | torch.Tensor,
     *,
     floor: float = PRIO_FLOOR,
+    uniform: torch.Tensor | None = None,
     idx: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -287,7 +288,11 @@ def prio_sample(
     (:func:`prio_keys`) instead of ``torch.multinomial`` on the host: no sync, same draws on CPU and GPU."""
     segments = adv.shape[0]
     _check_samples(samples, segments, floor)
-    prio, key = prio_keys(adv, alpha, seed, step, floor)
+    if uniform is None:
+        prio, key = prio_keys(adv, alpha, seed, step, floor)
+    else:  # the caller's uniforms in [0, 1) (float64 [segments]) instead of Philox's
+        prio = (adv.double().abs().sum(1) + floor).pow(alpha)
+        key = torch.log1p(-uniform.double()) / prio
     k = key.topk(samples).indices
     w = (segments * prio[k] / prio.sum()).pow(-beta).float()
     return _into(idx, k), _into(weight, w)
