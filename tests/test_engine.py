@@ -411,6 +411,7 @@ def test_device_steps_need_one_row_per_agent():
         trainer.close()
 
 
+@pytest.mark.slow  # compiles and runs the harness twice; on the host in CI, not again in the image
 @pytest.mark.parametrize("sanitize", ["address,undefined", "thread"])
 def test_the_native_loop_under_sanitizers(tmp_path, sanitize):
     """envs/engine_debug.c drives the C loop without Python (every env, 1, 2 and 4 buffers, a
