@@ -619,3 +619,27 @@ def test_ocean_episode_stats_with_an_autotuned_async_config(tmp_path):
         assert trainer.env_stats["n"] >= 1 and "perf" in trainer.env_stats
     finally:
         trainer.close()
+
+
+def test_an_update_epoch_rerun_from_its_saved_state_repeats_itself():
+    """graphs.update_state/restore (gpu-check's replay-vs-call comparison): weights, optimizer state,
+    rollout values and ratios and the segment draws' generator come back, so the epoch repeats."""
+    from appliance.train.graphs import restore, update_state
+
+    cfg = small_config("squared")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        trainer.train()
+        trainer.evaluate()
+        saved, epoch = update_state(trainer), trainer.epoch
+        first = trainer.train()
+        weights = [p.detach().clone() for p in trainer.policy.parameters()]
+        restore(saved)
+        trainer.epoch = epoch
+        second = trainer.train()
+        assert first == second
+        for p, q in zip(trainer.policy.parameters(), weights, strict=True):
+            assert torch.equal(p.detach(), q)
+    finally:
+        trainer.close()

@@ -11,6 +11,7 @@ captured once after a warm-up and replayed for every later minibatch (:class:`Mi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -96,22 +97,43 @@ class MinibatchGraph:
         return self.graph is not None
 
 
-def update_state(trainer: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(tensor, copy) for everything an update epoch changes: weights, optimizer state, the rollout's
-    values and ratios. :func:`restore` puts the copies back in place (same addresses, so a captured
-    graph still reads them): gpu-check runs one epoch's update twice from the same state."""
+@dataclass
+class SavedUpdate:
+    """What an update epoch changes, copied: (tensor, copy) pairs and the random generators' states
+    (the segment draws' uniforms come from torch's generator: the trainer's on a CPU, the device's
+    default one on CUDA)."""
+
+    tensors: list[tuple[torch.Tensor, torch.Tensor]]
+    generator: torch.Generator
+    cpu_state: torch.Tensor
+    cuda_state: torch.Tensor | None
+
+
+def update_state(trainer: Any) -> SavedUpdate:
+    """Weights, optimizer state, the rollout's values and ratios, and the generators' states.
+    :func:`restore` puts them back in place (same addresses, so a captured graph still reads them):
+    gpu-check runs one epoch's update twice from the same state."""
     tensors = [*trainer.policy.parameters(), trainer.rollout.values, trainer.rollout.ratios]
     for opt in trainer.optimizer.optimizers:
         for state in opt.state.values():
             tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
         tensors += [g["lr"] for g in opt.param_groups if isinstance(g["lr"], torch.Tensor)]
-    return [(t, t.detach().clone()) for t in tensors]
+    cuda = trainer.device.type == "cuda"
+    return SavedUpdate(
+        [(t, t.detach().clone()) for t in tensors],
+        trainer.generator,
+        trainer.generator.get_state(),
+        torch.cuda.get_rng_state(trainer.device) if cuda else None,
+    )
 
 
 @torch.no_grad()
-def restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    for t, copy in saved:
+def restore(saved: SavedUpdate) -> None:
+    for t, copy in saved.tensors:
         t.copy_(copy)
+    saved.generator.set_state(saved.cpu_state)
+    if saved.cuda_state is not None:
+        torch.cuda.set_rng_state(saved.cuda_state)
 
 
 class RolloutGraphs:
