@@ -18,7 +18,9 @@ from appliance.errors import ConfigError
 def tiny_suite(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(
-        yaml.safe_dump({"name": "tiny", "seconds": 0.1, "env_sps": {"envs": ["squared"], "threads": [1]}})
+        yaml.safe_dump(
+            {"name": "tiny", "seconds": 0.1, "gate": False, "env_sps": {"envs": ["squared"], "threads": [1]}}
+        )
     )
     return path
 

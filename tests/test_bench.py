@@ -167,6 +167,9 @@ def test_compare_cli_exit_codes(tmp_path):
         ({"train_sps": {"envs": ["squared"], "seconds": -1}}, "positive number"),
         ({"time_to_score": [{"env": "squared", "metric": "perf"}]}, "needs"),
         ({"name": 3}, "'name'"),
+        ({"gate": {"retakes": -1}}, "gate.retakes: must be an integer >= 0"),
+        ({"gate": {"patience": 5}}, "unknown keys"),
+        ({"gate": "yes"}, "gate: must be a mapping"),
     ],
 )
 def test_suite_validation_names_the_problem(change, message):
@@ -247,6 +250,7 @@ def test_run_cli_writes_a_report_and_the_readme_table(tmp_path):
     spec = {
         "name": "tiny",
         "seconds": 0.2,
+        "gate": {"patience_s": 1, "budget_s": 2},  # bounded waits for a slowed CPU
         "env_sps": {"envs": ["squared"], "threads": [1]},
         "vector_sps": [{"env": "squared", "backends": ["native", "serial"], "num_envs": 16}],
         "train_sps": {"envs": ["squared"], "seconds": 0.3},
@@ -277,6 +281,8 @@ def test_run_cli_writes_a_report_and_the_readme_table(tmp_path):
     assert data["profile"]["name"] == "cpu" and data["suite"]["definition"] == spec
     for name in ("env_sps/squared/threads=1", "vector_sps/squared/native", "train_sps/squared"):
         assert len(data["metrics"][name]["samples"]) == 2 and data["metrics"][name]["median"] > 0
+        gate = data["metrics"][name]["noise"]["gate"]  # every CPU-bound sample went through the speed gate
+        assert gate["samples"] == 2 and gate["waited_s"] <= 2 and len(gate["retaken"]) <= 2 * 2
     assert data["analysis"]["training"]["squared"]["bottleneck"] in (
         "env",
         "forward",

@@ -389,6 +389,7 @@ def test_run_container_writes_a_valid_report_on_the_host(client, tmp_path):
     suite = {
         "name": "tiny",
         "seconds": 0.2,
+        "gate": {"patience_s": 1, "budget_s": 2},  # bounded waits for a slowed CPU
         "env_sps": {"envs": ["squared"], "threads": [1]},
         "vector_sps": [{"env": "squared", "backends": ["native", "serial"], "num_envs": 16}],
         "train_sps": {"envs": ["squared"], "seconds": 0.3},

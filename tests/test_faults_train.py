@@ -483,7 +483,7 @@ def test_unknown_run_is_a_config_error(tmp_path):
         checkpoint.find_checkpoint(tmp_path, "nope")
 
 
-TINY_SUITE = "name: tiny\nseconds: 0.05\nenv_sps:\n  envs: [squared, pong]\n  threads: [1]\n"
+TINY_SUITE = "name: tiny\nseconds: 0.05\ngate: false\nenv_sps:\n  envs: [squared, pong]\n  threads: [1]\n"
 
 
 @pytest.fixture

@@ -148,6 +148,86 @@ def test_a_step_whose_speed_check_ran_slow_is_flagged_even_with_a_quiet_proc():
     assert "81%" in rpt.to_markdown(r.data)
 
 
+class GateScript:
+    """A speed gate with scripted checks (each a list of per-CPU readings), a fake clock and sleep."""
+
+    def __init__(self, checks, **limits):
+        self.checks, self.t, self.slept = iter(checks), 0.0, []
+        self.gate = noise.SpeedGate(
+            reference={"int_mops": 10.0, "float_gflops": 3.0},
+            check=lambda: next(self.checks),
+            sleep=self.sleep,
+            clock=lambda: self.t,
+            **limits,
+        )
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.t += s
+
+
+FAST = [{"int_mops": 10.0, "float_gflops": 3.0}] * 2  # both CPUs at their best
+ONE_SLOW = [{"int_mops": 10.0, "float_gflops": 3.0}, {"int_mops": 5.0, "float_gflops": 3.0}]
+
+
+def test_speed_gate_retakes_a_sample_whose_checks_ran_slow_and_keeps_the_discarded_value():
+    g = GateScript([FAST, ONE_SLOW, FAST, FAST])  # before, after (slow: one CPU at 50%), before, after
+    values = iter([50.0, 100.0])
+    assert g.gate.take(lambda: next(values)) == 100.0
+    record = g.gate.end_step()
+    assert record == {
+        "samples": 1,
+        "retaken": [{"value": 50.0, "speed_ratio": 0.5}],
+        "slow_kept": 0,
+        "waited_s": 0.0,
+    }
+    assert g.gate.end_step()["samples"] == 0, "each step starts a fresh record"
+
+
+def test_speed_gate_waits_for_the_cpu_before_a_sample_within_its_patience():
+    g = GateScript([ONE_SLOW, ONE_SLOW, FAST, FAST], patience_s=20.0)
+    assert g.gate.take(lambda: 7.0) == 7.0
+    assert g.slept == [1.0, 1.0] and g.gate.end_step()["waited_s"] == 2.0
+    stuck = GateScript([ONE_SLOW] * 100, patience_s=3.0, retakes=1)  # never fast: bounded waits
+    values = iter([1.0, 2.0])
+    assert stuck.gate.take(lambda: next(values)) == 2.0, "after the last retake the sample is kept"
+    record = stuck.gate.end_step()
+    assert record["slow_kept"] == 1 and len(record["retaken"]) == 1 and record["waited_s"] == 6.0
+    broke = GateScript([ONE_SLOW] * 100, patience_s=30.0, budget_s=5.0, retakes=0)
+    broke.gate.take(lambda: 1.0)
+    broke.gate.take(lambda: 1.0)
+    assert sum(broke.slept) == 5.0, "the run's waiting budget caps every wait after it"
+
+
+def test_gated_steps_are_judged_by_their_samples_and_named_in_the_report():
+    r = rpt.Report({"name": "t", "definition": {}}, {"name": "cpu"}, {}, {}, seed=0, repeats=2)
+    quiet = [(0.5, 0.0, 0.0, 0.0)] * 4
+    g = GateScript([FAST, ONE_SLOW, FAST, FAST, FAST, FAST] + [ONE_SLOW] * 8, patience_s=0.5, retakes=1)
+    with noise.watch(r, "retaken", sampler=Script(quiet).sampler(), speed=None, gate=g.gate):
+        values = iter([5.0, 9.0, 10.0])
+        r.add("env_sps/a/threads=2", [g.gate.take(lambda: next(values)) for _ in range(2)], "agent-steps/s")
+    with noise.watch(r, "kept slow", sampler=Script(quiet).sampler(), speed=None, gate=g.gate):
+        values = iter([3.0, 4.0])
+        r.add("env_sps/b/threads=2", [g.gate.take(lambda: next(values))], "agent-steps/s")
+    analysis = noise.finish(r)
+    a, b = (r.data["metrics"][f"env_sps/{k}/threads=2"] for k in "ab")
+    assert a["samples"] == [9.0, 10.0] and a["noise"]["gate"]["retaken"] == [
+        {"value": 5.0, "speed_ratio": 0.5}
+    ]
+    assert "slow" not in a["noise"] and "1 of 1 sample(s) kept" in b["noise"]["slow"]
+    assert analysis["retaken"] == {"retaken": 1, "kept slow": 1} and analysis["slow"] == ["kept slow"]
+    assert any("took 2 sample(s) again in 2 step(s)" in w for w in r.data["warnings"])
+    assert "2, 1 (5 at 50%), 0, 0 s" in rpt.to_markdown(r.data)
+
+
+def test_gate_check_visits_every_usable_cpu_and_restores_the_affinity():
+    before = os.sched_getaffinity(0)
+    readings = noise.gate_check()
+    assert len(readings) == min(len(before), noise.GATE_MAX_CPUS)
+    assert all(set(c) == set(noise.GATE_KEYS) and min(c.values()) > 0 for c in readings)
+    assert os.sched_getaffinity(0) == before
+
+
 @contextlib.contextmanager
 def cpu_burner(count=1):
     """CPU-burning processes that are not our children (the shell that starts each exits at once)."""
@@ -170,7 +250,12 @@ def cpu_burner(count=1):
 
 
 def test_measurement_beside_a_cpu_burner_is_flagged_busy(tmp_path):
-    spec = {"name": "tiny", "seconds": 0.4, "env_sps": {"envs": ["squared"], "threads": [1]}}
+    spec = {
+        "name": "tiny",
+        "seconds": 0.4,
+        "gate": {"patience_s": 1, "budget_s": 2, "retakes": 1},  # the burner slows the checks too
+        "env_sps": {"envs": ["squared"], "threads": [1]},
+    }
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(spec))
     with cpu_burner(count=int(noise.thresholds()[0]) + 1):  # enough to pass the busy line on any machine
@@ -200,7 +285,7 @@ def test_measurement_beside_a_cpu_burner_is_flagged_busy(tmp_path):
 
 
 def test_wait_quiet_option_is_checked_and_recorded(tmp_path, monkeypatch):
-    spec = {"name": "tiny", "seconds": 0.1, "env_sps": {"envs": ["squared"], "threads": [1]}}
+    spec = {"name": "tiny", "seconds": 0.1, "gate": False, "env_sps": {"envs": ["squared"], "threads": [1]}}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(spec))
     base = [

@@ -520,14 +520,32 @@ def _round(x: Any) -> Any:
 
 NOISE_COLUMNS = (
     "step", "readings", "others' load, cores (mean/max)", "steal, cores (mean/max)",
-    "speed check (int/float/copy vs run's best)", "busy",
+    "speed check (int/float/copy vs run's best)", "speed gate: samples, retaken, kept slow, waited", "busy",
 )  # fmt: skip
 NOISE_NOTE = (
     "Sampled during each measurement: CPU used by processes outside puffer-bench, hypervisor steal "
     "time and, on GPUs, other processes and clock slowdowns; before and after it, a speed check (the "
     "calibration loops once: slowed by contention /proc cannot see, such as other virtual machines on "
-    "the host). A busy step's figures are low for a reason that has nothing to do with the code."
+    "the host). A busy step's figures are low for a reason that has nothing to do with the code. "
+    "CPU-bound samples go through a speed gate: a short check before and after each; while the CPU "
+    "runs below 85% of its best in the run the gate waits, and a sample with a slow check is taken "
+    "again (the discarded values stay in the JSON)."
 )
+
+
+def _gate_cell(step: dict[str, Any]) -> str:
+    gate = step.get("gate")
+    if not gate:
+        return "-"
+    retaken = ", ".join(
+        f"{r['value']:.3g} at {100 * r['speed_ratio']:.0f}%" if isinstance(r.get("value"), int | float)
+        else f"one at {100 * r['speed_ratio']:.0f}%"
+        for r in gate["retaken"]
+    )  # fmt: skip
+    return (
+        f"{gate['samples']}, {len(gate['retaken'])}{f' ({retaken})' if retaken else ''}, "
+        f"{gate['slow_kept']}, {gate['waited_s']:g} s"
+    )
 
 
 def _speed_cell(step: dict[str, Any]) -> str:
@@ -543,7 +561,7 @@ def noise_table(report: dict[str, Any]) -> list[list[str]]:
     rows = []
     for step in (report.get("noise") or {}).get("steps") or []:
         if not step.get("n"):
-            rows.append([_cell(step["step"]), "0", "-", "-", _speed_cell(step), "-"])
+            rows.append([_cell(step["step"]), "0", "-", "-", _speed_cell(step), _gate_cell(step), "-"])
             continue
         busy = "**busy**: " + "; ".join(step["reasons"]) if step.get("busy") else "quiet"
         rows.append(
@@ -553,6 +571,7 @@ def noise_table(report: dict[str, Any]) -> list[list[str]]:
                 f"{step['others_cores_mean']:.2f} / {step['others_cores_max']:.2f}",
                 f"{step['steal_cores_mean']:.2f} / {step['steal_cores_max']:.2f}",
                 _speed_cell(step),
+                _gate_cell(step),
                 busy,
             ]
         )

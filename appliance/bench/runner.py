@@ -48,6 +48,7 @@ class SuiteRunner:
         self.notes: list[str] = []  # progress lines the CLI prints after each step
         self._train: dict[str, dict[str, Any]] = {}
         self._probed: list[str] = []
+        self.gate = self._gate()
         self._plan()
 
     # --------------------------------------------------------------- helpers
@@ -66,6 +67,22 @@ class SuiteRunner:
                 layer.setdefault(section, {})[name] = value
             self.configs[key] = resolve(env=env, profile=self.profile, overrides=layer)
         return self.configs[key]
+
+    def _gate(self) -> Any:
+        """The speed gate for CPU-bound samples (None when the suite says ``gate: false``)."""
+        from appliance.bench import noise
+
+        spec = self.suite.get("gate", True)
+        if spec is False:
+            return None
+        limits = spec if isinstance(spec, dict) else {}
+        return noise.SpeedGate(reference=self.report.data["fingerprint"].get("calibration"), **limits)
+
+    def take(self, sample: Callable[[], Any], cpu_bound: bool = True) -> Any:
+        """One sample of a measurement, through the speed gate when it is CPU-bound."""
+        if self.gate is None or not cpu_bound:
+            return sample()
+        return self.gate.take(sample)
 
     def threads(self) -> list[int]:
         threads = (self.suite.get("env_sps") or {}).get("threads", "profile")
@@ -175,9 +192,11 @@ class SuiteRunner:
 
         cfg = self.config(env)
         samples = [
-            envsps.measure(
-                env, int(cfg.vec.num_envs), threads, seconds=self.seconds, seed=r, **dict(cfg.env)
-            )["sps"]
+            self.take(
+                lambda r=r: envsps.measure(
+                    env, int(cfg.vec.num_envs), threads, seconds=self.seconds, seed=r, **dict(cfg.env)
+                )["sps"]
+            )
             for r in range(self.repeats)
         ]
         self.report.add(
@@ -197,20 +216,22 @@ class SuiteRunner:
         is_ocean = env in ocean.names()
         params = dict(self.config(env).env) if is_ocean else {}
         num_envs = int(item.get("num_envs") or self.config(env).vec.num_envs)
-        samples = []
-        for r in range(self.repeats):
+        if backend.startswith("gymnasium-") and is_ocean:
+            raise ConfigError(f"vector_sps {backend} runs Gymnasium envs, not the Ocean env {env!r}")
+
+        def sample(r: int) -> float:
             if backend.startswith("gymnasium-"):
-                if is_ocean:
-                    raise ConfigError(f"vector_sps {backend} runs Gymnasium envs, not the Ocean env {env!r}")
                 from appliance.emulation import make_factory
 
                 vec: Any = vecsps.GymnasiumVector(backend.split("-")[1], make_factory(env), num_envs)
             else:
                 vec = vector.make(env, backend=backend, num_envs=num_envs, seed=r, **params)
             try:
-                samples.append(vecsps.measure(vec, seconds=self.seconds, seed=r).sps)
+                return vecsps.measure(vec, seconds=self.seconds, seed=r).sps
             finally:
-                vec.close()
+                vec.close()  # before the gate's check after the sample: no worker spins through it
+
+        samples = [self.take(lambda r=r: sample(r)) for r in range(self.repeats)]
         self.report.add(
             f"vector_sps/{env}/{backend}",
             samples,
@@ -226,7 +247,11 @@ class SuiteRunner:
         """Training speed on ``env``; a suite variant (``label`` and its config ``overrides``) adds
         ``train_sps/<env>/<label>`` and no phase shares or diagnosis (those describe the env's config)."""
         cfg = self.config(env, overrides)
-        runs = [measure.training_speed(cfg, seconds) for _ in range(self.repeats)]
+        from appliance.train.trainer import resolve_device
+
+        # a GPU run's CPU clocks drop with its own load (measured on an H100 machine): no gate there
+        on_cpu = resolve_device(str(cfg.train.device)).type == "cpu"
+        runs = [self.take(lambda: measure.training_speed(cfg, seconds), on_cpu) for _ in range(self.repeats)]
         if label is not None:
             self.report.add(
                 f"train_sps/{env}/{label}", [r["sps"] for r in runs], "agent-steps/s", env=env, variant=label,
@@ -292,7 +317,9 @@ class SuiteRunner:
         for i, step in enumerate(self.steps):
             if progress:
                 progress(step, i)
-            with noise.watch(self.report, step.label):  # flags figures measured on a busy machine
+            with noise.watch(
+                self.report, step.label, gate=self.gate
+            ):  # flags figures measured on a busy machine
                 step.run()
         self.finish()
         noise.finish(self.report, self.suite.get("cv"))

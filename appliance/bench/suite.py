@@ -24,6 +24,10 @@ from appliance.paths import data_dir
 
 KEYS = {"name", "description", "seconds", "probe", "env_sps", "vector_sps", "train_sps", "time_to_score"}
 KEYS.add("cv")  # the run-to-run spread the suite promises; the noise guard names metrics beyond it
+KEYS.add(
+    "gate"
+)  # the per-sample speed gate of CPU-bound measurements (noise.SpeedGate): false, or its limits
+GATE_KEYS = {"retakes", "patience_s", "budget_s"}
 VECTOR_BACKENDS = ("native", "serial", "multiprocessing", "ray", "gymnasium-sync", "gymnasium-async")
 
 
@@ -86,6 +90,15 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
     _positive("seconds", data.get("seconds", 1.0))
     if "cv" in data and not 0 < _positive("cv", data["cv"]) < 1:  # stated run-to-run spread (noise guard)
         raise _fail("cv", f"must be a fraction below 1 (0.03 = 3%), got {data['cv']!r}")
+    gate = data.get("gate", True)
+    if gate is not True and gate is not False:
+        gate = _section(data, "gate", GATE_KEYS) or {}
+        for key, value in gate.items():
+            if key == "retakes":
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise _fail("gate.retakes", f"must be an integer >= 0, got {value!r}")
+            else:
+                _positive(f"gate.{key}", value)
     if (probe := _section(data, "probe", {"envs", "runs"})) is not None:
         _env_list("probe.envs", probe.get("envs", []))
         _positive("probe.runs", probe.get("runs", 5), int)
