@@ -401,6 +401,14 @@ def test_compare_marks_busy_metrics_unreliable_instead_of_regressions(tmp_path):
         paths[-1].write_text(json.dumps(r))
     out = CliRunner().invoke(cli, ["compare", *map(str, paths)])
     assert out.exit_code == 0 and "unreliable" in out.output
+    # samples the speed gate kept although the CPU stayed slow: not a regression either
+    fast, slow = cpu_reports(fp)[::-1]
+    with_machine(fast, (5, 2, 10))
+    with_machine(slow, (5, 2, 10))
+    slow["metrics"]["env_sps/a/threads=1"]["noise"] = {"busy": False, "gate": {"samples": 3, "slow_kept": 2}}
+    result = cmp.compare([fast, slow])
+    assert result["regressions"] == [] and result["rows"][0]["ratios"][0]["verdict"] == cmp.SLOWED
+    assert any("kept although the CPU ran slow" in n for n in result["notes"])
 
 
 def test_compare_reads_the_committed_report_and_normalize_needs_calibrations(tmp_path):

@@ -42,6 +42,7 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
 TOLERANCE = 0.03
 SKIP_FACTS = ("calibration ", "host id")  # calibration is shown as a ratio; the host id differs by design
 UNRELIABLE = "unreliable (busy)"
+SLOWED = "unreliable (slowed)"  # samples the speed gate kept although the CPU ran slow after every retake
 
 
 # software that may simply be absent (a CPU machine has no CUDA): None there means "none", not "unrecorded"
@@ -113,6 +114,12 @@ def unrecorded(reports: list[dict[str, Any]]) -> dict[int, list[str]]:
 
 def _busy(report: dict[str, Any]) -> set[str]:
     return {n for n, m in report["metrics"].items() if (m.get("noise") or {}).get("busy")}
+
+
+def _slowed(report: dict[str, Any]) -> set[str]:
+    return {
+        n for n, m in report["metrics"].items() if ((m.get("noise") or {}).get("gate") or {}).get("slow_kept")
+    }
 
 
 def calibration_ratios(base: dict[str, Any], other: dict[str, Any]) -> dict[str, float] | None:
@@ -203,6 +210,7 @@ def compare(
                     "(reports record one since issue 17: re-run it with puffer-bench run)"
                 )
     busy = [_busy(r) for r in reports]
+    slowed = [_slowed(r) for r in reports]
     normalized: set[str] = set()
     common = [n for n in reports[0]["metrics"] if all(n in r["metrics"] for r in reports[1:])]
     if not common:
@@ -236,6 +244,8 @@ def compare(
             gain = 1 / ratio if base["better"] == "lower" else ratio  # > 1: better
             if name in busy[0] or name in busy[k]:
                 verdict = UNRELIABLE  # measured beside other load: not evidence about the code
+            elif name in slowed[0] or name in slowed[k]:
+                verdict = SLOWED  # the CPU ran slow through the samples (e.g. other guests on its host)
             elif base["better"] == "info":
                 verdict = "changed" if significant and abs(ratio - 1) > threshold else "similar"
             elif significant and gain < 1 - threshold:
@@ -262,6 +272,12 @@ def compare(
             notes.append(
                 f"report {i + 1} has {len(b)} metric(s) measured on a busy machine, shown as "
                 f"'{UNRELIABLE}' and never as regressions"
+            )
+    for i, b in enumerate(slowed):
+        if b:
+            notes.append(
+                f"report {i + 1} has {len(b)} metric(s) with samples the speed gate kept although the CPU ran "
+                f"slow after every retake, shown as '{SLOWED}' and never as regressions"
             )
     return {
         "threshold": threshold,
