@@ -131,14 +131,15 @@ SQUARED = [
 @pytest.mark.slow
 def test_squared_defaults_learn():
     """`puffer-bench train squared` on a machine without a GPU, untouched: the default config under
-    the cpu profile learns PufferLib's squared (random play: perf 0.12). With its gae_lambda 0.98 the
-    last-5-epoch perf was 0.84 at 1.05 M steps and 0.93 at 2.5 M here (OMP_NUM_THREADS=1, 2 busy
-    cores: about 80 s per M steps), so the run stops at 0.85 and must keep at least 0.8; the previous
-    defaults (gae_lambda 0.90) reached 0.78 in 2.5 M and fail this bar. Issue 13's 0.95 is not reached
-    within a test's budget (PufferLib itself trains this env for 20 M steps)."""
+    the cpu profile learns PufferLib's squared (random play: perf 0.12). squared.yaml's defaults
+    (three update epochs, learning rate annealed over 3.5 M steps) passed 0.9, the mean perf of 5
+    epochs, at 1.0-1.3 M steps in three runs with one torch thread (seeds 0 and 1) and at 2.2 M with
+    two (seed 0: the runs diverge from float rounding after a few epochs, so the thread count makes
+    another run); issue 13's 0.95 came at 1.4-1.7 M steps in the first three and not within 3 M in
+    the last (0.93). The earlier defaults (two epochs over 2.5 M steps) ended at 0.93."""
     baseline = random_score("squared", "perf")
-    history = train("squared", [], target=("perf", 0.85), min_epochs=20, steps=2_500_000)
-    assert len(history) >= 20 and recent(history, "perf") >= 0.8 > baseline + 0.5
+    history = train("squared", [], target=("perf", 0.9), min_epochs=20)
+    assert len(history) >= 20 and recent(history, "perf") >= 0.9 > baseline + 0.5
 
 
 @pytest.mark.slow
