@@ -276,6 +276,7 @@ def test_run_cli_writes_a_report_and_the_readme_table(tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
+    assert "    env_sps/squared/threads=1: " in result.output, "each step prints its figures as they come"
     (json_path,) = (out / "cpu").glob("*.json")
     data = rpt.load(json_path)
     assert data["profile"]["name"] == "cpu" and data["suite"]["definition"] == spec

@@ -101,7 +101,19 @@ def run_with_progress(
             if not console.is_terminal:
                 console.print(f"[{i + 1}/{len(runner.steps)}] {step.label}")
 
-        runner.run_all(progress)
+        def done(step: Step, names: list[str]) -> None:
+            """The step's headline figures (not its descriptive shares) as they come."""
+            from appliance.bench.report import fmt
+
+            metrics = runner.report.data["metrics"]
+            for name in names:
+                m = metrics[name]
+                if m.get("better") == "info" or m.get("median") is None:
+                    continue
+                cv = f", CV {100 * m['cv']:.1f}%" if m.get("cv") is not None and len(m["samples"]) > 1 else ""
+                console.print(f"    {name}: {fmt(m['median'], m['unit'])} {m['unit']}{cv}", highlight=False)
+
+        runner.run_all(progress, done)
         bar.update(task, completed=len(runner.steps), description="done")
 
 

@@ -311,16 +311,23 @@ class SuiteRunner:
                 f"within {item['max_timesteps']:,} steps (last {item['metric']}: {last})"
             )
 
-    def run_all(self, progress: Callable[[Step, int], None] | None = None) -> None:
+    def run_all(
+        self,
+        progress: Callable[[Step, int], None] | None = None,
+        done: Callable[[Step, list[str]], None] | None = None,
+    ) -> None:
+        """Every step under the noise guard (which flags figures measured on a busy machine);
+        ``progress`` before each, ``done`` after it with the names of the metrics it added."""
         from appliance.bench import noise
 
         for i, step in enumerate(self.steps):
             if progress:
                 progress(step, i)
-            with noise.watch(
-                self.report, step.label, gate=self.gate
-            ):  # flags figures measured on a busy machine
+            before = set(self.report.data["metrics"])
+            with noise.watch(self.report, step.label, gate=self.gate):
                 step.run()
+            if done:
+                done(step, [n for n in self.report.data["metrics"] if n not in before])
         self.finish()
         noise.finish(self.report, self.suite.get("cv"))
 
