@@ -197,6 +197,15 @@ def test_speed_gate_waits_for_the_cpu_before_a_sample_within_its_patience():
     broke.gate.take(lambda: 1.0)
     broke.gate.take(lambda: 1.0)
     assert sum(broke.slept) == 5.0, "the run's waiting budget caps every wait after it"
+    costly = GateScript([ONE_SLOW] * 100, patience_s=0.0, budget_s=25.0, retakes=5)
+
+    def ten_seconds():
+        costly.t += 10.0  # a sample that takes 10 s on the fake clock
+        return 1.0
+
+    costly.gate.take(ten_seconds)
+    record = costly.gate.end_step()
+    assert len(record["retaken"]) == 2 and record["slow_kept"] == 1, "discarded samples spend the budget too"
 
 
 def test_gated_steps_are_judged_by_their_samples_and_named_in_the_report():

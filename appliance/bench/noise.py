@@ -395,8 +395,10 @@ class SpeedGate:
     nothing (measured here: the calibration's integer loop at 53% of its best for three suite steps
     in a row, and an env's samples at 5.1 M beside 9.3 M agent-steps/s). Before each sample the gate
     runs :func:`gate_check` and, while it is below ``ratio`` of the best seen in this run, waits
-    (``patience_s`` per sample, ``budget_s`` per run); after the sample it checks again, and a
-    sample with a slow check on either side is taken again, ``retakes`` times at most. Every
+    (``patience_s`` per sample); after the sample it checks again, and a sample with a slow check on
+    either side is taken again, ``retakes`` times at most. ``budget_s`` bounds what the gate adds to
+    a run, its waits and the samples it discarded together: once spent, samples are kept as they
+    come (and marked slow when their checks were). Every
     discarded value is kept in the report with its speed ratio (``metric.noise.retaken``), and a
     sample kept although slow (retakes or waiting time spent) marks its metric ``slow``.
     """
@@ -416,6 +418,7 @@ class SpeedGate:
         self.check, self.sleep, self.clock = check, sleep, clock
         self.best = {k: float(reference[k]) for k in GATE_KEYS if reference and reference.get(k)}
         self.waited_s = 0.0  # over the run
+        self.spent_s = 0.0  # waits and discarded samples over the run (bounded by budget_s)
         self.step: dict[str, Any] = self._fresh()
 
     @staticmethod
@@ -437,12 +440,13 @@ class SpeedGate:
         start = self.clock()
         speed = self.speed()
         while speed < self.ratio:
-            left = min(self.patience_s - (self.clock() - start), self.budget_s - self.waited_s)
+            left = min(self.patience_s - (self.clock() - start), self.budget_s - self.spent_s)
             if left <= 0:
                 break
             pause = min(GATE_POLL_S, left)
             self.sleep(pause)
             self.waited_s += pause
+            self.spent_s += pause
             self.step["waited_s"] += pause
             speed = self.speed()
         return speed
@@ -451,15 +455,18 @@ class SpeedGate:
         """``sample()``'s value, taken while the CPU ran at its speed (or the last try, marked slow)."""
         for attempt in range(self.retakes + 1):
             before = self._await_speed()
+            started = self.clock()
             value = sample()
+            took = self.clock() - started
             speed = min(before, self.speed())
             if speed >= self.ratio:
                 break
-            if attempt == self.retakes:
+            if attempt == self.retakes or self.spent_s + took > self.budget_s:
                 self.step["slow_kept"] += 1
                 break
             figure = value.get("sps") if isinstance(value, dict) else value  # training_speed's result
             self.step["retaken"].append({"value": figure, "speed_ratio": round(speed, 3)})
+            self.spent_s += took
         self.step["samples"] += 1
         return value
 
