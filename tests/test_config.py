@@ -27,7 +27,7 @@ def test_layers_apply_in_order(tmp_path):
         env="squared", profile="4090", config_file=user, overrides=["--train.minibatch-size", "512"]
     )
     assert cfg.env["size"] == 11  # env layer
-    assert cfg.train.total_timesteps == 2_500_000  # env layer (squared.yaml) beats defaults
+    assert cfg.train.total_timesteps == 3_500_000  # env layer (squared.yaml) beats defaults (10 M)
     assert cfg.train.precision == "bfloat16"  # profile layer
     assert cfg.bench.expected_gpu == "RTX 4090" and cfg.bench.profile == "4090"
     assert cfg.train.learning_rate == 0.5  # user file beats env layer
