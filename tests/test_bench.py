@@ -246,6 +246,20 @@ def test_profile_cli_probes_the_cpu_and_skips_the_gpu(tmp_path):
         assert any(s["what"] == "GPU probe" for s in data["skipped"])
 
 
+def test_cpu_probe_samples_go_through_the_given_gate():
+    from appliance.bench import probe
+
+    taken = []
+
+    def take(sample):
+        taken.append(sample())
+        return taken[-1]
+
+    bandwidth = probe.cpu_memory_bandwidth(runs=3, size=1 << 20, take=take)
+    steps = probe.env_single_core("squared", 16, 2, 0.05, {}, take=take)
+    assert taken == bandwidth.samples + steps.samples and len(taken) == 5
+
+
 def test_run_cli_writes_a_report_and_the_readme_table(tmp_path):
     spec = {
         "name": "tiny",

@@ -44,22 +44,37 @@ def size_label(n: int) -> str:
 # ---------------------------------------------------------------------- CPU
 
 
-def cpu_memory_bandwidth(runs: int = 5, size: int = 256 << 20) -> Figure:
+Take = Callable[[Callable[[], float]], float]  # takes one sample (the runner's speed gate)
+
+
+def _direct(sample: Callable[[], float]) -> float:
+    return sample()
+
+
+def cpu_memory_bandwidth(runs: int = 5, size: int = 256 << 20, take: Take = _direct) -> Figure:
     """GB/s of a large numpy copy, counting bytes read plus bytes written."""
     src = np.ones(size, dtype=np.uint8)
     dst = np.empty_like(src)
     np.copyto(dst, src)  # warm-up: fault the pages in
-    samples = []
-    for _ in range(runs):
+
+    def sample() -> float:
         start = time.perf_counter()
         np.copyto(dst, src)
-        samples.append(2 * size / (time.perf_counter() - start) / 1e9)
+        return 2 * size / (time.perf_counter() - start) / 1e9
+
+    samples = [take(sample) for _ in range(runs)]
     return Figure("probe/cpu/memory_bandwidth", samples, "GB/s", labels={"kind": "cpu_memory"})
 
 
-def env_single_core(env: str, num_envs: int, runs: int, seconds: float, params: dict[str, Any]) -> Figure:
+def env_single_core(
+    env: str, num_envs: int, runs: int, seconds: float, params: dict[str, Any], take: Take = _direct
+) -> Figure:
     samples = [
-        envsps.measure(env, num_envs=num_envs, num_threads=1, seconds=seconds, seed=i, **params)["sps"]
+        take(
+            lambda i=i: envsps.measure(
+                env, num_envs=num_envs, num_threads=1, seconds=seconds, seed=i, **params
+            )["sps"]
+        )
         for i in range(runs)
     ]
     return Figure(f"probe/cpu/env_step/{env}", samples, "agent-steps/s", labels={"env": env})
@@ -155,13 +170,19 @@ def wall_per_call(fn: Callable[[], Any], runs: int, inner: int = 1000) -> list[f
 
 
 def cpu_probe(
-    cfg: Any, runs: int, seconds: float, progress: Callable[[str], None] | None = None
+    cfg: Any,
+    runs: int,
+    seconds: float,
+    progress: Callable[[str], None] | None = None,
+    take: Take = _direct,
 ) -> list[Figure]:
+    """Memory bandwidth and single-core env steps (each sample through ``take``: the suite's speed
+    gate), and the policy forward on the CPU (short timed calls, not gated)."""
     progress = progress or (lambda _: None)
     progress("CPU memory bandwidth")
-    figures = [cpu_memory_bandwidth(runs)]
+    figures = [cpu_memory_bandwidth(runs, take=take)]
     progress(f"single-core {cfg.env_name} steps")
-    figures.append(env_single_core(cfg.env_name, int(cfg.vec.num_envs), runs, seconds, dict(cfg.env)))
+    figures.append(env_single_core(cfg.env_name, int(cfg.vec.num_envs), runs, seconds, dict(cfg.env), take))
     progress(f"{cfg.env_name} policy forward on the CPU")
     figures.append(policy_forward(cfg, "cpu", runs))
     return figures

@@ -290,7 +290,9 @@ def _wait_quiet(seconds: float, announce: Any = None) -> dict[str, Any]:
 
 def probe(profile: str | None, env: str, runs: int, seconds: float) -> dict[str, Any]:
     """The hardware probe alone (``puffer-bench profile``) as a validated report."""
-    suite = validate({"name": "probe", "seconds": seconds, "probe": {"envs": [env], "runs": runs}}, "--env")
+    probe = {"name": "probe", "seconds": seconds, "probe": {"envs": [env], "runs": runs}}
+    probe["gate"] = {"patience_s": 5, "budget_s": 30}  # a quick look: the speed gate adds 30 s at most
+    suite = validate(probe, "--env")
     name, report = new_report(suite, "(puffer-bench profile)", profile, runs)
     _measure(SuiteRunner(suite, name, report, repeats=runs), report, "probe")
     return rpt.validate(report.data)

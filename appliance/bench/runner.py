@@ -166,7 +166,7 @@ class SuiteRunner:
         from appliance.bench import probe
 
         cfg = self.config(env)
-        for f in probe.cpu_probe(cfg, runs, self.seconds):
+        for f in probe.cpu_probe(cfg, runs, self.seconds, take=self.take):
             self.report.add(f.name, f.samples, f.unit, f.better, f.ceiling, **f.labels)
         gpus = self.report.data["fingerprint"].get("gpus") or []
         if torch.cuda.is_available():
