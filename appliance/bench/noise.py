@@ -51,6 +51,7 @@ def thresholds(cores: int | None = None) -> tuple[float, float]:
 
 
 SLOW_RATIO = 0.85  # a step whose speed check ran below this share of the run's best counts as slowed
+SLOWED_BY = "something slowed the CPU (other processes, or, where /proc shows none, other virtual machines on its host)"
 DEFAULT_CV = 0.03  # repeats of a headline figure should agree within this CV unless the suite says otherwise
 QUIET_WINDOW = 3.0  # seconds of quiet that --wait-quiet asks for
 
@@ -327,8 +328,7 @@ def flag_slow_steps(data: dict[str, Any], ratio: float = SLOW_RATIO) -> list[dic
             reason = (
                 f"{gate['slow_kept']} of {gate['samples']} sample(s) kept although the CPU's speed check "
                 f"ran below {100 * ratio:.0f}% of its best after {gate.get('waited_s', 0)} s of waiting and "
-                "every retake: something slowed the CPU (other processes, or, where /proc shows none, "
-                "other virtual machines on its host)"
+                f"every retake: {SLOWED_BY}"
             )
         else:
             if "speed" not in s or not best:
@@ -340,7 +340,7 @@ def flag_slow_steps(data: dict[str, Any], ratio: float = SLOW_RATIO) -> list[dic
             reason = (
                 "the CPU ran its speed check slower than at its best in this run ("
                 + ", ".join(f"{names[k]} {100 * v:.0f}%" for k, v in sorted(low.items()))
-                + "): something slowed the CPU (other processes, or, where /proc shows none, other virtual machines on its host)"
+                + f"): {SLOWED_BY}"
             )
         s["slow"] = reason
         slowed.append(s)
@@ -356,10 +356,8 @@ def flag_slow_steps(data: dict[str, Any], ratio: float = SLOW_RATIO) -> list[dic
 GATE_KEYS = ("int_mops", "float_gflops")  # the check between samples: no 64 MiB copy (~70 ms)
 GATE_RETAKES = 2  # a sample whose checks ran slow is taken again at most this often
 GATE_PATIENCE_S = 20.0  # before a sample, wait at most this long for the CPU to get its speed back
-GATE_BUDGET_S = 120.0  # and at most this long over a whole run (a suite stays within its time)
+GATE_BUDGET_S = 120.0  # waits and discarded samples over a whole run (a suite stays within its time)
 GATE_POLL_S = 1.0
-
-
 GATE_MAX_CPUS = 8  # the check visits at most this many of the usable CPUs (evenly spaced)
 
 
@@ -398,9 +396,9 @@ class SpeedGate:
     (``patience_s`` per sample); after the sample it checks again, and a sample with a slow check on
     either side is taken again, ``retakes`` times at most. ``budget_s`` bounds what the gate adds to
     a run, its waits and the samples it discarded together: once spent, samples are kept as they
-    come (and marked slow when their checks were). Every
-    discarded value is kept in the report with its speed ratio (``metric.noise.retaken``), and a
-    sample kept although slow (retakes or waiting time spent) marks its metric ``slow``.
+    come (and marked slow when their checks were). Every discarded value is kept in the report with
+    its speed ratio (``metric.noise.gate.retaken``), and a sample kept although slow (retakes or
+    budget spent) marks its metric ``slow``.
     """
 
     def __init__(
@@ -417,7 +415,6 @@ class SpeedGate:
         self.ratio, self.retakes, self.patience_s, self.budget_s = ratio, retakes, patience_s, budget_s
         self.check, self.sleep, self.clock = check, sleep, clock
         self.best = {k: float(reference[k]) for k in GATE_KEYS if reference and reference.get(k)}
-        self.waited_s = 0.0  # over the run
         self.spent_s = 0.0  # waits and discarded samples over the run (bounded by budget_s)
         self.step: dict[str, Any] = self._fresh()
 
@@ -445,14 +442,14 @@ class SpeedGate:
                 break
             pause = min(GATE_POLL_S, left)
             self.sleep(pause)
-            self.waited_s += pause
             self.spent_s += pause
             self.step["waited_s"] += pause
             speed = self.speed()
         return speed
 
-    def take(self, sample: Callable[[], float]) -> float:
-        """``sample()``'s value, taken while the CPU ran at its speed (or the last try, marked slow)."""
+    def take(self, sample: Callable[[], Any], figure: Callable[[Any], float] | None = None) -> Any:
+        """``sample()``'s value, taken while the CPU ran at its speed (or the last try, marked slow);
+        ``figure`` reads the number to keep of a discarded value (default: the value itself)."""
         for attempt in range(self.retakes + 1):
             before = self._await_speed()
             started = self.clock()
@@ -464,8 +461,8 @@ class SpeedGate:
             if attempt == self.retakes or self.spent_s + took > self.budget_s:
                 self.step["slow_kept"] += 1
                 break
-            figure = value.get("sps") if isinstance(value, dict) else value  # training_speed's result
-            self.step["retaken"].append({"value": figure, "speed_ratio": round(speed, 3)})
+            kept = figure(value) if figure else value
+            self.step["retaken"].append({"value": kept, "speed_ratio": round(speed, 3)})
             self.spent_s += took
         self.step["samples"] += 1
         return value

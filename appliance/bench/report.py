@@ -537,11 +537,7 @@ def _gate_cell(step: dict[str, Any]) -> str:
     gate = step.get("gate")
     if not gate:
         return "-"
-    retaken = ", ".join(
-        f"{r['value']:.3g} at {100 * r['speed_ratio']:.0f}%" if isinstance(r.get("value"), int | float)
-        else f"one at {100 * r['speed_ratio']:.0f}%"
-        for r in gate["retaken"]
-    )  # fmt: skip
+    retaken = ", ".join(f"{r['value']:.3g} at {100 * r['speed_ratio']:.0f}%" for r in gate["retaken"])
     return (
         f"{gate['samples']}, {len(gate['retaken'])}{f' ({retaken})' if retaken else ''}, "
         f"{gate['slow_kept']}, {gate['waited_s']:g} s"

@@ -78,11 +78,14 @@ class SuiteRunner:
         limits = spec if isinstance(spec, dict) else {}
         return noise.SpeedGate(reference=self.report.data["fingerprint"].get("calibration"), **limits)
 
-    def take(self, sample: Callable[[], Any], cpu_bound: bool = True) -> Any:
-        """One sample of a measurement, through the speed gate when it is CPU-bound."""
+    def take(
+        self, sample: Callable[[], Any], cpu_bound: bool = True, figure: Callable[[Any], float] | None = None
+    ) -> Any:
+        """One sample of a measurement, through the speed gate when it is CPU-bound (``figure``: the
+        number of a structured sample, kept for a discarded one)."""
         if self.gate is None or not cpu_bound:
             return sample()
-        return self.gate.take(sample)
+        return self.gate.take(sample, figure)
 
     def threads(self) -> list[int]:
         threads = (self.suite.get("env_sps") or {}).get("threads", "profile")
@@ -251,7 +254,10 @@ class SuiteRunner:
 
         # a GPU run's CPU clocks drop with its own load (measured on an H100 machine): no gate there
         on_cpu = resolve_device(str(cfg.train.device)).type == "cpu"
-        runs = [self.take(lambda: measure.training_speed(cfg, seconds), on_cpu) for _ in range(self.repeats)]
+        runs = [
+            self.take(lambda: measure.training_speed(cfg, seconds), on_cpu, figure=lambda r: r["sps"])
+            for _ in range(self.repeats)
+        ]
         if label is not None:
             self.report.add(
                 f"train_sps/{env}/{label}", [r["sps"] for r in runs], "agent-steps/s", env=env, variant=label,

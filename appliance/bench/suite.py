@@ -24,10 +24,8 @@ from appliance.paths import data_dir
 
 KEYS = {"name", "description", "seconds", "probe", "env_sps", "vector_sps", "train_sps", "time_to_score"}
 KEYS.add("cv")  # the run-to-run spread the suite promises; the noise guard names metrics beyond it
-KEYS.add(
-    "gate"
-)  # the per-sample speed gate of CPU-bound measurements (noise.SpeedGate): false, or its limits
-GATE_KEYS = {"retakes", "patience_s", "budget_s"}
+KEYS.add("gate")  # the speed gate of CPU-bound samples (noise.SpeedGate): false, or GATE_LIMITS
+GATE_LIMITS = {"retakes", "patience_s", "budget_s"}
 VECTOR_BACKENDS = ("native", "serial", "multiprocessing", "ray", "gymnasium-sync", "gymnasium-async")
 
 
@@ -92,7 +90,7 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
         raise _fail("cv", f"must be a fraction below 1 (0.03 = 3%), got {data['cv']!r}")
     gate = data.get("gate", True)
     if gate is not True and gate is not False:
-        gate = _section(data, "gate", GATE_KEYS) or {}
+        gate = _section(data, "gate", GATE_LIMITS) or {}
         for key, value in gate.items():
             if key == "retakes":
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
