@@ -531,6 +531,9 @@ class Multiprocessing(Vector):
         dead = connection.wait(list(self._sentinels), timeout=0)
         if dead:
             w = self._sentinels[dead[0]]
+            # the sentinel closes while the kernel is still tearing the process down: until it is a
+            # zombie, waitpid(WNOHANG) finds nothing and exitcode is None, so wait a moment for it
+            self._res.procs[w].join(timeout=2.0)
             code = self._res.procs[w].exitcode
             how = (
                 f"was killed by signal {signal.Signals(-code).name}"
