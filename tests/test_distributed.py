@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -128,12 +129,18 @@ def _fail_on_rank_one() -> None:
 
 @pytest.mark.slow
 def test_a_rank_that_raises_ends_the_job_with_its_rank_and_error():
-    start = time.time()
+    def scratch() -> set[str]:  # what torch's launcher and spawn leave in the temp dir by default
+        tmp = Path(tempfile.gettempdir())
+        return {p.name for pattern in ("torchelastic_*", "pytorch-errorfile-*") for p in tmp.glob(pattern)}
+
+    before, default_tempdir, start = scratch(), tempfile.tempdir, time.time()
     with pytest.raises(
         distributed.DistributedError, match=r"rank 1 failed: ValueError: rank one cannot go on"
     ):
         distributed.launch(_fail_on_rank_one, (), distributed.Launch(nproc=2))
     assert time.time() - start < 60
+    assert scratch() - before == set()  # the ranks' logs and error files went with the launch
+    assert tempfile.tempdir == default_tempdir  # the launch's own temp dir is not left as the default
 
 
 def test_launch_options_are_checked():

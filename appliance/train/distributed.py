@@ -33,6 +33,7 @@ import datetime
 import json
 import os
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -93,10 +94,15 @@ def launch(fn: Callable[..., Any], args: tuple[Any, ...], where: Launch) -> dict
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     where.check()
     port = where.master_port or free_port()
+    # the agent keeps each rank's error file under a log folder, and torch.multiprocessing puts a
+    # failed rank's pickled error in the temp dir; neither removes them, so both go into a folder of
+    # our own that goes with the launch
+    scratch = tempfile.TemporaryDirectory(prefix="puffer-bench-ranks-")
     config = LaunchConfig(
         min_nodes=where.nnodes,
         max_nodes=where.nnodes,
@@ -108,18 +114,23 @@ def launch(fn: Callable[..., Any], args: tuple[Any, ...], where: Launch) -> dict
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=scratch.name),
     )
     import logging
 
     # the agent logs starts, stops and failures (with tracebacks); the user gets one error line below
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
+    default_tempdir, tempfile.tempdir = tempfile.tempdir, scratch.name
     try:
         return elastic_launch(config, _entry)(fn, *args)
     except ChildFailedError as e:
         raise DistributedError(_failure_message(e)) from None
     except SignalException as e:  # Ctrl-C or a kill of the launcher: the agent stopped the ranks
         raise DistributedError(f"stopped by {e.sigval.name}; the ranks were stopped") from None
+    finally:
+        tempfile.tempdir = default_tempdir
+        scratch.cleanup()
 
 
 def _failure_message(e: Any) -> str:
