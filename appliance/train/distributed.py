@@ -92,9 +92,8 @@ def launch(fn: Callable[..., Any], args: tuple[Any, ...], where: Launch) -> dict
     The elastic agent sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each
     worker (``fn`` calls :func:`init` to join the group). No restarts: a failed rank is an error.
     """
-    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     where.check()
