@@ -251,9 +251,11 @@ def run_suite(
     if announce:
         for w in report.data["warnings"]:
             announce(f"warning: {w}")
+        own = any("repeats" in item for item in suite.get("time_to_score") or [])
         announce(
-            f"suite '{suite['name']}' on profile '{name}' ({report.data['profile']['detected_gpu']} GPU): "
-            f"{len(runner.steps)} measurements x {report.data['repeats']} repeats"
+            f"suite '{suite['name']}' on profile '{name}' ({rpt.gpu_label(report.data['fingerprint'])}): "
+            f"{len(runner.steps)} measurements, {report.data['repeats']} repeats each"
+            + (" (time-to-score items say their own)" if own else "")
         )
     try:
         _measure(runner, report, suite["name"])
