@@ -417,6 +417,36 @@ def test_a_worker_killed_by_sigbus_names_dev_shm():
             vec.step(np.zeros(2, np.int64))
 
 
+class _NotYetReaped:
+    """A worker process as the parent sees it in the moment after its sentinel closes: the kernel has
+    not made it a zombie yet, so waitpid finds nothing and ``exitcode`` is None until ``join``."""
+
+    def __init__(self, proc):
+        self._proc, self._joined = proc, False
+
+    def join(self, timeout=None):
+        self._joined = True
+        self._proc.join(timeout)
+
+    @property
+    def exitcode(self):
+        return self._proc.exitcode if self._joined else None
+
+    def __getattr__(self, name):
+        return getattr(self._proc, name)
+
+
+def test_a_worker_killed_by_a_signal_is_named_even_before_it_is_reaped():
+    with vector.make(CountingEnv, backend="multiprocessing", num_envs=2, num_workers=2) as vec:
+        vec.reset(0)
+        proc = vec._res.procs[1]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(10)
+        vec._res.procs[1] = _NotYetReaped(proc)
+        with pytest.raises(vector.WorkerError, match=r"worker 1 .*was killed by signal SIGKILL"):
+            vec.step(np.zeros(2, np.int64))
+
+
 # ----------------------------------------------------------------------------- native threads (item 3)
 
 
