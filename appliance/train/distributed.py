@@ -101,35 +101,34 @@ def launch(fn: Callable[..., Any], args: tuple[Any, ...], where: Launch) -> dict
     # the agent keeps each rank's error file under a log folder, and torch.multiprocessing puts a
     # failed rank's pickled error in the temp dir; neither removes them, so both go into a folder of
     # our own that goes with the launch
-    scratch = tempfile.TemporaryDirectory(prefix="puffer-bench-ranks-")
-    config = LaunchConfig(
-        min_nodes=where.nnodes,
-        max_nodes=where.nnodes,
-        nproc_per_node=where.nproc,
-        run_id=f"puffer-bench-{uuid.uuid4().hex[:8]}" if where.nnodes == 1 else "puffer-bench",
-        rdzv_backend="static",
-        rdzv_endpoint=f"{where.master_addr}:{port}",
-        rdzv_configs={"rank": where.node_rank, "timeout": int(where.timeout_s)},
-        max_restarts=0,
-        monitor_interval=0.1,
-        start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=scratch.name),
-    )
-    import logging
+    with tempfile.TemporaryDirectory(prefix="puffer-bench-ranks-") as scratch:
+        config = LaunchConfig(
+            min_nodes=where.nnodes,
+            max_nodes=where.nnodes,
+            nproc_per_node=where.nproc,
+            run_id=f"puffer-bench-{uuid.uuid4().hex[:8]}" if where.nnodes == 1 else "puffer-bench",
+            rdzv_backend="static",
+            rdzv_endpoint=f"{where.master_addr}:{port}",
+            rdzv_configs={"rank": where.node_rank, "timeout": int(where.timeout_s)},
+            max_restarts=0,
+            monitor_interval=0.1,
+            start_method="spawn",
+            logs_specs=DefaultLogsSpecs(log_dir=scratch),
+        )
+        import logging
 
-    # the agent logs starts, stops and failures (with tracebacks); the user gets one error line below
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-    logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
-    default_tempdir, tempfile.tempdir = tempfile.tempdir, scratch.name
-    try:
-        return elastic_launch(config, _entry)(fn, *args)
-    except ChildFailedError as e:
-        raise DistributedError(_failure_message(e)) from None
-    except SignalException as e:  # Ctrl-C or a kill of the launcher: the agent stopped the ranks
-        raise DistributedError(f"stopped by {e.sigval.name}; the ranks were stopped") from None
-    finally:
-        tempfile.tempdir = default_tempdir
-        scratch.cleanup()
+        # the agent logs starts, stops and failures (with tracebacks); the user gets one error line below
+        logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+        logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
+        default_tempdir, tempfile.tempdir = tempfile.tempdir, scratch
+        try:
+            return elastic_launch(config, _entry)(fn, *args)
+        except ChildFailedError as e:
+            raise DistributedError(_failure_message(e)) from None
+        except SignalException as e:  # Ctrl-C or a kill of the launcher: the agent stopped the ranks
+            raise DistributedError(f"stopped by {e.sigval.name}; the ranks were stopped") from None
+        finally:
+            tempfile.tempdir = default_tempdir
 
 
 def _failure_message(e: Any) -> str:
