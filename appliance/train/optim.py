@@ -1,4 +1,4 @@
-"""The trainer's optimizers: Muon for the hidden 2-D weights, Adam for the rest, stepped as one.
+"""The trainer's optimizers: Adam, or Muon over every parameter as PufferLib 3.0 runs it.
 
 Both can run inside a captured CUDA graph (``graph_safe``): the learning rate is then a 0-dim
 tensor on the device that :func:`set_lr` fills in place (a graph replays with the value the tensor
@@ -15,7 +15,7 @@ import torch
 
 
 class MultiOptimizer:
-    """Several optimizers stepped as one (Muon for hidden 2-D weights, Adam for the rest)."""
+    """Optimizers stepped as one (one today; graphs.py and checkpoints see this face)."""
 
     def __init__(self, optimizers: list[torch.optim.Optimizer], initial_lr: float | None = None) -> None:
         self.optimizers = optimizers
@@ -52,55 +52,72 @@ def set_lr(optimizer: MultiOptimizer, scale: float) -> float:
 
 
 def make_optimizer(policy: torch.nn.Module, hp: Any, graph_safe: bool = False) -> MultiOptimizer:
-    """Adam, or (``train.optimizer muon``) Muon for the hidden 2-D weights and Adam for the biases,
-    embeddings and the two heads. ``graph_safe``: learning rates as device tensors, Adam capturable."""
+    """``train.optimizer adam``: Adam over every parameter; ``muon``: :class:`Muon` over every
+    parameter (PufferLib 3.0's optimizer), momentum ``adam_beta1``. ``graph_safe``: the learning rate
+    is a device tensor and Adam is capturable."""
     device = next(policy.parameters()).device
-
-    def lr() -> float | torch.Tensor:
-        return torch.tensor(float(hp.learning_rate), device=device) if graph_safe else hp.learning_rate
-
-    def adam(params: Any) -> torch.optim.Adam:
+    lr: float | torch.Tensor = (
+        torch.tensor(float(hp.learning_rate), device=device) if graph_safe else hp.learning_rate
+    )
+    params = list(dict.fromkeys(policy.parameters()))  # shared weights (the LSTM cell's) once
+    if hp.optimizer == "adam":
         kwargs: dict[str, Any] = {"betas": (hp.adam_beta1, hp.adam_beta2), "eps": hp.adam_eps}
         if graph_safe:  # torch allows capturable on accelerators only; a tensor lr off them needs foreach off
             kwargs.update(capturable=True) if device.type == "cuda" else kwargs.update(foreach=False)
-        return torch.optim.Adam(params, lr=lr(), **kwargs)
-
-    if hp.optimizer == "adam":
-        return MultiOptimizer([adam(policy.parameters())], hp.learning_rate)
-    heads = {id(p) for p in (*policy.decoder.parameters(), *policy.value.parameters())}
-    seen: set[int] = set()
-    matrices, others = [], []
-    for p in policy.parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        (matrices if p.ndim == 2 and id(p) not in heads else others).append(p)
-    opts: list[torch.optim.Optimizer] = [adam(others)]
-    if matrices:
-        opts.append(Muon(matrices, lr=lr()))
-    return MultiOptimizer(opts, hp.learning_rate)
+        return MultiOptimizer([torch.optim.Adam(params, lr=lr, **kwargs)], hp.learning_rate)
+    return MultiOptimizer([Muon(params, lr=lr, momentum=hp.adam_beta1)], hp.learning_rate)
 
 
 class Muon(torch.optim.Optimizer):
-    """Muon for 2-D weights: Nesterov momentum, then the update orthogonalized by 5 Newton-Schulz
-    steps, scaled to AdamW's update RMS (``lr * 0.2 * sqrt(max(A, B))``), no weight decay.
+    """Muon as PufferLib 3.0 runs it (heavyball 1.7.2's ``ForeachMuon``), for every parameter.
 
-    The same update as ``torch.optim.Muon(adjust_lr_fn="match_rms_adamw", weight_decay=0)``, but
-    the Newton-Schulz matmuls run in bfloat16 only on CUDA: on a CPU without bf16 units torch's
-    bf16 iteration made an optimizer step cost more than the whole rest of the update. ``lr`` may
-    be a 0-dim tensor (graph-safe: the step is torch ops on the device, nothing read back).
+    Per parameter: Nesterov momentum as a running sum, ``m = beta * m + g`` and ``u = g + beta * m``;
+    a tensor of two or more dims (viewed as ``[rows, rest]``) has ``u`` replaced by its
+    orthogonalization (5 Newton-Schulz steps) times ``sqrt(max(1, rows / rest))``; vectors (biases)
+    keep ``u`` as it is. Then ``p -= lr * u``; no weight decay, no second moment (PufferLib passes
+    ``adam_beta2`` and ``adam_eps``, which this optimizer never reads).
+
+    The Newton-Schulz matmuls run in bfloat16 on CUDA (as heavyball everywhere) and in float32
+    elsewhere (``ns_dtype`` overrides): on a CPU without bf16 units the bf16 iteration made an
+    optimizer step cost more than the rest of the update. ``lr`` may be a 0-dim tensor: the step is
+    then torch ops on the device with nothing read back, so a CUDA graph can hold it.
+    tests/test_train.py checks the steps against heavyball 1.7.2's.
     """
 
     COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
-    def __init__(self, params: Any, lr: float | torch.Tensor, momentum: float = 0.95, steps: int = 5) -> None:
-        super().__init__(params, {"lr": lr, "momentum": momentum, "steps": steps})
+    def __init__(
+        self,
+        params: Any,
+        lr: float | torch.Tensor,
+        momentum: float = 0.95,
+        steps: int = 5,
+        ns_dtype: torch.dtype | None = None,
+    ) -> None:
+        if not 0.0 <= float(momentum) < 1.0:
+            raise ValueError(f"Muon momentum must be in [0, 1), got {momentum}")
+        super().__init__(params, {"lr": lr, "momentum": momentum, "steps": steps, "ns_dtype": ns_dtype})
+
+    @classmethod
+    def orthogonalize(cls, g: torch.Tensor, steps: int, dtype: torch.dtype) -> torch.Tensor:
+        """``g`` [rows, cols] to about the nearest semi-orthogonal matrix, times sqrt(max(1, rows/cols))."""
+        a, b, c = cls.COEFFICIENTS
+        x = g.to(dtype)
+        x = x / (x.norm() + 1e-7)
+        tall = x.size(0) > x.size(1)
+        if tall:
+            x = x.T
+        for _ in range(steps):
+            gram = x @ x.T
+            x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+        if tall:
+            x = x.T
+        return x.to(g.dtype) * math.sqrt(max(1.0, g.size(0) / g.size(1)))
 
     @torch.no_grad()
     def step(self) -> None:  # type: ignore[override]
-        a, b, c = self.COEFFICIENTS
         for group in self.param_groups:
-            lr = group["lr"]
+            lr, beta = group["lr"], group["momentum"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -108,20 +125,13 @@ class Muon(torch.optim.Optimizer):
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p)
                 buf = state["momentum_buffer"]
-                buf.lerp_(p.grad, 1 - group["momentum"])
-                update = p.grad.lerp(buf, group["momentum"])
-                x = update.to(torch.bfloat16 if p.is_cuda else torch.float32)
-                tall = x.size(0) > x.size(1)
-                if tall:
-                    x = x.T
-                x = x / x.norm().clamp_min(1e-7)
-                for _ in range(group["steps"]):
-                    gram = x @ x.T
-                    x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
-                if tall:
-                    x = x.T
-                scale = 0.2 * math.sqrt(max(p.shape[0], p.shape[1]))
+                buf.mul_(beta).add_(p.grad)
+                update = p.grad.add(buf, alpha=beta)
+                if p.ndim >= 2:
+                    dtype = group["ns_dtype"] or (torch.bfloat16 if p.is_cuda else torch.float32)
+                    flat = update.reshape(p.shape[0], -1)
+                    update = self.orthogonalize(flat, group["steps"], dtype).view_as(p)
                 if isinstance(lr, torch.Tensor):  # read on the device at (graph) replay time
-                    p.sub_(x.to(p.dtype) * (lr * scale))
+                    p.sub_(update * lr)
                 else:
-                    p.add_(x.to(p.dtype), alpha=-lr * scale)
+                    p.add_(update, alpha=-lr)
