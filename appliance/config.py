@@ -5,6 +5,7 @@ Layers, later wins::
     appliance/defaults/default.yaml        every key and its type
     appliance/defaults/envs/<env>.yaml     the env's parameters (the ``env`` section) and tuned values
     bench/profiles/<profile>.yaml          sizes for a class of machine (``--gpu 4090``)
+    profiles.<profile> in the env's YAML   the env's own values on that class of machine
     --config FILE                          the user's YAML
     --section.key VALUE                    command-line overrides (dashes or underscores)
 
@@ -43,6 +44,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("train", "engine"): ("auto", "on", "off"),
     ("policy", "core"): ("mlp", "lstm", "mingru"),
     ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
+    ("policy", "init"): ("pufferlib", "cleanrl"),
     ("bench", "suite"): ("quick", "full"),
 }
 
@@ -517,6 +519,7 @@ def resolve(
 ) -> Config:
     """Build the config a run would use; see the module docstring for the layers."""
     base = defaults()
+    per_profile: dict[str, Any] = {}
     schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(defaults_dir() / "default.yaml")]
@@ -533,6 +536,13 @@ def resolve(
         path = defaults_dir() / "envs" / f"{env}.yaml"
         layer = read_yaml(path, "env config")
         env_params = layer.pop("env", None) or {}
+        per_profile = layer.pop("profiles", None) or {}
+        if not isinstance(per_profile, dict) or not all(isinstance(v, dict) for v in per_profile.values()):
+            raise ConfigError(f"section 'profiles' in {path} must map profile names to config sections")
+        per_profile = {str(k): v for k, v in per_profile.items()}  # 4090: an int to YAML
+        unknown = sorted(set(per_profile) - set(profile_names()))
+        if unknown:
+            raise ConfigError(f"section 'profiles' in {path} names unknown profiles: {', '.join(unknown)}")
         if not isinstance(env_params, dict):
             raise ConfigError(f"section 'env' in {path} must be a mapping of env parameters")
         schema["env"] = dict(env_params)  # the env's own parameters define the env section
@@ -550,6 +560,10 @@ def resolve(
         data["bench"]["profile"] = profile
         data["bench"]["expected_gpu"] = str(meta.get("gpu", ""))
         sources.append(str(path))
+        if env is not None and per_profile.get(profile):  # the env's own values for this profile
+            env_path = defaults_dir() / "envs" / f"{env}.yaml"
+            _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})")
+            sources.append(f"{env_path} (profiles.{profile})")
 
     if config_file is not None:
         path = Path(config_file)

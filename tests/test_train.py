@@ -462,25 +462,81 @@ def test_gradient_accumulation_equals_the_full_batch_gradient(core):
         trainer.close()
 
 
-def test_muon_matches_torch_muon():
-    """Our Muon (float32 Newton-Schulz on CPU) takes torch.optim.Muon's steps (bfloat16 there)."""
+def _heavyball_muon():
+    """heavyball 1.7.2's ForeachMuon, the optimizer PufferLib 3.0 trains with (a dev dependency)."""
+    heavyball = pytest.importorskip("heavyball")
+    from importlib.metadata import version
+
+    if version("heavyball") != "1.7.2":
+        pytest.skip(f"the reference is heavyball 1.7.2, found {version('heavyball')}")
+    return heavyball.ForeachMuon
+
+
+@pytest.mark.parametrize("graph_safe", [False, True])
+def test_muon_takes_pufferlibs_steps(graph_safe):
+    """Our Muon takes heavyball 1.7.2 ForeachMuon's steps (PufferLib 3.0's optimizer, built with
+    betas=(adam_beta1, adam_beta2)) on a policy's shapes: Nesterov momentum as a running sum with
+    beta = adam_beta1, Newton-Schulz for matrices (and a conv kernel viewed as a matrix) scaled by
+    sqrt(max(1, rows/cols)), plain momentum for vectors. In float64 both are exact up to heavyball
+    keeping its momentum in float32."""
     from appliance.train.optim import Muon
 
+    ForeachMuon = _heavyball_muon()
     gen = torch.Generator().manual_seed(0)
-    for shape in ((32, 96), (96, 32)):
-        ours = torch.nn.Parameter(torch.randn(shape, generator=gen))
-        ref = torch.nn.Parameter(ours.detach().clone())
-        opt = Muon([ours], lr=0.02)
-        ref_opt = torch.optim.Muon([ref], lr=0.02, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
-        for _ in range(3):
-            grad = torch.randn(shape, generator=gen)
-            ours.grad, ref.grad = grad.clone(), grad.clone()
-            start = ours.detach().clone()
-            opt.step()
-            ref_opt.step()
-            step, ref_step = ours.detach() - start, ref.detach() - start
-            assert (step - ref_step).norm() < 0.05 * ref_step.norm()
-            ref.data.copy_(ours.data)
+    shapes = [(512, 128), (128, 118), (3, 128), (1, 128), (512,), (3,), (8, 3, 3, 3)]
+    ours = [torch.nn.Parameter(torch.randn(s, generator=gen, dtype=torch.float64)) for s in shapes]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    lr = torch.tensor(0.04, dtype=torch.float64) if graph_safe else 0.04
+    opt = Muon(ours, lr=lr, momentum=0.89, ns_dtype=torch.float64)
+    ref_opt = ForeachMuon(ref, lr=0.04, betas=(0.89, 0.9), eps=1e-4)
+    for _ in range(4):
+        for p, q in zip(ours, ref, strict=True):
+            p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+            q.grad = p.grad.clone()
+        start = [p.detach().clone() for p in ours]
+        opt.step()
+        ref_opt.step()
+        for p, q, s in zip(ours, ref, start, strict=True):
+            step, ref_step = p.detach() - s, q.detach() - s
+            assert ref_step.norm() > 0
+            assert (step - ref_step).norm() <= 1e-6 * ref_step.norm(), p.shape
+
+
+def test_muon_momentum_is_adam_beta1_and_every_parameter_is_in_it():
+    """train.optimizer muon puts every parameter (heads and biases too) in one Muon whose momentum is
+    train.adam_beta1, as PufferLib 3.0 does; none goes to Adam at Muon's learning rate."""
+    from appliance.train.optim import Muon, make_optimizer
+
+    cfg = small_config("squared", "--train.adam-beta1", "0.8", "--train.learning-rate", "0.03")
+    vec = vector.make_from_config(cfg)
+    try:
+        policy = make_policy(cfg, vec)
+    finally:
+        vec.close()
+    opt = make_optimizer(policy, cfg.train)
+    assert [type(o) for o in opt.optimizers] == [Muon]
+    (group,) = opt.param_groups
+    assert group["momentum"] == 0.8 and group["lr"] == 0.03
+    assert {id(p) for p in group["params"]} == {id(p) for p in policy.parameters()}
+
+
+def test_muon_newton_schulz_in_float32_stays_near_the_bfloat16_reference():
+    """On a CPU our Newton-Schulz runs in float32 where heavyball runs bfloat16: the steps agree to
+    within bfloat16's rounding (a few percent), not exactly."""
+    from appliance.train.optim import Muon
+
+    ForeachMuon = _heavyball_muon()
+    gen = torch.Generator().manual_seed(1)
+    ours = torch.nn.Parameter(torch.randn(512, 128, generator=gen))
+    ref = torch.nn.Parameter(ours.detach().clone())
+    opt, ref_opt = Muon([ours], lr=0.02, momentum=0.9), ForeachMuon([ref], lr=0.02, betas=(0.9, 0.9))
+    grad = torch.randn(512, 128, generator=gen)
+    ours.grad, ref.grad = grad.clone(), grad.clone()
+    start = ours.detach().clone()
+    opt.step()
+    ref_opt.step()
+    step, ref_step = ours.detach() - start, ref.detach() - start
+    assert (step - ref_step).norm() < 0.05 * ref_step.norm()
 
 
 @pytest.mark.parametrize("core", ["lstm", "mingru"])
@@ -515,9 +571,9 @@ def test_bfloat16_rollout_weights_follow_the_float32_masters(core):
 @pytest.mark.parametrize("optimizer", ["muon", "adam"])
 def test_graph_safe_optimizers_take_the_same_steps(optimizer):
     """The graph-safe optimizers (learning rate a device tensor that set_lr fills in place, Muon on
-    torch ops only) take the very steps of the plain ones, learning-rate annealing included; and the
-    graph-safe Muon still matches torch.optim.Muon."""
-    from appliance.train.optim import Muon, make_optimizer, set_lr
+    torch ops only) take the very steps of the plain ones, learning-rate annealing included
+    (test_muon_takes_pufferlibs_steps checks the graph-safe Muon against heavyball)."""
+    from appliance.train.optim import make_optimizer, set_lr
 
     cfg = small_config("squared", "--train.optimizer", optimizer)
     vec = vector.make_from_config(cfg)
@@ -538,16 +594,6 @@ def test_graph_safe_optimizers_take_the_same_steps(optimizer):
         safe.step()
     for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
-    ours = torch.nn.Parameter(torch.randn(32, 96, generator=gen))
-    ref = torch.nn.Parameter(ours.detach().clone())
-    opt = Muon([ours], lr=torch.tensor(0.02))
-    ref_opt = torch.optim.Muon([ref], lr=0.02, weight_decay=0.0, adjust_lr_fn="match_rms_adamw")
-    grad = torch.randn(32, 96, generator=gen)
-    ours.grad, ref.grad = grad.clone(), grad.clone()
-    start = ours.detach().clone()
-    opt.step()
-    ref_opt.step()
-    assert (ours.detach() - ref.detach()).norm() < 0.05 * (ref.detach() - start).norm()
 
 
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
@@ -643,3 +689,55 @@ def test_an_update_epoch_rerun_from_its_saved_state_repeats_itself():
             assert torch.equal(p.detach(), q)
     finally:
         trainer.close()
+
+
+@pytest.mark.parametrize("core", ["lstm", "mingru", "mlp"])
+def test_pufferlib_init_is_what_pufferlib_leaves(core):
+    """policy.init pufferlib (the default): with a recurrent core every encoder and head weight is
+    orthogonal with gain 1 and every bias zero, the core as torch makes it (PufferLib's LSTM wrapper);
+    with mlp the logits start at std 0.01 and the value at 1 (its Default policy). cleanrl keeps the
+    logits at 0.01 under every core."""
+    obs, act = spaces.Box(-1, 1, (118,), np.float32), spaces.Discrete(3)
+    torch.manual_seed(0)
+    policy = Policy(obs, act, core=core, hidden_size=128)
+    cleanrl = Policy(obs, act, core=core, hidden_size=128, init="cleanrl")
+    head = policy.decoder.weight.detach()
+    if core == "mlp":
+        assert head.norm(dim=1).max() < 0.02
+    else:
+        torch.testing.assert_close(head @ head.T, torch.eye(3), atol=1e-5, rtol=0)
+        enc = policy.encoder[0].weight.detach()
+        torch.testing.assert_close(
+            enc.T @ enc, torch.eye(118), atol=1e-4, rtol=0
+        )  # [128, 118]: orthonormal columns
+        for module in (policy.encoder, policy.decoder, policy.value):
+            for name, p in module.named_parameters():
+                if name.endswith("bias"):
+                    assert not p.detach().any()
+    assert cleanrl.decoder.weight.detach().norm(dim=1).max() < 0.02
+    with pytest.raises(ValueError, match="unknown policy init"):
+        Policy(obs, act, core=core, init="xavier")
+
+
+def test_stop_steps_ends_the_run_early_with_the_schedule_of_total_timesteps(tmp_path):
+    """train --stop-steps N stops after N agent-steps, while the learning rate still anneals over
+    train.total_timesteps (so a run stopped at 30 M steps of 90 M matches a 90 M run up to there)."""
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    args = ["train", "squared", "--gpu", "cpu", "--no-dashboard", "--run-id", "early", "--stop-steps", "3e4",
+            "--train.data-dir", str(tmp_path), "--vec.num-envs", "64", "--train.bptt-horizon", "16",
+            "--train.minibatch-size", "512", "--train.max-minibatch-size", "512", "--train.total-timesteps", "1e6",
+            "--policy.core", "mlp", "--train.learning-rate", "0.01"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    import json
+
+    records = [json.loads(line) for line in (tmp_path / "early" / "metrics.jsonl").read_text().splitlines()]
+    last = records[-1]
+    assert 30_000 <= last["global_step"] < 30_000 + 64 * 16
+    lr = last["loss/learning_rate"]
+    assert 0.99 * 0.01 < lr < 0.01  # 3 % into a 1 M-step cosine: barely annealed (not cut to 3e4 steps)
+    bad = CliRunner().invoke(cli, ["train", "squared", "--stop-steps", "0"])
+    assert bad.exit_code == 2 and "--stop-steps must be a positive" in bad.output

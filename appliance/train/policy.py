@@ -6,7 +6,11 @@
   that shares its weights for per-step inference); ``mingru`` (minimal GRU: a parallel log-space scan
   over time for training, the same recurrence one step at a time for inference).
 * Heads: Discrete and MultiDiscrete logits, or a Gaussian for Box actions with a learned log-std.
-  The logits layer starts with std 0.01 and the value layer with std 1, under any core.
+* Initialization (``policy.init``): ``pufferlib`` (the default) as PufferLib 3.0 leaves its
+  policies: with a recurrent core, what its LSTM wrapper does (every encoder and head weight
+  orthogonal with gain 1, every bias zero, the core as torch makes it); with ``mlp``, its Default
+  policy (torch's encoder init, logits 0.01, value 1). ``cleanrl``: encoder gain sqrt(2), logits
+  0.01, value 1 (CleanRL's PPO). docs/learning.md has the breakout curves of each.
 
 The recurrent state carries across episode boundaries in rollout and training alike, and each
 training segment starts from the state its rollout started with, so the training forward pass
@@ -157,10 +161,13 @@ class Policy(nn.Module):
         hidden_size: int = 128,
         encoder: str = "auto",
         obs_codec: Any = None,
+        init: str = "pufferlib",
     ) -> None:
         super().__init__()
         if core not in ("mlp", "lstm", "mingru"):
             raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
+        if init not in ("pufferlib", "cleanrl"):
+            raise ValueError(f"unknown policy init {init!r}; choose pufferlib or cleanrl")
         self.core_kind, self.hidden_size = core, hidden_size
         image = len(obs_space.shape) == 3 and min(obs_space.shape[:2]) >= 8
         onehot = encoder == "onehot" or (
@@ -209,6 +216,17 @@ class Policy(nn.Module):
         self.value = layer_init(nn.Linear(hidden_size, 1), std=1.0)
         if self.nvec is None:
             self.log_std = nn.Parameter(torch.zeros(out))
+        if init == "pufferlib" and core == "mlp":  # PufferLib's Default policy alone: torch's encoder init
+            for layer in self.encoder.modules():
+                if isinstance(layer, (nn.Linear, nn.Conv2d)):
+                    layer.reset_parameters()
+        elif init == "pufferlib":  # what its LSTM wrapper does to the policy it wraps
+            for module in (self.encoder, self.decoder, self.value):
+                for name, param in module.named_parameters():
+                    if name.endswith("bias"):
+                        nn.init.zeros_(param)
+                    elif param.ndim >= 2:
+                        nn.init.orthogonal_(param, 1.0)
 
     # ------------------------------------------------------------------ state
 

@@ -67,6 +67,7 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         hidden_size=p.hidden_size,
         encoder=p.encoder,
         obs_codec=getattr(vec, "obs_codec", None),
+        init=p.init,
     )
 
 
