@@ -54,6 +54,12 @@ from appliance.errors import ConfigError
     help="At the end, write fingerprint, config, SPS and phase breakdown as JSON.",
 )
 @click.option(
+    "--stop-steps",
+    type=float,
+    metavar="N",
+    help="End after N agent-steps; the learning-rate schedule still spans train.total_timesteps.",
+)
+@click.option(
     "--nproc",
     default=1,
     show_default=True,
@@ -77,6 +83,7 @@ def train(
     tensorboard: bool,
     use_wandb: bool,
     report: str | None,
+    stop_steps: float | None,
     nproc: int,
     nnodes: int,
     node_rank: int,
@@ -97,6 +104,8 @@ def train(
     env, overrides = split_env(args)
     if env is None:
         raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
+    if stop_steps is not None and not (1 <= stop_steps < 2**63):
+        raise ConfigError(f"--stop-steps must be a positive number of agent-steps, got {stop_steps:g}")
     cfg = resolve(env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides)
     options = session.Options(
         run_id=run_id,
@@ -107,6 +116,7 @@ def train(
         tensorboard=tensorboard,
         wandb=use_wandb,
         report=report,
+        stop_steps=None if stop_steps is None else int(stop_steps),
     )
     if nproc > 1 or nnodes > 1:
         from appliance.train import distributed

@@ -355,7 +355,7 @@ def _train_rank(cfg: Any, options: session.Options, run_dir: Path | None, timeou
             try:
                 result = loop.run(
                     trainer,
-                    loop.Stop(total_timesteps=cfg.train.total_timesteps),
+                    session.stop_rule(cfg, options),
                     checkpoint_interval=cfg.train.checkpoint_interval,
                     on_epoch=[lambda _: reporter.update()] if reporter else [],
                     on_metrics=writers,

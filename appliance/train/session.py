@@ -26,6 +26,13 @@ class Options:
     tensorboard: bool = False
     wandb: bool = False
     report: str | None = None  # write a JSON summary here at the end
+    stop_steps: int | None = None  # end after this many agent-steps (schedules still span total_timesteps)
+
+
+def stop_rule(cfg: Any, options: Options) -> loop.Stop:
+    """``train.total_timesteps``, or ``--stop-steps`` when that comes first."""
+    total = int(cfg.train.total_timesteps)
+    return loop.Stop(total_timesteps=total if options.stop_steps is None else min(total, options.stop_steps))
 
 
 def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
@@ -70,7 +77,7 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
         try:
             result = loop.run(
                 trainer,
-                loop.Stop(total_timesteps=t.total_timesteps),
+                stop_rule(cfg, options),
                 checkpoint_interval=t.checkpoint_interval,
                 on_epoch=[lambda _: reporter.update()],
                 on_metrics=writers,
