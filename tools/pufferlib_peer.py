@@ -1,0 +1,491 @@
+#!/usr/bin/env python3
+"""PufferLib 3.0.0 as a peer to measure against, built from its source distribution.
+
+    python tools/pufferlib_peer.py build [--envs breakout,pong]      # once: into the cache folder
+    python tools/pufferlib_peer.py train breakout --stop-steps 70e6 --out results/cpu/parity/puffer-s42.json
+    python tools/pufferlib_peer.py ours experiments/RUN --env breakout --out results/cpu/parity/ours-s0.json
+    python tools/pufferlib_peer.py plot results/cpu/parity/*.json --out results/cpu/parity/breakout.png
+
+``build`` fetches pufferlib-3.0.0.tar.gz from the package index pip is configured with (checked
+against its pinned sha256), makes a virtual environment in the cache folder with PufferLib's
+dependencies at the versions it was released with (heavyball 1.7.2, gymnasium 0.29.1, numpy < 2)
+and this project's torch version, and compiles the named Ocean envs and PufferLib's CPU torch
+extension in place. Nothing is fetched from anywhere else: PufferLib's own setup.py downloads
+raylib and box2d from the web, so the harness compiles the envs itself against the raylib the
+source distribution ships.
+
+``train`` runs PufferLib's own trainer (``pufferlib.pufferl.train``) with its own config for the env
+(``config/ocean/<env>.ini``) in the peer environment, with ``--train.device cpu`` and the Serial
+backend unless told otherwise, and writes its curve: agent-steps, seconds and every environment
+stat PufferLib logs, one JSON line per log, then a puffer-bench report (``time_to_score`` metrics
+and ``analysis.learning_curves``, as the ``learn`` suite writes them). ``ours`` writes the same
+report from one of our run folders (``experiments/<run>/metrics.jsonl``), so ``puffer-bench
+compare`` and ``plot`` put the two side by side. Scores are the mean over the last 5 logged
+epochs on both sides (our suites' window).
+
+puffer-bench never imports PufferLib; this script runs it in its own interpreter. docs/peers.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+VERSION = "3.0.0"
+SDIST = f"pufferlib-{VERSION}.tar.gz"
+SDIST_SHA256 = "7df3a3e3f5f894d78d2a1f5374097890aec01473183e748abefe4f3faa10eaa9"
+# PufferLib 3.0.0's pins (its setup.py) and what was current at its release (heavyball)
+PEER_REQUIREMENTS = [
+    "numpy<2",
+    "gymnasium==0.29.1",
+    "pettingzoo==1.24.1",
+    "gym==0.23.1",
+    "heavyball==1.7.2",
+    "pyro-ppl",  # imported by pufferlib.sweep, which pufferl imports
+    "rich",
+    "rich_argparse",
+    "psutil",
+    "setuptools",
+    "wheel",
+]
+# our env name -> PufferLib's (its ini's env_name) and the folder of its binding
+ENVS = {
+    "breakout": ("puffer_breakout", "breakout"),
+    "pong": ("puffer_pong", "pong"),
+    "squared": ("puffer_squared", "squared"),
+    "connect4": ("puffer_connect4", "connect4"),
+    "target": ("puffer_target", "target"),
+    "go": ("puffer_go", "go"),
+    "snake": ("puffer_snake", "snake"),
+}
+WINDOW = 5  # logged epochs averaged into a score, as appliance.bench.measure.SCORE_WINDOW
+REPO = Path(__file__).resolve().parent.parent
+
+
+class PeerError(Exception):
+    """A one-line reason the harness cannot go on."""
+
+
+def default_cache() -> Path:
+    root = os.environ.get("PUFFER_PEER_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "puffer-bench", "peers"
+    )
+    return Path(root) / f"pufferlib-{VERSION}"
+
+
+def log(msg: str) -> None:
+    print(f"[peer] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], **kw: Any) -> None:
+    log("$ " + shlex.join(cmd))
+    result = subprocess.run(cmd, **kw)
+    if result.returncode:
+        raise PeerError(f"command failed with exit code {result.returncode}: {shlex.join(cmd)}")
+
+
+# ---------------------------------------------------------------------- build
+
+
+def index_url() -> str:
+    """The simple index pip uses here (PIP_INDEX_URL, pip's config, else pip's default)."""
+    url = os.environ.get("PIP_INDEX_URL")
+    if not url:
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True
+        )
+        url = out.stdout.strip() if out.returncode == 0 else ""
+    if not url:
+        from pip._internal.models.index import PyPI  # pip's own default index
+
+        url = PyPI.simple_url
+    return url.rstrip("/")
+
+
+def fetch_sdist(dest: Path) -> Path:
+    """pufferlib-3.0.0.tar.gz from the index's project page (PEP 691 JSON), sha256-checked."""
+    path = dest / SDIST
+    if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == SDIST_SHA256:
+        return path
+    page = f"{index_url()}/pufferlib/"
+    req = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            files = json.load(r)["files"]
+    except Exception as e:  # any network or format failure ends the build in one line
+        raise PeerError(f"cannot read the package index page {page}: {e}") from None
+    entry = next((f for f in files if f["filename"] == SDIST), None)
+    if entry is None:
+        raise PeerError(f"{page} lists no {SDIST}")
+    log(f"downloading {SDIST}")
+    with urllib.request.urlopen(entry["url"], timeout=300) as r:
+        data = r.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != SDIST_SHA256:
+        raise PeerError(f"{SDIST} has sha256 {digest}, expected {SDIST_SHA256}: refusing to build it")
+    tmp = path.with_suffix(".part")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+def torch_requirement() -> str:
+    """This project's torch version for the peer too (a local CPU wheel is preferred by pip if
+    configured with find-links), so both sides run the same kernels."""
+    try:
+        import torch
+
+        return "torch==" + torch.__version__.split("+")[0]
+    except ImportError:
+        return "torch"
+
+
+def build(cache: Path, envs: list[str]) -> None:
+    unknown = [e for e in envs if e not in ENVS]
+    if unknown:
+        raise PeerError(f"no PufferLib counterpart known for {', '.join(unknown)}; known: {', '.join(ENVS)}")
+    cache.mkdir(parents=True, exist_ok=True)
+    src = cache / f"pufferlib-{VERSION}"
+    if not (src / "setup.py").exists():
+        with tarfile.open(fetch_sdist(cache)) as tar:
+            tar.extractall(cache, filter="data")
+    venv = cache / "venv"
+    py = venv / "bin" / "python"
+    stamp = venv / ".requirements"
+    wanted = "\n".join([torch_requirement(), *PEER_REQUIREMENTS])
+    if not py.exists():
+        run([sys.executable, "-m", "venv", str(venv)])
+    if not stamp.exists() or stamp.read_text() != wanted:
+        run([str(py), "-m", "pip", "install", "--quiet", *wanted.split("\n")])
+        stamp.write_text(wanted)
+    suffix = subprocess.check_output(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"], text=True
+    ).strip()
+    includes = subprocess.check_output(
+        [
+            str(py),
+            "-c",
+            "import numpy, sysconfig; print(numpy.get_include()); print(sysconfig.get_paths()['include'])",
+        ],
+        text=True,
+    ).split()
+    raylib = src / "raylib-5.5_linux_amd64"
+    for env in envs:
+        folder = src / "pufferlib" / "ocean" / ENVS[env][1]
+        target = folder / f"binding{suffix}"
+        if target.exists():
+            continue
+        log(f"compiling PufferLib's {env}")
+        run(
+            ["gcc", "-shared", "-fPIC", "-O2", "-flto", "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION",
+             "-DPLATFORM_DESKTOP", "-Wno-implicit-function-declaration", "-Wno-alloc-size-larger-than",
+             *[f"-I{i}" for i in includes], f"-I{raylib / 'include'}", str(folder / "binding.c"),
+             str(raylib / "lib" / "libraylib.a"), "-lm", "-lpthread", "-ldl", "-o", str(target)],
+        )  # fmt: skip
+    if not list((src / "pufferlib").glob(f"_C{suffix}")):
+        log("compiling PufferLib's CPU torch extension (about a minute)")
+        setup = (
+            "from setuptools import setup\n"
+            "from torch.utils.cpp_extension import CppExtension, BuildExtension\n"
+            "setup(name='pufferlib-C', packages=[], py_modules=[], cmdclass={'build_ext': BuildExtension},\n"
+            "      ext_modules=[CppExtension('pufferlib._C', ['pufferlib/extensions/pufferlib.cpp'],\n"
+            "                                extra_compile_args=['-O3'])],\n"
+            "      script_args=['-q', 'build_ext', '--inplace'])\n"
+        )
+        run([str(py), "-c", setup], cwd=src)
+    check = "import pufferlib.pufferl; " + "; ".join(
+        f"import pufferlib.ocean.{ENVS[e][1]}.binding" for e in envs
+    )
+    run([str(py), "-W", "ignore", "-c", check], cwd=src, env={**os.environ, "PYTHONPATH": str(src)})
+    log(f"PufferLib {VERSION} ready in {src}")
+
+
+# ---------------------------------------------------------------------- train
+
+# Runs inside the peer environment: PufferLib's own config loading and trainer, a logger that
+# writes each log as a JSON line and stops the run at the requested step or second.
+DRIVER = r"""
+import json, os, sys, time
+env_name = sys.argv.pop(1)
+stop_steps, stop_seconds, out = float(os.environ["PEER_STOP_STEPS"]), float(os.environ["PEER_STOP_SECONDS"]), os.environ["PEER_OUT"]
+import pufferlib.pufferl as pl
+args = pl.load_config(env_name)
+class Stop(Exception):
+    pass
+class JsonLogger:
+    def __init__(self):
+        self.run_id = "peer-" + str(os.getpid())
+        self.f = open(out, "w")
+        self.t0 = time.time()
+    def log(self, logs, step):
+        row = {"agent_steps": int(logs["agent_steps"]), "seconds": time.time() - self.t0, "sps": float(logs["SPS"])}
+        for k, v in logs.items():
+            if k.startswith(("environment/", "losses/")):
+                row[k] = float(v)
+        self.f.write(json.dumps(row) + "\n")
+        self.f.flush()
+        if row["agent_steps"] >= stop_steps or row["seconds"] >= stop_seconds:
+            raise Stop()
+    def close(self, path):
+        pass
+print(json.dumps({"config": {k: v for k, v in args.items() if isinstance(v, dict) and k != "sweep"}}), flush=True)
+try:
+    pl.train(env_name, args=args, logger=JsonLogger())
+except Stop:
+    pass
+sys.stdout.flush()
+os._exit(0)  # PufferLib's utilization monitor is a non-daemon thread that only close() stops
+"""
+
+
+def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: int | None,
+          extra: list[str], jsonl: Path) -> dict[str, Any]:  # fmt: skip
+    src = cache / f"pufferlib-{VERSION}"
+    py = cache / "venv" / "bin" / "python"
+    if not py.exists() or not (src / "pufferlib").exists():
+        raise PeerError(
+            f"PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build --envs {env}` first"
+        )
+    if env not in ENVS:
+        raise PeerError(f"no PufferLib counterpart known for {env}; known: {', '.join(ENVS)}")
+    args = ["--train.device", "cpu", "--vec.backend", "Serial"]
+    if seed is not None:
+        args += ["--train.seed", str(seed), "--vec.seed", str(seed)]
+    args += extra
+    jsonl.parent.mkdir(parents=True, exist_ok=True)
+    driver = cache / "driver.py"
+    driver.write_text(DRIVER)
+    env_vars = {
+        **os.environ,
+        "PYTHONPATH": str(src),
+        "PEER_STOP_STEPS": str(stop_steps),
+        "PEER_STOP_SECONDS": str(stop_seconds),
+        "PEER_OUT": str(jsonl),
+    }
+    cmd = [str(py), "-W", "ignore::DeprecationWarning", str(driver), ENVS[env][0], *args]
+    log("$ " + shlex.join(cmd))
+    start = time.time()
+    # PufferLib's dashboard redraws the terminal each epoch; keep it out of ours (its log beside the curve)
+    with open(jsonl.with_suffix(".log"), "w") as console:
+        proc = subprocess.Popen(
+            cmd, cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        for line in proc.stdout:
+            console.write(line)
+        rc = proc.wait()
+    if rc:
+        raise PeerError(f"PufferLib's trainer exited with code {rc}; see {jsonl.with_suffix('.log')}")
+    config = json.loads(first)["config"] if first.startswith("{") else {}
+    return {"config": config, "command": shlex.join(cmd), "wall_s": time.time() - start}
+
+
+# ---------------------------------------------------------------------- reports
+
+
+def windowed(rows: list[dict[str, float]], metric: str) -> dict[str, list[float]]:
+    """The curve as the learn suite keeps it: per logged epoch with ``metric``, its steps, seconds
+    and the mean of the last WINDOW values."""
+    curve: dict[str, list[float]] = {"steps": [], "seconds": [], "score": []}
+    values: list[float] = []
+    for r in rows:
+        if metric in r:
+            values.append(r[metric])
+            curve["steps"].append(r["steps"])
+            curve["seconds"].append(r["seconds"])
+            curve["score"].append(sum(values[-WINDOW:]) / len(values[-WINDOW:]))
+    return curve
+
+
+def score_at(curve: dict[str, list[float]], step: float) -> float | None:
+    before = [s for x, s in zip(curve["steps"], curve["score"], strict=True) if x <= step]
+    return before[-1] if before and curve["steps"][-1] >= step else None
+
+
+def make_report(system: str, env: str, metric: str, target: float, rows: list[dict[str, float]],
+                config: dict[str, Any], command: str, seed: int | None, at: list[float]) -> dict[str, Any]:  # fmt: skip
+    sys.path.insert(0, str(REPO))
+    from appliance.bench.report import Report
+    from appliance.sysinfo import fingerprint
+
+    curve = windowed(rows, metric)
+    if not curve["steps"]:
+        raise PeerError(
+            f"the run logged no {metric!r}; stats it logged: {sorted({k for r in rows for k in r})}"
+        )
+    hit = next((i for i, s in enumerate(curve["score"]) if s >= target), None)
+    suite = {"name": f"parity-{system}", "path": None, "definition": {"system": system, "env": env}}
+    report = Report(suite, {"name": "cpu", "gpu": ""}, fingerprint(), config, seed or 0, 1, command)
+    name = f"time_to_score/{env}/{metric}>={target}"
+    labels = {"env": env, "metric": metric, "target": target, "system": system}
+    report.add(name + "/seconds", [None if hit is None else curve["seconds"][hit]], "s", "lower", **labels)
+    report.add(
+        name + "/steps", [None if hit is None else curve["steps"][hit]], "agent-steps", "lower", **labels
+    )
+    report.add(name + "/final", [curve["score"][-1]], metric, "higher", **labels)
+    for step in at:
+        value = score_at(curve, step)
+        if value is not None:
+            report.add(
+                f"score_at/{env}/{metric}/{step / 1e6:g}M", [value], metric, "higher", **labels, step=step
+            )
+    report.data["analysis"]["learning_curves"] = {env: {**labels, "runs": [curve]}}
+    report.data["analysis"]["system"] = system
+    report.data["duration_s"] = curve["seconds"][-1]
+    return report.data
+
+
+def peer_rows(jsonl: Path) -> list[dict[str, float]]:
+    rows = []
+    for line in jsonl.read_text().splitlines():
+        r = json.loads(line)
+        row = {"steps": float(r["agent_steps"]), "seconds": float(r["seconds"])}
+        row.update(
+            {k.split("/", 1)[-1]: v for k, v in r.items() if k not in ("agent_steps", "seconds", "sps")}
+        )
+        rows.append(row)
+    return rows
+
+
+def our_rows(run_dir: Path) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        raise PeerError(f"{path} does not exist: name one of our run folders (experiments/<run>)")
+    rows = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        row = {"steps": float(r["global_step"]), "seconds": float(r["uptime"])}
+        row.update({k.split("/", 1)[1]: v for k, v in r.items() if k.startswith("env/")})
+        rows.append(row)
+    config: dict[str, Any] = {}
+    if (run_dir / "config.yaml").exists():
+        import yaml
+
+        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    return rows, config
+
+
+def write_report(data: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.part")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(out)
+    log(f"wrote {out}")
+
+
+def plot(reports: list[Path], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    target = None
+    for path in reports:
+        data = json.loads(path.read_text())
+        for env, entry in data["analysis"]["learning_curves"].items():
+            target = entry["target"]
+            for run_ in entry["runs"]:
+                label = f"{entry.get('system', '?')} {path.stem}"
+                style = "-" if "pufferlib" in str(entry.get("system")) else "--"
+                axes[0].plot(
+                    [s / 1e6 for s in run_["steps"]], run_["score"], style, label=label, linewidth=1.2
+                )
+                axes[1].plot(run_["seconds"], run_["score"], style, label=label, linewidth=1.2)
+            axes[0].set_title(f"{env}: {entry['metric']} (mean of last {WINDOW} epochs)", fontsize=9)
+    for ax, xl in zip(axes, ("agent-steps (M)", "wall seconds"), strict=True):
+        if target is not None:
+            ax.axhline(float(target), color="k", linestyle=":", linewidth=0.8)
+        ax.set_xlabel(xl)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    log(f"wrote {out}")
+
+
+# ---------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--cache", type=Path, default=default_cache(), help="build folder (default: %(default)s)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="fetch, install and compile PufferLib into the cache")
+    b.add_argument("--envs", default="breakout", help="comma-separated env names (default: breakout)")
+    for name in ("train", "ours"):
+        p = sub.add_parser(
+            name, help="PufferLib's trainer on ENV" if name == "train" else "a report from our run folder"
+        )
+        if name == "train":
+            p.add_argument("env")
+            p.add_argument("--stop-steps", type=float, default=float("inf"))
+            p.add_argument("--stop-seconds", type=float, default=float("inf"))
+            p.add_argument(
+                "--seed", type=int, default=None, help="train.seed and vec.seed (PufferLib's default: 42)"
+            )
+            p.add_argument("--set", action="append", default=[], metavar="--KEY=VALUE",
+                           help="a PufferLib option, e.g. --set=--train.learning-rate=0.01")  # fmt: skip
+        else:
+            p.add_argument("run_dir", type=Path)
+            p.add_argument("--env", required=True)
+            p.add_argument("--seed", type=int, default=None)
+        p.add_argument("--metric", default="perf")
+        p.add_argument("--target", type=float, default=0.9)
+        p.add_argument(
+            "--at", default="30e6,65e6", help="steps at which to report the score (comma-separated)"
+        )
+        p.add_argument(
+            "--out", type=Path, required=True, help="the report (.json); the raw curve goes beside it"
+        )
+    pl = sub.add_parser("plot", help="the reports' curves in one figure")
+    pl.add_argument("reports", type=Path, nargs="+")
+    pl.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "build":
+            build(a.cache, [e for e in a.envs.split(",") if e])
+        elif a.cmd == "plot":
+            plot(a.reports, a.out)
+        else:
+            at = [float(x) for x in a.at.split(",") if x]
+            if a.cmd == "train":
+                for value in (a.stop_steps, a.stop_seconds):
+                    if not value > 0:
+                        raise PeerError("--stop-steps and --stop-seconds must be positive")
+                jsonl = a.out.with_suffix(".jsonl")
+                extra = [s for item in a.set for s in item.split("=", 1)]
+                info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl)
+                rows = peer_rows(jsonl)
+                data = make_report(f"pufferlib-{VERSION}", a.env, a.metric, a.target, rows, info["config"],
+                                   info["command"], a.seed, at)  # fmt: skip
+            else:
+                rows, config = our_rows(a.run_dir)
+                data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
+                                   f"our run folder {a.run_dir}", a.seed, at)  # fmt: skip
+            write_report(data, a.out)
+    except PeerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
