@@ -117,7 +117,9 @@ def peer_python() -> tuple[str, dict[str, str]]:
     cache = default_cache()
     py, src = cache / "venv" / "bin" / "python", cache / f"pufferlib-{VERSION}"
     if not py.exists():
-        sys.exit(f"error: PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build` first")
+        sys.exit(
+            f"error: PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build` first"
+        )
     return str(py), {**os.environ, "PYTHONPATH": str(src)}
 
 
@@ -158,7 +160,7 @@ def markdown(out: dict[str, Any]) -> str:
         return f"| {name} | {x} | {y} |"
 
     lines = [
-        f"# breakout under one scripted policy: ours vs PufferLib 3.0.0",
+        "# breakout under one scripted policy: ours vs PufferLib 3.0.0",
         "",
         f"`{out['command']}`",
         "",
