@@ -238,9 +238,37 @@ class JsonLogger:
             raise Stop()
     def close(self, path):
         pass
+vecenv = None
+our_env = os.environ.get("PEER_OUR_ENV")
+if our_env:  # PufferLib's trainer on our env: a PufferEnv whose buffers our native vector fills
+    import numpy as np
+    import pufferlib, pufferlib.vector
+    from appliance import vector as our_vector
+    class OurEnv(pufferlib.PufferEnv):
+        def __init__(self, num_envs=1, buf=None, seed=0, frameskip=None, **ignored):
+            params = {} if frameskip is None else {"frameskip": int(frameskip)}
+            self.vec = our_vector.make(our_env, num_envs=num_envs, num_threads=1, seed=seed, **params)
+            self.single_observation_space = self.vec.single_observation_space
+            self.single_action_space = self.vec.single_action_space
+            self.num_agents = self.vec.num_agents
+            super().__init__(buf)
+            self.tick = 0
+        def reset(self, seed=0):
+            self.observations[:] = self.vec.reset(seed=seed)[0]
+            return self.observations, []
+        def step(self, actions):
+            obs, rew, term, trunc, _ = self.vec.step(np.asarray(actions).astype(np.int32))
+            self.observations[:], self.rewards[:] = obs, rew
+            self.terminals[:], self.truncations[:] = term, trunc
+            self.tick += 1
+            log = self.vec.log() if self.tick % 128 == 0 else {}  # PufferLib's Ocean envs log every 128 steps
+            return self.observations, self.rewards, self.terminals, self.truncations, [log] if log else []
+        def close(self):
+            self.vec.close()
+    vecenv = pufferlib.vector.make(OurEnv, env_kwargs=args["env"], **args["vec"])
 print(json.dumps({"config": {k: v for k, v in args.items() if isinstance(v, dict) and k != "sweep"}}), flush=True)
 try:
-    pl.train(env_name, args=args, logger=JsonLogger())
+    pl.train(env_name, args=args, vecenv=vecenv, logger=JsonLogger())
 except Stop:
     pass
 sys.stdout.flush()
@@ -249,7 +277,7 @@ os._exit(0)  # PufferLib's utilization monitor is a non-daemon thread that only 
 
 
 def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: int | None,
-          extra: list[str], jsonl: Path) -> dict[str, Any]:  # fmt: skip
+          extra: list[str], jsonl: Path, our_env: bool = False) -> dict[str, Any]:  # fmt: skip
     src = cache / f"pufferlib-{VERSION}"
     py = cache / "venv" / "bin" / "python"
     if not py.exists() or not (src / "pufferlib").exists():
@@ -267,7 +295,8 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
     driver.write_text(DRIVER)
     env_vars = {
         **os.environ,
-        "PYTHONPATH": str(src),
+        "PYTHONPATH": os.pathsep.join([str(src), *([str(REPO)] if our_env else [])]),
+        "PEER_OUR_ENV": env if our_env else "",
         "PEER_STOP_STEPS": str(stop_steps),
         "PEER_STOP_SECONDS": str(stop_seconds),
         "PEER_OUT": str(jsonl),
@@ -288,7 +317,8 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
     if rc:
         raise PeerError(f"PufferLib's trainer exited with code {rc}; see {jsonl.with_suffix('.log')}")
     config = json.loads(first)["config"] if first.startswith("{") else {}
-    return {"config": config, "command": shlex.join(cmd), "wall_s": time.time() - start}
+    command = shlex.join(cmd) + (f" (PEER_OUR_ENV={env}: on our env through the adapter)" if our_env else "")
+    return {"config": config, "command": command, "wall_s": time.time() - start}
 
 
 # ---------------------------------------------------------------------- reports
@@ -440,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             p.add_argument("--set", action="append", default=[], metavar="--KEY=VALUE",
                            help="a PufferLib option, e.g. --set=--train.learning-rate=0.01")  # fmt: skip
+            p.add_argument("--our-env", action="store_true",
+                           help="train on our env (appliance.vector, this checkout) through an adapter")  # fmt: skip
         else:
             p.add_argument("run_dir", type=Path)
             p.add_argument("--env", required=True)
@@ -469,9 +501,10 @@ def main(argv: list[str] | None = None) -> int:
                         raise PeerError("--stop-steps and --stop-seconds must be positive")
                 jsonl = a.out.with_suffix(".jsonl")
                 extra = [s for item in a.set for s in item.split("=", 1)]
-                info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl)
+                info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env)
                 rows = peer_rows(jsonl)
-                data = make_report(f"pufferlib-{VERSION}", a.env, a.metric, a.target, rows, info["config"],
+                system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
+                data = make_report(system, a.env, a.metric, a.target, rows, info["config"],
                                    info["command"], a.seed, at)  # fmt: skip
             else:
                 rows, config = our_rows(a.run_dir)
