@@ -110,7 +110,9 @@ def ks(a: np.ndarray, b: np.ndarray) -> float:
                         - np.searchsorted(np.sort(b), grid, "right") / len(b)).max())  # fmt: skip
 
 
-def peer_python() -> tuple[str, dict[str, str]]:
+def peer_python() -> tuple[str, dict[str, str], Path]:
+    """The peer's interpreter, its environment and the folder to run it in (importing PufferLib
+    links a ``resources`` folder into the working directory, so it runs in the cache)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pufferlib_peer import VERSION, default_cache
 
@@ -120,19 +122,19 @@ def peer_python() -> tuple[str, dict[str, str]]:
         sys.exit(
             f"error: PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build` first"
         )
-    return str(py), {**os.environ, "PYTHONPATH": str(src)}
+    return str(py), {**os.environ, "PYTHONPATH": str(src)}, cache
 
 
 def compare(a: argparse.Namespace) -> None:
     results = {}
     for side in ("ours", "pufferlib"):
-        tmp = a.out.with_name(a.out.name + f"-{side}.json")
-        py, env = (sys.executable, dict(os.environ)) if side == "ours" else peer_python()
+        tmp = a.out.resolve().with_name(a.out.name + f"-{side}.json")
+        py, env, cwd = (sys.executable, dict(os.environ), None) if side == "ours" else peer_python()
         cmd = [py, "-W", "ignore", __file__, "play", "--side", side, "--envs", str(a.envs), "--steps",
                str(a.steps), "--eps", str(a.eps), "--deadzone", str(a.deadzone), "--seed", str(a.seed),
                "--json", str(tmp)]  # fmt: skip
         print(f"[scripted] {side}: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
-        subprocess.run(cmd, env=env, check=True)
+        subprocess.run(cmd, env=env, cwd=cwd, check=True)
         results[side] = json.loads(tmp.read_text())
         tmp.unlink()
     sums = {s: summary(r) for s, r in results.items()}
