@@ -130,13 +130,18 @@ def compare(a: argparse.Namespace) -> None:
     for side in ("ours", "pufferlib"):
         tmp = a.out.resolve().with_name(a.out.name + f"-{side}.json")
         py, env, cwd = (sys.executable, dict(os.environ), None) if side == "ours" else peer_python()
-        cmd = [py, "-W", "ignore", __file__, "play", "--side", side, "--envs", str(a.envs), "--steps",
+        cmd = [py, "-W", "ignore", str(Path(__file__).resolve()), "play", "--side", side, "--envs", str(a.envs), "--steps",
                str(a.steps), "--eps", str(a.eps), "--deadzone", str(a.deadzone), "--seed", str(a.seed),
                "--json", str(tmp)]  # fmt: skip
         print(f"[scripted] {side}: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
         subprocess.run(cmd, env=env, cwd=cwd, check=True)
         results[side] = json.loads(tmp.read_text())
         tmp.unlink()
+    for side, r in results.items():
+        if not r["episodes"]:
+            sys.exit(
+                f"error: no {side} episode ended in {a.steps} steps of {a.envs} envs: raise --steps or --eps"
+            )
     sums = {s: summary(r) for s, r in results.items()}
     scores = {s: np.array([e["score"] for e in r["episodes"]]) for s, r in results.items()}
     lengths = {s: np.array([e["length"] for e in r["episodes"]], float) for s, r in results.items()}
