@@ -620,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
                 for value in (a.stop_steps, a.stop_seconds):
                     if not value > 0:
                         raise PeerError("--stop-steps and --stop-seconds must be positive")
-                jsonl = a.out.with_suffix(".jsonl")
+                jsonl = a.out.resolve().with_suffix(".jsonl")  # the trainer runs in the cache folder
                 extra = [s for item in a.set for s in item.split("=", 1)]
                 info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env)
                 rows = derive(
