@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from types import SimpleNamespace
 
@@ -153,3 +155,32 @@ def test_image_variants_run_the_suite_inside_the_image(tmp_path, monkeypatch):
     )
     assert first["metrics"]["env_sps/squared/threads=1"]["median"] == 100.0
     assert second["metrics"]["env_sps/squared/threads=1"]["median"] == 200.0
+
+
+def report_sigint(conn):
+    conn.send(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+
+
+def test_processes_started_under_the_guard_ignore_ctrl_c_from_their_first_instruction():
+    """A Ctrl-C reaches the whole process group; a spawned child still importing printed a
+    KeyboardInterrupt traceback. Now it starts with SIGINT ignored, and the parent's Ctrl-C waits."""
+    import multiprocessing
+
+    from appliance.vector.mp import children_ignore_sigint
+
+    got = []
+    previous = signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe(duplex=False)
+        with children_ignore_sigint():
+            proc = ctx.Process(target=report_sigint, args=(theirs,))
+            proc.start()
+            os.kill(proc.pid, signal.SIGINT)  # while it boots
+            os.kill(os.getpid(), signal.SIGINT)  # the parent's own: delivered after the block
+            assert not got
+        assert ours.recv() is True
+        proc.join(30)
+        assert proc.exitcode == 0 and got == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
