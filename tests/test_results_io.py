@@ -84,6 +84,16 @@ def test_train_refuses_a_nearly_full_report_folder_or_run_folder_before_training
     assert not (full / "r1" / "model.pt").exists()
 
 
+def test_ab_refuses_a_nearly_full_out_before_the_first_round(full, suite, monkeypatch):
+    _no_measuring(monkeypatch)
+    ab = CliRunner().invoke(
+        cli, ["ab", "base", "vec.num_envs=4", "--suite", suite, "--out", str(full / "ab.json")]
+    )
+    assert ab.exit_code == 2 and f"--out {full / 'ab.json'}: only 1 MiB free in {full}" in ab.output, (
+        ab.output
+    )
+
+
 def _enospc(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -118,3 +128,30 @@ def test_a_report_that_does_not_fit_at_all_goes_to_the_temp_folder(tmp_path, sui
         run_suite(suite, "cpu", repeats=1, out_dir=tmp_path / "results", plots=False)
     (spare,) = (tmp_path / "spare").glob("puffer-bench-report-*.json")
     assert rpt.load(spare)["metrics"]
+
+
+def _full_for(monkeypatch, *names):
+    """report_io's atomic writes fail with ENOSPC for these file names."""
+    import appliance.report_io as io
+
+    real = io.write_bytes_atomic
+
+    def write(path, data):
+        if path.name in names:
+            _enospc()
+        return real(path, data)
+
+    monkeypatch.setattr(io, "write_bytes_atomic", write)
+
+
+def test_an_ab_result_keeps_its_json_when_the_markdown_does_not_fit(tmp_path, monkeypatch):
+    from appliance.bench import ab
+
+    result = {"rounds": 2, "order": [], "metrics": {}, "suite": {"name": "t"}, "profile": "cpu",
+              "fingerprint": {}, "variants": {s: {"spec": "base", "what": "x"} for s in "AB"}}  # fmt: skip
+    _full_for(monkeypatch, "ab.md")
+    with pytest.raises(
+        ApplianceError, match=r"disk full writing .*ab.md \(No space left on device\); kept .*ab.json"
+    ):
+        ab.write(result, tmp_path / "ab.json")
+    assert json.loads((tmp_path / "ab.json").read_text())["rounds"] == 2
