@@ -9,6 +9,7 @@ import shutil
 from collections import namedtuple
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from appliance.bench import report as rpt
@@ -94,6 +95,14 @@ def test_ab_refuses_a_nearly_full_out_before_the_first_round(full, suite, monkey
     )
 
 
+def test_sweep_refuses_a_nearly_full_folder_before_the_first_trial(full):
+    sweep = CliRunner().invoke(cli, ["sweep", "squared", "--out", str(full / "s"), *TRAIN])
+    assert sweep.exit_code == 2 and f"sweep folder {full / 's'}: only 1 MiB free" in sweep.output, (
+        sweep.output
+    )
+    assert not (full / "s" / "study.db").exists()
+
+
 def _enospc(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -155,3 +164,25 @@ def test_an_ab_result_keeps_its_json_when_the_markdown_does_not_fit(tmp_path, mo
     ):
         ab.write(result, tmp_path / "ab.json")
     assert json.loads((tmp_path / "ab.json").read_text())["rounds"] == 2
+
+
+def test_a_sweep_writes_the_outputs_that_fit_and_names_the_rest(tmp_path, monkeypatch):
+    from test_sweep import TINY, instant
+
+    from appliance.bench import sweep as sw
+
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"space": {"train.learning_rate": {"low": 0.001, "high": 0.05}}}))
+    out = tmp_path / "sweep"
+    _full_for(monkeypatch, "pareto.png")
+    with pytest.raises(ApplianceError) as caught:
+        list(
+            sw.sweep(
+                "squared", out, sw.Options(trials=1), str(space), overrides=TINY, profile="cpu", trial=instant
+            )
+        )
+    assert str(caught.value) == (
+        f"disk full in {out} (No space left on device): not written: pareto.png; study.db holds every trial: "
+        "free some space and run the same command again to write them"
+    )
+    assert (out / "best.yaml").is_file() and (out / "trials.md").is_file()
