@@ -741,3 +741,21 @@ def test_stop_steps_ends_the_run_early_with_the_schedule_of_total_timesteps(tmp_
     assert 0.99 * 0.01 < lr < 0.01  # 3 % into a 1 M-step cosine: barely annealed (not cut to 3e4 steps)
     bad = CliRunner().invoke(cli, ["train", "squared", "--stop-steps", "0"])
     assert bad.exit_code == 2 and "--stop-steps must be a positive" in bad.output
+
+
+@pytest.mark.parametrize("engine", ["on", "off"])
+@pytest.mark.parametrize("reset", [True, False])
+def test_reset_state_zeroes_the_recurrent_state_at_each_rollout(engine, reset):
+    """train.reset_state true (PufferLib 3.0's rollout): every agent starts each rollout from the
+    initial state, so each segment trains from it; false: the state carries on across rollouts. On
+    the engine's buffers (views of the trainer's state) and the plain loop alike."""
+    cfg = small_config("squared", "--train.reset-state", str(reset).lower(), "--train.engine", engine)
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        for _ in range(2):
+            trainer.evaluate()
+        h0 = trainer.rollout.initial_state[0]
+        first_rows = h0[: trainer.vec.num_agents]  # each agent's first segment of the second rollout
+        assert (first_rows.abs().sum() == 0) == reset
+    finally:
+        trainer.close()

@@ -239,6 +239,9 @@ class Trainer:
         (or the same in the rollout engine's buffers, :mod:`appliance.train.engine`)."""
         if self.rollout_policy is not self.policy:
             copy_weights(self.rollout_policy, self.policy)
+        if self.hp.reset_state:  # in place: the engine's buffers and captured graphs hold views of it
+            for s, init in zip(self.state, self.policy.initial_state(1, self.device), strict=True):
+                s.copy_(init.expand_as(s))
         if self.engine is not None:
             with self.timings.phase("evaluate"):
                 self.engine.evaluate()
