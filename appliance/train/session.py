@@ -42,10 +42,10 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
     any env starts.
     """
     t = cfg.train
-    if options.report:
-        problem = unwritable(Path(options.report).parent)
+    for flag, path in (("--report", options.report), ("--profile-trace", options.profile_trace)):
+        problem = unwritable(Path(path).parent) if path else None
         if problem:
-            raise ConfigError(f"--report {options.report}: {problem}")
+            raise ConfigError(f"{flag} {path}: {problem}")
     resume_from = checkpoint.find_checkpoint(t.data_dir, options.resume) if options.resume else None
     run_dir = resume_from.parent if resume_from else checkpoint.new_run_folder(cfg, options.run_id)
     require_room(run_dir, "run folder", ConfigError)  # writable and with room, before any env starts
@@ -172,7 +172,8 @@ def _writers(options: Options, cfg: Any, run_dir: Path) -> list[Callable[[dict[s
 
 
 def _profile(trainer: Any, path: str) -> str:
-    """Three epochs under torch.profiler, written as a Chrome/Perfetto trace."""
+    """Three epochs under torch.profiler, written as a Chrome/Perfetto trace, and the ops' self times
+    (torch's table, slowest first) beside it as ``<path>.ops.txt``."""
     import torch
 
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -185,4 +186,11 @@ def _profile(trainer: Any, path: str) -> str:
     with torch.profiler.profile(activities=activities, **extra) as prof:
         loop.run(trainer, loop.Stop(epochs=3))
     prof.export_chrome_trace(path)
-    return f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing)"
+    if not Path(path).is_file():  # torch's writer reports a failure in its log, not by raising
+        raise ConfigError(f"--profile-trace {path}: the profiler could not write the trace there")
+    ops = Path(path + ".ops.txt")
+    ops.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+    return (
+        f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing) "
+        f"and the ops' self times to {ops}"
+    )
