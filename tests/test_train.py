@@ -759,3 +759,33 @@ def test_reset_state_zeroes_the_recurrent_state_at_each_rollout(engine, reset):
         assert (first_rows.abs().sum() == 0) == reset
     finally:
         trainer.close()
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_bfloat16_on_a_cpu_trains_float32_masters_and_warns_without_bf16_units(monkeypatch, has_bf16):
+    """train.precision bfloat16 on a CPU: a bfloat16 rollout copy beside float32 master weights, the
+    update under bf16 autocast; a CPU without AVX512-BF16/AMX gets a warning (bf16 is slower there)."""
+    import warnings
+
+    from appliance import sysinfo
+
+    real = sysinfo.cpu_details
+    monkeypatch.setattr(
+        sysinfo, "cpu_details", lambda: {**real(), "isa": {**real()["isa"], "bf16": has_bf16}}
+    )
+    cfg = small_config("squared", "--train.precision", "bfloat16")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        assert any("without bfloat16 instructions" in str(w.message) for w in caught) != has_bf16
+        assert trainer.amp and trainer.rollout_policy is not trainer.policy
+        assert all(p.dtype == torch.bfloat16 for p in trainer.rollout_policy.parameters())
+        assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+        for _ in range(2):
+            trainer.evaluate()
+            losses = trainer.train()
+        assert np.isfinite([losses["policy_loss"], losses["value_loss"]]).all()
+        assert abs(losses["importance"] - 1) < 0.5
+    finally:
+        trainer.close()
