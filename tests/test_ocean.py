@@ -74,7 +74,9 @@ def test_obs_in_bounds_episodes_end_and_logs_aggregate(name):
                 o = obs.astype(np.float64)
                 assert np.isfinite(o).all(), f"non-finite obs at step {i}"
                 outside = (o < low) | (o > high)
-                assert not outside.any(), f"obs element {np.argwhere(outside)[0]} outside its bounds at step {i}"
+                assert not outside.any(), (
+                    f"obs element {np.argwhere(outside)[0]} outside its bounds at step {i}"
+                )
                 assert np.isfinite(rew).all()
             ended += int(term.sum() + trunc.sum())
         assert ended > 0, "no episode ended in 10k steps"
