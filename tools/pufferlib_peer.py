@@ -478,6 +478,108 @@ def plot(reports: list[Path], out: Path) -> None:
     log(f"wrote {out}")
 
 
+# ---------------------------------------------------------------------- speed
+
+
+def steady_sps(points: list[tuple[float, float]], warmup: float) -> float | None:
+    """Agent-steps per second between the first logged point after ``warmup`` seconds and the last
+    (``points``: (seconds, agent-steps) as each trainer logged them): start-up and the first epochs'
+    allocation stay out of the figure."""
+    after = [p for p in points if p[0] >= warmup]
+    if len(after) < 2 or after[-1][0] <= after[0][0]:
+        return None
+    return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
+
+
+def ours_for(
+    cache: Path, env: str, seconds: float, run_dir: Path, ours_set: list[str]
+) -> list[tuple[float, float]]:
+    """Our trainer on ``env`` at PufferLib's settings (bench/parity/ENV.yaml) for ``seconds``, ended by
+    SIGINT (it saves and exits); its (uptime, global_step) per epoch."""
+    import signal
+
+    config = REPO / "bench" / "parity" / f"{env}.yaml"
+    if not config.exists():
+        write_config(cache, env, config)
+    cmd = [sys.executable, "-c", "from appliance.cli import main; main()", "train", env, "--config", str(config),
+           "--run-id", run_dir.name, "--train.data-dir", str(run_dir.parent), "--no-dashboard", *ours_set]  # fmt: skip
+    log("$ " + shlex.join(cmd[3:]))
+    with open(run_dir.parent / f"{run_dir.name}.log", "w") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out, stderr=out
+        )
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=600)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(float(r["uptime"]), float(r["global_step"])) for r in rows]
+
+
+def peer_for(cache: Path, env: str, seconds: float, jsonl: Path) -> list[tuple[float, float]]:
+    """PufferLib's trainer on ``env`` with its own config for ``seconds``; its (seconds, agent-steps)."""
+    train(cache, env, float("inf"), seconds, None, [], jsonl)
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    return [(float(r["seconds"]), float(r["agent_steps"])) for r in rows]
+
+
+def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out: Path,
+          ours_set: list[str]) -> dict[str, Any]:  # fmt: skip
+    """Both trainers at PufferLib's settings, interleaved (A B, B A, ...) on this machine: each round
+    one window of each, the per-CPU speed check (the noise guard's) before and after each window."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    from appliance.bench import noise
+    from appliance.bench.report import Report
+    from appliance.sysinfo import fingerprint
+
+    system = f"pufferlib-{VERSION}"
+    samples: dict[str, list[float | None]] = {system: [], "puffer-bench": []}
+    checks: list[dict[str, Any]] = []
+    scratch = Path(tempfile.mkdtemp(prefix="peer-speed-"))
+    try:
+        for r in range(rounds):
+            order = [system, "puffer-bench"] if r % 2 == 0 else ["puffer-bench", system]
+            for side in order:
+                before, sampler = noise.gate_check(), noise.Sampler()
+                sampler.sample()
+                if side == system:
+                    points = peer_for(cache, env, seconds, scratch / f"peer-{r}.jsonl")
+                else:
+                    points = ours_for(cache, env, seconds, scratch / f"ours-{r}", ours_set)
+                load = sampler.sample() or {}
+                sps = steady_sps(points, warmup)
+                samples[side].append(sps)
+                checks.append({"round": r, "side": side, "sps": sps, "before": before, "after": noise.gate_check(),
+                               "others_cores": load.get("others_cores"), "steal_cores": load.get("steal_cores")})  # fmt: skip
+                log(f"round {r + 1}/{rounds} {side}: {sps or float('nan'):,.0f} agent-steps/s "
+                    f"(others' load {load.get('others_cores', float('nan')):.2f} cores)")  # fmt: skip
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    suite = {"name": f"parity-speed-{env}", "path": None, "definition": {"env": env, "rounds": rounds,
+             "seconds": seconds, "warmup": warmup, "ours_set": ours_set}}  # fmt: skip
+    command = "python tools/pufferlib_peer.py " + shlex.join(sys.argv[1:])
+    report = Report(
+        suite, {"name": "cpu", "gpu": ""}, fingerprint(), ini_config(cache, env), 0, rounds, command
+    )
+    for side, values in samples.items():
+        report.add(f"train_sps/{env}/{side}", values, "agent-steps/s", "higher", env=env, system=side)
+    ratios = [
+        b / a if a and b else None for a, b in zip(samples[system], samples["puffer-bench"], strict=True)
+    ]
+    report.add(f"train_sps_ratio/{env}/puffer-bench_over_{system}", ratios, "x", "higher", env=env)
+    report.data["analysis"]["speed_checks"] = checks
+    others = [c["others_cores"] for c in checks if c["others_cores"] is not None]
+    if others and max(others) > noise.thresholds()[0]:
+        report.warn(
+            f"other processes used up to {max(others):.2f} cores during the windows: figures are not idle ones"
+        )
+    return report.data
+
+
 # ---------------------------------------------------------------------- config
 
 # PufferLib's [train] keys that mean the same on our side, under the same names
@@ -598,6 +700,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--out", type=Path, required=True, help="the report (.json); the raw curve goes beside it"
         )
+    sp = sub.add_parser("speed", help="both trainers at PufferLib's settings for ENV, interleaved windows")
+    sp.add_argument("env")
+    sp.add_argument("--rounds", type=int, default=3)
+    sp.add_argument("--seconds", type=float, default=120.0, help="each window (default: %(default)s)")
+    sp.add_argument("--warmup", type=float, default=30.0, help="seconds left out of each window's figure")
+    sp.add_argument("--ours", action="append", default=[], metavar="--KEY=VALUE",
+                    help="an option for our side, e.g. --ours=--train.precision=bfloat16")  # fmt: skip
+    sp.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("config", help="PufferLib's config for ENV on our keys, as bench/parity/ENV.yaml")
     c.add_argument("env")
     c.add_argument("--out", type=Path, default=None, help="default: bench/parity/ENV.yaml")
@@ -612,6 +722,13 @@ def main(argv: list[str] | None = None) -> int:
             if a.env not in ENVS:
                 raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
             write_config(a.cache, a.env, a.out or REPO / "bench" / "parity" / f"{a.env}.yaml")
+        elif a.cmd == "speed":
+            if a.env not in ENVS:
+                raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
+            if a.rounds < 1 or not a.seconds > a.warmup >= 0:
+                raise PeerError("--rounds must be at least 1 and --seconds more than --warmup (>= 0)")
+            ours_set = [x for item in a.ours for x in item.split("=", 1)]
+            write_report(speed(a.cache, a.env, a.rounds, a.seconds, a.warmup, a.out, ours_set), a.out)
         elif a.cmd == "plot":
             plot(a.reports, a.out)
         else:
