@@ -29,6 +29,15 @@ from appliance.bench.stats import ratio_interval
 from appliance.errors import ReportError
 
 
+def _get(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]...``, or None where a level is missing or not an object (free-form config)."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(obj, dict):
         out: dict[str, Any] = {}
@@ -129,6 +138,9 @@ def calibration_ratios(base: dict[str, Any], other: dict[str, Any]) -> dict[str,
     a, b = base["fingerprint"].get("calibration"), other["fingerprint"].get("calibration")
     if not a or not b:
         return None
+    keys = ("int_mops", "float_gflops", "copy_gbs")
+    if not all(isinstance(c.get(k), int | float) and c[k] > 0 for c in (a, b) for k in keys):
+        return None  # not measured (null), or not a speed
     try:
         ints, floats = b["int_mops"] / a["int_mops"], b["float_gflops"] / a["float_gflops"]
         return {
@@ -148,7 +160,7 @@ def cpu_bound(name: str, report: dict[str, Any]) -> str | None:
     if name.startswith(("probe/cpu/", "env_sps/", "vector_sps/")):
         return "compute"
     if name.startswith(("train_sps/", "time_to_score/")):
-        device = (((report.get("config") or {}).get("profile") or {}).get("train") or {}).get("device")
+        device = _get(report.get("config"), "profile", "train", "device")
         gpu = bool(report["fingerprint"].get("cuda_available"))
         return "compute" if device == "cpu" or (device is None and not gpu) else None
     return None
@@ -200,7 +212,7 @@ def compare(
         raise ReportError("compare needs at least two reports")
     paths = [r.get("_path", f"report {i + 1}") for i, r in enumerate(reports)]
     for r, path in zip(reports, paths, strict=True):
-        rpt.validate(r, path)
+        rpt.validate(r, f"report {path}")
     ratios = [calibration_ratios(reports[0], r) for r in reports]
     if normalize:
         for r, path in zip(reports, paths, strict=True):
@@ -236,10 +248,13 @@ def compare(
                 b = scaled
                 normalized.add(name)
                 row["medians"][k] = float(np.median(b)) if b else None
-            if not a or not b or not base.get("median"):
+            try:
+                if not base.get("median"):
+                    raise ValueError("no base median")
+                ratio, ci = ratio_interval(a, b)  # ValueError without samples or with a zero base median
+            except ValueError:
                 row["ratios"].append({"ratio": None, "ci": None, "significant": False, "verdict": "no data"})
                 continue
-            ratio, ci = ratio_interval(a, b)
             significant = ci is not None and (ci[0] > 1 or ci[1] < 1)
             gain = 1 / ratio if base["better"] == "lower" else ratio  # > 1: better
             if name in busy[0] or name in busy[k]:

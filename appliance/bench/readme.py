@@ -7,13 +7,12 @@ hand. The plot (``results/summary.png``) shows the same reports' speed figures s
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 from appliance.bench import report as rpt
 from appliance.errors import ReportError
-from appliance.report_io import write_bytes_atomic
+from appliance.report_io import read_json, write_bytes_atomic
 
 BEGIN, END = "<!-- results:begin (make readme-results) -->", "<!-- results:end -->"
 HEADLINE = (
@@ -40,9 +39,9 @@ def latest_reports(results: Path) -> list[Path]:
         best: tuple[str, Path] | None = None
         for path in folder.glob("*.json"):
             try:
-                data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
+                data = read_json(path, "report", ReportError, rpt.MAX_BYTES, rpt.MAX_DEPTH)
+            except ReportError:
+                continue  # not a report (or not readable): other JSON files live here too
             if isinstance(data, dict) and data.get("schema") == rpt.SCHEMA and not data.get("partial"):
                 key = str(data.get("created_utc"))
                 if best is None or key > best[0]:

@@ -297,7 +297,7 @@ def probe(profile: str | None, env: str, runs: int, seconds: float) -> dict[str,
     suite = validate(probe, "--env")
     name, report = new_report(suite, "(puffer-bench profile)", profile, runs)
     _measure(SuiteRunner(suite, name, report, repeats=runs), report, "probe")
-    return rpt.validate(report.data)
+    return rpt.validate(rpt.storable(report.data))
 
 
 def analysis_lines(report: dict[str, Any]) -> list[tuple[str, bool]]:
