@@ -10,15 +10,28 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from markdown_it import MarkdownIt
 
 from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.stats import summarize
 from appliance.cli import cli
+
+# Every way into markup at once: closing an attribute, a script, an event handler, a javascript: link
+# in HTML and in Markdown, a table cell break, a code span, the README's end marker, matplotlib maths,
+# a template expression and a new line starting a heading.
+HOSTILE = (
+    '"\'><script>alert(1)</script><img src=x onerror=alert(1)><a href="javascript:alert(1)">a</a>'
+    " [l](javascript:alert(1)) | `tick` <!-- results:end --> $\\frac{1}{$ {{7*7}}\n# heading"
+)
+
+PREFIXES = ("probe/", "env_sps/", "vector_sps/", "train_sps/", "train_phase/", "time_to_score/")
 
 
 def run_cli(*args: str):
@@ -62,6 +75,213 @@ def good_report() -> dict:
         "repeats": 3,
         "metrics": {"env_sps/squared/threads=1": metric([1e6, 1.1e6, 0.9e6])},
     }
+
+
+def hostile_report() -> dict:
+    """A valid report whose every string (names, machine, config, units, labels, warnings...) is HOSTILE."""
+    h = HOSTILE
+    steps = {"steps": [1.0, 2.0], "seconds": [1.0, 2.0], "score": [0.5, 1.0]}
+    labels = {"env": h, "backend": h, "phase": h, "kind": h, "threads": 1}
+    noise = {"busy": True, "reasons": [h]}
+    return {
+        "schema": rpt.SCHEMA,
+        "created_utc": h,
+        "command": h,
+        "suite": {"name": h, "definition": {"name": h}},
+        "profile": {"name": h, "expected_gpu": h, "detected_gpu": h},
+        "fingerprint": {
+            "cpu": {
+                **dict.fromkeys(
+                    ("model", "vendor", "codename", "microcode", "governor", "physical_cores"), h
+                ),
+                "family": h,
+                "usable_cores": h,
+                "flags": [h],
+                "isa": {"avx2": h},
+                "caches": {h: 2**20},
+                "cgroup": {"quota_source": h, "quota_cores": h, "cpuset": h},
+                "virtualization": {"vm": h, "container": h},
+            },
+            "gpus": [{"name": h, "throttle_reasons": [h], "sm_count": h, "ecc_enabled": h}],
+            "versions": dict.fromkeys(("puffer_bench", "torch", "cuda_runtime", "nvidia_driver", "numpy"), h),
+            "git": {"commit": h},
+            "os": {"release": h},
+            "build": {"compiler": h, "flags": h},
+            "python": h,
+            "host_hash": h,
+            "host_id_from": [h],
+            "ram_bytes": 2**34,
+            "calibration": {"int_mops": 1.0, "float_gflops": 1.0, "copy_gbs": 1.0, "cpu_share": 0.5},
+        },
+        "config": {h: {h: h}},
+        "seed": 0,
+        "repeats": 3,
+        "duration_s": 1.0,
+        "warnings": [h],
+        "skipped": [{"what": h, "why": h}],
+        "metrics": {
+            p + h: {
+                **metric([1.0, 2.0, 3.0]),
+                "unit": h,
+                "labels": labels,
+                "noise": noise,
+                "ceiling": {"value": 9.0, "source": h},
+            }
+            for p in PREFIXES
+        },
+        "analysis": {
+            "roofline": [{"summary": h}],
+            "training": {h: {"summary": h, "suggestions": [h]}},
+            "learning_curves": {h: {"metric": h, "target": 1.0, "runs": [steps]}},
+        },
+        "noise": {
+            "steps": [
+                {
+                    "step": h,
+                    "n": 3,
+                    **{f"{w}_cores_{s}": 0.1 for w in ("others", "steal") for s in ("mean", "max")},
+                    "busy": True,
+                    "reasons": [h],
+                    "speed_ratio": {"int_mops": 0.9},
+                    "gate": {
+                        "samples": h,
+                        "retaken": [{"value": 1.0, "speed_ratio": 0.5}],
+                        "slow_kept": h,
+                        "waited_s": 0,
+                    },
+                }
+            ]
+        },
+    }
+
+
+class _Markup(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.rows: list[int] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+        if tag == "tr":
+            self.rows.append(0)
+        elif tag in ("td", "th") and self.rows:
+            self.rows[-1] += 1
+
+
+def assert_no_markup_from_report(html: str, allowed: set[str]) -> None:
+    """Only the renderer's own tags; no event handler, no javascript: URL; table rows stay whole."""
+    page = _Markup()
+    page.feed(html)
+    tags = {tag for tag, _ in page.tags}
+    assert tags <= allowed, tags - allowed
+    for tag, attrs in page.tags:
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name)
+            if name in ("href", "src"):  # text in alt is text; a URL is what a browser follows
+                assert "javascript:" not in (value or "").lower(), (tag, value)
+    assert "<script" not in html.lower()
+
+
+HTML_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "h1",
+    "h2",
+    "ul",
+    "li",
+    "code",
+    "p",
+    "div",
+    "b",
+}
+
+HTML_TAGS |= {"table", "tr", "th", "td", "span", "img"}
+
+
+def markdown_as_html(text: str) -> str:
+    """Markdown rendered as GitHub would: CommonMark with tables, raw HTML passed through."""
+    return MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+
+
+MD_TAGS = {"h1", "h2", "p", "ul", "li", "code", "strong", "em", "blockquote", "table", "thead", "tbody"}
+
+MD_TAGS |= {"tr", "th", "td", "img", "a"}
+
+
+def assert_safe_markdown(text: str) -> None:
+    html = markdown_as_html(text)
+    assert_no_markup_from_report(html, MD_TAGS)
+    assert "<!--" not in text and "<script" not in text
+    assert not [line for line in text.splitlines() if line.startswith("# heading")]
+    page = _Markup()
+    page.feed(html)
+    for table in re.findall(r"<table>.*?</table>", html, re.S):  # every row has its header's cells
+        rows = _Markup()
+        rows.feed(table)
+        assert len(set(rows.rows)) == 1, rows.rows
+    links = [
+        dict(attrs).get("href") or dict(attrs).get("src") for tag, attrs in page.tags if tag in ("a", "img")
+    ]
+    assert all(link and not link.lower().startswith("javascript") for link in links), links
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(hostile_report()))
+    return path
+
+
+def test_a_hostile_report_renders_as_text_in_html_and_markdown(hostile):
+    result = run_cli("report", "--render", hostile)
+    assert result.exit_code == 0, result.output
+    html = hostile.with_suffix(".html").read_text()
+    assert_no_markup_from_report(html, HTML_TAGS)
+    assert "{{7*7}}" in html and "&lt;script&gt;" in html  # shown as the text it is
+    assert_safe_markdown(hostile.with_suffix(".md").read_text())
+    assert len(list(hostile.parent.glob("hostile-*.png"))) >= 3  # plots drawn, $...$ not read as maths
+    out = hostile.parent / "out.md"
+    assert run_cli("report", hostile, "--markdown", out).exit_code == 0
+    assert_safe_markdown(out.read_text())
+    # the renderer escapes on its own, whatever reaches it (the validator would refuse this seed)
+    data = {**hostile_report(), "seed": HOSTILE}
+    assert_no_markup_from_report(rpt.to_html(data), HTML_TAGS)
+    assert_safe_markdown(rpt.to_markdown(data, images=[HOSTILE]))
+
+
+def test_comparing_hostile_reports_prints_their_text(tmp_path, hostile):
+    other = tmp_path / "other.json"
+    data = hostile_report()
+    data["fingerprint"]["cpu"]["model"] = "[/red] [link=javascript:alert(1)]x[/link]"  # rich markup
+    other.write_text(json.dumps(data))
+    table = run_cli("compare", hostile, other)
+    assert table.exit_code in (0, 1) and "Traceback" not in table.output, table.output
+    assert "[/red]" in table.output  # shown, not read as markup
+    md = run_cli("compare", hostile, other, "--markdown")
+    assert md.exit_code in (0, 1), md.output
+    assert_safe_markdown(md.output.replace(str(tmp_path), "tmp"))
+
+
+def test_readme_regeneration_is_idempotent_and_report_text_is_no_marker(tmp_path, hostile):
+    page = tmp_path / "README.md"
+    page.write_text(f"# project\n\n{readme.BEGIN}\nold\n{readme.END}\n\n## after\n")
+    results = tmp_path / "results"
+    assert run_cli("report", "--readme", page, hostile, "--results", results).exit_code == 0
+    first = page.read_bytes()
+    assert run_cli("report", "--readme", page, hostile, "--results", results).exit_code == 0
+    text = page.read_text()
+    assert page.read_bytes() == first
+    assert text.count(readme.BEGIN) == 1 and text.count(readme.END) == 1
+    assert text.endswith(f"{readme.END}\n\n## after\n") and "old" not in text
+    assert_safe_markdown(text.split(readme.BEGIN)[1].split(readme.END)[0])
+    # a README whose markers an older version multiplied is refused, not made worse
+    page.write_text(text + f"\n{readme.END}\n")
+    one_line_error(run_cli("report", "--readme", page, hostile, "--results", results), "keep exactly one")
 
 
 def mutated(change) -> dict:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 
 from appliance.bench import report as rpt
 from appliance.bench.stats import ratio_interval
@@ -318,9 +319,11 @@ def ratio_text(x: dict[str, Any]) -> str:
 
 
 def to_markdown(result: dict[str, Any]) -> str:
+    """The comparison as Markdown; every value from the reports goes through ``md_format``."""
+    md = rpt.md_format
     paths = result["reports"]
-    lines = [f"# puffer-bench compare (base: `{paths[0]}`)", ""]
-    lines += [f"- report {i + 1}: `{p}`" for i, p in enumerate(paths)]
+    lines = [md("# puffer-bench compare (base: {!c})", paths[0]), ""]
+    lines += [md("- report {}: {!c}", i + 1, p) for i, p in enumerate(paths)]
     if result["differences"]:
         lines += [
             "",
@@ -329,28 +332,30 @@ def to_markdown(result: dict[str, Any]) -> str:
             "| | " + " | ".join(f"report {i + 1}" for i in range(len(paths))) + " |",
         ]
         lines += ["|---" * (len(paths) + 1) + "|"]
-        lines += [f"| {k} | " + " | ".join(str(v) for v in vals) + " |" for k, vals in result["differences"]]
+        lines += [md("| {} |" + " {} |" * len(vals), k, *vals) for k, vals in result["differences"]]
     for i, keys in (result.get("unrecorded") or {}).items():
-        lines += ["", f"Not recorded in report {i} (an older report): {', '.join(keys)}"]
+        lines += ["", md("Not recorded in report {} (an older report): {}", i, ", ".join(keys))]
     if result.get("notes"):
-        lines += [""] + [f"- {n}" for n in result["notes"]]
+        lines += [""] + [md("- {}", n) for n in result["notes"]]
     header = "| metric | unit | " + " | ".join(f"median {i + 1}" for i in range(len(paths)))
     header += " | " + " | ".join(f"ratio {i + 2}/1 (95% CI)" for i in range(len(paths) - 1)) + " |"
     lines += ["", f"## Metrics (threshold {100 * result['threshold']:.0f}%)", "", header]
     lines += ["|---" * (2 + len(paths) + len(paths) - 1) + "|"]
     for row in result["rows"]:
         cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
-        cells += [ratio_text(x).replace("regression", "**regression**") for x in row["ratios"]]
+        ratios = [ratio_text(x).replace("regression", "**regression**") for x in row["ratios"]]
         unit = row["unit"] if row["better"] == "info" else f"{row['unit']} ({row['better']} is better)"
         mark = " (normalized)" if row["metric"] in result.get("normalized", ()) else ""
-        lines.append(f"| `{row['metric']}`{mark} | {unit} | " + " | ".join(cells) + " |")
+        template = "| {!c}" + mark + " | {} |" + " {} |" * (len(cells) + len(ratios))
+        lines.append(md(template, row["metric"], unit, *cells, *ratios))
     if result["not_common"]:
-        lines += ["", f"Not in every report (left out): {', '.join(result['not_common'])}"]
+        lines += ["", md("Not in every report (left out): {}", ", ".join(result["not_common"]))]
     return "\n".join(lines) + "\n"
 
 
 def table_rows(result: dict[str, Any]) -> list[list[str]]:
-    """Each metric's medians and ratios as cells (rich markup: regressions red, improvements green)."""
+    """Each metric's medians and ratios as cells (rich markup: regressions red, improvements green;
+    the report's own text escaped)."""
     rows = []
     for row in result["rows"]:
         cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
@@ -359,5 +364,5 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
             cell = ratio_text(x)
             cells.append(f"[{style}]{cell}[/{style}]" if style else cell)
         better = "" if row["better"] == "info" else f", {row['better']} better"
-        rows.append([f"{row['metric']} ({row['unit']}{better})", *cells])
+        rows.append([escape(f"{row['metric']} ({row['unit']}{better})"), *cells])
     return rows

@@ -15,19 +15,24 @@ Metric names are ``group/part/...`` paths, e.g. ``env_sps/breakout/threads=2`` o
 ``probe/gpu/h2d_pinned/64MiB``; ``labels`` carry the same parts as fields for plotting.
 
 Reports travel between machines, so a report file is hostile input (issue 28): it is read only
-through :func:`load` (bounded, then :func:`validate`, the one validator). What puffer-bench writes
-passes the validator (:func:`storable`).
+through :func:`load` (bounded, then :func:`validate`, the one validator), and its content reaches
+output only through escaping paths: :func:`md_format` for Markdown, a jinja2 template with
+autoescape for HTML, :func:`plot_text` for plots. What puffer-bench writes passes the validator
+(:func:`storable`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import re
+import string
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from appliance.bench.stats import summarize
 from appliance.errors import ReportError
@@ -423,6 +428,10 @@ def render(report: dict[str, Any], stem: Path, plots: bool = True) -> list[Path]
 
 
 # ---------------------------------------------------------------------- rendering
+#
+# Report content reaches three kinds of output, each through one escaping path: Markdown through
+# md_format (every value escaped unless the template itself is the markup), HTML through a jinja2
+# template with autoescape, plot text through plot_text (matplotlib reads $...$ as maths).
 
 
 def fmt(value: float | None, unit: str = "") -> str:
@@ -436,6 +445,61 @@ def fmt(value: float | None, unit: str = "") -> str:
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.3g}"
+
+
+_MD_ESCAPES = str.maketrans(
+    {
+        **{chr(c): " " for c in (*range(32), *range(127, 160))},  # one line, no control characters
+        **{c: "\\" + c for c in "\\`[]|"},  # no code span, link or table cell ends
+        **{"&": "&amp;", "<": "&lt;"},  # no HTML tag or comment (a lone > is text)
+    }
+)
+# what a code span cannot hold: its own delimiter, a table cell break, a line break, comment markers
+_NOT_IN_CODE = re.compile(r"[`|\x00-\x1f\x7f-\x9f]|<!--|-->")
+
+
+def md(value: Any) -> str:
+    """Any value as Markdown text that renders as that text: no HTML, link, code span or table cell
+    break can come out of it, and it stays on one line."""
+    return str(value).translate(_MD_ESCAPES)
+
+
+def md_code(value: Any) -> str:
+    """A value in a code span (whose content Markdown never reads as HTML or links), or as escaped
+    text (:func:`md`) if it holds what a code span cannot."""
+    text = str(value)
+    return md(text) if _NOT_IN_CODE.search(text) else f"`{text}`"
+
+
+class _MarkdownFormatter(string.Formatter):
+    """``str.format`` that escapes every value with :func:`md`; ``{name!c}`` takes :func:`md_code`."""
+
+    def convert_field(self, value: Any, conversion: str | None) -> Any:
+        if conversion == "c":
+            return _Markup(md_code(value))
+        return super().convert_field(value, conversion)
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if isinstance(value, _Markup):
+            return str(value)
+        return md(super().format_field(value, format_spec))
+
+
+class _Markup(str):
+    """Markdown already escaped by :class:`_MarkdownFormatter` (a code span)."""
+
+
+md_format = _MarkdownFormatter().format
+
+
+def plot_text(value: Any, most: int = 80) -> str:
+    """Report content as matplotlib text: ``$`` escaped (no maths parsing), cut to ``most`` characters."""
+    text = " ".join(str(value).split())
+    text = text if len(text) <= most else text[: most - 3] + "..."
+    return text.replace("$", r"\$")
+
+
+MAX_FIGURE_INCHES = 600  # at 90 dpi, below Agg's 65,536 pixels a side
 
 
 def gpu_name(fingerprint: dict[str, Any]) -> str:
@@ -460,25 +524,31 @@ def machine_line(fingerprint: dict[str, Any]) -> str:
     )
 
 
+def metric_cells(m: dict[str, Any]) -> dict[str, str]:
+    """A metric's figures as text (median, range, ci, cv, unit, ceiling), for Markdown and HTML alike."""
+    unit = m["unit"]
+    ci = m.get("ci")
+    ceiling = m.get("ceiling") or {}
+    return {
+        "median": fmt(m.get("median"), unit),
+        "range": f"{fmt(m.get('min'), unit)} - {fmt(m.get('max'), unit)}",
+        "ci": f"{fmt(ci[0], unit)} - {fmt(ci[1], unit)}" if ci else "-",
+        "cv": f"{100 * m['cv']:.1f}%" if m.get("cv") is not None else "-",
+        "unit": unit,
+        "ceiling": f"{fmt(ceiling['value'], unit)} ({ceiling.get('source')})" if ceiling.get("value") else "",
+    }
+
+
+METRIC_COLUMNS = ("metric", "median", "range", "95% CI", "CV", "unit", "ceiling")
+
+
 def _metric_rows(metrics: dict[str, Any], prefix: str) -> list[str]:
     rows = []
     for name, m in metrics.items():
-        if not name.startswith(prefix):
-            continue
-        ci = m.get("ci")
-        ci_text = f"{fmt(ci[0], m['unit'])} - {fmt(ci[1], m['unit'])}" if ci else "-"
-        cv = f"{100 * m['cv']:.1f}%" if m.get("cv") is not None else "-"
-        ceiling = m.get("ceiling")
-        ceil_text = (
-            f"{fmt(ceiling['value'], m['unit'])} ({ceiling['source']})"
-            if ceiling and ceiling.get("value")
-            else ""
-        )
-        busy = " **(busy)**" if (m.get("noise") or {}).get("busy") else ""
-        rows.append(
-            f"| `{name}`{busy} | {fmt(m.get('median'), m['unit'])} | {fmt(m.get('min'), m['unit'])} - "
-            f"{fmt(m.get('max'), m['unit'])} | {ci_text} | {cv} | {m['unit']} | {ceil_text} |"
-        )
+        if name.startswith(prefix):
+            busy = " **(busy)**" if (m.get("noise") or {}).get("busy") else ""
+            template = "| {name!c}" + busy + " | {median} | {range} | {ci} | {cv} | {unit} | {ceiling} |"
+            rows.append(md_format(template, name=name, **metric_cells(m)))
     return rows
 
 
@@ -492,37 +562,66 @@ SECTIONS = (
     ("time_to_score/", "Time to score"),
     ("kernel/", "Fused kernels (us per call, cuda and eager torch; speed-up)"),
 )
+SUMMARY_NOTE = (
+    "Figures are medians of the repeats; the range is min - max; CI is a 95% bootstrap interval for "
+    "the median; CV is the run-to-run spread (sample std / mean)."
+)
+
+
+def header_facts(report: dict[str, Any]) -> dict[str, Any]:
+    """The values of a report's header lines (plain values; each renderer escapes them)."""
+    fp, prof, suite = report["fingerprint"], report["profile"], report["suite"]
+    versions = fp.get("versions") or {}
+    duration = report.get("duration_s")
+    return {
+        "suite": suite.get("name"),
+        "profile": prof.get("name"),
+        "created": report["created_utc"],
+        "command": report.get("command") or "puffer-bench run",
+        "machine": machine_line(fp),
+        "puffer_bench": versions.get("puffer_bench"),
+        "python": fp.get("python"),
+        "torch": versions.get("torch"),
+        "cuda": versions.get("cuda_runtime"),
+        "driver": versions.get("nvidia_driver"),
+        "git": (fp.get("git") or {}).get("commit", "?"),
+        "expected_gpu": prof.get("expected_gpu") or "none",
+        "detected_gpu": prof.get("detected_gpu") or "none",
+        "seed": report["seed"],
+        "repeats": report.get("repeats"),
+        "took": f"{duration:.0f}" if isinstance(duration, int | float) else "0",
+    }
 
 
 def to_markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
-    fp, prof = report["fingerprint"], report["profile"]
-    suite = report["suite"]
+    """The report as Markdown; every value from the report goes through :func:`md_format`."""
+    h = header_facts(report)
     lines = [
-        f"# puffer-bench report: suite `{suite.get('name')}`, profile `{prof.get('name')}`",
+        md_format("# puffer-bench report: suite {suite!c}, profile {profile!c}", **h),
         "",
-        f"- Created {report['created_utc']} by `{report.get('command') or 'puffer-bench run'}`",
-        f"- Machine: {machine_line(fp)}",
-        f"- Versions: puffer-bench {fp.get('versions', {}).get('puffer_bench')}, Python {fp.get('python')}, "
-        f"torch {fp.get('versions', {}).get('torch')}, CUDA {fp.get('versions', {}).get('cuda_runtime')}, "
-        f"driver {fp.get('versions', {}).get('nvidia_driver')}, git {(fp.get('git') or {}).get('commit', '?')}",
-        f"- Profile expects GPU: {prof.get('expected_gpu') or 'none'}; detected: {prof.get('detected_gpu') or 'none'}",
-        f"- Seed {report['seed']}, {report.get('repeats')} repeats per measurement; "
-        f"took {report.get('duration_s') or 0:.0f} s",
+        md_format("- Created {created} by {command!c}", **h),
+        md_format("- Machine: {machine}", **h),
+        md_format(
+            "- Versions: puffer-bench {puffer_bench}, Python {python}, torch {torch}, CUDA {cuda}, "
+            "driver {driver}, git {git}",
+            **h,
+        ),
+        md_format("- Profile expects GPU: {expected_gpu}; detected: {detected_gpu}", **h),
+        md_format("- Seed {seed}, {repeats} repeats per measurement; took {took} s", **h),
         "",
-        "Figures are medians of the repeats; the range is min - max; CI is a 95% bootstrap interval for "
-        "the median; CV is the run-to-run spread (sample std / mean).",
+        SUMMARY_NOTE,
     ]
     for w in report.get("warnings") or []:
-        lines += ["", f"> **Warning:** {w}"]
+        lines += ["", md_format("> **Warning:** {}", w)]
     for s in report.get("skipped") or []:
-        lines += ["", f"> Skipped {s['what']}: {s['why']}"]
+        lines += ["", md_format("> Skipped {}: {}", s["what"], s["why"])]
     analysis = report.get("analysis") or {}
     if analysis.get("roofline"):
         lines += ["", "## Roofline", ""]
-        lines += [f"- {r['summary']}" for r in analysis["roofline"]]
+        lines += [md_format("- {}", r["summary"]) for r in analysis["roofline"]]
     for env, t in (analysis.get("training") or {}).items():
-        lines += ["", f"## Training bottleneck: {env}", "", t["summary"], ""]
-        lines += [f"- {s}" for s in t.get("suggestions", [])]
+        lines += ["", md_format("## Training bottleneck: {}", env), "", md_format("{}", t["summary"]), ""]
+        lines += [md_format("- {}", s) for s in t.get("suggestions") or []]
     metrics = report["metrics"]
     for prefix, title in SECTIONS:
         rows = _metric_rows(metrics, prefix)
@@ -531,24 +630,40 @@ def to_markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
                 "",
                 f"## {title}",
                 "",
-                "| metric | median | range | 95% CI | CV | unit | ceiling |",
-                "|---|---|---|---|---|---|---|",
+                "| " + " | ".join(METRIC_COLUMNS) + " |",
+                "|---" * 7 + "|",
                 *rows,
             ]
     noise_rows = noise_table(report)
     if noise_rows:
         lines += ["", "## Noise guard", "", NOISE_NOTE, "", "| " + " | ".join(NOISE_COLUMNS) + " |"]
         lines += ["|---" * len(NOISE_COLUMNS) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in noise_rows]
+        for cells, busy in noise_rows:
+            row = "| " + " | ".join("{}" for _ in cells[:-1]) + (" | **busy**: {} |" if busy else " | {} |")
+            lines.append(md_format(row, *cells))
     lines += ["", "## Machine fingerprint", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {_cell(v)} |" for k, v in machine_facts(fp).items() if v is not None]
+    lines += [
+        md_format("| {} | {} |", k, v)
+        for k, v in machine_facts(report["fingerprint"]).items()
+        if v is not None
+    ]
     if images:
-        lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
+        lines += ["", "## Plots", ""]
+        lines += [md_format("![{}]", name) + f"({quote(str(name))})" for name in images]
     return "\n".join(lines) + "\n"
 
 
 def _metrics(report: dict[str, Any], group: str) -> list[tuple[str, dict[str, Any]]]:
-    return [(n, m) for n, m in report["metrics"].items() if n.startswith(group + "/") and m.get("median")]
+    """The group's metrics that have a median and a range (a report may lack either)."""
+    return [
+        (n, m)
+        for n, m in report["metrics"].items()
+        if n.startswith(group + "/") and m.get("median") and None not in (m.get("min"), m.get("max"))
+    ]
+
+
+def _label(m: dict[str, Any], key: str) -> Any:
+    return (m.get("labels") or {}).get(key)
 
 
 def render_plots(report: dict[str, Any], stem: Path) -> list[Path]:
@@ -560,7 +675,10 @@ def render_plots(report: dict[str, Any], stem: Path) -> list[Path]:
 
 
 def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
-    """(suffix, PNG bytes) of each plot: SPS per env/backend, thread scaling, training phase shares."""
+    """(suffix, PNG bytes) of each plot: SPS per env/backend, thread scaling, training phase shares.
+
+    Every text from the report goes through :func:`plot_text`; metrics lacking the labels a plot
+    needs are left out of it."""
     import io
 
     import matplotlib
@@ -580,42 +698,43 @@ def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
     bars = []  # best thread count per env, every backend, training
     best_env: dict[str, tuple[float, float, float]] = {}
     for _, m in _metrics(report, "env_sps"):
-        env = m["labels"]["env"]
-        if env not in best_env or m["median"] > best_env[env][0]:
+        env = _label(m, "env")
+        if env is not None and (env not in best_env or m["median"] > best_env[env][0]):
             best_env[env] = (m["median"], m["min"], m["max"])
-    bars += [(f"{env} env ({'best threads'})", *v) for env, v in best_env.items()]
+    bars += [(f"{env} env (best threads)", *v) for env, v in best_env.items()]
     bars += [
-        (f"{m['labels']['env']} {m['labels']['backend']}", m["median"], m["min"], m["max"])
+        (f"{_label(m, 'env')} {_label(m, 'backend')}", m["median"], m["min"], m["max"])
         for _, m in _metrics(report, "vector_sps")
     ]
     bars += [
-        (f"{m['labels']['env']} train", m["median"], m["min"], m["max"])
+        (f"{_label(m, 'env')} train", m["median"], m["min"], m["max"])
         for _, m in _metrics(report, "train_sps")
     ]
     if bars:
-        fig, ax = plt.subplots(figsize=(8, 0.35 * len(bars) + 1.2))
-        labels = [b[0] for b in bars]
+        fig, ax = plt.subplots(figsize=(8, min(MAX_FIGURE_INCHES, 0.35 * len(bars) + 1.2)))
+        labels = [plot_text(b[0]) for b in bars]
         med = [b[1] for b in bars]
-        err = [[b[1] - b[2] for b in bars], [b[3] - b[1] for b in bars]]
+        err = [[max(0, b[1] - b[2]) for b in bars], [max(0, b[3] - b[1]) for b in bars]]
         ax.barh(labels, med, xerr=err, color="#4c72b0")
         ax.set_xscale("log")
         ax.invert_yaxis()
         ax.set_xlabel("agent-steps/s (median, min-max bars)")
-        cores = report["fingerprint"].get("cpu", {}).get("physical_cores")
-        ax.set_title(
-            f"{report['suite'].get('name')} suite: {gpu_label(report['fingerprint'])}, {cores} cores"
-        )
+        fp = report["fingerprint"]
+        cores = (fp.get("cpu") or {}).get("physical_cores")
+        ax.set_title(plot_text(f"{report['suite'].get('name')} suite: {gpu_label(fp)}, {cores} cores", 120))
         save(fig, "sps")
 
     curves: dict[str, list[tuple[int, float]]] = {}
     for _, m in _metrics(report, "env_sps"):
-        curves.setdefault(m["labels"]["env"], []).append((int(m["labels"]["threads"]), m["median"]))
+        env, threads = _label(m, "env"), _label(m, "threads")
+        if env is not None and isinstance(threads, int) and threads > 0:
+            curves.setdefault(env, []).append((threads, m["median"]))
     if any(len(c) > 1 for c in curves.values()):
         fig, ax = plt.subplots(figsize=(6, 4))
         for env, pts in sorted(curves.items()):
             pts.sort()
             base = pts[0][1] / pts[0][0]
-            ax.plot([p[0] for p in pts], [p[1] / base for p in pts], marker="o", label=env)
+            ax.plot([p[0] for p in pts], [p[1] / base for p in pts], marker="o", label=plot_text(env))
         top = max(p[0] for c in curves.values() for p in c)
         ax.plot([1, top], [1, top], "k--", linewidth=0.8, label="linear")
         ax.set_xlabel("threads")
@@ -626,18 +745,22 @@ def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
 
     phases: dict[str, dict[str, float]] = {}
     for _, m in _metrics(report, "train_phase"):
-        phases.setdefault(m["labels"]["env"], {})[m["labels"]["phase"]] = m["median"]
+        env, phase = _label(m, "env"), _label(m, "phase")
+        if env is not None and phase is not None:
+            phases.setdefault(env, {})[phase] = m["median"]
     if phases:
-        fig, ax = plt.subplots(figsize=(9, 0.6 * len(phases) + 1.6))
+        fig, ax = plt.subplots(figsize=(9, min(MAX_FIGURE_INCHES, 0.6 * len(phases) + 1.6)))
         names = sorted({p for v in phases.values() for p in v})
         cmap = plt.get_cmap("tab10")
         for row, (_env, shares) in enumerate(sorted(phases.items())):
             left = 0.0
             for i, name in enumerate(names):
                 width = 100 * shares.get(name, 0.0)
-                ax.barh(row, width, left=left, color=cmap(i % 10), label=name if row == 0 else None)
+                ax.barh(
+                    row, width, left=left, color=cmap(i % 10), label=plot_text(name) if row == 0 else None
+                )
                 left += width
-        ax.set_yticks(range(len(phases)), sorted(phases))
+        ax.set_yticks(range(len(phases)), [plot_text(env) for env in sorted(phases)])
         ax.set_xlabel("% of training wall time")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set_title("training phase breakdown")
@@ -660,10 +783,6 @@ def _size(n: Any) -> str | None:
 
 def _yes(value: Any) -> str | None:
     return None if value is None else ("yes" if value else "no")
-
-
-def _cell(value: Any) -> str:
-    return str(value).replace("|", "/")
 
 
 def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
@@ -782,14 +901,24 @@ NOISE_NOTE = (
 )
 
 
+def _num(value: Any, spec: str) -> str:
+    """A number formatted with ``spec``, or '-' where the report has none."""
+    return "-" if value is None else format(value, spec)
+
+
+def _percent(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{100 * ratio:.0f}%"
+
+
 def _gate_cell(step: dict[str, Any]) -> str:
     gate = step.get("gate")
     if not gate:
         return "-"
-    retaken = ", ".join(f"{r['value']:.3g} at {100 * r['speed_ratio']:.0f}%" for r in gate["retaken"])
+    taken = gate.get("retaken") or []
+    retaken = ", ".join(f"{_num(r['value'], '.3g')} at {_percent(r['speed_ratio'])}" for r in taken)
     return (
-        f"{gate['samples']}, {len(gate['retaken'])}{f' ({retaken})' if retaken else ''}, "
-        f"{gate['slow_kept']}, {gate['waited_s']:g} s"
+        f"{gate.get('samples')}, {len(taken)}{f' ({retaken})' if retaken else ''}, "
+        f"{gate.get('slow_kept')}, {_num(gate.get('waited_s'), 'g')} s"
     )
 
 
@@ -797,132 +926,113 @@ def _speed_cell(step: dict[str, Any]) -> str:
     ratio = step.get("speed_ratio")
     if not ratio:
         return "-"
-    return " / ".join(
-        f"{100 * ratio[k]:.0f}%" for k in ("int_mops", "float_gflops", "copy_gbs") if k in ratio
-    )
+    return " / ".join(_percent(ratio[k]) for k in ("int_mops", "float_gflops", "copy_gbs") if k in ratio)
 
 
-def noise_table(report: dict[str, Any]) -> list[list[str]]:
+def noise_table(report: dict[str, Any]) -> list[tuple[list[str], bool]]:
+    """(cells, busy) per noise-guard step: the last cell is the busy reasons, 'quiet' or '-'."""
     rows = []
     for step in (report.get("noise") or {}).get("steps") or []:
         if not step.get("n"):
-            rows.append([_cell(step["step"]), "0", "-", "-", _speed_cell(step), _gate_cell(step), "-"])
+            rows.append(([str(step["step"]), "0", "-", "-", _speed_cell(step), _gate_cell(step), "-"], False))
             continue
-        busy = "**busy**: " + "; ".join(step["reasons"]) if step.get("busy") else "quiet"
+        busy = bool(step.get("busy"))
+        cores = [
+            f"{_num(step.get(f'{who}_cores_mean'), '.2f')} / {_num(step.get(f'{who}_cores_max'), '.2f')}"
+            for who in ("others", "steal")
+        ]
+        reasons = "; ".join(step.get("reasons") or []) if busy else "quiet"
         rows.append(
-            [
-                _cell(step["step"]),
-                str(step["n"]),
-                f"{step['others_cores_mean']:.2f} / {step['others_cores_max']:.2f}",
-                f"{step['steal_cores_mean']:.2f} / {step['steal_cores_max']:.2f}",
-                _speed_cell(step),
-                _gate_cell(step),
-                busy,
-            ]
+            ([str(step["step"]), str(step["n"]), *cores, _speed_cell(step), _gate_cell(step), reasons], busy)
         )
     return rows
 
 
 # ---------------------------------------------------------------------- HTML
 
-
-HTML_STYLE = """
+# Autoescape is on: every value from the report is escaped; nothing in the template is marked safe.
+HTML_TEMPLATE = """\
+<!doctype html><html><head><meta charset=utf-8><title>{{ title }}</title>
+<style>
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .warn{background:#fff4e5;border-left:4px solid #f0a020;padding:.4em .8em;margin:.4em 0}
 .busy{color:#b00;font-weight:bold}img{max-width:100%}code{font-size:90%}
+</style></head><body><h1>{{ title }}</h1><ul>
+<li>Created {{ h['created'] }} by <code>{{ h['command'] }}</code></li>
+<li>Machine: {{ h['machine'] }}</li>
+<li>Versions: puffer-bench {{ h['puffer_bench'] }}, Python {{ h['python'] }}, torch {{ h['torch'] }}, git {{ h['git'] }}</li>
+<li>Seed {{ h['seed'] }}, {{ h['repeats'] }} repeats per measurement; took {{ h['took'] }} s</li></ul>
+<p>{{ note }}</p>
+{% for w in warnings %}<div class=warn><b>Warning:</b> {{ w }}</div>
+{% endfor %}{% for s in skipped %}<div class=warn>Skipped {{ s['what'] }}: {{ s['why'] }}</div>
+{% endfor %}{% if roofline %}<h2>Roofline</h2><ul>{% for r in roofline %}<li>{{ r['summary'] }}</li>{% endfor %}</ul>
+{% endif %}{% for env, t in training %}<h2>Training bottleneck: {{ env }}</h2><p>{{ t['summary'] }}</p><ul>
+{% for s in t.get('suggestions') or [] %}<li>{{ s }}</li>{% endfor %}</ul>
+{% endfor %}{% for title, rows in sections %}<h2>{{ title }}</h2>
+<table><tr>{% for c in metric_columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for name, busy, c in rows %}<tr><td><code>{{ name }}</code>{% if busy %} <span class=busy>busy</span>{% endif %}</td>\
+<td class=num>{{ c['median'] }}</td><td class=num>{{ c['range'] }}</td><td class=num>{{ c['ci'] }}</td>\
+<td class=num>{{ c['cv'] }}</td><td class=num>{{ c['unit'] }}</td><td class=num>{{ c['ceiling'] }}</td></tr>
+{% endfor %}</table>
+{% endfor %}{% if images %}<h2>Plots</h2>
+{% for alt, data in images %}<p><img alt="{{ alt }}" src="data:image/png;base64,{{ data }}"></p>
+{% endfor %}{% endif %}{% if noise %}<h2>Noise guard</h2><p>{{ noise_note }}</p>
+<table><tr>{% for c in noise_columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for cells, busy in noise %}<tr>{% for c in cells[:-1] %}<td>{{ c }}</td>{% endfor %}\
+<td>{% if busy %}<span class=busy>busy</span>: {% endif %}{{ cells[-1] }}</td></tr>
+{% endfor %}</table>
+{% endif %}<h2>Machine fingerprint</h2>
+<table><tr><th></th><th></th></tr>
+{% for k, v in facts %}<tr><td>{{ k }}</td><td>{{ v }}</td></tr>
+{% endfor %}</table>
+</body></html>
 """
 
 
+@functools.cache
+def _html_template() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(HTML_TEMPLATE)
+
+
 def to_html(report: dict[str, Any], images: Sequence[tuple[str, bytes]] = ()) -> str:
-    """One self-contained HTML page: the same content as the Markdown, plots inline as base64 PNG."""
+    """One self-contained HTML page: the same content as the Markdown, plots inline as base64 PNG.
+
+    Rendered by a jinja2 template with autoescape: report content cannot add markup."""
     import base64
-    from html import escape
 
-    def table(header: Sequence[str], rows: Sequence[Sequence[str]], num_from: int = 99) -> str:
-        head = "".join(f"<th>{escape(h)}</th>" for h in header)
-        body = "".join(
-            "<tr>"
-            + "".join(f"<td{' class=num' if i >= num_from else ''}>{c}</td>" for i, c in enumerate(row))
-            + "</tr>"
-            for row in rows
-        )
-        return f"<table><tr>{head}</tr>{body}</table>"
-
-    fp, prof, suite = report["fingerprint"], report["profile"], report["suite"]
-    versions = fp.get("versions") or {}
-    title = f"puffer-bench report: suite {suite.get('name')}, profile {prof.get('name')}"
-    parts = [
-        f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}</title>",
-        f"<style>{HTML_STYLE}</style></head><body><h1>{escape(title)}</h1><ul>",
-        f"<li>Created {escape(report['created_utc'])} by <code>{escape(report.get('command') or 'puffer-bench run')}</code></li>",
-        f"<li>Machine: {escape(machine_line(fp))}</li>",
-        f"<li>Versions: puffer-bench {escape(str(versions.get('puffer_bench')))}, Python {escape(str(fp.get('python')))}, "
-        f"torch {escape(str(versions.get('torch')))}, git {escape(str((fp.get('git') or {}).get('commit', '?')))}</li>",
-        f"<li>Seed {report['seed']}, {report.get('repeats')} repeats per measurement; "
-        f"took {report.get('duration_s') or 0:.0f} s</li></ul>",
-        "<p>Figures are medians of the repeats; the range is min - max; CI is a 95% bootstrap interval "
-        "for the median; CV is the run-to-run spread (sample std / mean).</p>",
-    ]
-    parts += [f"<div class=warn><b>Warning:</b> {escape(w)}</div>" for w in report.get("warnings") or []]
-    parts += [
-        f"<div class=warn>Skipped {escape(s['what'])}: {escape(s['why'])}</div>"
-        for s in report.get("skipped") or []
-    ]
+    h = header_facts(report)
     analysis = report.get("analysis") or {}
-    if analysis.get("roofline"):
-        parts.append("<h2>Roofline</h2><ul>")
-        parts += [f"<li>{escape(r['summary'])}</li>" for r in analysis["roofline"]]
-        parts.append("</ul>")
-    for env, t in (analysis.get("training") or {}).items():
-        parts.append(f"<h2>Training bottleneck: {escape(env)}</h2><p>{escape(t['summary'])}</p><ul>")
-        parts += [f"<li>{escape(s)}</li>" for s in t.get("suggestions", [])]
-        parts.append("</ul>")
     metrics = report["metrics"]
-    for prefix, section in SECTIONS:
-        rows = []
-        for name, m in metrics.items():
-            if not name.startswith(prefix):
-                continue
-            unit = m["unit"]
-            ci = m.get("ci")
-            busy = (m.get("noise") or {}).get("busy")
-            rows.append(
-                [
-                    f"<code>{escape(name)}</code>" + (" <span class=busy>busy</span>" if busy else ""),
-                    fmt(m.get("median"), unit),
-                    f"{fmt(m.get('min'), unit)} - {fmt(m.get('max'), unit)}",
-                    f"{fmt(ci[0], unit)} - {fmt(ci[1], unit)}" if ci else "-",
-                    f"{100 * m['cv']:.1f}%" if m.get("cv") is not None else "-",
-                    escape(unit),
-                    escape(f"{fmt(ceiling['value'], unit)} ({ceiling['source']})")
-                    if (ceiling := m.get("ceiling")) and ceiling.get("value")
-                    else "",
-                ]
-            )
+    sections = []
+    for prefix, title in SECTIONS:
+        rows = [
+            (name, bool((m.get("noise") or {}).get("busy")), metric_cells(m))
+            for name, m in metrics.items()
+            if name.startswith(prefix)
+        ]
         if rows:
-            parts.append(f"<h2>{escape(section)}</h2>")
-            columns = ("metric", "median", "range", "95% CI", "CV", "unit", "ceiling")
-            parts.append(table(columns, rows, num_from=1))
-    if images:
-        parts.append("<h2>Plots</h2>")
-        parts += [
-            f"<p><img alt='{escape(suffix)}' src='data:image/png;base64,{base64.b64encode(data).decode()}'></p>"
-            for suffix, data in images
-        ]
-    noise_rows = noise_table(report)
-    if noise_rows:
-        parts.append(f"<h2>Noise guard</h2><p>{escape(NOISE_NOTE)}</p>")
-        html_rows = [
-            [escape(c).replace("**busy**", "<span class=busy>busy</span>") for c in r] for r in noise_rows
-        ]
-        parts.append(table(NOISE_COLUMNS, html_rows))
-    facts = [(k, v) for k, v in machine_facts(fp).items() if v is not None]
-    parts.append("<h2>Machine fingerprint</h2>")
-    parts.append(table(("", ""), [[escape(k), escape(str(v))] for k, v in facts]))
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+            sections.append((title, rows))
+    return _html_template().render(
+        title=f"puffer-bench report: suite {h['suite']}, profile {h['profile']}",
+        h=h,
+        note=SUMMARY_NOTE,
+        warnings=report.get("warnings") or [],
+        skipped=report.get("skipped") or [],
+        roofline=analysis.get("roofline") or [],
+        training=list((analysis.get("training") or {}).items()),
+        sections=sections,
+        metric_columns=METRIC_COLUMNS,
+        images=[(suffix, base64.b64encode(data).decode()) for suffix, data in images],
+        noise=noise_table(report),
+        noise_note=NOISE_NOTE,
+        noise_columns=NOISE_COLUMNS,
+        facts=[(k, v) for k, v in machine_facts(report["fingerprint"]).items() if v is not None],
+    )
 
 
 def plot_learning_curves(report: dict[str, Any], save: Any, plt: Any) -> None:
@@ -935,20 +1045,25 @@ def plot_learning_curves(report: dict[str, Any], save: Any, plt: Any) -> None:
         envs = sorted(curves)
         cols = min(3, len(envs))
         rows = -(-len(envs) // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+        fig, axes = plt.subplots(
+            rows, cols, figsize=(4.2 * cols, min(MAX_FIGURE_INCHES, 3.2 * rows)), squeeze=False
+        )
         for ax in axes.flat[len(envs) :]:
             ax.set_visible(False)
         for ax, env in zip(axes.flat, envs, strict=False):
             entry = curves[env]
             for i, run in enumerate(entry["runs"]):
+                points = [(a, b) for a, b in zip(run[x], run["score"], strict=False) if None not in (a, b)]
                 ax.plot(
-                    run[x],
-                    run["score"],
+                    [p[0] for p in points],
+                    [p[1] for p in points],
                     linewidth=1.2,
                     label=f"seed +{i}" if len(entry["runs"]) > 1 else None,
                 )
-            ax.axhline(float(entry["target"]), color="k", linestyle="--", linewidth=0.8)
-            ax.set_title(f"{env}: {entry['metric']} (target {entry['target']})", fontsize=9)
+            target = entry.get("target")
+            if target is not None:
+                ax.axhline(float(target), color="k", linestyle="--", linewidth=0.8)
+            ax.set_title(plot_text(f"{env}: {entry.get('metric')} (target {target})", 60), fontsize=9)
             ax.set_xlabel(label, fontsize=8)
             ax.tick_params(labelsize=7)
         save(fig, f"learning-{x}")
