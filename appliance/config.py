@@ -377,6 +377,17 @@ def _apply(
             check_value(section, key, data[section][key], f"{name} (from {source})")
 
 
+def check_layer(layer: Mapping[str, Any], source: str) -> dict[str, dict[str, Any]]:
+    """``layer`` (sections of keys, as in a config file) typed and checked like a ``--config`` file's
+    (types, choices, ranges; not env parameters), without merging it into a config: the values as
+    typed, section by section. For what a run folder or checkpoint says it was trained with."""
+    base = defaults()
+    schema = {s: dict(base.get(s) or {}) for s in SECTIONS}
+    data = {s: dict(v) for s, v in schema.items()}
+    _apply(data, layer, schema, source)
+    return {str(s): {str(k): data[str(s)][str(k)] for k in (v or {})} for s, v in layer.items()}
+
+
 def check_value(section: str, key: str, value: Any, name: str | None = None) -> None:
     """Raise a ConfigError if a typed value is outside its range in :data:`RANGES` (or an empty path)."""
     name = name or f"{section}.{key}"

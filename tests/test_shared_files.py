@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
+from appliance import config, vector
 from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.stats import summarize
 from appliance.cli import cli
+from appliance.train import Trainer
 
 # Every way into markup at once: closing an attribute, a script, an event handler, a javascript: link
 # in HTML and in Markdown, a table cell break, a code span, the README's end marker, matplotlib maths,
@@ -374,3 +379,122 @@ def test_every_committed_report_passes_the_validator():
             rpt.to_markdown(rpt.load(path))
             checked += 1
     assert checked
+
+
+# ----------------------------------------------------------------------------- checkpoints and runs
+
+SMALL = ["--train.device", "cpu", "--vec.num-envs", "8", "--train.bptt-horizon", "8"]
+
+SMALL += ["--train.minibatch-size", "64", "--policy.hidden-size", "32"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A data dir with one squared run (one epoch, hidden size 32) that ``latest`` names."""
+    data = tmp_path_factory.mktemp("runs")
+    cfg = config.resolve(env="squared", overrides=[*SMALL, "--train.data-dir", str(data)])
+    run = data / "r1"
+    trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=run)
+    trainer.latest_pointer = data / "latest"
+    try:
+        trainer.evaluate()
+        trainer.train()
+        trainer.save_checkpoint()
+    finally:
+        trainer.close()
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    return data
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path):
+    """A copy of the trained data dir to damage."""
+    import shutil
+
+    data = tmp_path / "runs"
+    shutil.copytree(trained, data)
+    return data
+
+
+def eval_cli(data: Path, env: str = "squared", *extra: str):
+    return run_cli("eval", env, "--episodes", "1", "--train.device", "cpu", "--train.data-dir", data, *extra)
+
+
+def test_eval_of_another_env_than_the_checkpoint_names_both(trained):
+    out = one_line_error(eval_cli(trained, "CartPole-v1"), "trained on env squared, not CartPole-v1")
+    assert "--load-model-path" in out and "log_std" not in out
+
+
+@pytest.mark.parametrize(
+    ("saved", "fragment"),
+    [
+        ("policy: {hidden_size: 1e6}\n", "policy.hidden_size"),  # would allocate terabytes
+        ("policy: {core: transformer}\n", "policy.core"),
+        ("policy: 5\n", "'policy' must be a mapping"),
+        ("- a\n- b\n", "must hold a mapping"),
+        ("policy: [1, 2\n", "bad YAML"),
+        (b"\xff\xfe\x00\x81junk", "not UTF-8"),
+    ],
+)
+def test_a_damaged_run_config_is_one_line_before_any_policy_is_built(run_copy, saved, fragment, monkeypatch):
+    saved_path = run_copy / "r1" / "config.yaml"
+    saved_path.write_bytes(saved if isinstance(saved, bytes) else saved.encode())
+    import appliance.train.trainer as trainer_module
+
+    def no_policy(*args, **kwargs):
+        raise AssertionError("a policy was built from a damaged config")
+
+    monkeypatch.setattr(trainer_module, "make_policy", no_policy)
+    one_line_error(eval_cli(run_copy), str(saved_path), fragment)
+
+
+def rewrite_checkpoint(path: Path, change) -> None:
+    blob = torch.load(path, weights_only=True)
+    change(blob)
+    path.unlink()  # model.pt shares its blocks with the epoch's snapshot: keep the snapshot intact
+    torch.save(blob, path)
+
+
+class PickledCode:
+    def __reduce__(self):
+        return (os.system, ("true",))
+
+
+def test_a_checkpoint_holding_pickled_code_is_refused_for_safety(run_copy):
+    model = run_copy / "r1" / "model.pt"
+    rewrite_checkpoint(model, lambda b: b["meta"].update(extra=PickledCode()))
+    out = one_line_error(eval_cli(run_copy), str(model), "not plain tensors and data", "refused for safety")
+    assert "truncated" not in out and "corrupt" not in out
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (lambda b: b["meta"]["policy"].update(hidden_size=1e6), "policy.hidden_size"),
+        (lambda b: b["meta"]["policy"].update(core="transformer"), "policy.core"),
+        (lambda b: b.update(meta="squared"), "'meta'"),
+        (lambda b: b.update(epoch="one"), "epoch must be a whole number"),
+        (lambda b: b.update(model={"w": [1.0, 2.0]}), "named tensors"),
+    ],
+)
+def test_crafted_checkpoint_fields_are_one_line_on_eval_and_resume(run_copy, change, fragment):
+    model = run_copy / "r1" / "model.pt"
+    rewrite_checkpoint(model, change)
+    one_line_error(eval_cli(run_copy), str(model), fragment, "model_000001.pt")
+    resume = run_cli(
+        "train", "squared", "--resume", "r1", "--no-dashboard", *SMALL, "--train.data-dir", run_copy
+    )
+    one_line_error(resume, str(model), fragment)
+
+
+def test_a_zip_bomb_checkpoint_is_refused_before_torch_reads_it(run_copy):
+    bomb = run_copy / "bomb.pt"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("bomb/data.pkl", bytes(64 * 2**20))
+    one_line_error(eval_cli(run_copy, "squared", "--load-model-path", bomb), str(bomb), "would unpack to")
+
+
+@pytest.mark.parametrize("pointer", [b"\xff\xfe\x00junk", b"r\x001", b""])
+def test_a_damaged_latest_pointer_is_one_line(run_copy, pointer):
+    (run_copy / "latest").write_bytes(pointer)
+    one_line_error(eval_cli(run_copy), str(run_copy / "latest"), "damaged")
