@@ -18,14 +18,16 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
 from appliance import config, vector
-from appliance.bench import readme
+from appliance.bench import readme, suite, sweep
 from appliance.bench import report as rpt
 from appliance.bench.stats import summarize
 from appliance.cli import cli
+from appliance.errors import ConfigError, ReportError
 from appliance.train import Trainer
 
 # Every way into markup at once: closing an attribute, a script, an event handler, a javascript: link
@@ -35,7 +37,6 @@ HOSTILE = (
     '"\'><script>alert(1)</script><img src=x onerror=alert(1)><a href="javascript:alert(1)">a</a>'
     " [l](javascript:alert(1)) | `tick` <!-- results:end --> $\\frac{1}{$ {{7*7}}\n# heading"
 )
-
 PREFIXES = ("probe/", "env_sps/", "vector_sps/", "train_sps/", "train_phase/", "time_to_score/")
 
 
@@ -204,7 +205,6 @@ HTML_TAGS = {
     "div",
     "b",
 }
-
 HTML_TAGS |= {"table", "tr", "th", "td", "span", "img"}
 
 
@@ -214,7 +214,6 @@ def markdown_as_html(text: str) -> str:
 
 
 MD_TAGS = {"h1", "h2", "p", "ul", "li", "code", "strong", "em", "blockquote", "table", "thead", "tbody"}
-
 MD_TAGS |= {"tr", "th", "td", "img", "a"}
 
 
@@ -296,7 +295,6 @@ def mutated(change) -> dict:
 
 
 M = "metrics['env_sps/squared/threads=1']"
-
 DAMAGED_REPORTS = [
     (mutated(lambda d: d["metrics"]["env_sps/squared/threads=1"].update(median="fast")), f"{M}.median"),
     (mutated(lambda d: d["metrics"]["env_sps/squared/threads=1"].update(cv="3%")), f"{M}.cv"),
@@ -322,7 +320,6 @@ DAMAGED_REPORTS = [
     (mutated(lambda d: d.update(warnings=["\x1b]0;owned\x07"])), "control character 0x1b"),
     (mutated(lambda d: d.update(seed="<script>")), "seed must be a whole number"),
 ]
-
 DAMAGED_FILES = [
     (b"[" * 200_000 + b"]" * 200_000, "nests 200,000 levels deep"),
     (json.dumps(good_report()).encode()[:300], "cannot read report"),
@@ -384,7 +381,6 @@ def test_every_committed_report_passes_the_validator():
 # ----------------------------------------------------------------------------- checkpoints and runs
 
 SMALL = ["--train.device", "cpu", "--vec.num-envs", "8", "--train.bptt-horizon", "8"]
-
 SMALL += ["--train.minibatch-size", "64", "--policy.hidden-size", "32"]
 
 
@@ -498,3 +494,117 @@ def test_a_zip_bomb_checkpoint_is_refused_before_torch_reads_it(run_copy):
 def test_a_damaged_latest_pointer_is_one_line(run_copy, pointer):
     (run_copy / "latest").write_bytes(pointer)
     one_line_error(eval_cli(run_copy), str(run_copy / "latest"), "damaged")
+
+
+# ----------------------------------------------------------------------------- suites, configs, profiles, sweeps
+
+
+def laughs() -> str:
+    """Ten levels of ten aliases each: a few hundred bytes that expand to 10^10 values."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    return "\n".join(lines) + "\n"
+
+
+BAD_YAML = [
+    ("x: " + "[" * 5000 + "]" * 5000 + "\n", "nests deeper than 32"),
+    ("x:\n" + "".join(" " * i + "- \n" for i in range(1, 300)), "nests deeper than 32"),
+    (laughs(), "more than 1,000,000 values"),
+    ("x: " + "9" * 5000 + "\n", "bad YAML"),
+    (b"\x89PNG\r\n\x1a\n\xff" + bytes(range(200)), "not UTF-8"),
+    ("x: [1, 2\n", "bad YAML"),
+]
+BAD_SUITES = [
+    ({"seconds": math.inf}, "seconds: must be a positive number"),
+    ({"seconds": math.nan}, "seconds: must be a positive number"),
+    ({"seconds": 1e300}, "seconds: must be at most"),
+    ({"probe": {"envs": ["squared"], "runs": 10**9}}, "probe.runs: must be at most 1,000"),
+    ({"env_sps": {"envs": ["squared"], "threads": [10**9]}}, "env_sps.threads: must be at most"),
+    (
+        {"vector_sps": [{"env": "squared", "backends": ["native"], "num_envs": 10**12}]},
+        "num_envs: must be at most",
+    ),
+    ({"gate": {"retakes": 10**11}}, "gate.retakes"),
+    (
+        {"time_to_score": [{"env": "squared", "metric": "perf", "target": math.nan, "max_timesteps": 10}]},
+        "target",
+    ),
+    ({"time_to_score": [{"env": "squared", "metric": [1], "target": 1, "max_timesteps": 10}]}, "metric"),
+    (
+        {"train_sps": {"envs": ["squared"], "variants": {"v": {"policy.hidden_size": 10**9}}}},
+        "policy.hidden_size",
+    ),
+    ({"train_sps": {"envs": ["squared"], "variants": {"v": {"train.bogus": 1}}}}, "train.bogus"),
+    ({"description": {"a": 1}}, "'description'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [(text, f) for text, f in BAD_YAML] + [({"name": "t", **spec}, f) for spec, f in BAD_SUITES],
+)
+def test_a_damaged_or_crafted_suite_is_one_line_naming_it(tmp_path, content, fragment):
+    path = tmp_path / "suite.yaml"
+    if isinstance(content, dict):
+        content = yaml.safe_dump(content)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    one_line_error(
+        run_cli("run", "--suite", path, "--out", tmp_path / "out", "--gpu", "cpu"), str(path), fragment
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"), [*BAD_YAML, ("policy: {hidden_size: .inf}\n", "policy.hidden_size")]
+)
+def test_a_damaged_config_file_is_one_line_naming_it(tmp_path, content, fragment):
+    path = tmp_path / "best.yaml"  # e.g. a sweep's best.yaml passed on
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    one_line_error(run_cli("config", "squared", "--config", path), str(path), fragment)
+
+
+def test_a_config_file_larger_than_the_bound_is_refused(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"train:\n" + b"#" * config.MAX_YAML_BYTES)
+    one_line_error(run_cli("config", "squared", "--config", path), str(path), "larger than 4 MiB")
+
+
+def test_a_crafted_hardware_profile_is_a_config_error(tmp_path, monkeypatch):
+    (tmp_path / "odd.yaml").write_text("profile: just a string\n")
+    (tmp_path / "big.yaml").write_text("profile: {gpu: H200}\npolicy: {hidden_size: 1.0e+6}\n")
+    monkeypatch.setattr(config, "profile_dir", lambda: tmp_path)
+    assert config.detect_profile([{"name": "NVIDIA H100"}]) == "cpu"  # no AttributeError on odd.yaml
+    with pytest.raises(ConfigError, match="'profile' in .*odd.yaml must be a mapping"):
+        config.resolve(env="squared", profile="odd")
+    with pytest.raises(ConfigError, match="policy.hidden_size .from .*big.yaml.*out of range"):
+        config.resolve(env="squared", profile="big")
+
+
+@pytest.mark.parametrize(
+    ("space", "fragment"),
+    [
+        ({"space": {"policy.hidden_size": {"choices": [32, 10**9]}}}, "policy.hidden_size value 1000000000"),
+        ({"space": {"train.gamma": {"low": "a", "high": 1}}}, "needs {low, high}"),
+        ({"space": {"train.learning_rate": {"low": 0, "high": 1, "log": True}}}, "low must be above 0"),
+        (
+            {"space": {"train.gamma": {"low": 0.8, "high": 0.9}}, "envs": ["squared"]},
+            "envs must be a mapping",
+        ),
+        ({"space": {"train.gamma": {"low": 0.8, "high": 0.9}}, "prune": {"warmup": "soon"}}, "prune.warmup"),
+        ({"space": {"train.gamma": {"low": 0.8, "high": 0.9}}, "objective": {"target": math.nan}}, "target"),
+    ],
+)
+def test_a_crafted_sweep_space_is_one_line_naming_it(tmp_path, space, fragment):
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    with pytest.raises(ConfigError) as e:
+        sweep.load_space("squared", path)
+    assert str(path) in str(e.value) and fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_suite_and_report_bounds_agree():
+    """A suite cannot ask for more samples a metric than a report may hold."""
+    assert suite.MOST_RUNS == rpt.MAX_SAMPLES == config.RANGES[("bench", "repeats")].high
+    with pytest.raises(ReportError, match="samples"):
+        rpt.validate(
+            mutated(lambda d: d["metrics"]["env_sps/squared/threads=1"].update(samples=[1.0] * 1001))
+        )

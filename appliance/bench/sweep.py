@@ -22,6 +22,7 @@ The Pareto front of the two is the answer, as in PufferLib's Protein: for each c
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -33,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from appliance.config import read_yaml, resolve
+from appliance.config import check_layer, read_yaml, resolve
 from appliance.errors import ConfigError
 from appliance.paths import defaults_dir
 from appliance.report_io import write_bytes_atomic
@@ -81,30 +82,80 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _mapping(value: Any, where: str, path: Path) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"sweep space {path}: {where} must be a mapping, got {type(value).__name__}")
+    return value
+
+
 def load_space(env: str, path: str | Path | None = None) -> Space:
-    """The search space for ``env``: the file's top level with its ``envs.<env>`` entry merged over."""
+    """The search space for ``env``: the file's top level with its ``envs.<env>`` entry merged over.
+
+    A space file may come from elsewhere: every field is checked, every value a trial could take (each
+    choice, both ends of a range) is held to its key's range, and one point of the space resolves as
+    a config (names, env parameters, memory): a bad one is one line naming the file and the key before
+    any trial starts."""
     path = Path(path) if path else defaults_dir() / "sweep.yaml"
     data = read_yaml(path, "sweep space")
-    merged = _merge({k: v for k, v in data.items() if k != "envs"}, (data.get("envs") or {}).get(env) or {})
-    params = {k: v for k, v in (merged.get("space") or {}).items() if v is not None}
+    for_env = _mapping(_mapping(data.get("envs"), "envs", path).get(env), f"envs.{env}", path)
+    merged = _merge({k: v for k, v in data.items() if k != "envs"}, for_env)
+    params = {k: v for k, v in _mapping(merged.get("space"), "space", path).items() if v is not None}
     if not params:
         raise ConfigError(f"{path}: 'space' names no parameter to sweep")
     for name, spec in params.items():
-        section, _, key = name.partition(".")
+        section, _, key = str(name).partition(".")
         if not key or section not in ("train", "policy", "vec", "env"):
             raise ConfigError(f"{path}: space key {name!r} must be section.key (train, policy, vec or env)")
-        ok = isinstance(spec, dict) and (
-            ("choices" in spec and len(spec["choices"]) > 0) or ("low" in spec and "high" in spec)
+        choices = spec.get("choices") if isinstance(spec, dict) else None
+        ranged = isinstance(spec, dict) and _finite(spec.get("low")) and _finite(spec.get("high"))
+        ok = (isinstance(choices, list) and len(choices) > 0) or (ranged and spec["low"] < spec["high"])
+        if not ok:
+            raise ConfigError(
+                f"{path}: {name} needs {{low, high}} (numbers) with low < high, or {{choices: [...]}}"
+            )
+        if ranged and spec.get("log") and spec["low"] <= 0:
+            raise ConfigError(f"{path}: {name} samples a logarithm (log: true), so low must be above 0")
+        for value in choices if choices is not None else (spec["low"], spec["high"]):
+            value = int(value) if spec.get("int") and _finite(value) else value
+            try:  # each value within the key's range (env parameters: checked as a trial resolves them)
+                if section != "env":
+                    check_layer({section: {key: value}}, "the space")
+            except ConfigError as e:
+                raise ConfigError(f"sweep space {path}: {name} value {value!r}: {e}") from None
+    first = {s: {k: _sample_value(spec)} for s, k, spec in _split(params)}
+    try:
+        resolve(env=env, overrides=first)  # the names exist, and one point of the space resolves
+    except ConfigError as e:
+        raise ConfigError(f"sweep space {path}: {e}") from None
+    objective = _mapping(merged.get("objective"), "objective", path)
+    prune = _mapping(merged.get("prune"), "prune", path)
+    target = objective.get("target")
+    if target is not None and not _finite(target):
+        raise ConfigError(
+            f"sweep space {path}: objective.target must be a finite number or null, got {target!r}"
         )
-        if not ok or ("low" in spec and not float(spec["low"]) < float(spec["high"])):
-            raise ConfigError(f"{path}: {name} needs {{low, high}} with low < high, or {{choices: [...]}}")
-    objective, prune = merged.get("objective") or {}, merged.get("prune") or {}
-    resolve(env=env, overrides={s: {k: _sample_value(spec)} for s, k, spec in _split(params)})  # names exist
+    numbers = {
+        "objective.window": objective.get("window", 5),
+        "prune.warmup": prune.get("warmup", 0.3),
+        "prune.margin": prune.get("margin", 0.05),
+        "prune.min_trials": prune.get("min_trials", 2),
+    }
+    for where, value in numbers.items():
+        if not (_finite(value) and value >= 0):
+            raise ConfigError(f"sweep space {path}: {where} must be a finite number >= 0, got {value!r}")
+    if not isinstance(objective.get("metric", "episode_return"), str):
+        raise ConfigError(f"sweep space {path}: objective.metric must be the name of a logged metric")
     return Space(
         params=params,
-        metric=str(objective.get("metric", "episode_return")),
+        metric=objective.get("metric", "episode_return"),
         target=None if objective.get("target") is None else float(objective["target"]),
-        window=int(objective.get("window", 5)),
+        window=max(1, int(objective.get("window", 5))),
         warmup=float(prune.get("warmup", 0.3)),
         margin=float(prune.get("margin", 0.05)),
         min_trials=int(prune.get("min_trials", 2)),
