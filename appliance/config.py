@@ -98,7 +98,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("train", "gamma"): UNIT,
     ("train", "gae_lambda"): UNIT,
     ("train", "vtrace_rho_clip"): POSITIVE,
-    ("train", "vtrace_c_clip"): POSITIVE,
+    ("train", "vtrace_c_clip"): NON_NEGATIVE,  # 0: one-step TD errors only (PufferLib's go.ini)
     ("train", "prio_alpha"): NON_NEGATIVE,
     ("train", "prio_beta0"): UNIT,
     ("train", "clip_coef"): POSITIVE,

@@ -3,7 +3,10 @@
 A report or checkpoint is either whole or absent, never half-written. Files get the mode any other
 file of the user gets (``0666`` less the umask), like ``metrics.jsonl``, not the ``0600`` of a bare
 temp file. :func:`write_bytes_exclusive` publishes a file only under a name nobody else has taken,
-and :func:`check_writable` finds an unwritable destination before the work that would fill it.
+and :func:`unwritable` finds a destination that could not take the results (unwritable, or too
+little free space) before the work that would fill it: ``run``, ``ab``, ``sweep``, ``train
+--report`` and run folders all ask it. A disk that fills up anyway is named by :func:`disk_full`;
+:func:`write_what_fits` then keeps every file that still fits.
 
 Reports, suites and configs are shared between machines, so their content is hostile input:
 :func:`read_bounded` refuses a file over a size limit before reading it whole, and
@@ -14,14 +17,21 @@ as the caller's error class (this module sits below ``errors``).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 TMP_SUFFIX = ".tmp"
+# Free space a results folder needs before the work starts: a suite report with its HTML and plots
+# is under 2 MiB, a sweep's study.db a few MiB, a small policy's checkpoint a few MiB more. A disk
+# with less than this is nearly full, and measuring for minutes only to lose the figures helps nobody.
+MIN_FREE = 64 * 2**20
 
 
 def umask() -> int:
@@ -84,11 +94,12 @@ def write_json_atomic(path: str | Path, obj: Any) -> Path:
     return write_bytes_atomic(path, (json.dumps(obj, indent=2) + "\n").encode())
 
 
-def unwritable(folder: str | Path) -> str | None:
-    """Why files could not be written into ``folder`` (one line), or None if they can.
+def unwritable(folder: str | Path, need: int = MIN_FREE) -> str | None:
+    """Why results could not be written into ``folder`` (one line), or None if they can.
 
-    Ask before the work whose results would go there. Creates the missing folders (they would be
-    created anyway) and a probe file that is removed.
+    Ask before the work whose results would go there: the folder must take a file, and its
+    filesystem must have ``need`` bytes free. Creates the missing folders (they would be created
+    anyway) and a probe file that is removed.
     """
     folder = Path(folder)
     try:
@@ -98,7 +109,57 @@ def unwritable(folder: str | Path) -> str | None:
         os.unlink(probe)
     except OSError as e:
         return f"cannot write into {folder}: {e.strerror or e}"
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None  # no figure (an odd filesystem): the probe file went in, go ahead
+    if free < need:
+        return (
+            f"only {size_text(free)} free in {folder} (results need {size_text(need)}); "
+            "free some space or write elsewhere"
+        )
     return None
+
+
+def require_room(folder: str | Path, what: str, error: Callable[[str], Exception]) -> None:
+    """Raise ``error("<what>: <why>")`` when :func:`unwritable` finds that ``folder`` cannot take the
+    results (``error`` is the caller's one-line error type: this module sits below errors.py)."""
+    problem = unwritable(folder)
+    if problem:
+        raise error(f"{what}: {problem}")
+
+
+def size_text(n: float) -> str:
+    """Bytes as B, KiB, MiB or GiB with three significant digits."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says the disk (or the user's quota) is full."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "database or disk is full" in str(error)  # SQLite's words for ENOSPC
+
+
+def write_what_fits(files: Iterable[tuple[Path, Callable[[], bytes]]]) -> tuple[list[Path], list[Path], str]:
+    """Write each (path, contents) atomically in turn; on a full disk go on with the rest (a smaller
+    file may still fit). Returns the paths written, those not written, and why not ('' when all were).
+    Errors other than a full disk propagate."""
+    written: list[Path] = []
+    missing: list[Path] = []
+    why = ""
+    for path, contents in files:
+        try:
+            written.append(write_bytes_atomic(path, contents()))
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            missing.append(Path(path))
+            why = e.strerror or str(e)
+    return written, missing, why
 
 
 def remove_stale_temps(folder: str | Path) -> list[Path]:

@@ -271,6 +271,68 @@ def test_comparing_hostile_reports_prints_their_text(tmp_path, hostile):
     assert_safe_markdown(md.output.replace(str(tmp_path), "tmp"))
 
 
+def test_an_ab_result_and_its_partial_line_render_as_text():
+    """ab's Markdown, its "partial" line included, escapes what the variants' reports and specs hold."""
+    from appliance.bench import ab
+
+    summary = {"median": 1.0}
+    result = {
+        "suite": {"name": HOSTILE},
+        "profile": HOSTILE,
+        "variants": {side: {"spec": HOSTILE, "what": HOSTILE} for side in ("A", "B")},
+        "rounds": 1,
+        "order": ["A1", "B1"],
+        "fingerprint": hostile_report()["fingerprint"],
+        "partial": {"signal": HOSTILE, "where": HOSTILE, "runs": 1, "planned": 2},
+        "metrics": {
+            HOSTILE: {
+                "unit": HOSTILE,
+                "a_summary": summary,
+                "b_summary": summary,
+                "ratio": 1.0,
+                "verdict": HOSTILE,
+            }
+        },
+    }
+    text = ab.to_markdown(result)
+    assert_safe_markdown(text)
+    assert [line for line in text.splitlines() if line.startswith("- **partial**: interrupted by ")]
+
+
+def test_a_sweeps_trials_md_and_best_yaml_hold_a_crafted_space_as_text(tmp_path):
+    """trials.md escapes the metric, keys and choices a shared space file names; best.yaml's header
+    stays one comment line; the plot reads no maths from the metric."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.add_trial(
+        create_trial(
+            params={"train.gamma": 0.9},
+            distributions={"train.gamma": FloatDistribution(0.8, 0.99)},
+            values=[1.0, 2.0],
+            user_attrs={"score": 1.0, "seconds": 2.0, "steps": 10},
+        )
+    )
+    study.add_trial(
+        create_trial(
+            state=TrialState.FAIL,
+            params={"env.note": HOSTILE},
+            distributions={"env.note": CategoricalDistribution([HOSTILE])},
+            user_attrs={"error": HOSTILE},
+        )
+    )
+    space = sweep.Space(params={"train.gamma": {"low": 0.8, "high": 0.99}}, metric=HOSTILE)
+    lines = list(sweep.write_outputs(study, space, tmp_path, "squared"))
+    assert any("best.yaml" in line for line in lines), lines
+    assert_safe_markdown((tmp_path / "trials.md").read_text())
+    best = (tmp_path / "best.yaml").read_text()
+    assert best.splitlines()[0].startswith("# puffer-bench sweep squared") and "\n# heading" not in best
+    assert yaml.safe_load(best) == {"train": {"gamma": 0.9}}
+    assert (tmp_path / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_readme_regeneration_is_idempotent_and_report_text_is_no_marker(tmp_path, hostile):
     page = tmp_path / "README.md"
     page.write_text(f"# project\n\n{readme.BEGIN}\nold\n{readme.END}\n\n## after\n")
@@ -582,9 +644,12 @@ def test_a_crafted_hardware_profile_is_a_config_error(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("space", "fragment"),
     [
-        ({"space": {"policy.hidden_size": {"choices": [32, 10**9]}}}, "policy.hidden_size value 1000000000"),
-        ({"space": {"train.gamma": {"low": "a", "high": 1}}}, "needs {low, high}"),
-        ({"space": {"train.learning_rate": {"low": 0, "high": 1, "log": True}}}, "low must be above 0"),
+        (
+            {"space": {"policy.hidden_size": {"choices": [32, 10**9]}}},
+            "policy.hidden_size: choice 1000000000 is not valid",
+        ),
+        ({"space": {"train.gamma": {"low": "a", "high": 1}}}, "train.gamma.low must be a number"),
+        ({"space": {"train.learning_rate": {"low": 0, "high": 1, "log": True}}}, "a log range needs low > 0"),
         (
             {"space": {"train.gamma": {"low": 0.8, "high": 0.9}}, "envs": ["squared"]},
             "envs must be a mapping",

@@ -394,7 +394,7 @@ def write_new(report: dict[str, Any], out_dir: str | Path, profile: str, plots: 
     """:func:`write` under :func:`output_stem`'s name, claimed exclusively: of two runs that pick the
     same name at the same moment, one gets it and the other the next free ``-n``."""
     report = validate(storable(report))
-    data = _json_bytes(report)
+    data = json_bytes(report)
     while True:
         stem = output_stem(out_dir, profile, report["fingerprint"], report["created_utc"])
         try:
@@ -410,10 +410,11 @@ def write(report: dict[str, Any], stem: Path, plots: bool = True) -> list[Path]:
     What is written is :func:`storable` and passes :func:`validate`: every report puffer-bench
     writes, it reads back."""
     report = validate(storable(report))
-    return [write_bytes_atomic(stem.with_suffix(".json"), _json_bytes(report)), *render(report, stem, plots)]
+    return [write_bytes_atomic(stem.with_suffix(".json"), json_bytes(report)), *render(report, stem, plots)]
 
 
-def _json_bytes(report: dict[str, Any]) -> bytes:
+def json_bytes(report: dict[str, Any]) -> bytes:
+    """A :func:`storable`, validated report as the bytes :func:`write` and :func:`write_new` write."""
     return (json.dumps(report, indent=2, allow_nan=False) + "\n").encode()
 
 

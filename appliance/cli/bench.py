@@ -290,16 +290,24 @@ def ab_cmd(
     puffer-bench ab base vec.num_envs=4096 --suite quick --envs breakout
     puffer-bench ab git:HEAD~1 git:HEAD --rounds 5
     """
+    import signal
+
     from rich.console import Console
 
     from appliance.bench import ab
 
+    check_out(out, "--out")  # before the first round, not after them
     envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
     result = ab.run(
         a, b, suite_name, rounds, profile, envs_filter, seconds, progress=lambda t: click.echo(t, err=True)
     )
-    Console().print(ab.table(result))
-    click.echo(f"A: {result['variants']['A']['what']}; B: {result['variants']['B']['what']}")
-    if out:
-        for p in ab.write(result, out):
-            click.echo(f"wrote {p}")
+    partial = result.get("partial")
+    if result["metrics"]:
+        Console().print(ab.table(result))
+        click.echo(f"A: {result['variants']['A']['what']}; B: {result['variants']['B']['what']}")
+    written = ab.write(result, out) if out and (result["metrics"] or not partial) else []
+    if partial:  # interrupted: say what was kept, exit as the signal asks
+        click.echo(ab.partial_line(result, written), err=True)
+        sys.exit(128 + signal.Signals[partial["signal"]].value)
+    for p in written:
+        click.echo(f"wrote {p}")

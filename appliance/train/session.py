@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ConfigError
-from appliance.report_io import unwritable
+from appliance.report_io import require_room, unwritable
 from appliance.train import checkpoint, loop
 
 
@@ -48,6 +48,7 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
             raise ConfigError(f"--report {options.report}: {problem}")
     resume_from = checkpoint.find_checkpoint(t.data_dir, options.resume) if options.resume else None
     run_dir = resume_from.parent if resume_from else checkpoint.new_run_folder(cfg, options.run_id)
+    require_room(run_dir, "run folder", ConfigError)  # writable and with room, before any env starts
     with checkpoint.locked(run_dir):
         yield from _train(cfg, options, run_dir, resume_from)
 

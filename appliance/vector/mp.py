@@ -76,6 +76,31 @@ PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal the kernel sends 
 SHM_DIR = "/dev/shm"
 
 
+@contextlib.contextmanager
+def children_ignore_sigint() -> Any:
+    """Processes started inside the block ignore SIGINT from their first instruction.
+
+    A Ctrl-C reaches every process of the terminal's process group; a spawned child that is still
+    importing would print a KeyboardInterrupt traceback. An ignored signal stays ignored across
+    ``exec``, so the child never installs Python's handler; the parent's own Ctrl-C is blocked (not
+    ignored: a blocked signal stays pending) meanwhile and arrives when the block ends. Main thread
+    only (elsewhere the block does nothing: signal handlers belong to the main thread).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    resource_tracker.ensure_running()  # starting it unblocks SIGINT: let it start before the block
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
 def _align(n: int, a: int = 64) -> int:
     return (n + a - 1) // a * a
 
@@ -432,7 +457,8 @@ class Multiprocessing(Vector):
                 daemon=True,
             )
             res.flags[w * FLAG_STRIDE] = BOOT
-            proc.start()
+            with children_ignore_sigint():  # no traceback from a worker that a Ctrl-C meets booting
+                proc.start()
             child.close()
             res.procs.append(proc)
             res.conns.append(parent)
