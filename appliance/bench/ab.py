@@ -431,6 +431,7 @@ def summarize_rounds(
 
 def table(result: dict[str, Any]) -> Any:
     """The result as a rich Table: medians, B/A with its interval, verdict."""
+    from rich.markup import escape
     from rich.table import Table
 
     from appliance.bench.report import fmt
@@ -441,7 +442,7 @@ def table(result: dict[str, Any]) -> Any:
     for name, m in result["metrics"].items():
         ci = f" ({m['ci'][0]:.3f}-{m['ci'][1]:.3f})" if m.get("ci") else ""
         out.add_row(
-            f"{name} ({m['unit']})",
+            escape(f"{name} ({m['unit']})"),  # a variant's report is its own text, not markup
             fmt(m["a_summary"]["median"], m["unit"]),
             fmt(m["b_summary"]["median"], m["unit"]),
             f"{m['ratio']:.3f}{ci}" if m.get("ratio") is not None else "-",
@@ -451,18 +452,30 @@ def table(result: dict[str, Any]) -> Any:
 
 
 def to_markdown(result: dict[str, Any]) -> str:
+    """The A/B result as Markdown; values from the variants' reports go through ``md_format``."""
     from appliance.bench.report import fmt, machine_line
+    from appliance.bench.report import md_format as md
 
     v = result["variants"]
     lines = [
-        f"# puffer-bench ab: suite `{result['suite']['name']}`, profile `{result['profile']}`",
+        md("# puffer-bench ab: suite {!c}, profile {!c}", result["suite"]["name"], result["profile"]),
         "",
-        f"- A: `{v['A']['spec']}` ({v['A']['what']})",
-        f"- B: `{v['B']['spec']}` ({v['B']['what']})",
-        f"- {result['rounds']} rounds in the order {' '.join(result['order'])} on one machine: "
-        f"{machine_line(result['fingerprint'])}",
+        md("- A: {!c} ({})", v["A"]["spec"], v["A"]["what"]),
+        md("- B: {!c} ({})", v["B"]["spec"], v["B"]["what"]),
+        md(
+            "- {} rounds in the order {} on one machine: {}",
+            result["rounds"],
+            " ".join(result["order"]),
+            machine_line(result["fingerprint"]),
+        ),
         *(
-            [f"- **partial**: interrupted by {result['partial']['signal']} {result['partial']['where']}"]
+            [
+                md(
+                    "- **partial**: interrupted by {} {}",
+                    result["partial"]["signal"],
+                    result["partial"]["where"],
+                )
+            ]
             if result.get("partial")
             else []
         ),
@@ -475,10 +488,8 @@ def to_markdown(result: dict[str, Any]) -> str:
     for name, m in result["metrics"].items():
         ci = f" ({m['ci'][0]:.3f}-{m['ci'][1]:.3f})" if m.get("ci") else ""
         ratio = f"{m['ratio']:.3f}{ci}" if m.get("ratio") is not None else "-"
-        lines.append(
-            f"| `{name}` | {m['unit']} | {fmt(m['a_summary']['median'], m['unit'])} | "
-            f"{fmt(m['b_summary']['median'], m['unit'])} | {ratio} | {m['verdict']} |"
-        )
+        a, b = fmt(m["a_summary"]["median"], m["unit"]), fmt(m["b_summary"]["median"], m["unit"])
+        lines.append(md("| {!c} | {} | {} | {} | {} | {} |", name, m["unit"], a, b, ratio, m["verdict"]))
     return "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,6 @@ its warnings.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import tempfile
@@ -287,7 +286,7 @@ def write_report(data: dict[str, Any], out_dir: str | Path, profile: str, plots:
             raise
         why = e.strerror or str(e)
     folder = Path(out_dir) / profile
-    text = (json.dumps(data, indent=2) + "\n").encode()  # as write_new writes it
+    text = rpt.json_bytes(rpt.validate(rpt.storable(data)))  # as write_new writes it
     saved = next((p for p in sorted(folder.glob("*.json")) if _same_bytes(p, text)), None)
     if saved is not None:
         raise ApplianceError(
@@ -341,7 +340,7 @@ def probe(profile: str | None, env: str, runs: int, seconds: float) -> dict[str,
     suite = validate(probe, "--env")
     name, report = new_report(suite, "(puffer-bench profile)", profile, runs)
     _measure(SuiteRunner(suite, name, report, repeats=runs), report, "probe")
-    return rpt.validate(report.data)
+    return rpt.validate(rpt.storable(report.data))
 
 
 def analysis_lines(report: dict[str, Any]) -> list[tuple[str, bool]]:

@@ -543,16 +543,22 @@ def table(study: Any) -> tuple[list[str], list[list[str]]]:
 
 
 def write_outputs(study: Any, space: Space, out: Path, env: str) -> Iterator[str]:
-    """trials.md, pareto.png and best.yaml; on a full disk each one that still fits, then one line."""
+    """trials.md, pareto.png and best.yaml; on a full disk each one that still fits, then one line.
+
+    trials.md is Markdown of text from the space file and the study (metric, keys, choices): every
+    value goes through the report's escaping (:func:`~appliance.bench.report.md`)."""
+    from appliance.bench.report import md, md_format
+
     columns, body = table(study)
+    target = md_format("Target {} {:g}.", space.metric, space.target) if space.target else ""
     lines = [
-        f"# Sweep of {env}: {space.metric} (maximize) against wall seconds (minimize)",
+        md_format("# Sweep of {}: {} (maximize) against wall seconds (minimize)", env, space.metric),
         "",
-        "`*`: on the Pareto front. " + (f"Target {space.metric} {space.target:g}." if space.target else ""),
+        "`*`: on the Pareto front. " + target,
         "",
-        "| " + " | ".join(columns) + " |",
+        "| " + " | ".join(map(md, columns)) + " |",
         "|" + "---|" * len(columns),
-        *("| " + " | ".join(row) + " |" for row in body),
+        *("| " + " | ".join(map(md, row)) + " |" for row in body),
         "",
     ]
     files: list[tuple[Path, Callable[[], bytes]]] = [(out / "trials.md", lambda: "\n".join(lines).encode())]
@@ -563,10 +569,10 @@ def write_outputs(study: Any, space: Space, out: Path, env: str) -> Iterator[str
     if best is not None:
         sections = best_config(env, study, best)
         profile = study.user_attrs.get("profile")
-        header = (
-            f"# puffer-bench sweep {env}: trial {best.number}, {space.metric} {best.values[0]:.4g} "
+        header = _yaml_comment(
+            f"puffer-bench sweep {env}: trial {best.number}, {space.metric} {best.values[0]:.4g} "
             f"in {best.values[1]:.1f} s" + (f" on profile '{profile}'" if profile else "") + ". "
-            f"Use: puffer-bench train {env} --config {out / 'best.yaml'}\n"
+            f"Use: puffer-bench train {env} --config {out / 'best.yaml'}"
         )
         files.append(
             (out / "best.yaml", lambda: (header + yaml.safe_dump(sections, sort_keys=True)).encode())
@@ -583,6 +589,12 @@ def write_outputs(study: Any, space: Space, out: Path, env: str) -> Iterator[str
             f"disk full in {out} ({why}): not written: {', '.join(p.name for p in missing)}; {DB} holds every "
             "trial: free some space and run the same command again to write them"
         )
+
+
+def _yaml_comment(text: str) -> str:
+    """One YAML comment line: a metric name or profile from a shared space file or study.db cannot
+    break out of it into keys of best.yaml."""
+    return "# " + "".join(c if c.isprintable() else " " for c in text) + "\n"
 
 
 def best_config(env: str, study: Any, trial: Any) -> dict[str, dict[str, Any]]:
@@ -617,6 +629,8 @@ def pareto_png(study: Any, space: Space, env: str) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from appliance.bench.report import plot_text  # a space file's metric is text, not maths
+
     trials = [r for r in rows(study) if r["score"] is not None and r["seconds"] is not None]
     if not trials:
         return None
@@ -642,7 +656,7 @@ def pareto_png(study: Any, space: Space, env: str) -> bytes | None:
     if space.target is not None:
         ax.axhline(space.target, ls="--", c="k", lw=0.8, label=f"target {space.target:g}")
     ax.set_xlabel("wall seconds per trial")
-    ax.set_ylabel(space.metric)
+    ax.set_ylabel(plot_text(space.metric))
     ax.set_title(f"sweep of {env}: {len(trials)} trials")
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()

@@ -6,6 +6,10 @@ its keys (with a "did you mean"), types, finite numbers, ranges, and every choic
 the config validation a trial's config goes through (:class:`Base`). The shipped space is fitted to
 the config every trial starts from, so trial 0 (the config as given) always lies inside it; a
 ``--space FILE`` is taken as written.
+
+A space file may come from elsewhere: it is read by :func:`appliance.config.read_yaml`, the bounded
+reader of every shared YAML file (size, nesting, values through aliases), and every refusal is one
+line naming the file and the key.
 """
 
 from __future__ import annotations

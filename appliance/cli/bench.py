@@ -32,7 +32,13 @@ def _print_analysis(report: dict[str, Any]) -> None:
 @click.option(
     "--env", default="breakout", show_default=True, help="Ocean env for env speed and the roofline."
 )
-@click.option("--runs", default=5, show_default=True, help="Timed runs per figure.")
+@click.option(
+    "--runs",
+    default=5,
+    show_default=True,
+    type=click.IntRange(1, 1000),  # a report holds at most 1,000 samples a metric
+    help="Timed runs per figure.",
+)
 @click.option("--seconds", default=1.0, show_default=True, help="Timed seconds of each env-speed run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the probe report as JSON instead of a table.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the probe report (JSON) here.")
@@ -49,8 +55,6 @@ def profile_cmd(
     from appliance.bench import report as rpt
     from appliance.bench.run import probe as run_probe
 
-    if runs < 1:
-        raise click.BadParameter("--runs must be at least 1", param_hint="--runs")
     check_out(out, "--out")
     data = run_probe(profile, env, runs, seconds)
     if out:
@@ -174,7 +178,9 @@ def compare_cmd(
     else:
         numbers = range(1, len(reports) + 1)
         if result["differences"]:
-            diff_rows = [[key, *map(str, values)] for key, values in result["differences"]]
+            from rich.markup import escape  # the reports' own text is not markup
+
+            diff_rows = [[escape(str(v)) for v in (key, *values)] for key, values in result["differences"]]
             print_table("what differs", ["", *(f"report {i}" for i in numbers)], diff_rows)
         for i, keys in result["unrecorded"].items():
             click.echo(f"not recorded in report {i} (an older report): {', '.join(keys)}")
@@ -238,7 +244,7 @@ def report_cmd(
 @cli.command("gpu-check", context_settings=CONTEXT)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the report to DIR/kernels/.")
 @click.option(
-    "--runs", default=20, show_default=True, type=click.IntRange(1), help="Timed repeats per kernel."
+    "--runs", default=20, show_default=True, type=click.IntRange(1, 1000), help="Timed repeats per kernel."
 )
 def gpu_check(out_dir: str | None, runs: int) -> None:
     """Every fused kernel against its torch reference on this GPU (float32 and bfloat16, at breakout
