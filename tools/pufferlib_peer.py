@@ -753,6 +753,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 rows, config = our_rows(a.run_dir)
                 rows = derive(rows, a.metric, "ours", config)
+                a.out.parent.mkdir(parents=True, exist_ok=True)  # the raw curve beside the report, as train's
+                a.out.with_suffix(".jsonl").write_bytes((a.run_dir / "metrics.jsonl").read_bytes())
                 data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
                                    f"our run folder {a.run_dir}", a.seed, at)  # fmt: skip
             write_report(data, a.out)
