@@ -146,7 +146,10 @@ def test_autotune_times_engine_buffers_when_asked_and_saves_the_fastest(tmp_path
     assert "rollout engine, 1 buffers" in result.output and "rollout engine, 2 buffers" in result.output
     doc = yaml.safe_load(path.read_text())
     assert doc["train"]["buffers"] in (1, 2) and "engine buffers" in doc["profile"]["description"]
-    assert resolve(env="breakout", config_file=path).train.buffers == doc["train"]["buffers"]
+    tuned = resolve(env="breakout", config_file=path).train
+    assert tuned.buffers == doc["train"]["buffers"]
+    # breakout.ini's minibatch (32,768) is larger than 64 envs' batch: the saved config cuts it to fit
+    assert tuned.minibatch_size == 64 * tuned.bptt_horizon >= tuned.max_minibatch_size
 
 
 def test_autotune_buffer_counts():

@@ -229,6 +229,30 @@ def buffer_counts(spec: str, cuda: bool) -> list[int]:
     return counts
 
 
+def fitting_minibatch(env: str, params: dict[str, Any], vec: dict[str, Any], profile: str) -> dict[str, int]:
+    """``train`` keys that let an Ocean env's trainer take a batch of ``vec``'s envs: with
+    ``batch_size auto`` (envs x agents x horizon), a minibatch that does not divide that batch (64
+    breakout envs against breakout.ini's 32,768) is cut to the largest that does, so the tuned config
+    trains as it is. Empty where nothing needs changing (or the env is not Ocean)."""
+    from appliance import ocean
+    from appliance.config import resolve
+
+    name = ocean.ocean_name(env)
+    if name is None or "num_envs" not in vec:
+        return {}
+    t = resolve(
+        name, profile=profile, overrides={"vec": {"num_envs": vec["num_envs"]}, "env": dict(params)}
+    ).train
+    if t.batch_size != "auto":
+        return {}
+    segments = int(vec["num_envs"]) * ocean.describe(name, **params)["agents_per_env"]
+    if t.minibatch_size % t.bptt_horizon == 0 and (segments * t.bptt_horizon) % t.minibatch_size == 0:
+        return {}
+    most = max(t.minibatch_size // t.bptt_horizon, 1)  # segments a minibatch may hold
+    mb = max(d for d in range(1, min(segments, most) + 1) if segments % d == 0) * t.bptt_horizon
+    return {"minibatch_size": mb, "max_minibatch_size": min(mb, t.max_minibatch_size)}
+
+
 def tune_buffers(
     env: str,
     params: dict[str, Any],
@@ -250,7 +274,7 @@ def tune_buffers(
             continue
         layer = {
             "vec": {k: vec[k] for k in ("backend", "num_envs", "num_threads") if k in vec},
-            "train": {"engine": "on", "buffers": count},
+            "train": {"engine": "on", "buffers": count, **fitting_minibatch(env, params, vec, profile)},
             "env": dict(params),
         }
         cfg = resolve(env, profile=profile, overrides=layer)
@@ -277,10 +301,16 @@ def tune_buffers(
 
 
 def profile_yaml(
-    env: Any, best: dict[str, Any], forward_ms: float, cpu: str | None, buffers: dict[str, Any] | None = None
+    env: Any,
+    best: dict[str, Any],
+    forward_ms: float,
+    cpu: str | None,
+    buffers: dict[str, Any] | None = None,
+    train: dict[str, Any] | None = None,
 ) -> str:
-    """The winner as a config layer for ``--config``: the vec section (and ``train.buffers`` when
-    :func:`tune_buffers` ran) plus a descriptive header."""
+    """The winner as a config layer for ``--config``: the vec section, ``train`` keys it needs
+    (``train.buffers`` when :func:`tune_buffers` ran, a minibatch that fits the winner's batch from
+    :func:`fitting_minibatch`) and a descriptive header."""
     vec = {
         k: best[k]
         for k in ("backend", "num_envs", "num_workers", "num_threads", "batch_size", "zero_copy")
@@ -299,8 +329,9 @@ def profile_yaml(
         },
         "vec": vec,
     }
-    if buffers:
-        doc["train"] = {"buffers": buffers["buffers"]}
+    train = {**(train or {}), **({"buffers": buffers["buffers"]} if buffers else {})}
+    if train:
+        doc["train"] = train
     header = f"# written by puffer-bench autotune {env} on {time.strftime('%Y-%m-%d', time.gmtime())}\n"
     return header + yaml.safe_dump(doc, sort_keys=False)
 

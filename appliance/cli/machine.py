@@ -312,6 +312,9 @@ def autotune(
     if save:
         from appliance.report_io import write_bytes_atomic
 
-        text = tuner.profile_yaml(env, result["best"], forward_ms, fingerprint()["cpu"]["model"], buffers)
+        fit = tuner.fitting_minibatch(name, params, result["best"], pick_profile(profile)) if name else {}
+        text = tuner.profile_yaml(
+            env, result["best"], forward_ms, fingerprint()["cpu"]["model"], buffers, fit
+        )
         write_bytes_atomic(save, text.encode())
         console.print(f"wrote {save} (use it with --config {save})")
