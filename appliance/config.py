@@ -45,6 +45,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("policy", "core"): ("mlp", "lstm", "mingru"),
     ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
     ("policy", "init"): ("pufferlib", "cleanrl"),
+    ("policy", "obs_norm"): ("auto", "on", "off"),
     ("bench", "suite"): ("quick", "full"),
 }
 
@@ -112,6 +113,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("train", "minibatch_size"): AT_LEAST_1,
     ("train", "max_minibatch_size"): AT_LEAST_1,
     ("train", "reward_clamp"): POSITIVE,
+    ("train", "noise_corr"): Range(0, 1, high_open=True),
     ("train", "checkpoint_interval"): AT_LEAST_1,
     ("policy", "hidden_size"): Range(1, 65_536),
     ("bench", "repeats"): Range(1, 1000),

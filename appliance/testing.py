@@ -187,6 +187,28 @@ class ColourBandit(gymnasium.Env):
         return np.eye(4, dtype=np.float32)[self._colour], reward, self._t >= 16, False, {}
 
 
+class Steer(gymnasium.Env):
+    """A continuous contextual bandit: see a target in [-1, 1], get -|action - target|; 8 steps an
+    episode. Keeps the last action it was given (tests of Box-action clipping read it)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    last_action: np.ndarray | None = None
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t, self._target = 0, self.np_random.uniform(-1, 1, 1).astype(np.float32)
+        return self._target.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.last_action = np.array(action, np.float32)
+        reward = -float(np.abs(self.last_action - self._target).sum())
+        self._t += 1
+        self._target = self.np_random.uniform(-1, 1, 1).astype(np.float32)
+        return self._target.copy(), reward, self._t >= 8, False, {}
+
+
 class TakeTurns(AECEnv):  # type: ignore[misc]
     """A tiny PettingZoo AEC env: ``num_agents`` agents act in turn; each sees its own bit and gets
     +1 for repeating it. ``length`` cycles an episode. For ``aec_to_parallel`` (see
