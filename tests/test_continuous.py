@@ -1,4 +1,5 @@
-"""Box actions: observation normalization, clipping to the bounds, correlated exploration noise."""
+"""Box actions: observation normalization, clipping to the bounds, correlated exploration noise and
+the per-task Gymnasium defaults (the learning itself: tests/test_learning.py, slow)."""
 
 from __future__ import annotations
 
@@ -106,3 +107,30 @@ def test_exploration_noise_is_standard_normal_with_the_asked_correlation(rho):
         assert abs(lag1.item() - rho) < 0.03
     finally:
         trainer.close()
+
+
+def test_gymnasium_ids_take_their_tuned_yaml_and_profiles_still_apply():
+    cfg = resolve(env="MountainCarContinuous-v0", profile="cpu")
+    assert any(s.endswith("gymnasium/MountainCarContinuous-v0.yaml") for s in cfg.sources)
+    assert cfg.policy.core == "mlp" and cfg.train.noise_corr == 0.9 and cfg.vec.num_envs == 256
+    assert cfg.vec.backend == "multiprocessing"
+    cfg = resolve(env="Pendulum-v1", overrides=["--train.gamma", "0.9"])
+    assert cfg.train.gamma == 0.9 and cfg.train.optimizer == "adam"
+    plain = resolve(env="Acrobot-v1")  # no YAML: the defaults
+    assert plain.train.optimizer == "muon" and len(plain.sources) == 2
+
+
+def test_the_learn_suite_holds_both_tasks_and_waits_out_mountain_cars_first_episodes():
+    from appliance.bench import suite
+    from appliance.errors import ConfigError
+
+    items = {item["env"]: item for item in suite.load("learn")[0]["time_to_score"]}
+    assert items["Pendulum-v1"]["target"] == -200 and items["MountainCarContinuous-v0"]["target"] == 90
+    assert items["MountainCarContinuous-v0"]["min_epochs"] * 64 >= 999  # its first episodes have all ended
+    bad = {
+        "name": "x",
+        "time_to_score": [{"env": "squared", "metric": "perf", "target": 1, "max_timesteps": 9}],
+    }
+    bad["time_to_score"][0]["min_epochs"] = 0
+    with pytest.raises(ConfigError, match=r"min_epochs: must be a positive integer"):
+        suite.validate(bad)

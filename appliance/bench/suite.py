@@ -11,7 +11,7 @@ suite definitions. Suite keys::
     vector_sps: [{env, backends: [native|serial|multiprocessing|ray|gymnasium-sync|gymnasium-async],
                   num_envs}]
     train_sps: {envs: [...], seconds: 8, variants: {label: {section.key: value}}}
-    time_to_score: [{env, metric, target, max_timesteps, repeats, overrides: {section.key: value}}]
+    time_to_score: [{env, metric, target, max_timesteps, repeats, min_epochs, overrides: {section.key: value}}]
 """
 
 from __future__ import annotations
@@ -139,14 +139,18 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
     for i, item in enumerate(scores):
         where = f"time_to_score[{i}]"
         need = {"env", "metric", "target", "max_timesteps"}
-        if not isinstance(item, dict) or not need <= set(item) or set(item) - need - {"repeats", "overrides"}:
-            raise _fail(where, f"needs {sorted(need)} (and optional repeats, overrides), got {item!r}")
+        optional = {"repeats", "min_epochs", "overrides"}
+        if not isinstance(item, dict) or not need <= set(item) or set(item) - need - optional:
+            raise _fail(
+                where, f"needs {sorted(need)} (and optional repeats, min_epochs, overrides), got {item!r}"
+            )
         _env_list(where + ".env", [item["env"]], gymnasium_ok=True)
         _positive(where + ".max_timesteps", item["max_timesteps"], int)
         if not isinstance(item["target"], int | float):
             raise _fail(where + ".target", f"must be a number, got {item['target']!r}")
-        if "repeats" in item:
-            _positive(where + ".repeats", item["repeats"], int)
+        for key in ("repeats", "min_epochs"):
+            if key in item:
+                _positive(f"{where}.{key}", item[key], int)
         if not isinstance(item.get("overrides", {}), dict):
             raise _fail(where + ".overrides", "must be a mapping of section.key: value")
     return data
