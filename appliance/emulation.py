@@ -23,6 +23,7 @@ observations are checked on reset only (the trainer names NaN observations met l
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -287,6 +288,10 @@ def _step_arity(
 
 def _reward(name: str, call: str, reward: Any, who: str = "") -> float:
     """One reward as a float, or the broken rule: one finite number (a 0-d array is one number)."""
+    if type(reward) in _NUMBERS:  # numpy scalars, ints
+        r = float(reward)
+        if not r - r:
+            return r
     value = reward
     if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
         value = value.item()
@@ -442,6 +447,9 @@ class GymnasiumEmulator:
         self._shape = leaf.shape if leaf is not None else None
         self._dtypes = {leaf.dtype} if leaf is not None else set()
         self._flat = leaf is not None and len(leaf.shape) == 1  # step() copies these itself
+        self._float = self.obs_codec.dtype.kind == "f"
+        self._inner = getattr(env, "unwrapped", env)
+        self._inner_spaces = (self._inner.observation_space, self._inner.action_space)
         kind = leaf.dtype.kind if leaf is not None and not leaf.shape else ""
         self._scalars = _INTS if kind in ("i", "u") else (_NUMBERS if kind == "f" else frozenset())
 
@@ -463,12 +471,18 @@ class GymnasiumEmulator:
             result = self.env.reset() if seed is None else self.env.reset(seed=seed)
         except _GYM_ERRORS as e:
             raise _translate(self.name, "reset()", e) from None
-        self._observe(_reset_pair(self.name, result), out, "reset()")
-        if out.dtype.kind == "f" and not np.isfinite(out).all():
+        if type(result) is tuple and len(result) == 2 and type(result[1]) is dict:
+            sample = result[0]
+        else:
+            sample = _reset_pair(self.name, result)
+        self._observe(sample, out, "reset()")
+        # the sum of squares is finite unless something is NaN or Inf (or beyond 1e19: then ask again)
+        if self._float and not math.isfinite(out.dot(out)) and not np.isfinite(out).all():
             raise EnvContractError(f"{self.name}: reset() returned an observation holding NaN or Inf")
+        inner = self._inner  # the unwrapped env's own attributes: a wrapper's would be a property chain
         if (
-            self.env.action_space is not self.action_space
-            or self.env.observation_space is not self.observation_space
+            inner.action_space is not self._inner_spaces[1]
+            or inner.observation_space is not self._inner_spaces[0]
         ):
             self._check_spaces_kept()
 
@@ -483,6 +497,7 @@ class GymnasiumEmulator:
                     f"{self.name}: {kind} changed from {describe_space(first)} to {describe_space(now)}; "
                     "the vector's buffers hold the first, so an env must keep its spaces"
                 )
+        self._inner_spaces = (self._inner.observation_space, self._inner.action_space)  # equal ones
 
     def reset(self, seed: int | None, obs: np.ndarray, mask: np.ndarray) -> None:
         self._reset(seed, obs[0])
@@ -502,17 +517,17 @@ class GymnasiumEmulator:
             result = self.env.step(self.action_codec.unflatten(actions[0]))
         except _GYM_ERRORS as e:
             raise _translate(self.name, "step()", e) from None
-        if type(result) is not tuple or len(result) != 5:
-            raise _step_arity(self.name, "step()", result)
-        sample, reward, terminal, truncated, info = result
-        r = float(reward) if type(reward) in _NUMBERS else _reward(self.name, "step()", reward)
-        if r - r:  # NaN or +-Inf (x - x is 0.0 for every finite x)
-            _reward(self.name, "step()", r)
-        if type(terminal) not in _BOOLS:
+        try:
+            sample, reward, terminal, truncated, info = result
+        except (TypeError, ValueError):
+            raise _step_arity(self.name, "step()", result) from None
+        # the common case costs a few type compares (x - x is 0.0 for every finite x); anything else
+        # goes the long way round, which raises on a broken rule
+        ok = type(reward) is float and not reward - reward
+        r = reward if ok else _reward(self.name, "step()", reward)
+        if type(terminal) is not bool or type(truncated) is not bool or type(info) is not dict:
             terminal = _flag(self.name, "step()", "terminated", terminal)
-        if type(truncated) not in _BOOLS:
             truncated = _flag(self.name, "step()", "truncated", truncated)
-        if type(info) is not dict:
             _info(self.name, "step()", info)
         self.episode_return += r
         self.episode_length += 1
