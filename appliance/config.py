@@ -4,6 +4,7 @@ Layers, later wins::
 
     appliance/defaults/default.yaml        every key and its type
     appliance/defaults/envs/<env>.yaml     the env's parameters (the ``env`` section) and tuned values
+                                           (a Gymnasium id: defaults/gymnasium/<id>.yaml, if any)
     bench/profiles/<profile>.yaml          sizes for a class of machine (``--gpu 4090``)
     profiles.<profile> in the env's YAML   the env's own values on that class of machine
     --config FILE                          the user's YAML
@@ -46,6 +47,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("policy", "core"): ("mlp", "lstm", "mingru"),
     ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
     ("policy", "init"): ("pufferlib", "cleanrl"),
+    ("policy", "obs_norm"): ("auto", "on", "off"),
     ("bench", "suite"): ("quick", "full"),
 }
 
@@ -113,6 +115,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("train", "minibatch_size"): AT_LEAST_1,
     ("train", "max_minibatch_size"): AT_LEAST_1,
     ("train", "reward_clamp"): POSITIVE,
+    ("train", "noise_corr"): Range(0, 1, high_open=True),
     ("train", "checkpoint_interval"): AT_LEAST_1,
     ("policy", "hidden_size"): Range(1, 65_536),
     ("bench", "repeats"): Range(1, 1000),
@@ -568,16 +571,21 @@ def resolve(
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(defaults_dir() / "default.yaml")]
 
+    env_path = None
     if env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env)):
-        # a Gymnasium id or package.module:factory: no env YAML and no env parameters; Python envs
-        # need a process backend
+        # a Gymnasium id or package.module:factory: no env parameters; Python envs need a process
+        # backend. A Gymnasium id may have tuned values in defaults/gymnasium/<id>.yaml.
         data["vec"]["backend"] = "multiprocessing"
         sources.append(env if is_import_path(env) else f"gymnasium:{env}")
+        if (defaults_dir() / "gymnasium" / f"{env}.yaml").is_file():
+            env_path = defaults_dir() / "gymnasium" / f"{env}.yaml"
     elif env is not None:
         known = env_names()
         if env not in known:
             raise unknown_name("env", env, known, "known envs")
-        path = defaults_dir() / "envs" / f"{env}.yaml"
+        env_path = defaults_dir() / "envs" / f"{env}.yaml"
+    if env_path is not None:
+        path = env_path
         layer = read_yaml(path, "env config")
         env_params = layer.pop("env", None) or {}
         per_profile = layer.pop("profiles", None) or {}
@@ -604,8 +612,7 @@ def resolve(
         data["bench"]["profile"] = profile
         data["bench"]["expected_gpu"] = str(meta.get("gpu", ""))
         sources.append(str(path))
-        if env is not None and per_profile.get(profile):  # the env's own values for this profile
-            env_path = defaults_dir() / "envs" / f"{env}.yaml"
+        if env_path is not None and per_profile.get(profile):  # the env's own values for this profile
             _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})")
             sources.append(f"{env_path} (profiles.{profile})")
 

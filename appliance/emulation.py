@@ -11,11 +11,20 @@ the exact structure, dtypes included, just before the policy.
 
 A PettingZoo parallel env keeps a fixed number of agent rows (``possible_agents``); rows of agents
 that are absent this step have ``mask`` False and zero observations and rewards.
+
+Env contracts are checked here, where an env's output enters (every Python-env backend steps these
+emulators): what ``reset`` and ``step`` return, observation shapes and dtypes, rewards, flags, info,
+PettingZoo agent keys and the spaces themselves. A broken rule is an :class:`EnvContractError` naming
+the env, the call and the rule in one line. The per-step checks are type, shape and dtype compares
+(an observation whose array matches the space is copied without further work); non-finite
+observations are checked on reset only (the trainer names NaN observations met later).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +33,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from appliance.errors import ConfigError
+from appliance.errors import ConfigError, EnvContractError
 
 # ----------------------------------------------------------------------------- codecs
 
@@ -231,6 +240,187 @@ class ActionCodec:
         return np.concatenate(parts)
 
 
+# ----------------------------------------------------------------------------- env contracts
+
+_NUMBERS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8})
+_INTS = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint8})
+_BOOLS = frozenset({bool, np.bool_})
+_UNPACK = re.compile(r"values to unpack \(expected 5, got (\d+)\)")
+
+
+def env_name(env: Any) -> str:
+    """The name errors give an env: its Gymnasium id, else its (unwrapped) class name."""
+    spec = getattr(env, "spec", None)
+    if getattr(spec, "id", None):
+        return str(spec.id)
+    return type(getattr(env, "unwrapped", env)).__name__
+
+
+def describe_space(space: Any) -> str:
+    """Short: ``Box(4,) float32``, ``Discrete(3)``; Dict/Tuple and others as gymnasium prints them."""
+    if isinstance(space, spaces.Box):
+        return f"Box{tuple(space.shape)} {np.dtype(space.dtype)}"
+    return repr(space)
+
+
+def _what(value: Any) -> str:
+    """A value described for an error: its type, and shape and dtype for arrays."""
+    if value is None:
+        return "None"
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of shape {value.shape} and dtype {value.dtype}"
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__}"
+
+
+def _step_arity(
+    name: str, call: str, result: Any, expected: str = "5: (observation, reward, terminated, truncated, info)"
+) -> EnvContractError:
+    if isinstance(result, tuple | list) and len(result) == 4:
+        got = "4 values (observation, reward, done, info: the old gym API)"
+    elif isinstance(result, tuple | list):
+        got = f"{len(result)} values"
+    else:
+        got = _what(result)
+    return EnvContractError(f"{name}: {call} returned {got}; it must return {expected}")
+
+
+def _reward(name: str, call: str, reward: Any, who: str = "") -> float:
+    """One reward as a float, or the broken rule: one finite number (a 0-d array is one number)."""
+    if type(reward) in _NUMBERS:  # numpy scalars, ints
+        r = float(reward)
+        if not r - r:
+            return r
+    value = reward
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "biuf":
+        value = value.item()
+    elif isinstance(value, np.ndarray):
+        raise EnvContractError(
+            f"{name}: {call} returned a reward{who} of shape {value.shape}; a reward must be one number"
+        )
+    if not isinstance(value, float | int | np.floating | np.integer):
+        raise EnvContractError(
+            f"{name}: {call} returned a reward{who} of type {type(reward).__name__}; a reward must be one number"
+        )
+    r = float(value)
+    if r - r:  # NaN or +-Inf: x - x is 0.0 for every finite x
+        raise EnvContractError(f"{name}: {call} returned a reward{who} of {r}; rewards must be finite")
+    return r
+
+
+def _flag(name: str, call: str, key: str, value: Any, who: str = "") -> bool:
+    """terminated or truncated: a bool (numpy's too, and a 0-d bool array)."""
+    if type(value) in _BOOLS:
+        return bool(value)
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype == np.bool_:
+        return bool(value)
+    shown = f" ({value!r})" if isinstance(value, int | float | np.number) else ""
+    raise EnvContractError(
+        f"{name}: {call} returned {key}{who} of type {type(value).__name__}{shown}; it must be a bool"
+    )
+
+
+def _info(name: str, call: str, info: Any) -> None:
+    if not isinstance(info, dict):
+        raise EnvContractError(
+            f"{name}: {call} returned info of type {type(info).__name__}; it must be a dict"
+        )
+
+
+def _reset_pair(name: str, result: Any) -> Any:
+    """``reset()``'s (observation, info), or the broken rule."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        got = (
+            f"a {type(result).__name__} of {len(result)} items"
+            if isinstance(result, tuple)
+            else _what(result) + (" (a bare observation?)" if result is not None else "")
+        )
+        raise EnvContractError(f"{name}: reset() returned {got}; it must return (observation, info)")
+    if not isinstance(result[1], dict):
+        raise EnvContractError(
+            f"{name}: reset() returned (observation, {_what(result[1])}); the second item must be the info dict"
+        )
+    return result[0]
+
+
+def check_observation(name: str, call: str, codec: SpaceCodec, sample: Any, who: str = "") -> None:
+    """Every leaf of ``sample`` present, of the space's shape, and of a dtype that casts to the
+    space's (same kind: float64 into float32 is fine, floats into uint8 are not)."""
+    space = codec.space
+    for leaf in codec.leaves:
+        where = "".join(f"[{key!r}]" for key in leaf.path)
+        try:
+            value = _get(sample, leaf.path)
+        except (KeyError, IndexError, TypeError):
+            raise EnvContractError(
+                f"{name}: {call} returned an observation{who} without {where or 'a value'}; its observation_space is "
+                f"{describe_space(space)}"
+            ) from None
+        try:
+            array = np.asarray(value)
+        except Exception:  # ragged lists and the like
+            array = np.asarray(None)
+        part = f"an observation{who}{where and ' whose ' + where}"
+        expected = describe_space(leaf.space) if where else describe_space(space)
+        if array.dtype.kind not in "biuf":
+            raise EnvContractError(
+                f"{name}: {call} returned {part} of type {type(value).__name__}; "
+                f"its observation_space{where} is {expected}"
+            )
+        if array.shape != leaf.shape:
+            raise EnvContractError(
+                f"{name}: {call} returned {part} of shape {array.shape}; its observation_space{where} is {expected}"
+            )
+        if not np.can_cast(array.dtype, leaf.dtype, "same_kind"):
+            raise EnvContractError(
+                f"{name}: {call} returned {part} of dtype {array.dtype}, which does not cast to "
+                f"{leaf.dtype} without losing values; its observation_space{where} is {expected}"
+            )
+
+
+def _gymnasium_frame(error: BaseException) -> str | None:
+    """Where in Gymnasium's own wrappers or env checker ``error`` was raised (None: elsewhere). Those
+    raise on an env's bad output before this module sees it (TimeLimit unpacks ``step`` into 5)."""
+    tb, last = error.__traceback__, None
+    while tb is not None:
+        last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    if last is None:
+        return None
+    path = last.replace("\\", "/")
+    for part, what in (
+        ("gymnasium/wrappers/", "wrappers reject"),
+        ("gymnasium/utils/passive_env_checker", "env checker rejects"),
+    ):
+        if part in path:
+            return what
+    return None
+
+
+def _translate(name: str, call: str, error: Exception) -> Exception:
+    """An error Gymnasium's wrappers raised on the env's output, as the contract it broke."""
+    where = _gymnasium_frame(error)
+    if where is None:
+        return error
+    unpack = _UNPACK.search(str(error))
+    if unpack and call == "step()":
+        return _step_arity(name, call, (None,) * int(unpack.group(1)))
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return EnvContractError(f"{name}: {call} returned what Gymnasium's {where}: {first}")
+
+
+_PZ_STEP = ("observations", "rewards", "terminations", "truncations", "infos")
+_GYM_ERRORS = (AssertionError, ValueError, TypeError, gymnasium.error.Error)
+
+
+def _space(name: str, kind: str, space: Any) -> spaces.Space:
+    if not isinstance(space, spaces.Space):
+        raise EnvContractError(
+            f"{name}: {kind} is {_what(space)}, not a gymnasium.spaces.Space; set it in __init__"
+        )
+    return space
+
+
 # ----------------------------------------------------------------------------- emulated envs
 
 
@@ -240,19 +430,77 @@ def _close_quietly(env: Any) -> None:
 
 
 class GymnasiumEmulator:
-    """One Gymnasium env as one agent row: flat obs in, flat actions out, auto-reset."""
+    """One Gymnasium env as one agent row: flat obs in, flat actions out, auto-reset, contracts checked."""
 
-    def __init__(self, env: gymnasium.Env) -> None:
+    def __init__(self, env: gymnasium.Env, name: str | None = None) -> None:
         self.env = env
-        self.obs_codec = SpaceCodec(env.observation_space)
-        self.action_codec = ActionCodec(env.action_space)
+        self.name = name or env_name(env)
+        self.observation_space = _space(self.name, "observation_space", env.observation_space)
+        self.action_space = _space(self.name, "action_space", env.action_space)
+        self.obs_codec = SpaceCodec(self.observation_space)
+        self.action_codec = ActionCodec(self.action_space)
         self.num_agents = 1
         self.episode_return = 0.0
         self.episode_length = 0
+        leaf = self.obs_codec._leaf
+        # the fast path: an ndarray of the space's own shape and of a dtype already seen to cast
+        self._shape = leaf.shape if leaf is not None else None
+        self._dtypes = {leaf.dtype} if leaf is not None else set()
+        self._flat = leaf is not None and len(leaf.shape) == 1  # step() copies these itself
+        self._float = self.obs_codec.dtype.kind == "f"
+        self._inner = getattr(env, "unwrapped", env)
+        self._inner_spaces = (self._inner.observation_space, self._inner.action_space)
+        kind = leaf.dtype.kind if leaf is not None and not leaf.shape else ""
+        self._scalars = _INTS if kind in ("i", "u") else (_NUMBERS if kind == "f" else frozenset())
+
+    def _observe(self, sample: Any, out: np.ndarray, call: str) -> None:
+        if type(sample) is np.ndarray and sample.shape == self._shape and sample.dtype in self._dtypes:
+            out[:] = sample if sample.ndim <= 1 else sample.reshape(-1)
+            return
+        if type(sample) in self._scalars:  # one number for a Discrete or shape-() Box space
+            out[0] = sample
+            return
+        check_observation(self.name, call, self.obs_codec, sample)
+        if self._shape is not None and type(sample) is np.ndarray:
+            self._dtypes.add(sample.dtype)
+        self.obs_codec.flatten(sample, out)
+
+    def _reset(self, seed: int | None, out: np.ndarray) -> None:
+        """reset(), its result checked (and its observation finite), into ``out``."""
+        try:
+            result = self.env.reset() if seed is None else self.env.reset(seed=seed)
+        except _GYM_ERRORS as e:
+            raise _translate(self.name, "reset()", e) from None
+        if type(result) is tuple and len(result) == 2 and type(result[1]) is dict:
+            sample = result[0]
+        else:
+            sample = _reset_pair(self.name, result)
+        self._observe(sample, out, "reset()")
+        # the sum of squares is finite unless something is NaN or Inf (or beyond 1e19: then ask again)
+        if self._float and not math.isfinite(out.dot(out)) and not np.isfinite(out).all():
+            raise EnvContractError(f"{self.name}: reset() returned an observation holding NaN or Inf")
+        inner = self._inner  # the unwrapped env's own attributes: a wrapper's would be a property chain
+        if (
+            inner.action_space is not self._inner_spaces[1]
+            or inner.observation_space is not self._inner_spaces[0]
+        ):
+            self._check_spaces_kept()
+
+    def _check_spaces_kept(self) -> None:
+        for kind, first in (
+            ("observation_space", self.observation_space),
+            ("action_space", self.action_space),
+        ):
+            now = getattr(self.env, kind)
+            if now is not first and now != first:
+                raise EnvContractError(
+                    f"{self.name}: {kind} changed from {describe_space(first)} to {describe_space(now)}; "
+                    "the vector's buffers hold the first, so an env must keep its spaces"
+                )
+        self._inner_spaces = (self._inner.observation_space, self._inner.action_space)  # equal ones
 
     def reset(self, seed: int | None, obs: np.ndarray, mask: np.ndarray) -> None:
-        sample, _ = self.env.reset(seed=seed)
-        self.obs_codec.flatten(sample, obs[0])
+        self._reset(seed, obs[0])
         mask[0] = True
         self.episode_return, self.episode_length = 0.0, 0
 
@@ -265,59 +513,121 @@ class GymnasiumEmulator:
         truncations: np.ndarray,
         mask: np.ndarray,
     ) -> dict[str, Any] | None:
-        sample, reward, terminal, truncated, _ = self.env.step(self.action_codec.unflatten(actions[0]))
-        self.episode_return += float(reward)
+        try:
+            result = self.env.step(self.action_codec.unflatten(actions[0]))
+        except _GYM_ERRORS as e:
+            raise _translate(self.name, "step()", e) from None
+        try:
+            sample, reward, terminal, truncated, info = result
+        except (TypeError, ValueError):
+            raise _step_arity(self.name, "step()", result) from None
+        # the common case costs a few type compares (x - x is 0.0 for every finite x); anything else
+        # goes the long way round, which raises on a broken rule
+        ok = type(reward) is float and not reward - reward
+        r = reward if ok else _reward(self.name, "step()", reward)
+        if type(terminal) is not bool or type(truncated) is not bool or type(info) is not dict:
+            terminal = _flag(self.name, "step()", "terminated", terminal)
+            truncated = _flag(self.name, "step()", "truncated", truncated)
+            _info(self.name, "step()", info)
+        self.episode_return += r
         self.episode_length += 1
-        rewards[0], terminals[0], truncations[0] = (
-            reward,
-            terminal,
-            truncated,
-        )  # mask stays True (set on reset)
-        info = None
+        rewards[0], terminals[0], truncations[0] = r, terminal, truncated  # mask stays True (set on reset)
         if terminal or truncated:
-            info = {"episode_return": self.episode_return, "episode_length": self.episode_length}
-            sample, _ = self.env.reset()
+            done = {"episode_return": self.episode_return, "episode_length": self.episode_length}
+            self._reset(None, obs[0])
             self.episode_return, self.episode_length = 0.0, 0
-        self.obs_codec.flatten(sample, obs[0])
-        return info
+            return done
+        if (
+            self._flat
+            and type(sample) is np.ndarray
+            and sample.shape == self._shape
+            and sample.dtype in self._dtypes
+        ):
+            obs[0, :] = sample  # the fast path, _observe's first case inlined
+        else:
+            self._observe(sample, obs[0], "step()")
+        return None
 
     def close(self) -> None:
         _close_quietly(self.env)
 
 
 class PettingZooEmulator:
-    """A PettingZoo parallel env as ``len(possible_agents)`` rows with a presence mask."""
+    """A PettingZoo parallel env as ``len(possible_agents)`` rows with a presence mask, contracts checked."""
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Any, name: str | None = None) -> None:
         self.env = env
+        self.name = name or str(getattr(env, "metadata", {}).get("name") or env_name(env))
         self.agents = list(env.possible_agents)
         if not self.agents:
-            raise ConfigError("PettingZoo env has no possible_agents")
+            raise ConfigError(f"{self.name}: PettingZoo env has no possible_agents")
         first = self.agents[0]
-        obs_space, act_space = env.observation_space(first), env.action_space(first)
+        obs_space = _space(self.name, f"observation_space({first!r})", env.observation_space(first))
+        act_space = _space(self.name, f"action_space({first!r})", env.action_space(first))
         for agent in self.agents[1:]:
             if env.observation_space(agent) != obs_space or env.action_space(agent) != act_space:
                 raise ConfigError(
                     f"PettingZoo agents must share spaces to share one policy: {agent!r} differs from {first!r}"
                 )
+        self.observation_space, self.action_space = obs_space, act_space
         self.obs_codec = SpaceCodec(obs_space)
         self.action_codec = ActionCodec(act_space)
         self.num_agents = len(self.agents)
         self.index = {agent: i for i, agent in enumerate(self.agents)}
         self.episode_return = 0.0
         self.episode_length = 0
+        leaf = self.obs_codec._leaf  # the fast path, as GymnasiumEmulator's
+        self._shape = leaf.shape if leaf is not None else None
+        self._dtypes = {leaf.dtype} if leaf is not None else set()
 
-    def _write(self, samples: dict[str, Any], obs: np.ndarray, mask: np.ndarray) -> None:
+    def _row(self, agent: Any, call: str, what: str) -> int:
+        i = self.index.get(agent)
+        if i is None:
+            raise EnvContractError(
+                f"{self.name}: {call} returned {what} for {agent!r}, which is not in possible_agents {self.agents}"
+            )
+        return i
+
+    def _dicts(self, call: str, result: Any) -> tuple[dict[Any, Any], ...]:
+        """``step``'s five dicts keyed by agent, or the broken rule."""
+        if type(result) is not tuple or len(result) != 5:
+            raise _step_arity(self.name, call, result, f"5 dicts keyed by agent: ({', '.join(_PZ_STEP)})")
+        for what, value in zip(_PZ_STEP, result, strict=True):
+            if not isinstance(value, dict):
+                raise EnvContractError(
+                    f"{self.name}: {call} returned {what} as {_what(value)}; a ParallelEnv returns one dict "
+                    "per item, keyed by agent"
+                )
+        return result
+
+    def _write(self, samples: Any, obs: np.ndarray, mask: np.ndarray, call: str) -> None:
+        if not isinstance(samples, dict):
+            raise EnvContractError(
+                f"{self.name}: {call} returned observations as {_what(samples)}; a ParallelEnv returns a dict "
+                "keyed by agent"
+            )
         obs[:] = 0
         mask[:] = False
+        codec = self.obs_codec
         for agent, sample in samples.items():
-            i = self.index[agent]
-            self.obs_codec.flatten(sample, obs[i])
+            i = self._row(agent, call, "an observation")
+            if not (
+                type(sample) is np.ndarray and sample.shape == self._shape and sample.dtype in self._dtypes
+            ):
+                check_observation(self.name, call, codec, sample, f" for {agent!r}")
+                if self._shape is not None and type(sample) is np.ndarray:
+                    self._dtypes.add(sample.dtype)
+            codec.flatten(sample, obs[i])
             mask[i] = True
+        for agent in self.env.agents:
+            if agent not in samples:
+                raise EnvContractError(
+                    f"{self.name}: {call} returned no observation for {agent!r}, which is in env.agents"
+                    + ("" if agent in self.index else f" but not in possible_agents {self.agents}")
+                )
 
     def reset(self, seed: int | None, obs: np.ndarray, mask: np.ndarray) -> None:
-        samples, _ = self.env.reset(seed=seed)
-        self._write(samples, obs, mask)
+        self._write(_reset_pair(self.name, self.env.reset(seed=seed)), obs, mask, "reset()")
         self.episode_return, self.episode_length = 0.0, 0
 
     def step(
@@ -329,25 +639,35 @@ class PettingZooEmulator:
         truncations: np.ndarray,
         mask: np.ndarray,
     ) -> dict[str, Any] | None:
+        name, call = self.name, "step()"
         live = {agent: self.action_codec.unflatten(actions[self.index[agent]]) for agent in self.env.agents}
-        samples, rew, term, trunc, _ = self.env.step(live)
+        samples, rew, term, trunc, _ = self._dicts(call, self.env.step(live))
         rewards[:] = 0
         terminals[:] = False
         truncations[:] = False
+        total = 0.0
         for agent, r in rew.items():
-            rewards[self.index[agent]] = r
+            i = self._row(agent, call, "a reward")
+            if type(r) not in _NUMBERS or r - r:
+                r = _reward(name, call, r, f" for {agent!r}")
+            rewards[i] = r
+            total += r
         for agent, t in term.items():
-            terminals[self.index[agent]] = t
+            terminals[self._row(agent, call, "terminated")] = _flag(
+                name, call, "terminated", t, f" for {agent!r}"
+            )
         for agent, t in trunc.items():
-            truncations[self.index[agent]] = t
-        self.episode_return += float(sum(rew.values()))
+            truncations[self._row(agent, call, "truncated")] = _flag(
+                name, call, "truncated", t, f" for {agent!r}"
+            )
+        self.episode_return += total
         self.episode_length += 1
         info = None
         if not self.env.agents:  # everyone is done: a new episode
             info = {"episode_return": self.episode_return, "episode_length": self.episode_length}
-            samples, _ = self.env.reset()
+            samples, call = _reset_pair(name, self.env.reset()), "reset()"
             self.episode_return, self.episode_length = 0.0, 0
-        self._write(samples, obs, mask)
+        self._write(samples, obs, mask, call)
         # an agent that just finished keeps its row visible this step, so the trainer sees its done flag
         for agent in self.index:
             if term.get(agent) or trunc.get(agent):
@@ -366,19 +686,20 @@ def _pettingzoo_kinds() -> tuple[type, type] | None:
     return ParallelEnv, AECEnv
 
 
-def emulate(env: Any) -> GymnasiumEmulator | PettingZooEmulator:
+def emulate(env: Any, name: str | None = None) -> GymnasiumEmulator | PettingZooEmulator:
     """Wrap a created env: Gymnasium envs are single-agent, PettingZoo parallel envs multi-agent.
+    ``name`` is what contract errors call it (default: its Gymnasium id or class name).
 
     Envs are recognized by type, so a parallel env whose ``agents`` appear only after ``reset`` (any
     made with ``aec_to_parallel``) is accepted before it is reset.
     """
     if isinstance(env, gymnasium.Env):
-        return GymnasiumEmulator(env)
+        return GymnasiumEmulator(env, name)
     kinds = _pettingzoo_kinds()
     if kinds is not None:
         parallel, aec = kinds
         if isinstance(env, parallel):
-            return PettingZooEmulator(env)
+            return PettingZooEmulator(env, name)
         if isinstance(env, aec):
             raise ConfigError(
                 f"{type(env).__name__} is a PettingZoo AEC env; wrap it with "

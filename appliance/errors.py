@@ -26,3 +26,9 @@ class ReportError(ApplianceError, ValueError):
     """A benchmark report cannot be read or compared (bad file, other schema, nothing in common)."""
 
     exit_code = 2
+
+
+class EnvContractError(ConfigError):
+    """An env broke its own contract: what its ``reset`` or ``step`` returned does not fit the
+    Gymnasium or PettingZoo API or the env's own spaces. The message names the env, the call and the
+    rule, in one line; every vector backend raises it with the same message."""

@@ -187,6 +187,28 @@ class ColourBandit(gymnasium.Env):
         return np.eye(4, dtype=np.float32)[self._colour], reward, self._t >= 16, False, {}
 
 
+class Steer(gymnasium.Env):
+    """A continuous contextual bandit: see a target in [-1, 1], get -|action - target|; 8 steps an
+    episode. Keeps the last action it was given (tests of Box-action clipping read it)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    last_action: np.ndarray | None = None
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t, self._target = 0, self.np_random.uniform(-1, 1, 1).astype(np.float32)
+        return self._target.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.last_action = np.array(action, np.float32)
+        reward = -float(np.abs(self.last_action - self._target).sum())
+        self._t += 1
+        self._target = self.np_random.uniform(-1, 1, 1).astype(np.float32)
+        return self._target.copy(), reward, self._t >= 8, False, {}
+
+
 class TakeTurns(AECEnv):  # type: ignore[misc]
     """A tiny PettingZoo AEC env: ``num_agents`` agents act in turn; each sees its own bit and gets
     +1 for repeating it. ``length`` cycles an episode. For ``aec_to_parallel`` (see
@@ -249,3 +271,129 @@ def take_turns_parallel() -> Any:
     from pettingzoo.utils.conversions import aec_to_parallel
 
     return aec_to_parallel(TakeTurns())
+
+
+class BrokenEnv(gymnasium.Env):
+    """Breaks one env contract on purpose (``rule``, one of :data:`BROKEN_RULES`), from step ``at`` on,
+    for tests of the checks in :mod:`appliance.emulation`. Otherwise a 4-float observation, a
+    Discrete(2) action, reward 1 and 10-step episodes."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    made = 0  # instances made in this process: with rule "instance_spaces" every other one differs
+
+    def __init__(self, rule: str = "", at: int = 2) -> None:
+        assert rule in BROKEN_RULES or not rule, rule
+        self.rule, self.at = rule, at
+        BrokenEnv.made += 1
+        dtype = np.uint8 if rule == "obs_dtype" else np.float32
+        self.observation_space = spaces.Box(0, 255, (4,), dtype) if rule != "no_space" else None
+        self.action_space = spaces.Discrete(2 + (rule == "instance_spaces") * (BrokenEnv.made % 2))
+        self._t, self._resets = 0, 0
+
+    def _obs(self) -> np.ndarray:
+        return np.zeros(4, self.observation_space.dtype)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
+        self._t, self._resets = 0, self._resets + 1
+        obs = self._obs()
+        if self.rule == "reset_none":
+            return None
+        if self.rule == "reset_bare":
+            return obs
+        if self.rule == "reset_info":
+            return obs, None
+        if self.rule == "obs_nan":
+            obs[2] = np.nan
+        if self.rule == "spaces_change" and self._resets > 1:
+            self.action_space = spaces.Discrete(3)
+        return obs, {}
+
+    def step(self, action: Any) -> Any:
+        self._t += 1
+        obs, reward, terminated, truncated, info = self._obs(), 1.0, self._t >= 10, False, {}
+        if self._t < self.at:
+            return obs, reward, terminated, truncated, info
+        rule = self.rule
+        if rule == "step_4":
+            return obs, reward, terminated or truncated, info
+        if rule == "obs_shape":
+            obs = np.zeros(7, np.float32)
+        elif rule == "obs_dtype":  # frames scaled to [0, 1] for a uint8 space
+            obs = np.full(4, 0.5, np.float32)
+        elif rule == "reward_shape":
+            reward = np.array([1.0])
+        elif rule == "reward_nan":
+            reward = float("nan")
+        elif rule == "terminated_int":
+            terminated = int(terminated)
+        elif rule == "info_list":
+            info = []
+        return obs, reward, terminated, truncated, info
+
+
+BROKEN_RULES = (
+    "reset_none",
+    "reset_bare",
+    "reset_info",
+    "step_4",
+    "obs_shape",
+    "obs_dtype",
+    "obs_nan",
+    "reward_shape",
+    "reward_nan",
+    "terminated_int",
+    "info_list",
+    "spaces_change",
+    "instance_spaces",
+    "no_space",
+)
+
+
+class BrokenAgents(ParallelEnv):  # type: ignore[misc]
+    """A PettingZoo ParallelEnv of agents "a" and "b" that breaks one rule (``rule``) from step ``at``:
+    ``intruder`` (an observation for an agent not in possible_agents), ``missing`` (no observation
+    for "b", still in ``agents``), ``reward_key`` (a reward for "intruder"), ``lists`` (rewards as a
+    list), ``terminated_str`` ("yes" as a flag)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "name": "broken_agents"}
+
+    def __init__(self, rule: str = "", at: int = 2) -> None:
+        self.possible_agents = ["a", "b"]
+        self.agents: list[str] = []
+        self.rule, self.at, self._t = rule, at, 0
+        self._obs = spaces.Box(0.0, 1.0, (2,), np.float32)
+        self._act = spaces.Discrete(2)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self._t, self.agents = 0, list(self.possible_agents)
+        return {a: np.zeros(2, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[Any, ...]:
+        self._t += 1
+        obs = {a: np.zeros(2, np.float32) for a in self.agents}
+        rewards: Any = {a: 1.0 for a in self.agents}
+        terminations: dict[str, Any] = {a: self._t >= 10 for a in self.agents}
+        truncations = {a: False for a in self.agents}
+        if self._t >= 10:
+            self.agents = []
+        if self._t >= self.at:
+            if self.rule == "intruder":
+                obs["intruder"] = np.zeros(2, np.float32)
+            elif self.rule == "missing":
+                del obs["b"]
+            elif self.rule == "reward_key":
+                rewards["intruder"] = 1.0
+            elif self.rule == "lists":
+                rewards = list(rewards.values())
+            elif self.rule == "terminated_str":
+                terminations["a"] = "yes"
+        return obs, rewards, terminations, truncations, {a: {} for a in self.agents}
+
+    def close(self) -> None:
+        pass

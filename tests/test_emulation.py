@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from functools import partial
+
+import gymnasium
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -9,8 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from appliance.emulation import ActionCodec, SpaceCodec, emulate, make_factory
-from appliance.errors import ConfigError
-from appliance.testing import STRUCTURED_OBS, ComingAndGoing, StructuredEnv
+from appliance.errors import ConfigError, EnvContractError
+from appliance.testing import (
+    BROKEN_RULES,
+    STRUCTURED_OBS,
+    BrokenAgents,
+    BrokenEnv,
+    ComingAndGoing,
+    StructuredEnv,
+)
 
 DTYPES = [np.float32, np.float64, np.uint8, np.int8, np.int32, np.int64]
 
@@ -211,3 +222,153 @@ def test_envs_named_by_import_path():
         make_factory("appliance.testing:Nope")
     cfg = resolve(env="appliance.testing:take_turns_parallel")
     assert cfg.vec.backend == "multiprocessing" and "appliance.testing:take_turns_parallel" in cfg.sources
+
+
+# ----------------------------------------------------------------------------- env contracts
+# Each rule: a tiny env breaking it (appliance.testing.BrokenEnv / BrokenAgents) through a real vector,
+# and the one-line EnvContractError naming the env, the call and the rule. Without the checks each
+# of these was a deep traceback (a broadcast error, a KeyError, an unpacking error) or passed silently.
+
+CONTRACTS = {
+    "reset_none": r"^BrokenEnv: reset\(\) returned None; it must return \(observation, info\)$",
+    "reset_bare": r"^BrokenEnv: reset\(\) returned an ndarray of shape \(4,\) and dtype float32 \(a bare "
+    r"observation\?\); it must return \(observation, info\)$",
+    "reset_info": r"^BrokenEnv: reset\(\) returned \(observation, None\); the second item must be the info dict$",
+    "step_4": r"^BrokenEnv: step\(\) returned 4 values \(observation, reward, done, info: the old gym API\); "
+    r"it must return 5: \(observation, reward, terminated, truncated, info\)$",
+    "obs_shape": r"^BrokenEnv: step\(\) returned an observation of shape \(7,\); its observation_space is "
+    r"Box\(4,\) float32$",
+    "obs_dtype": r"^BrokenEnv: step\(\) returned an observation of dtype float32, which does not cast to uint8 "
+    r"without losing values; its observation_space is Box\(4,\) uint8$",
+    "obs_nan": r"^BrokenEnv: reset\(\) returned an observation holding NaN or Inf$",
+    "reward_shape": r"^BrokenEnv: step\(\) returned a reward of shape \(1,\); a reward must be one number$",
+    "reward_nan": r"^BrokenEnv: step\(\) returned a reward of nan; rewards must be finite$",
+    "terminated_int": r"^BrokenEnv: step\(\) returned terminated of type int \(0\); it must be a bool$",
+    "info_list": r"^BrokenEnv: step\(\) returned info of type list; it must be a dict$",
+    "spaces_change": r"^BrokenEnv: action_space changed from Discrete\(2\) to Discrete\(3\); the vector's "
+    r"buffers hold the first, so an env must keep its spaces$",
+    "instance_spaces": r"^BrokenEnv: an instance was made with action_space Discrete\([23]\), the first with "
+    r"Discrete\([23]\); every instance must have the same spaces$",
+    "no_space": r"^BrokenEnv: observation_space is None, not a gymnasium.spaces.Space; set it in __init__$",
+}
+
+
+def _contract_error(env, backend="serial", num_envs=2, steps=25, **kwargs):
+    """The EnvContractError a vector of ``env`` raises within ``steps`` steps (episodes are 10 long)."""
+    from appliance import vector
+
+    with (
+        pytest.raises(EnvContractError) as err,
+        vector.make(env, backend=backend, num_envs=num_envs, **kwargs) as vec,
+    ):
+        vec.reset(0)
+        actions = np.zeros((vec.num_agents, *vec.single_action_space.shape), np.int64)
+        for _ in range(steps):
+            vec.step(actions)
+    message = str(err.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_contract_rules_cover_every_broken_env():
+    assert set(CONTRACTS) == set(BROKEN_RULES)
+
+
+@pytest.mark.parametrize("rule", list(CONTRACTS))
+def test_a_broken_env_contract_is_one_line_naming_env_call_and_rule(rule):
+    message = _contract_error(partial(BrokenEnv, rule))
+    assert re.match(CONTRACTS[rule], message), message
+
+
+@pytest.mark.parametrize("rule", ["reset_bare", "obs_shape", "terminated_int", "instance_spaces"])
+def test_a_multiprocessing_worker_raises_the_same_line(rule):
+    """In a worker the same check raises in the main process with the same message (the vector closed)."""
+    serial = _contract_error(partial(BrokenEnv, rule), num_envs=4)
+    workers = _contract_error(partial(BrokenEnv, rule), backend="multiprocessing", num_envs=4, num_workers=2)
+    assert re.match(CONTRACTS[rule], workers), workers
+    if rule != "instance_spaces":  # which instance differs depends on the process
+        assert workers == serial
+
+
+PETTINGZOO = {
+    "intruder": r"^broken_agents: step\(\) returned an observation for 'intruder', which is not in "
+    r"possible_agents \['a', 'b'\]$",
+    "missing": r"^broken_agents: step\(\) returned no observation for 'b', which is in env.agents$",
+    "reward_key": r"^broken_agents: step\(\) returned a reward for 'intruder', which is not in possible_agents",
+    "lists": r"^broken_agents: step\(\) returned rewards as a list of 2 items; a ParallelEnv returns one dict "
+    r"per item, keyed by agent$",
+    "terminated_str": r"^broken_agents: step\(\) returned terminated for 'a' of type str; it must be a bool$",
+}
+
+
+@pytest.mark.parametrize("rule", list(PETTINGZOO))
+def test_pettingzoo_agent_keys_are_checked(rule):
+    message = _contract_error(partial(BrokenAgents, rule))
+    assert re.match(PETTINGZOO[rule], message), message
+
+
+def test_gymnasium_wrappers_rejecting_a_broken_step_give_the_same_line():
+    """A registered id is wrapped by gymnasium.make (TimeLimit unpacks step into five, the env
+    checker asserts on reset): their errors come back as the contract the env broke."""
+    import gymnasium
+
+    gymnasium.register("BrokenContract-v0", entry_point=BrokenEnv, max_episode_steps=50)
+    try:
+        em = emulate(gymnasium.make("BrokenContract-v0", rule="step_4"))
+        obs, mask = np.zeros((1, 4), np.float32), np.zeros(1, bool)
+        rew, term, trunc = np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool)
+        em.reset(0, obs, mask)
+        em.step(np.zeros(1, np.int32), obs, rew, term, trunc, mask)
+        with pytest.raises(EnvContractError, match=r"^BrokenContract-v0: step\(\) returned 4 values"):
+            em.step(np.zeros(1, np.int32), obs, rew, term, trunc, mask)
+        em = emulate(gymnasium.make("BrokenContract-v0", rule="reset_info"))
+        with pytest.raises(
+            EnvContractError, match=r"^BrokenContract-v0: reset\(\) returned what Gymnasium's"
+        ):
+            em.reset(0, obs, mask)
+    finally:
+        gymnasium.registry.pop("BrokenContract-v0")
+
+
+def test_well_behaved_envs_pass_through_unchanged():
+    """float64 observations for a float32 space, numpy scalars and bools, Python ints for a Discrete
+    space: all fine, and a structured env's missing key is named."""
+
+    class Loose(gymnasium.Env):
+        observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+        def reset(self, seed=None, options=None):
+            return [0.1, 0.2, 0.3], {}
+
+        def step(self, action):
+            return np.full(3, 0.5), np.float32(1.5), np.bool_(False), False, {}
+
+    em = emulate(Loose())
+    obs, mask = np.zeros((1, 3), np.float32), np.zeros(1, bool)
+    rew, term, trunc = np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool)
+    em.reset(0, obs, mask)
+    np.testing.assert_allclose(obs[0], [0.1, 0.2, 0.3], rtol=1e-6)
+    em.step(np.zeros((1, 1), np.float32), obs, rew, term, trunc, mask)
+    assert obs[0].tolist() == [0.5] * 3 and rew[0] == 1.5
+
+    class NoGrid(StructuredEnv):
+        def step(self, action):
+            sample, *rest = super().step(action)
+            del sample["grid"]
+            return (sample, *rest)
+
+    em = emulate(NoGrid())
+    obs = np.zeros((1, em.obs_codec.size), em.obs_codec.dtype)
+    em.reset(0, obs, mask)
+    with pytest.raises(
+        EnvContractError, match=r"^NoGrid: step\(\) returned an observation without \['grid'\]"
+    ):
+        em.step(np.array([[2, 1, 3]], np.int32), obs, rew, term, trunc, mask)
+
+
+@pytest.mark.slow
+def test_a_ray_worker_raises_the_same_line():
+    pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'puffer-bench[ray]'")
+    env = partial(BrokenEnv, "obs_shape")
+    assert _contract_error(env, backend="ray", num_envs=2, num_workers=2) == _contract_error(env)

@@ -286,3 +286,31 @@ def test_g2048_defaults_improve():
     baseline = random_score("g2048", "score")
     history = train("g2048", [], target=("score", 2 * baseline), min_epochs=20, steps=1_500_000)
     assert recent(history, "score") >= 1.8 * baseline, baseline
+
+
+# Box actions: Gymnasium's two classic-control tasks with continuous actions, on their defaults
+# (appliance/defaults/gymnasium/<id>.yaml) under the cpu profile. Before those defaults and the Box
+# path's observation normalization, action clipping and correlated exploration noise,
+# MountainCarContinuous settled on doing nothing (return -0.8 after 1 M steps, its log-std down from
+# 0 to -2.7 by 0.33 M, the flag never learned).
+
+
+@pytest.mark.slow
+def test_pendulum_defaults_swing_up():
+    """Pendulum-v1: random play scores about -1,200, solved is -200 or better. The defaults' 5-epoch
+    mean passed -200 at 0.44, 0.38 and 0.38 M steps (seeds 0-2, the trainer on these defaults)."""
+    history = train("Pendulum-v1", [], target=("episode_return", -200), min_epochs=20, steps=1_000_000)
+    assert recent(history, "episode_return") >= -200
+
+
+@pytest.mark.slow
+def test_mountain_car_continuous_defaults_reach_the_flag():
+    """MountainCarContinuous-v0: solved is 90 (the flag's +100 less the pushes' cost); the initial
+    policy (std 1) scores about -50 and reaches the flag in 2% of episodes, doing nothing scores 0.
+    On the defaults the mean return of each 8 epochs' episodes was 88-89 by 0.13 M steps and
+    93.4-94.0 from 0.26 M to 1 M (seeds 0-2). min_epochs 16: until every env has ended its first
+    999-step episode (64 steps an epoch) the epochs see only the ones that reached the flag early."""
+    history = train(
+        "MountainCarContinuous-v0", [], target=("episode_return", 90), min_epochs=16, steps=1_000_000
+    )
+    assert len(history) >= 16 and recent(history, "episode_return") >= 90

@@ -48,10 +48,13 @@ def training_speed(cfg: Any, seconds: float, warmup_epochs: int = 1) -> dict[str
         trainer.close()
 
 
-def time_to_score(cfg: Any, metric: str, target: float, max_timesteps: int) -> dict[str, Any]:
+def time_to_score(
+    cfg: Any, metric: str, target: float, max_timesteps: int, min_epochs: int = 1
+) -> dict[str, Any]:
     """Train until the mean of ``metric`` over the last epochs reaches ``target``: wall time and
     agent-steps to it, the final score (that mean when the run ended) and the learning curve (per
-    epoch that reported ``metric``: agent-steps, seconds, the windowed mean)."""
+    epoch that reported ``metric``: agent-steps, seconds, the windowed mean). ``min_epochs``: not
+    before that many epochs (early epochs see only the episodes that end fastest)."""
     from appliance import vector
     from appliance.train import Trainer, loop
 
@@ -69,7 +72,9 @@ def time_to_score(cfg: Any, metric: str, target: float, max_timesteps: int) -> d
             curve["score"].append(sum(window) / len(window))
 
     try:
-        stop = Stop(total_timesteps=max_timesteps, target=(metric, target), window=SCORE_WINDOW)
+        stop = Stop(
+            total_timesteps=max_timesteps, target=(metric, target), window=SCORE_WINDOW, min_epochs=min_epochs
+        )
         result = loop.run(trainer, stop, on_epoch=[record])
         final = result.recent(metric, SCORE_WINDOW)
         out = {"reached": result.reached, "final": final, "curve": curve, "last": final}

@@ -305,7 +305,13 @@ class SuiteRunner:
         for r in range(repeats):
             cfg = self.config(item["env"], {**overrides, "train.seed": int(self.report.data["seed"]) + r})
             runs.append(
-                measure.time_to_score(cfg, item["metric"], float(item["target"]), int(item["max_timesteps"]))
+                measure.time_to_score(
+                    cfg,
+                    item["metric"],
+                    float(item["target"]),
+                    int(item["max_timesteps"]),
+                    min_epochs=int(item.get("min_epochs", 1)),
+                )
             )
         name = f"time_to_score/{item['env']}/{item['metric']}>={item['target']}"
         labels = {"env": item["env"], "metric": item["metric"], "target": item["target"]}

@@ -11,7 +11,7 @@ suite definitions. Suite keys::
     vector_sps: [{env, backends: [native|serial|multiprocessing|ray|gymnasium-sync|gymnasium-async],
                   num_envs}]
     train_sps: {envs: [...], seconds: 8, variants: {label: {section.key: value}}}
-    time_to_score: [{env, metric, target, max_timesteps, repeats, overrides: {section.key: value}}]
+    time_to_score: [{env, metric, target, max_timesteps, repeats, min_epochs, overrides: {section.key: value}}]
 """
 
 from __future__ import annotations
@@ -170,8 +170,11 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
     for i, item in enumerate(scores):
         where = f"time_to_score[{i}]"
         need = {"env", "metric", "target", "max_timesteps"}
-        if not isinstance(item, dict) or not need <= set(item) or set(item) - need - {"repeats", "overrides"}:
-            raise _fail(where, f"needs {sorted(need)} (and optional repeats, overrides), got {item!r}")
+        optional = {"repeats", "min_epochs", "overrides"}
+        if not isinstance(item, dict) or not need <= set(item) or set(item) - need - optional:
+            raise _fail(
+                where, f"needs {sorted(need)} (and optional repeats, min_epochs, overrides), got {item!r}"
+            )
         _env_list(where + ".env", [item["env"]], gymnasium_ok=True)
         _positive(where + ".max_timesteps", item["max_timesteps"], int, MOST_STEPS)
         target = item["target"]
@@ -179,8 +182,9 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
             raise _fail(where + ".target", f"must be a finite number, got {target!r}")
         if not isinstance(item["metric"], str):
             raise _fail(where + ".metric", f"must be the name of a logged metric, got {item['metric']!r}")
-        if "repeats" in item:
-            _positive(where + ".repeats", item["repeats"], int, MOST_RUNS)
+        for key in ("repeats", "min_epochs"):
+            if key in item:
+                _positive(f"{where}.{key}", item[key], int, MOST_RUNS)
         _overrides(where + ".overrides", item.get("overrides", {}))
     return data
 

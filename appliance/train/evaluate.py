@@ -88,7 +88,7 @@ def play(
             with torch.no_grad():
                 out, _, state = policy.step(torch.as_tensor(obs), state)
                 action, _ = policy.sample(out)
-            obs, _, _, _, infos = vec.step(action.numpy())
+            obs, _, _, _, infos = vec.step(policy.env_actions(action).numpy())  # Box: clipped as in training
             finished = [vec.log()] if ocean else list(infos or ())
             for stats in finished:
                 if not stats:

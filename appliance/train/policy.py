@@ -5,7 +5,10 @@
 * Core: ``mlp``; ``lstm`` (an ``nn.LSTM`` for whole sequences in training and an ``nn.LSTMCell``
   that shares its weights for per-step inference); ``mingru`` (minimal GRU: a parallel log-space scan
   over time for training, the same recurrence one step at a time for inference).
-* Heads: Discrete and MultiDiscrete logits, or a Gaussian for Box actions with a learned log-std.
+* Heads: Discrete and MultiDiscrete logits, or a Gaussian for Box actions with a learned
+  state-independent log-std; Box samples are clipped to the bounds only when sent to the env
+  (:meth:`Policy.env_actions`), and Box-action policies normalize observations by running
+  statistics (``policy.obs_norm``, :mod:`appliance.train.normalize`).
 * Initialization (``policy.init``): ``pufferlib`` (the default) as PufferLib 3.0 leaves its
   policies: with a recurrent core, what its LSTM wrapper does (every encoder and head weight
   orthogonal with gain 1, every bias zero, the core as torch makes it); with ``mlp``, its Default
@@ -30,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from appliance.gpu import kernels, reference
+from appliance.train.normalize import RunningNorm
 
 State = tuple[torch.Tensor, ...]
 
@@ -162,6 +166,7 @@ class Policy(nn.Module):
         encoder: str = "auto",
         obs_codec: Any = None,
         init: str = "pufferlib",
+        obs_norm: bool | str = "auto",
     ) -> None:
         super().__init__()
         if core not in ("mlp", "lstm", "mingru"):
@@ -174,6 +179,10 @@ class Policy(nn.Module):
             encoder == "auto" and not image and categories(obs_space, obs_codec) is not None
         )
         self.to_float = ObsToFloat(obs_space, obs_codec, onehot=onehot)
+        box = isinstance(action_space, spaces.Box)
+        if obs_norm == "auto":  # the continuous-control default: Box actions and plain numeric observations
+            obs_norm = box and not onehot and not image and encoder in ("auto", "linear")
+        self.obs_norm = RunningNorm(self.to_float.size) if obs_norm else None
         if encoder == "cnn" or (encoder == "auto" and image):
             if len(obs_space.shape) != 3:
                 raise ValueError(f"the cnn encoder needs (H, W, C) observations, got shape {obs_space.shape}")
@@ -214,8 +223,12 @@ class Policy(nn.Module):
         out = sum(self.nvec) if self.nvec else int(np.prod(action_space.shape))
         self.decoder = layer_init(nn.Linear(hidden_size, out), std=0.01)
         self.value = layer_init(nn.Linear(hidden_size, 1), std=1.0)
-        if self.nvec is None:
+        if self.nvec is None:  # Box: a state-independent log-std, and the bounds actions are clipped to
             self.log_std = nn.Parameter(torch.zeros(out))
+            low, high = (torch.tensor(np.broadcast_to(b, action_space.shape), dtype=torch.float32).reshape(-1)
+                         for b in (action_space.low, action_space.high))  # fmt: skip
+            self.register_buffer("action_low", low, persistent=False)
+            self.register_buffer("action_high", high, persistent=False)
         if init == "pufferlib" and core == "mlp":  # PufferLib's Default policy alone: torch's encoder init
             for layer in self.encoder.modules():
                 if isinstance(layer, (nn.Linear, nn.Conv2d)):
@@ -246,6 +259,8 @@ class Policy(nn.Module):
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.to_float(obs)
+        if self.obs_norm is not None:
+            x = self.obs_norm(x)
         if self.image_shape is not None:
             h, w, c = self.image_shape
             x = x.reshape(-1, h, w, c).permute(0, 3, 1, 2)
@@ -294,11 +309,14 @@ class Policy(nn.Module):
             return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
         return [torch.distributions.Categorical(logits=part) for part in torch.split(out, self.nvec, dim=-1)]
 
-    def sample(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions and their log-probabilities."""
+    def sample(
+        self, out: torch.Tensor, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and their log-probabilities; Box actions are ``mean + std * noise`` when ``noise``
+        (standard normal, e.g. correlated across steps) is given."""
         dist = self.distribution(out)
         if self.nvec is None:
-            action = dist.sample()
+            action = dist.sample() if noise is None else out + dist.stddev * noise
             return action, dist.log_prob(action).sum(-1)
         actions = [d.sample() for d in dist]
         logprob = sum(d.log_prob(a) for d, a in zip(dist, actions, strict=True))
@@ -306,6 +324,20 @@ class Policy(nn.Module):
             actions[0] if isinstance(self.action_space, spaces.Discrete) else torch.stack(actions, dim=-1)
         )
         return action, logprob
+
+    def env_actions(self, action: torch.Tensor) -> torch.Tensor:
+        """What the envs are sent: Box samples clipped to the action space's bounds (PPO keeps the
+        unclipped sample, whose log-probability its ratio needs); discrete actions as they are."""
+        if self.nvec is None:
+            return torch.clamp(action, self.action_low.to(action.dtype), self.action_high.to(action.dtype))
+        return action
+
+    @torch.no_grad()
+    def update_obs_norm(self, obs: torch.Tensor, mask: torch.Tensor) -> None:
+        """Merge the observations ``obs [..., *obs_shape]`` where ``mask`` is set into the running
+        statistics (between epochs: see :mod:`appliance.train.normalize`)."""
+        if self.obs_norm is not None:
+            self.obs_norm.update(self.to_float(obs)[mask.bool()])
 
     def evaluate_actions(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropies of given actions."""

@@ -70,6 +70,7 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         encoder=p.encoder,
         obs_codec=getattr(vec, "obs_codec", None),
         init=p.init,
+        obs_norm={"on": True, "off": False}.get(p.obs_norm, "auto"),
     )
 
 
@@ -205,6 +206,7 @@ class Trainer:
             pin_obs=hp.cpu_offload and self.device.type == "cuda",
         )
         self.state = self.policy.initial_state(n, self.device)
+        self._noise: torch.Tensor | None = None  # Box actions' AR(1) exploration noise (_box_noise)
 
         # the update: device work only, captured as a CUDA graph where that is possible
         capture = self._can_capture(profile)
@@ -271,7 +273,7 @@ class Trainer:
                     ids, state, step.obs, action, logprob, value, step.rewards, step.dones, step.masks
                 )
                 with self.timings("copy"):
-                    actions = action.cpu().numpy()
+                    actions = self.policy.env_actions(action).cpu().numpy()
                 with self.timings("env"):
                     self.vec.send(actions)
                 self.global_step += len(ids) if masks is None else int(step.masks.sum().item())
@@ -307,7 +309,7 @@ class Trainer:
             with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
                 out, value, new_state = self.forward_step(obs, state)
             if self.policy.nvec is None:  # Box actions: a Gaussian from torch's generator
-                action, logprob = self.policy.sample(out.float())
+                action, logprob = self.policy.sample(out.float(), self._box_noise(ids, out))
             else:  # logits and value side by side, one fused sampling kernel on a GPU
                 decoded = torch.cat([out.float(), value.float()[:, None]], 1)
                 action, logprob, value = kernels.sample_logits(
@@ -330,6 +332,20 @@ class Trainer:
         for s, new in zip(self.state, new_state, strict=True):
             s[ids] = new.to(s.dtype)
         return action, logprob, value
+
+    def _box_noise(self, ids: torch.Tensor, out: torch.Tensor) -> torch.Tensor | None:
+        """Box actions' exploration noise for the agents ``ids``: with ``train.noise_corr`` rho > 0 an
+        AR(1) process per agent (rho times its last noise plus sqrt(1 - rho^2) fresh N(0, 1): still
+        N(0, 1) at each step, so the log-prob is the Gaussian head's, but pushes that last several
+        steps, as MountainCarContinuous needs); None with rho 0 (white noise)."""
+        rho = self.hp.noise_corr
+        if rho == 0:
+            return None
+        if self._noise is None:
+            self._noise = torch.zeros(self.vec.num_agents, out.shape[-1], device=out.device)
+        noise = rho * self._noise[ids] + math.sqrt(1 - rho * rho) * torch.randn(out.shape, device=out.device)
+        self._noise[ids] = noise
+        return noise
 
     def _collect_infos(self, infos: list[dict[str, Any]]) -> None:
         """Episode stats from infos: one episode each (emulated envs), or the means of ``n`` episodes
@@ -376,6 +392,7 @@ class Trainer:
                 float(1 - (returns - b.values).var() / var) if var > 0 else float("nan")
             )
             sums["learning_rate"] = lr
+            self.policy.update_obs_norm(b.obs.to(self.device), b.masks)  # the next epoch's statistics
         self.epoch += 1
         self.losses = sums
         return sums

@@ -10,6 +10,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from appliance.errors import EnvContractError
 from appliance.vector.buffers import Buffers
 from appliance.vector.sources import EnvSource
 
@@ -92,9 +93,13 @@ class EmulatedGroup:
         for j in range(count):
             try:
                 self.envs.append(emulate(creator()))
+            except EnvContractError:
+                self.close()
+                raise
             except Exception as e:
                 self.close()
                 raise EnvStepError(env_offset + j, "creation", traceback.format_exc()) from e
+            self._check_spaces(source, self.envs[-1])
         # each env's row views, made once: slicing six arrays per env per step costs more than a small env
         b = buffers
         self._views = [
@@ -104,6 +109,22 @@ class EmulatedGroup:
             )
             for j in range(count)
         ]
+
+    def _check_spaces(self, source: EnvSource, env: Any) -> None:
+        """Every instance must have the spaces the vector's buffers were sized for (those of the env
+        made when the vector was created)."""
+        for kind, mine, first in (
+            ("observation_space", env.obs_codec.flat_space, source.observation_space),
+            ("action_space", env.action_codec.flat_space, source.action_space),
+        ):
+            if mine != first:
+                from appliance.emulation import describe_space
+
+                self.close()
+                raise EnvContractError(
+                    f"{env.name}: an instance was made with {kind} {describe_space(getattr(env, kind))}, the "
+                    f"first with {describe_space(first)}; every instance must have the same spaces"
+                )
 
     def _rows(self, j: int) -> slice:
         return slice(j * self.k, (j + 1) * self.k)
@@ -116,6 +137,8 @@ class EmulatedGroup:
                 env.reset(
                     None if seed is None else int(seed) + self.offset + j, b.observations[rows], b.masks[rows]
                 )
+            except EnvContractError:
+                raise
             except Exception as e:
                 raise EnvStepError(self.offset + j, "reset", traceback.format_exc()) from e
             b.rewards[rows] = 0
@@ -128,6 +151,8 @@ class EmulatedGroup:
         for j, (env, views) in enumerate(zip(self.envs, self._views, strict=True)):
             try:
                 info = env.step(*views)
+            except EnvContractError:
+                raise
             except Exception as e:
                 raise EnvStepError(self.offset + j, "step", traceback.format_exc()) from e
             if info:

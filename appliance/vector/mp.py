@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.errors import ConfigError
+from appliance.errors import ConfigError, EnvContractError
 from appliance.vector.base import Vector, WorkerError
 from appliance.vector.buffers import Buffers, buffer_layout
 from appliance.vector.groups import EnvStepError, make_group
@@ -299,7 +299,9 @@ def _worker(
     def report(error: BaseException, where: str) -> bool:
         """Flag the error, then send the traceback (with the env that raised, when known). The flag goes
         first: the main process reads the pipe once it sees the flag, so a long traceback cannot block."""
-        if isinstance(error, EnvStepError):
+        if isinstance(error, EnvContractError):  # one line, raised as it is in the main process
+            message = ("contract", first_env, where, str(error))
+        elif isinstance(error, EnvStepError):
             message = ("error", error.env_index, error.where, error.tb)
         else:
             message = ("error", first_env, where, traceback.format_exc())
@@ -510,10 +512,14 @@ class Multiprocessing(Vector):
         epw = self.sizes.envs_per_worker
         return f"worker {w} (envs {w * epw}..{(w + 1) * epw - 1})"
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, contract: bool = False) -> None:
+        """Close the vector and raise: a ``WorkerError`` naming the vector, or with ``contract`` the env's
+        own one-line :class:`EnvContractError`, exactly as the serial backend raises it."""
         self.buffers = self._seeds = self._block_views = None
         self._res.close(grace=0.2)  # a failed or hung worker will not answer: do not wait long for it
         self._finalizer.detach()
+        if contract:
+            raise EnvContractError(message)
         raise WorkerError(f"{self.source.name}: {message}")
 
     def _recv(self, w: int) -> Any:
@@ -546,6 +552,9 @@ class Multiprocessing(Vector):
             others = [w for w in others if flags[w * FLAG_STRIDE] < DONE]  # still stepping
             if others:
                 time.sleep(1e-3)
+        contracts = [text for _, (kind, _, _, text) in sorted(errors.items()) if kind == "contract"]
+        if contracts:  # a broken env contract: the first worker's line, as the serial backend gives it
+            self._fail(contracts[0], contract=True)
         self._fail(
             "\n".join(
                 f"{self._worker_envs(w)}: env {env_index} raised in {where}:\n{tb.rstrip()}"

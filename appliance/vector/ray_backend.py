@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from appliance.errors import ConfigError
+from appliance.errors import ConfigError, EnvContractError
 from appliance.vector.base import Vector, WorkerError
 from appliance.vector.buffers import allocate
 from appliance.vector.groups import EnvStepError, make_group
@@ -109,8 +109,11 @@ class RayVector(Vector):
             return ray.get(refs)
         except ray.exceptions.RayTaskError as e:
             cause = e.as_instanceof_cause()
-            detail = str(cause.cause) if isinstance(getattr(cause, "cause", None), EnvStepError) else str(e)
+            inner = getattr(cause, "cause", None)
+            detail = str(inner) if isinstance(inner, EnvStepError) else str(e)
             self.close()
+            if isinstance(inner, EnvContractError):  # the env's one line, as the other backends raise it
+                raise EnvContractError(str(inner)) from None
             raise WorkerError(f"{self.source.name}: a Ray worker failed: {detail}") from None
         except ray.exceptions.RayActorError as e:
             self.close()
