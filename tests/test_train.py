@@ -122,9 +122,12 @@ def test_lstm_cell_shares_the_sequence_weights():
 
 
 @pytest.mark.parametrize("core", ["mlp", "lstm", "mingru"])
-def test_heads_are_initialized_small_logits_unit_value(core):
+def test_cleanrl_init_gives_small_logits_and_unit_value(core):
+    """policy.init cleanrl (the default, pufferlib, is test_pufferlib_init_is_what_pufferlib_leaves)."""
     torch.manual_seed(0)
-    policy = Policy(spaces.Box(0, 2, (121,), np.uint8), spaces.Discrete(5), core=core, hidden_size=128)
+    policy = Policy(
+        spaces.Box(0, 2, (121,), np.uint8), spaces.Discrete(5), core=core, hidden_size=128, init="cleanrl"
+    )
     w_logits, w_value = policy.decoder.weight, policy.value.weight
     # orthogonal rows scaled by std: each row has norm std
     torch.testing.assert_close(w_logits.norm(dim=1), torch.full((5,), 0.01), rtol=1e-4, atol=1e-5)
