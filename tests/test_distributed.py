@@ -201,9 +201,8 @@ def test_two_ranks_learn_squared_and_resume(tmp_path):
     perf = _perf(tmp_path / "dp")
     last = json.loads((tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["sps/rank0"] > 0 and last["sps/rank1"] > 0 and last["time/allreduce"] > 0
-    # PufferLib's squared ends an episode with -1 when a move leaves the grid, so a sampling policy that
-    # keeps its entropy bonus settles near 0.8 here (0.82-0.84 at 120k and at 240k steps, measured)
-    assert len(perf) >= 5 and np.mean(perf[-3:]) >= 0.75 > _random_perf() + 0.3, perf
+    # metrics.jsonl gets a record at most once a second, so a fast machine writes only a few in this run
+    assert len(perf) >= 3 and np.mean(perf[-3:]) >= 0.75 > _random_perf() + 0.3, perf
     state = checkpoint.read(tmp_path / "dp" / checkpoint.MODEL)["state"]
     assert state["global_step"] >= 120000  # the steps of both ranks
     # --resume: every rank starts from the checkpoint and the run goes on to the new total
