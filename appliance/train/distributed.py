@@ -313,21 +313,28 @@ def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[s
     """``puffer-bench train --nproc N``: the run folder is chosen here, the ranks train, rank 0 reports."""
     if options.profile_trace:
         raise ConfigError("--profile-trace profiles one process; leave out --nproc")
-    if where.node_rank == 0:
-        run_dir = (
-            checkpoint.find_run(cfg.train.data_dir, options.resume)
-            if options.resume
-            else checkpoint.new_run_folder(cfg, options.run_id)
-        )
+    if where.node_rank == 0:  # node 0 holds the run folder, as one process does (checkpoint.claim)
+        with checkpoint.claim(cfg.train.data_dir, cfg.env_name, options.run_id, options.resume) as run:
+            yield from _launch(cfg, options, where, run.run_dir, run.resume_from)
     else:  # the other machines need the folder only to resume, from their own copy
-        run_dir = checkpoint.find_run(cfg.train.data_dir, options.resume) if options.resume else None
+        resume_from = (
+            checkpoint.find_checkpoint(cfg.train.data_dir, options.resume) if options.resume else None
+        )
+        yield from _launch(cfg, options, where, None, resume_from)
+
+
+def _launch(
+    cfg: Any, options: session.Options, where: Launch, run_dir: Path | None, resume_from: Path | None
+) -> Iterator[tuple[str, bool]]:
     yield f"{where.world_size} ranks ({where.nproc} here); run folder {run_dir}", True
-    results = launch(_train_rank, (cfg, options, run_dir, where.timeout_s), where)
+    results = launch(_train_rank, (cfg, options, run_dir, resume_from, where.timeout_s), where)
     for line in results.get(0) or []:
         yield line, False
 
 
-def _train_rank(cfg: Any, options: session.Options, run_dir: Path | None, timeout_s: float) -> list[str]:
+def _train_rank(
+    cfg: Any, options: session.Options, run_dir: Path | None, resume_from: Path | None, timeout_s: float
+) -> list[str]:
     """One rank of ``train --nproc``; rank 0 returns the summary lines."""
     from appliance import vector
     from appliance.train.dashboard import Reporter
@@ -340,8 +347,8 @@ def _train_rank(cfg: Any, options: session.Options, run_dir: Path | None, timeou
         lead = rank == 0
         trainer = RankTrainer(cfg, vector.make_from_config(cfg), run_dir=run_dir if lead else None)
         try:
-            if options.resume and run_dir is not None:
-                trainer.load_checkpoint(run_dir, resume=True)
+            if resume_from is not None:
+                trainer.load_checkpoint(resume_from, resume=True)
                 trainer.reseed()
             elif options.load_model_path:
                 trainer.load_checkpoint(

@@ -38,18 +38,16 @@ def stop_rule(cfg: Any, options: Options) -> loop.Stop:
 def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
     """Train with ``cfg``; yields (line, to stderr) for the caller to print.
 
-    The run folder is locked for the whole session; an unwritable ``--report`` is refused before
-    any env starts.
+    The run folder is claimed and locked for the whole session (:func:`checkpoint.claim`); an
+    unwritable ``--report`` is refused before any env starts.
     """
     t = cfg.train
     if options.report:
         problem = unwritable(Path(options.report).parent)
         if problem:
             raise ConfigError(f"--report {options.report}: {problem}")
-    resume_from = checkpoint.find_checkpoint(t.data_dir, options.resume) if options.resume else None
-    run_dir = resume_from.parent if resume_from else checkpoint.new_run_folder(cfg, options.run_id)
-    with checkpoint.locked(run_dir):
-        yield from _train(cfg, options, run_dir, resume_from)
+    with checkpoint.claim(t.data_dir, cfg.env_name, options.run_id, options.resume) as run:
+        yield from _train(cfg, options, run.run_dir, run.resume_from)
 
 
 def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) -> Iterator[tuple[str, bool]]:
