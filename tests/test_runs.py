@@ -124,3 +124,77 @@ def test_run_folders_named_from_env_specs_are_safe_in_a_shell(tmp_path):
     (name,) = folders(data)
     assert SAFE.fullmatch(name) and name.startswith("appliance.testing-ColourBandit-"), name
     assert (data / "latest").read_text() == name
+
+
+# ----------------------------------------------------------------------------- numeric options (27)
+
+# The arguments a command needs before its options are looked at.
+ARGUMENTS = {
+    "envs show": ["squared"],
+    "autotune": ["squared"],
+    "compare": ["a.json", "b.json"],
+    "ab": ["a", "b"],
+}
+# Options where 0 is a value with a meaning (the rest must refuse it).
+ZERO_MEANS = {
+    "--node-rank": "the first machine",
+    "--master-port": "a free port",
+    "--seed": "seed 0",
+    "--step-us": "steps that do not wait",
+    "--forward-ms": "no simulated policy time",
+    "--wait-quiet": "one look at the load, no wait",
+}
+BAD = ["-1", "nan", "inf", "-inf", "1e300", "1" + "0" * 30, "ten"]
+
+
+def commands(group=cli, prefix=()):
+    import click
+
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            yield from commands(command, (*prefix, name))
+        yield (*prefix, name), command
+
+
+def numeric_options():
+    """(command, option, type) of every option that takes a number, whatever its type."""
+    import click
+
+    from appliance.cli.common import IntList, Number
+
+    numeric = (Number, IntList, click.types.IntParamType, click.types.FloatParamType)
+    return [
+        (" ".join(path), param.opts[0], param.type)
+        for path, command in commands()
+        for param in command.params
+        if isinstance(param, click.Option) and not param.is_flag and isinstance(param.type, numeric)
+    ]
+
+
+def test_every_numeric_option_has_a_checked_type():
+    from appliance.cli.common import IntList, Number
+
+    options = numeric_options()
+    unchecked = [f"{c} {o}" for c, o, kind in options if not isinstance(kind, Number | IntList)]
+    assert not unchecked, f"use common.Number or IntList for {unchecked}"
+    names = {(c, o) for c, o, _ in options}
+    for expected in [("autotune", "--seconds"), ("vector-bench", "--seconds"), ("train", "--nproc"),
+                     ("train", "--master-port"), ("envs sps", "--threads"), ("sweep", "--parallel")]:  # fmt: skip
+        assert expected in names
+    assert len(names) >= 30, sorted(names)
+
+
+@pytest.mark.parametrize("command,option,kind", numeric_options(), ids=lambda v: str(v).replace(" ", "-"))
+def test_bad_numbers_are_one_line_and_exit_2_before_any_work(command, option, kind, tmp_path, monkeypatch):
+    from appliance.cli.common import Number
+
+    monkeypatch.chdir(tmp_path)  # anything a command wrote would land here
+
+    values = [*BAD, "0"] if option not in ZERO_MEANS else BAD
+    if option in ZERO_MEANS:  # and it is a value the option takes
+        assert isinstance(kind, Number) and kind.convert("0", None, None) == 0
+    for value in values:
+        result = CliRunner().invoke(cli, [*command.split(), *ARGUMENTS.get(command, []), f"{option}={value}"])
+        assert result.exit_code == 2, (command, option, value, result.output)
+        assert one_line(result).startswith(f"error: {option}: "), (command, option, value)
+    assert list(tmp_path.iterdir()) == []
