@@ -5,7 +5,14 @@ process, and every numeric option of every command checked before any work."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -198,3 +205,174 @@ def test_bad_numbers_are_one_line_and_exit_2_before_any_work(command, option, ki
         assert result.exit_code == 2, (command, option, value, result.output)
         assert one_line(result).startswith(f"error: {option}: "), (command, option, value)
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- stop signals (28)
+
+
+def send_sigint_while(monkeypatch, module, name):
+    """Ctrl-C arrives while ``module.name`` runs (e.g. while the envs start)."""
+    real = getattr(module, name)
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, interrupted)
+
+
+def test_ctrl_c_while_the_envs_start_is_one_line_and_keeps_nothing(tmp_path, monkeypatch):
+    from appliance import vector
+
+    send_sigint_while(monkeypatch, vector, "make_from_config")
+    result = train(tmp_path / "exp")
+    assert result.exit_code == 130
+    assert one_line(result) == (
+        "error: interrupted (SIGINT) before the first epoch ended: nothing was trained; nothing was kept"
+    )
+    assert folders(tmp_path / "exp") == []
+
+
+def test_ctrl_c_in_the_first_rollout_of_a_resumed_run_keeps_its_checkpoint_as_it_was(tmp_path, monkeypatch):
+    from appliance.train import Trainer
+
+    data = tmp_path / "exp"
+    assert train(data, "--run-id", "r1").exit_code == 0
+    before = {p.name: p.read_bytes() for p in (data / "r1").glob("model*.pt")}
+    send_sigint_while(monkeypatch, Trainer, "evaluate")
+    result = train(data, "--resume", "r1", "--train.total-timesteps", "256")
+    assert result.exit_code == 130 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "error: interrupted (SIGINT) before the first epoch ended: nothing was trained; "
+        f"{data / 'r1' / 'model.pt'} is kept as it was"
+    )
+    assert {p.name: p.read_bytes() for p in (data / "r1").glob("model*.pt")} == before  # no epoch-2 copy
+
+
+def test_ctrl_c_before_any_epoch_of_a_new_run_writes_no_untrained_checkpoint(tmp_path, monkeypatch):
+    from appliance.train import Trainer
+
+    data = tmp_path / "exp"
+    assert train(data, "--run-id", "good").exit_code == 0
+    send_sigint_while(monkeypatch, Trainer, "evaluate")
+    assert train(data, "--run-id", "r2").exit_code == 130
+    assert folders(data) == ["good"] and (data / "latest").read_text() == "good"
+
+
+# ----------------------------------------------------------------------------- Ctrl-C while train starts (28)
+
+PUFFER = [str(Path(sys.executable).parent / "puffer-bench")]
+
+
+def stop_after(proc, seconds_or_file, sig, group=True):
+    """Send ``sig`` to the process group (Ctrl-C) or the launcher alone once ``seconds_or_file`` has
+    passed or exists; returns (seconds to exit, stdout, stderr)."""
+    deadline = time.time() + 180
+    if isinstance(seconds_or_file, Path):
+        while not seconds_or_file.exists():
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.1)
+    else:
+        time.sleep(seconds_or_file)
+    (os.killpg if group else os.kill)(proc.pid, sig)
+    start = time.time()
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return time.time() - start, out, err
+
+
+def left_behind(pgid, scratch_before):
+    """Processes of the session still alive after a few seconds, and new rank scratch folders."""
+    import psutil
+
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        alive = [p for p in psutil.process_iter() if _session(p) == pgid]
+        if not alive:
+            break
+        time.sleep(0.2)
+    scratch = {p.name for p in Path(tempfile.gettempdir()).glob("puffer-bench-ranks-*")} - scratch_before
+    return alive, scratch
+
+
+def _session(p):
+    try:
+        return os.getsid(p.pid)
+    except OSError:
+        return None
+
+
+EARLY = (
+    r"error: interrupted \(SIGINT\) before (the first epoch ended: nothing was trained; nothing was kept"
+    r"|train started: nothing was done)"
+)
+
+
+SPAWN_WINDOW = """
+import json, os, signal
+from multiprocessing import context
+
+from appliance import vector
+from appliance.config import resolve
+
+started = []
+
+
+def start(self):
+    real(self)
+    status = open(f"/proc/{self.pid}/status").read()  # the mask the worker started with
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk")), 16)
+    started.append(bool(mask & (1 << (signal.SIGINT - 1))))
+    if len(started) == 1:
+        os.killpg(0, signal.SIGINT)  # Ctrl-C to the process group while the workers start
+
+
+if __name__ == "__main__":
+    real, context.SpawnProcess.start = context.SpawnProcess.start, start
+    cfg = resolve(env="squared", overrides=["--vec.backend", "multiprocessing", "--vec.num-workers", "2",
+                                            "--vec.num-envs", "4"])
+    try:
+        vector.make_from_config(cfg)
+    except KeyboardInterrupt:
+        print(json.dumps({"interrupted": True, "sigint_blocked_in_workers": started}))
+"""
+
+
+def test_a_ctrl_c_while_workers_start_waits_until_all_started_and_none_gets_it(tmp_path):
+    """A worker that gets Ctrl-C while it imports prints a traceback; one the main process leaves
+    between its start and its arguments fails with EOFError. So the workers start with SIGINT
+    blocked (they ignore it once running), and the main process takes it after the last start."""
+    (tmp_path / "start.py").write_text(SPAWN_WINDOW)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "start.py")],
+        capture_output=True, text=True, start_new_session=True, timeout=120,
+    )  # fmt: skip
+    assert json.loads(proc.stdout) == {"interrupted": True, "sigint_blocked_in_workers": [True, True]}, (
+        proc.stderr
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.5, 1.5, 3.0])
+def test_ctrl_c_in_the_first_seconds_of_train_is_one_line_and_leaves_nothing(tmp_path, delay):
+    data = tmp_path / "exp"
+    proc = subprocess.Popen(
+        [*PUFFER, "train", "squared", *SMALL, "--vec.backend", "multiprocessing", "--vec.num-workers", "2",
+         "--train.data-dir", str(data), "--train.total-timesteps", "1e9"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    _, _, err = stop_after(proc, delay, signal.SIGINT)
+    assert "Traceback" not in err and "Aborted" not in err, err
+    if proc.returncode == 130:
+        assert re.fullmatch(EARLY, err.strip().splitlines()[-1]), err
+        assert folders(data) == []
+    else:
+        assert proc.returncode == 0 and "interrupted (SIGINT): saved a checkpoint" in err, err
+    alive, _ = left_behind(proc.pid, set())
+    assert not alive, alive
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"puffer_{proc.pid}_")]

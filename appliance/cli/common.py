@@ -17,8 +17,8 @@ PROFILE_HELP = "Hardware profile from bench/profiles (e.g. cpu, 4090, h100; defa
 
 
 class _Group(click.Group):
-    """A click group that turns ApplianceError and bad option values into a one-line message and an
-    exit code (2 for a bad value, as click gives it, without the usage text)."""
+    """A click group that turns ApplianceError, bad option values and Ctrl-C into a one-line message
+    and an exit code (2 for a bad value, as click gives it, without the usage text; 128 + the signal)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -29,6 +29,32 @@ class _Group(click.Group):
         except click.BadParameter as e:
             click.echo(f"error: {_param_name(e)}{e.message}", err=True)
             ctx.exit(e.exit_code)
+        except KeyboardInterrupt as e:  # not click's bare "Aborted!" (a command that can save says so itself)
+            import signal
+
+            signum = getattr(e, "signum", signal.SIGINT)
+            early = (
+                ""
+                if ctx.meta.get(_STARTED)
+                else f" before {ctx.invoked_subcommand} started: nothing was done"
+            )
+            click.echo(f"error: interrupted ({signal.Signals(signum).name}){early}", err=True)
+            ctx.exit(128 + signum)
+
+
+_STARTED = "puffer-bench.started"
+
+
+class _Command(click.Command):
+    """A command that notes when it starts (after its options are parsed)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        ctx.meta[_STARTED] = True
+        return super().invoke(ctx)
+
+
+_Group.command_class = _Command
+_Group.group_class = type  # subgroups (envs) are _Groups too
 
 
 def _param_name(e: click.BadParameter) -> str:

@@ -65,7 +65,7 @@ from appliance.errors import ConfigError
     "--nproc",
     default=1,
     show_default=True,
-    type=count(4096),
+    type=count(2**31 - 1),  # at most one per GPU or usable core: checked with the rest of the launch
     help="Data-parallel ranks on this machine (torch.distributed; one GPU each, or CPU with gloo).",
 )
 @click.option(
@@ -85,7 +85,7 @@ from appliance.errors import ConfigError
 @click.option("--master-addr", default="127.0.0.1", show_default=True, help="Address of node 0.")
 @click.option(
     "--master-port",
-    type=count(65535, low=0),
+    type=Number(0, 65535, integer=True, why=" (0 for a free one)"),
     help="Port on node 0 (default or 0: a free one; set it for --nnodes > 1).",
 )
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -115,6 +115,35 @@ def train(
     e.g. puffer-bench train squared --train.device cpu --train.total-timesteps 2e6
     With --nproc N: N ranks, each with vec.num_envs envs; total-timesteps counts all ranks.
     """
+    try:
+        _train(**locals())  # the options as given
+    except KeyboardInterrupt:  # Ctrl-C while starting up, before the session takes the stop signals
+        kept = f"{resume} is kept as it was" if resume else "nothing was kept"
+        click.echo(
+            f"error: interrupted (SIGINT) before the first epoch ended: nothing was trained; {kept}", err=True
+        )
+        click.get_current_context().exit(128 + 2)
+
+
+def _train(
+    profile: str | None,
+    config_file: str | None,
+    run_id: str | None,
+    resume: str | None,
+    load_model_path: str | None,
+    no_dashboard: bool,
+    profile_trace: str | None,
+    tensorboard: bool,
+    use_wandb: bool,
+    report: str | None,
+    stop_steps: int | None,
+    nproc: int,
+    nnodes: int,
+    node_rank: int,
+    master_addr: str,
+    master_port: int | None,
+    args: tuple[str, ...],
+) -> None:
     from appliance.config import resolve
     from appliance.train import session
 
@@ -136,7 +165,7 @@ def train(
     if nproc > 1 or nnodes > 1:
         from appliance.train import distributed
 
-        where = distributed.Launch(nproc, nnodes, node_rank, master_addr, master_port)
+        where = distributed.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
         lines = distributed.train(cfg, options, where)
     else:
         lines = session.train(cfg, options)

@@ -145,10 +145,16 @@ def claim(
         run_dir, created = data_dir / run_id, _make_folder(data_dir / run_id, exclusive=False)
     else:
         run_dir, created = _new_folder(data_dir, run_name(env_name))
-    with locked(run_dir, tidy=True, created=created):
-        if not created:
-            _refuse_if_it_holds_a_run(run_dir, run_id or run_dir.name)
-        yield Claim(run_dir)
+    try:
+        with locked(run_dir, tidy=True, created=created):
+            if not created:
+                _refuse_if_it_holds_a_run(run_dir, run_id or run_dir.name)
+            yield Claim(run_dir)
+    except BaseException:  # e.g. Ctrl-C between the mkdir and the lock
+        if created:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
 
 
 def _make_folder(folder: Path, exclusive: bool) -> bool:

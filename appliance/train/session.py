@@ -6,6 +6,7 @@ it yields. The epochs themselves run in :func:`appliance.train.loop.run`.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,15 +40,35 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
     """Train with ``cfg``; yields (line, to stderr) for the caller to print.
 
     The run folder is claimed and locked for the whole session (:func:`checkpoint.claim`); an
-    unwritable ``--report`` is refused before any env starts.
+    unwritable ``--report`` is refused before any env starts. A stop signal before the first epoch
+    has ended (while envs start, say) ends the session as cleanly as one during training: the envs
+    are closed, a new run's folder goes, and :class:`loop.Stopped` says in one line what was kept.
     """
     t = cfg.train
+    check_report(options)
+    run = None
+    with loop.stop_signals():
+        try:
+            with checkpoint.claim(t.data_dir, cfg.env_name, options.run_id, options.resume) as run:
+                yield from _train(cfg, options, run.run_dir, run.resume_from)
+        except KeyboardInterrupt as e:
+            signum = getattr(e, "signum", signal.SIGINT)
+            message = nothing_trained(signal.Signals(signum).name, run.resume_from if run else None)
+            raise loop.Stopped(message, signum) from None
+
+
+def check_report(options: Options) -> None:
+    """Refuse an unwritable ``--report`` before any work."""
     if options.report:
         problem = unwritable(Path(options.report).parent)
         if problem:
             raise ConfigError(f"--report {options.report}: {problem}")
-    with checkpoint.claim(t.data_dir, cfg.env_name, options.run_id, options.resume) as run:
-        yield from _train(cfg, options, run.run_dir, run.resume_from)
+
+
+def nothing_trained(signal_name: str, resumed: Path | None) -> str:
+    """What a run stopped before its first epoch ended has kept: the checkpoint it resumed, or nothing."""
+    kept = f"{resumed} is kept as it was" if resumed is not None else "nothing was kept"
+    return f"interrupted ({signal_name}) before the first epoch ended: nothing was trained; {kept}"
 
 
 def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) -> Iterator[tuple[str, bool]]:
@@ -57,7 +78,12 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
 
     t = cfg.train
     writers = _writers(options, cfg, run_dir)
-    trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=run_dir, profile=bool(options.profile_trace))
+    vec = vector.make_from_config(cfg)
+    try:
+        trainer = Trainer(cfg, vec, run_dir=run_dir, profile=bool(options.profile_trace))
+    except BaseException:
+        vec.close()
+        raise
     try:
         if resume_from:
             trainer.load_checkpoint(resume_from, resume=True)
@@ -85,6 +111,8 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
             reporter.update(force=True)
             reporter.close()
         if result.reason == "interrupted":
+            if not result.epochs:
+                raise loop.Interrupted(signal.Signals[result.signal or "SIGINT"])
             yield f"interrupted ({result.signal}): saved a checkpoint", True
         if options.report:
             try:

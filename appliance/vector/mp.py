@@ -47,6 +47,7 @@ import time
 import traceback
 import uuid
 import weakref
+from collections.abc import Iterator
 from multiprocessing import connection, resource_tracker
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -239,6 +240,35 @@ def _die_with_parent(parent_pid: int, shm_name: str, pdeathsig: bool, direct: bo
     ).start()
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _starting_workers(start_method: str) -> Iterator[None]:
+    """While workers start, a Ctrl-C (or SIGTERM, SIGHUP) waits, then comes as usual.
+
+    A worker starts with SIGINT blocked (a new process keeps the mask of the thread that made it)
+    until it ignores it, so a Ctrl-C to the process group while it imports prints no traceback. The
+    main process notes a stop signal and raises it again once every worker has started: cut short
+    between starting a worker and handing it its arguments, it would leave the worker an EOFError.
+    """
+    if start_method != "fork":  # multiprocessing's resource tracker unblocks SIGINT after starting itself
+        resource_tracker.ensure_running()
+    noted: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, lambda signum, frame: noted.append(signum)) for s in STOP_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)
+
+
 def _send(conn: connection.Connection, payload: Any) -> bool:
     """Send pickled bytes; False if the main process has closed its end (it is closing the vector)."""
     try:
@@ -423,19 +453,20 @@ class Multiprocessing(Vector):
         # the parent-death signal fires when the starting *thread* exits: arm it only from the main thread
         pdeathsig = threading.current_thread() is threading.main_thread()
         direct = start_method != "forkserver"  # the workers' parent is this process
-        for w in range(sizes.num_workers):
-            parent, child = ctx.Pipe(duplex=True)
-            proc = ctx.Process(
-                target=_worker,
-                args=(w, name, total, plan, source, sizes, child, os.getpid(), pdeathsig, direct),
-                name=f"puffer-worker-{w}",
-                daemon=True,
-            )
-            res.flags[w * FLAG_STRIDE] = BOOT
-            proc.start()
-            child.close()
-            res.procs.append(proc)
-            res.conns.append(parent)
+        with _starting_workers(start_method):
+            for w in range(sizes.num_workers):
+                parent, child = ctx.Pipe(duplex=True)
+                proc = ctx.Process(
+                    target=_worker,
+                    args=(w, name, total, plan, source, sizes, child, os.getpid(), pdeathsig, direct),
+                    name=f"puffer-worker-{w}",
+                    daemon=True,
+                )
+                res.flags[w * FLAG_STRIDE] = BOOT
+                proc.start()
+                child.close()
+                res.procs.append(proc)
+                res.conns.append(parent)
         self._sentinels = {proc.sentinel: w for w, proc in enumerate(res.procs)}
         k, epw = self.agents_per_env, sizes.envs_per_worker
         self._rows = [np.arange(w * epw * k, (w + 1) * epw * k) for w in range(sizes.num_workers)]
