@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from appliance.cli import cli
-from appliance.train import checkpoint
+from appliance.errors import ConfigError
+from appliance.train import checkpoint, distributed
 
 SMALL = [
     "--no-dashboard", "--train.device", "cpu", "--vec.num-envs", "8", "--train.bptt-horizon", "8",
@@ -259,9 +261,58 @@ def test_ctrl_c_before_any_epoch_of_a_new_run_writes_no_untrained_checkpoint(tmp
     assert folders(data) == ["good"] and (data / "latest").read_text() == "good"
 
 
-# ----------------------------------------------------------------------------- Ctrl-C while train starts (28)
+# ----------------------------------------------------------------------------- --nproc (28)
 
 PUFFER = [str(Path(sys.executable).parent / "puffer-bench")]
+RANKS = [
+    "--nproc", "2", "--policy.core", "mlp", "--train.optimizer", "adam", "--vec.num-envs", "8",
+    "--train.bptt-horizon", "8", "--train.minibatch-size", "64", "--policy.hidden-size", "32",
+]  # fmt: skip
+needs_two_cores = pytest.mark.skipif(distributed.local_rank_cap()[0] < 2, reason="needs 2 usable cores")
+
+
+def test_more_ranks_than_this_machine_can_run_is_refused_naming_the_cap():
+    cap, _per = distributed.local_rank_cap()
+    with pytest.raises(
+        ConfigError, match=rf"--nproc {cap + 1}: at most {cap} ranks on this machine, one per"
+    ):
+        distributed.Launch(nproc=cap + 1).check()
+    result = cli_run("train", "squared", "--nproc", "100000")
+    assert result.exit_code == 2 and f"pass --nproc {cap} or fewer" in one_line(result)
+
+
+def test_a_master_port_in_use_is_refused_before_any_rank_starts(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(
+            ConfigError, match=rf"--master-port {port} cannot be used here .*or 0 for a free one"
+        ):
+            distributed.Launch(nproc=1, master_port=port).check()
+        with pytest.raises(ConfigError, match="another port, the same on every machine"):
+            distributed.Launch(nproc=1, nnodes=2, master_port=port).check()
+        if distributed.local_rank_cap()[0] >= 2:
+            result = train(tmp_path / "exp", *RANKS, "--master-port", str(port))
+            assert result.exit_code == 2 and f"--master-port {port} cannot be used" in one_line(result)
+            assert folders(tmp_path / "exp") == []
+
+
+@needs_two_cores
+def test_ranks_take_the_same_run_folder_lock_as_one_process(tmp_path):
+    data = tmp_path / "exp"
+    assert train(data, "--run-id", "shared").exit_code == 0
+    with checkpoint.locked(data / "shared"):  # a single-process --resume shared, training
+        result = train(data, *RANKS, "--resume", "shared", "--train.total-timesteps", "256")
+    assert result.exit_code == 2 and f"run folder {data / 'shared'} is in use by process" in one_line(result)
+
+
+def start_ranks(data, *extra):
+    return subprocess.Popen(
+        [*PUFFER, "train", "squared", "--no-dashboard", "--train.device", "cpu", *RANKS,
+         "--train.data-dir", str(data), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
 
 
 def stop_after(proc, seconds_or_file, sig, group=True):
@@ -306,11 +357,77 @@ def _session(p):
         return None
 
 
+def scratch_folders():
+    return {p.name for p in Path(tempfile.gettempdir()).glob("puffer-bench-ranks-*")}
+
+
+def last_metrics_epoch(run):
+    return json.loads((run / checkpoint.METRICS).read_text().splitlines()[-1])["epoch"]
+
+
+@pytest.mark.slow
+@needs_two_cores
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "sigterm to the launcher"])
+def test_a_stop_signal_to_ranks_saves_like_one_process_and_exits_0_promptly(tmp_path, how):
+    data, before = tmp_path / "exp", scratch_folders()
+    proc = start_ranks(data, "--run-id", "dp", "--train.total-timesteps", "1e9")
+    group = how.startswith("ctrl-c")
+    seconds, out, err = stop_after(
+        proc, data / "dp" / checkpoint.METRICS, signal.SIGINT if group else signal.SIGTERM, group
+    )
+    name = "SIGINT" if group else "SIGTERM"
+    assert proc.returncode == 0, err
+    assert seconds < 25, seconds  # the update in progress, a checkpoint, torch exiting (was 31 s: killed)
+    assert f"interrupted ({name}): saved a checkpoint" in err and "Traceback" not in err, err
+    saved = checkpoint.read(data / "dp" / checkpoint.MODEL)["state"]
+    assert saved["epoch"] >= 1 and saved["epoch"] == last_metrics_epoch(
+        data / "dp"
+    )  # nothing trained is lost
+    assert re.search(rf"[\d,]+ steps in \d+ s on 2 ranks .*; saved {data / 'dp' / 'model.pt'}", out), out
+    assert (data / "latest").read_text() == "dp"
+    alive, scratch = left_behind(proc.pid, before)
+    assert not alive and not scratch, (alive, scratch)
+
+
+@pytest.mark.slow
+@needs_two_cores
+def test_ranks_write_the_report_and_move_latest_like_one_process(tmp_path):
+    data = tmp_path / "exp"
+    assert train(data, "--run-id", "older").exit_code == 0
+    proc = start_ranks(
+        data, "--run-id", "dp", "--train.total-timesteps", "256", "--report", str(tmp_path / "r.json")
+    )
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["kind"] == "train" and report["global_step"] >= 256 and report["stopped"] == "timesteps"
+    assert (data / "latest").read_text() == "dp"  # eval and --resume latest now take this run
+
+
 EARLY = (
     r"error: interrupted \(SIGINT\) before (the first epoch ended: nothing was trained; nothing was kept"
     r"|train started: nothing was done)"
 )
 
+
+@pytest.mark.slow
+@needs_two_cores
+@pytest.mark.parametrize("delay", [0.5, 2.0, 5.0])
+def test_ctrl_c_while_ranks_start_is_one_line_and_leaves_nothing(tmp_path, delay):
+    data, before = tmp_path / "exp", scratch_folders()
+    proc = start_ranks(data, "--train.total-timesteps", "1e9")
+    _seconds, _out, err = stop_after(proc, delay, signal.SIGINT)
+    assert "Traceback" not in err and "Aborted" not in err, err
+    if proc.returncode == 130:  # before the first epoch ended (or before train had parsed its options)
+        assert re.fullmatch(EARLY, err.strip().splitlines()[-1]), err
+        assert folders(data) == []
+    else:  # the machine was quick: an epoch was trained and saved
+        assert proc.returncode == 0 and "interrupted (SIGINT): saved a checkpoint" in err, err
+    alive, scratch = left_behind(proc.pid, before)
+    assert not alive and not scratch, (alive, scratch)
+
+
+# ----------------------------------------------------------------------------- Ctrl-C while train starts (28)
 
 SPAWN_WINDOW = """
 import json, os, signal
