@@ -32,6 +32,7 @@ import yaml
 
 from appliance.errors import ConfigError
 from appliance.paths import data_dir, defaults_dir
+from appliance.report_io import read_bounded
 
 SECTIONS = ("vec", "train", "policy", "env", "bench")
 AUTO = "auto"
@@ -97,7 +98,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("train", "gamma"): UNIT,
     ("train", "gae_lambda"): UNIT,
     ("train", "vtrace_rho_clip"): POSITIVE,
-    ("train", "vtrace_c_clip"): POSITIVE,
+    ("train", "vtrace_c_clip"): NON_NEGATIVE,  # 0: one-step TD errors only (PufferLib's go.ini)
     ("train", "prio_alpha"): NON_NEGATIVE,
     ("train", "prio_beta0"): UNIT,
     ("train", "clip_coef"): POSITIVE,
@@ -127,21 +128,28 @@ _FALSE = {"false", "no", "off", "0"}
 # ----------------------------------------------------------------------------- files
 
 
+MAX_YAML_BYTES = 4 * 2**20  # configs, suites, profiles and sweep spaces are a few KiB
+MAX_YAML_DEPTH = 32
+MAX_YAML_VALUES = 1_000_000  # after aliases: a "billion laughs" file expands past it
+
+
 def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
-    """Read a YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError."""
+    """Read a YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError.
+
+    These files may come from elsewhere (a suite or config someone shared), so the file is bounded
+    (:data:`MAX_YAML_BYTES`), and so is what it holds: nesting (:data:`MAX_YAML_DEPTH`) and values
+    counted through aliases (:data:`MAX_YAML_VALUES`). Every refusal is one line naming the file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path}")
+    raw = read_bounded(path, what, ConfigError, MAX_YAML_BYTES)
     try:
-        raw = path.read_bytes()
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ConfigError(
             f"{what} {path} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line}; save it as UTF-8"
         ) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
@@ -150,11 +158,35 @@ def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
         raise ConfigError(f"bad YAML in {path}: {where}{e.problem or e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"bad YAML in {path}: {e}") from None
+    except RecursionError:  # the parser recurses per level of nesting
+        raise ConfigError(f"{what} {path} nests deeper than {MAX_YAML_DEPTH} levels: refused") from None
+    except ValueError as e:  # a value YAML types but Python refuses (an int of 5,000 digits)
+        raise ConfigError(f"bad YAML in {path}: {str(e).splitlines()[0] if str(e) else e!r}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {path} must hold a mapping of sections, not a {type(data).__name__}")
+    _check_size(data, path, what)
     return data
+
+
+def _check_size(data: Any, path: Path, what: str) -> None:
+    """Refuse nesting beyond :data:`MAX_YAML_DEPTH` and more than :data:`MAX_YAML_VALUES` values
+    (counted as a reader walking the data would meet them: an alias counts each time it is used)."""
+    stack, seen = [(data, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{what} {path} holds more than {MAX_YAML_VALUES:,} values (aliases that expand?): refused"
+            )
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{what} {path} nests deeper than {MAX_YAML_DEPTH} levels: refused")
+        if isinstance(value, dict):
+            stack += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1) for v in value]
 
 
 def defaults() -> dict[str, dict[str, Any]]:
@@ -198,7 +230,8 @@ def detect_profile(gpus: list[dict[str, Any]]) -> str:
     """The hardware profile whose expected GPU this machine has; 'cpu' without a GPU or a match."""
     names = [str(g.get("name") or "") for g in gpus]
     for path in sorted(profile_dir().glob("*.yaml")):
-        expected = str((read_yaml(path, "hardware profile").get("profile") or {}).get("gpu") or "")
+        meta = read_yaml(path, "hardware profile").get("profile")
+        expected = str(meta.get("gpu") or "") if isinstance(meta, dict) else ""
         if expected and any(gpu_matches(expected, n) for n in names):
             return path.stem
     return "cpu"
@@ -375,6 +408,17 @@ def _apply(
                     f"{name} (from {source}): expected {_type_name(default)}, got {value!r}"
                 ) from None
             check_value(section, key, data[section][key], f"{name} (from {source})")
+
+
+def check_layer(layer: Mapping[str, Any], source: str) -> dict[str, dict[str, Any]]:
+    """``layer`` (sections of keys, as in a config file) typed and checked like a ``--config`` file's
+    (types, choices, ranges; not env parameters), without merging it into a config: the values as
+    typed, section by section. For what a run folder or checkpoint says it was trained with."""
+    base = defaults()
+    schema = {s: dict(base.get(s) or {}) for s in SECTIONS}
+    data = {s: dict(v) for s, v in schema.items()}
+    _apply(data, layer, schema, source)
+    return {str(s): {str(k): data[str(s)][str(k)] for k in (v or {})} for s, v in layer.items()}
 
 
 def check_value(section: str, key: str, value: Any, name: str | None = None) -> None:

@@ -1,20 +1,37 @@
-"""Atomic file writes: a report or checkpoint is either whole or absent, never half-written.
+"""Atomic file writes, and bounded reads of files that may come from another machine.
 
-Files get the mode any other file of the user gets (``0666`` less the umask), like ``metrics.jsonl``,
-not the ``0600`` of a bare temp file. :func:`write_bytes_exclusive` publishes a file only under a
-name nobody else has taken, and :func:`check_writable` finds an unwritable destination before the
-work that would fill it.
+A report or checkpoint is either whole or absent, never half-written. Files get the mode any other
+file of the user gets (``0666`` less the umask), like ``metrics.jsonl``, not the ``0600`` of a bare
+temp file. :func:`write_bytes_exclusive` publishes a file only under a name nobody else has taken,
+and :func:`unwritable` finds a destination that could not take the results (unwritable, or too
+little free space) before the work that would fill it: ``run``, ``ab``, ``sweep``, ``train
+--report`` and run folders all ask it. A disk that fills up anyway is named by :func:`disk_full`;
+:func:`write_what_fits` then keeps every file that still fits.
+
+Reports, suites and configs are shared between machines, so their content is hostile input:
+:func:`read_bounded` refuses a file over a size limit before reading it whole, and
+:func:`read_json` also refuses nesting deeper than a limit before parsing (the parser recurses, so a
+200,000-deep array would otherwise end in RecursionError). Errors are one line naming the file, raised
+as the caller's error class (this module sits below ``errors``).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 TMP_SUFFIX = ".tmp"
+# Free space a results folder needs before the work starts: a suite report with its HTML and plots
+# is under 2 MiB, a sweep's study.db a few MiB, a small policy's checkpoint a few MiB more. A disk
+# with less than this is nearly full, and measuring for minutes only to lose the figures helps nobody.
+MIN_FREE = 64 * 2**20
 
 
 def umask() -> int:
@@ -77,11 +94,12 @@ def write_json_atomic(path: str | Path, obj: Any) -> Path:
     return write_bytes_atomic(path, (json.dumps(obj, indent=2) + "\n").encode())
 
 
-def unwritable(folder: str | Path) -> str | None:
-    """Why files could not be written into ``folder`` (one line), or None if they can.
+def unwritable(folder: str | Path, need: int = MIN_FREE) -> str | None:
+    """Why results could not be written into ``folder`` (one line), or None if they can.
 
-    Ask before the work whose results would go there. Creates the missing folders (they would be
-    created anyway) and a probe file that is removed.
+    Ask before the work whose results would go there: the folder must take a file, and its
+    filesystem must have ``need`` bytes free. Creates the missing folders (they would be created
+    anyway) and a probe file that is removed.
     """
     folder = Path(folder)
     try:
@@ -91,7 +109,57 @@ def unwritable(folder: str | Path) -> str | None:
         os.unlink(probe)
     except OSError as e:
         return f"cannot write into {folder}: {e.strerror or e}"
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None  # no figure (an odd filesystem): the probe file went in, go ahead
+    if free < need:
+        return (
+            f"only {size_text(free)} free in {folder} (results need {size_text(need)}); "
+            "free some space or write elsewhere"
+        )
     return None
+
+
+def require_room(folder: str | Path, what: str, error: Callable[[str], Exception]) -> None:
+    """Raise ``error("<what>: <why>")`` when :func:`unwritable` finds that ``folder`` cannot take the
+    results (``error`` is the caller's one-line error type: this module sits below errors.py)."""
+    problem = unwritable(folder)
+    if problem:
+        raise error(f"{what}: {problem}")
+
+
+def size_text(n: float) -> str:
+    """Bytes as B, KiB, MiB or GiB with three significant digits."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says the disk (or the user's quota) is full."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "database or disk is full" in str(error)  # SQLite's words for ENOSPC
+
+
+def write_what_fits(files: Iterable[tuple[Path, Callable[[], bytes]]]) -> tuple[list[Path], list[Path], str]:
+    """Write each (path, contents) atomically in turn; on a full disk go on with the rest (a smaller
+    file may still fit). Returns the paths written, those not written, and why not ('' when all were).
+    Errors other than a full disk propagate."""
+    written: list[Path] = []
+    missing: list[Path] = []
+    why = ""
+    for path, contents in files:
+        try:
+            written.append(write_bytes_atomic(path, contents()))
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            missing.append(Path(path))
+            why = e.strerror or str(e)
+    return written, missing, why
 
 
 def remove_stale_temps(folder: str | Path) -> list[Path]:
@@ -107,3 +175,79 @@ def remove_stale_temps(folder: str | Path) -> list[Path]:
         except OSError:
             pass
     return removed
+
+
+# ----------------------------------------------------------------------------- bounded reads
+
+
+def read_bounded(path: str | Path, what: str, error: type[Exception], max_bytes: int) -> bytes:
+    """The bytes of ``path``, refused (``error``, one line naming the file) above ``max_bytes``."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise error(f"no such {what}: {path}") from None
+    except OSError as e:
+        raise error(f"cannot read {what} {path}: {e.strerror or e}") from None
+    if len(data) > max_bytes:
+        raise error(
+            f"{what} {path} is larger than {max_bytes / 2**20:g} MiB: refused (damaged or not a {what})"
+        )
+    return data
+
+
+def decode_utf8(data: bytes, path: str | Path, what: str, error: type[Exception]) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise error(
+            f"{what} {path} is not UTF-8 text: byte 0x{data[e.start]:02x} on line {line} (binary or damaged)"
+        ) from None
+
+
+# a JSON string: quote, runs of plain characters and escapes, then a quote or the end of the text
+# (possessive, and matching to the end when unterminated: linear time on any input)
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_OPEN, _CLOSE = b"[{", b"]}"
+_ALL_BUT_BRACKETS = bytes(b for b in range(256) if b not in _OPEN + _CLOSE)
+_STEPS = bytes.maketrans(_OPEN + _CLOSE, b"\x01\x01\xff\xff")  # +1 opens, -1 (int8) closes
+
+
+def json_depth(data: bytes) -> int:
+    """How deeply arrays and objects nest in JSON text (brackets inside strings do not count), found
+    without parsing: a linear scan in chunks, so neither the stack nor memory grows with the depth."""
+    import numpy as np
+
+    steps = _JSON_STRING.sub(b'""', data).translate(None, _ALL_BUT_BRACKETS).translate(_STEPS)
+    depth = deepest = 0
+    chunk = 1 << 20
+    for start in range(0, len(steps), chunk):
+        levels = np.cumsum(
+            np.frombuffer(steps, np.int8, min(chunk, len(steps) - start), start), dtype=np.int64
+        )
+        deepest = max(deepest, depth + int(levels.max()))
+        depth += int(levels[-1])
+    return deepest
+
+
+def read_json(
+    path: str | Path,
+    what: str,
+    error: type[Exception] = ValueError,
+    max_bytes: int = 16 * 2**20,
+    max_depth: int = 32,
+) -> Any:
+    """Parse a JSON file that may be hostile: at most ``max_bytes``, UTF-8, nested at most
+    ``max_depth`` deep. Every refusal is ``error`` with one line naming the file."""
+    data = read_bounded(path, what, error, max_bytes)
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise error(f"{what} {path} nests {depth:,} levels deep, more than the {max_depth} allowed: refused")
+    text = decode_utf8(data, path, what, error)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError, as is a 5,000-digit int
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise error(f"cannot read {what} {path}: {detail}") from None

@@ -53,7 +53,14 @@ ISA_FLAGS = (
     "sse4_2", "avx", "fma", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
     "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "sha_ni", "vaes",
 )  # fmt: skip
-HEADLINE_ISA = {"avx2": "avx2", "avx512": "avx512f", "amx": "amx_tile"}
+# headline ISA: any of its flags. bf16: bfloat16 arithmetic in hardware (AVX512-BF16 or AMX), where
+# train.precision bfloat16 pays on a CPU (without it, bf16 is converted to float32 and back: slower)
+HEADLINE_ISA = {
+    "avx2": ("avx2",),
+    "avx512": ("avx512f",),
+    "amx": ("amx_tile",),
+    "bf16": ("avx512_bf16", "amx_bf16"),
+}
 # (vendor, family, first model, last model) -> microarchitecture; enough to tell common server CPUs apart
 CODENAMES = (
     ("AuthenticAMD", 23, 0x00, 0x2F, "Zen / Zen+ (Naples)"),
@@ -222,7 +229,7 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
         "microcode": info.get("microcode"),
         "codename": codename(vendor, family, model),
         "brand": py.get("brand_raw") or info.get("model name"),
-        "isa": {name: (flag in flags) for name, flag in HEADLINE_ISA.items()},
+        "isa": {name: any(f in flags for f in names) for name, names in HEADLINE_ISA.items()},
         "flags": sorted(f for f in ISA_FLAGS if f in flags),
         "caches": _caches(root),
         "base_mhz": base_khz / 1000 if base_khz else None,

@@ -113,9 +113,9 @@ static PyObject* layout_dict(const EnvSpec* spec, const double* params) {
     PyObject* logs = PyList_New(spec->log_fields);
     for (int f = 0; f < spec->log_fields; f++) PyList_SET_ITEM(logs, f, PyUnicode_FromString(spec->log_names[f]));
     return Py_BuildValue(
-        "{s:s,s:i,s:i,s:s,s:f,s:f,s:N,s:(ii),s:(ii),s:N,s:N,s:N,s:n}", "name", spec->name, "agents_per_env",
+        "{s:s,s:i,s:i,s:s,s:f,s:f,s:i,s:f,s:f,s:N,s:(ii),s:(ii),s:N,s:N,s:N,s:n}", "name", spec->name, "agents_per_env",
         L.agents_per_env, "obs_size", L.obs_size, "obs_dtype", dtype_name(L.obs_dtype), "obs_low", L.obs_low,
-        "obs_high", L.obs_high, "action_nvec", nvec, "frame", L.frame_h, L.frame_w, "text", L.text_h, L.text_w,
+        "obs_high", L.obs_high, "obs_tail", L.obs_tail, "tail_low", L.tail_low, "tail_high", L.tail_high, "action_nvec", nvec, "frame", L.frame_h, L.frame_w, "text", L.text_h, L.text_w,
         "params", defaults, "param_ranges", ranges, "log_names", logs, "env_bytes", (Py_ssize_t)spec->size);
 }
 

@@ -52,8 +52,10 @@ static int check_env(const EnvSpec* spec, int steps, int num_envs, int threads) 
             double v = L.obs_dtype == OBS_FLOAT32 ? ((float*)obs)[i]
                        : L.obs_dtype == OBS_INT8  ? ((int8_t*)obs)[i]
                                                   : ((uint8_t*)obs)[i];
-            if (!(v >= L.obs_low && v <= L.obs_high)) {
-                fprintf(stderr, "%s: step %d obs[%zu] = %g outside [%g, %g]\n", spec->name, s, i, v, L.obs_low, L.obs_high);
+            int tail = (int)(i % L.obs_size) >= L.obs_size - L.obs_tail;
+            float lo = tail ? L.tail_low : L.obs_low, hi = tail ? L.tail_high : L.obs_high;
+            if (!(v >= lo && v <= hi)) {
+                fprintf(stderr, "%s: step %d obs[%zu] = %g outside [%g, %g]\n", spec->name, s, i, v, lo, hi);
                 failures++;
             }
         }

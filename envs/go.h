@@ -63,8 +63,10 @@ static const ParamSpec go_params[] = {
 
 static void go_layout(const double* p, Layout* out) {
     int n = (int)PARAM(p, 0);
+    /* two 0/1 board planes, then both sides' capture counts: a game lasts 3 n^2 steps and a side can
+     * only capture stones the other placed, so a count stays within 3 n^2 */
     *out = (Layout){.agents_per_env = 1, .obs_size = 2 * n * n + 2, .obs_dtype = OBS_FLOAT32, .obs_low = 0,
-                    .obs_high = 1e6f, .action_dims = 1, .action_n = {n * n + 1}, .frame_h = n * 12,
+                    .obs_high = 1, .obs_tail = 2, .tail_low = 0, .tail_high = 3.0f * n * n, .action_dims = 1, .action_n = {n * n + 1}, .frame_h = n * 12,
                     .frame_w = n * 12, .text_h = n, .text_w = n};
 }
 

@@ -38,7 +38,9 @@ static const ParamSpec template_params[] = {
     {NULL, 0, 0, 0},
 };
 
-/* 4. Layout: sizes of everything, from the parameters. obs_low/obs_high are checked by the tests. */
+/* 4. Layout: sizes of everything, from the parameters. obs_low/obs_high are checked by the tests and
+ * scale the policy's inputs, so keep them tight; the last obs_tail elements may have bounds of their
+ * own (tail_low/tail_high) when they are on another scale. */
 static void template_layout(const double* p, Layout* out) {
     int colors = (int)PARAM(p, 0);
     *out = (Layout){.agents_per_env = 1, .obs_size = colors, .obs_dtype = OBS_FLOAT32, .obs_low = 0, .obs_high = 1,

@@ -77,7 +77,9 @@ typedef struct Layout {
     int agents_per_env;               /* rows each env owns in every buffer */
     int obs_size;                     /* elements per agent */
     ObsDtype obs_dtype;
-    float obs_low, obs_high;          /* documented bounds of every observation element */
+    float obs_low, obs_high;          /* documented bounds of every observation element but the tail's */
+    int obs_tail;                     /* the last obs_tail elements have bounds of their own (default 0): */
+    float tail_low, tail_high;        /* features on another scale, e.g. go's capture counts */
     int action_dims;                  /* 1 = Discrete, >1 = MultiDiscrete */
     int action_n[OCEAN_MAX_ACTION_DIMS];
     int frame_h, frame_w;             /* RGB render size */

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -88,6 +91,9 @@ def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
     side.prepare()
     data = side.round(0)
     side.close()
+    prunes = [c for c in calls if c[0][-2:] == ["worktree", "prune"]]
+    assert len(prunes) == 2  # before adding (what killed runs left) and after removing
+    calls[:] = [c for c in calls if c not in prunes]
     assert calls[0][0][-3:-1] == ["--detach", str(side.tmp / "tree")] and calls[0][0][-1] == "abc123"
     assert (
         calls[1][0][1:] == ["setup.py", "build_ext", "--inplace"] and calls[1][1]["cwd"] == side.tmp / "tree"
@@ -96,7 +102,8 @@ def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
     assert run_cmd[1:4] == ["-c", ab.CLI_MAIN, "run"] and "--repeats" in run_cmd
     assert kw["env"]["PYTHONPATH"] == str(side.tmp / "tree")
     assert calls[3][0][-4:-1] == ["worktree", "remove", "--force"] and not side.tmp.exists()
-    assert data["metrics"]["env_sps/squared/threads=1"]["median"] == 103.0
+    # the fake's value: 100 + its calls so far (prune, add, build, run)
+    assert data["metrics"]["env_sps/squared/threads=1"]["median"] == 104.0
 
 
 def test_the_command_a_git_round_runs_starts_the_cli():
@@ -153,3 +160,139 @@ def test_image_variants_run_the_suite_inside_the_image(tmp_path, monkeypatch):
     )
     assert first["metrics"]["env_sps/squared/threads=1"]["median"] == 100.0
     assert second["metrics"]["env_sps/squared/threads=1"]["median"] == 200.0
+
+
+# ----------------------------------------------------------------------------- issue 28: nothing lost,
+# nothing left behind
+
+
+@pytest.fixture
+def no_default_stop():
+    """A stop signal nobody handles fails the test instead of killing pytest."""
+
+    def unhandled(signum, frame):
+        raise AssertionError(f"{signal.Signals(signum).name} was not handled")
+
+    previous = {s: signal.signal(s, unhandled) for s in (signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+
+
+def test_an_unwritable_out_is_refused_before_the_first_round(tmp_path, monkeypatch):
+    monkeypatch.setattr(ab.InProcess, "round", lambda *a: pytest.fail("measured before checking --out"))
+    result = CliRunner().invoke(
+        cli,
+        ["ab", "base", "vec.num_envs=4", "--suite", str(tiny_suite(tmp_path)), "--out", "/proc/x/ab.json"],
+    )
+    assert result.exit_code == 2 and "--out /proc/x/ab.json: cannot write into /proc/x" in result.output, (
+        result.output
+    )
+
+
+def test_ctrl_c_during_ab_is_one_line_and_keeps_the_rounds_measured(tmp_path, monkeypatch):
+    real, calls = ab.InProcess.round, [0]
+
+    def round_(self, index):
+        calls[0] += 1
+        if calls[0] == 3:  # A of round 2
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, index)
+
+    monkeypatch.setattr(ab.InProcess, "round", round_)
+    out = tmp_path / "ab.json"
+    result = CliRunner().invoke(
+        cli, ["ab", "base", "vec.num_envs=4", "--suite", str(tiny_suite(tmp_path)), "--gpu", "cpu", "--rounds", "2",
+              "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 128 + signal.SIGINT, result.output + result.stderr
+    assert "Aborted!" not in result.output + result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"interrupted (SIGINT) in round 2/2 (A): kept 2 of 4 runs in {out} (marked partial)"
+    )
+    data = json.loads(out.read_text())
+    assert data["partial"]["signal"] == "SIGINT" and data["order"] == ["A1", "B1"]
+    assert len(data["metrics"]["env_sps/squared/threads=1"]["a"]) == 1
+    assert "partial" in out.with_suffix(".md").read_text()
+
+
+def report_sigint(conn):
+    conn.send(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+
+
+def test_processes_started_under_the_guard_ignore_ctrl_c_from_their_first_instruction():
+    """A Ctrl-C reaches the whole process group; a spawned child still importing printed a
+    KeyboardInterrupt traceback. Now it starts with SIGINT ignored, and the parent's Ctrl-C waits."""
+    import multiprocessing
+
+    from appliance.vector.mp import children_ignore_sigint
+
+    got = []
+    previous = signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe(duplex=False)
+        with children_ignore_sigint():
+            proc = ctx.Process(target=report_sigint, args=(theirs,))
+            proc.start()
+            os.kill(proc.pid, signal.SIGINT)  # while it boots
+            os.kill(os.getpid(), signal.SIGINT)  # the parent's own: delivered after the block
+            assert not got
+        assert ours.recv() is True
+        proc.join(30)
+        assert proc.exitcode == 0 and got == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _git_repo(path):
+    path.mkdir()
+    for args in (
+        ["init", "-q"],
+        ["-c", "user.email=a@b", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"],
+    ):
+        subprocess.run(["git", "-C", str(path), *args], check=True)
+    return path
+
+
+def _worktrees(repo):
+    out = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "list", "--porcelain"], capture_output=True, text=True
+    )
+    return [line for line in out.stdout.splitlines() if line.startswith("worktree ")]
+
+
+def test_sigterm_during_a_git_ab_removes_and_prunes_both_worktrees(tmp_path, monkeypatch, no_default_stop):
+    import tempfile
+
+    import appliance.paths
+
+    repo = _git_repo(tmp_path / "repo")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(appliance.paths, "checkout_root", lambda: repo)
+    # a worktree an ab run killed with SIGKILL left behind: its owner lock is free
+    abandoned = Path(tempfile.mkdtemp(prefix=ab.TMP_PREFIX))
+    (abandoned / ab.OWNER).write_text("")
+    subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "-q", "--detach", str(abandoned / "tree")], check=True
+    )
+    assert len(_worktrees(repo)) == 2
+    seen = []
+
+    def execute(cmd, **kw):
+        if cmd[0] == "git":
+            return subprocess.run(cmd, **kw)
+        if ab.CLI_MAIN in cmd:  # A's first round: a scheduler stops the job
+            seen.append(len(_worktrees(repo)))
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise AssertionError("SIGTERM was not raised here")
+        return SimpleNamespace(returncode=0, stdout="", stderr="")  # the build
+
+    monkeypatch.setattr(ab, "_read_round", lambda *a: pytest.fail("no round completes"))
+    result = ab.run("git:HEAD", "git:HEAD", "quick", 2, "cpu", execute=execute)
+    assert result["partial"] == {"signal": "SIGTERM", "where": "in round 1/2 (A)", "runs": 0, "planned": 4}
+    assert seen[0] == 3, "A and B had their worktrees; the abandoned one was gone"
+    assert _worktrees(repo) == [f"worktree {repo}"]
+    assert list(scratch.iterdir()) == []

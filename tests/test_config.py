@@ -273,8 +273,9 @@ def test_a_config_too_large_for_memory_is_refused_with_the_figure(monkeypatch):
         r"\+ training buffers [\d,.]+ GiB\) but 8.0 GiB is available; use at most about [\d,]+ envs",
     ):
         resolve(env="breakout", overrides=["--vec.num-envs", "1e9"])
-    need = config.estimate_memory("breakout", resolve(env="breakout").data)
-    assert 1024 * 118 * 4 < need["vector"] < 2 * 1024 * (118 * 4 + 264 + 8)  # observations dominate
+    defaults = resolve(env="breakout")
+    need, n = config.estimate_memory("breakout", defaults.data), defaults.vec.num_envs
+    assert n * 118 * 4 < need["vector"] < 2 * n * (118 * 4 + 264 + 8)  # observations dominate
     assert need["training"] > 64 * need["vector"] // 2  # one row per agent and horizon step
     resolve(env="breakout", overrides=["--vec.num-envs", "4096"])  # a normal size fits
 

@@ -463,6 +463,9 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path):
         and f"--report {blocker / 'r.json'}: cannot write into {blocker}" in result.output
     )
     assert not (tmp_path / "exp").exists(), "nothing trained"
+    result = _train(tmp_path / "exp", "--profile-trace", str(blocker / "t.json"))  # once said "wrote a trace"
+    assert result.exit_code == 2 and f"--profile-trace {blocker / 't.json'}: cannot write" in result.output
+    assert not (tmp_path / "exp").exists(), "nothing trained"
     start = time.perf_counter()
     result = cli_run("envs", "sps", "squared", "--seconds", "5", "--json", str(blocker / "s.json"))
     assert result.exit_code == 2 and "cannot write into" in result.output

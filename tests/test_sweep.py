@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -122,11 +128,337 @@ def test_space_errors_are_one_line(tmp_path):
         sw.load_space("squared", bad)
     space = sw.load_space("squared")  # the shipped space, with squared's objective
     assert space.metric == "perf" and space.target == 0.95 and "train.learning_rate" in space.params
-    with pytest.raises(ConfigError, match="outside the space"):
-        sw._baseline(resolve(env="squared"), space)  # squared's 4096 envs are not among the choices
+    bad.write_text(yaml.safe_dump({"space": {"vec.num_envs": {"choices": [64, 128]}}}))
+    with pytest.raises(ConfigError, match="outside the space"):  # your own space is taken as written
+        sw._baseline(resolve(env="squared"), sw.load_space("squared", bad))
 
 
 def test_a_minibatch_larger_than_the_batch_is_cut_to_it():
     cfg = resolve(env="squared", overrides=TINY)
     params = {"train.minibatch_size": 8192, "vec.num_envs": 64, "train.bptt_horizon": 32}
     assert sw.trial_overrides(cfg, params)["train"]["minibatch_size"] == 64 * 32
+
+
+# ----------------------------------------------------------------------------- issue 27/28: the
+# profile and the shipped space, the whole space checked first, the study file, the folder lock,
+# changed settings on resume, crashed and stopped trials. The trial functions below stand in for
+# training where only the sweep's bookkeeping is under test (module level: trial processes import them).
+
+
+def instant(spec):
+    """A trial that 'trains' at once: score 0.5 in 1 s."""
+    return {"state": "complete", "score": 0.5, "seconds": 1.0, "steps": 64, "curve": [[64.0, 0.5]],
+            "reason": "timesteps", "error": None}  # fmt: skip
+
+
+def segfault_trial_1(spec):
+    if spec["trial"] == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return instant(spec)
+
+
+def sigterm_trial_1(spec):
+    if spec["trial"] == 1:
+        os.kill(os.getpid(), signal.SIGTERM)  # the driver (in-process trials) is told to stop
+        time.sleep(5)
+    return instant(spec)
+
+
+@pytest.fixture
+def no_default_stop():
+    """A stop signal nobody handles fails the test instead of killing pytest."""
+
+    def unhandled(signum, frame):
+        raise AssertionError(f"{signal.Signals(signum).name} was not handled")
+
+    previous = {s: signal.signal(s, unhandled) for s in (signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+
+
+def _quick(out, space, trials=2, trial=instant, overrides=TINY, **kw):
+    options = sw.Options(trials=trials, parallel=kw.pop("parallel", 1), **kw)
+    return list(
+        sw.sweep("squared", out, options, space, overrides=list(overrides), profile="cpu", trial=trial)
+    )
+
+
+def test_the_shipped_space_holds_the_config_of_every_env_on_its_profile():
+    """Trial 0 is the config as given: the shipped space must hold it on every profile (breakout's
+    8,192 envs and gae_lambda 0.75, squared's 256 envs on a CPU and 8,192 on an H100)."""
+    from appliance.config import env_names
+
+    for env, profile in [*((e, "cpu") for e in env_names()), ("breakout", "h100"), ("squared", "h100")]:
+        base = sw.Base(env, profile)
+        space = sw.load_space(env, None, base)
+        baseline = sw._baseline(base.resolve(), space)  # raised "outside the space" before
+        assert baseline["vec.num_envs"] == base.resolve().vec.num_envs, (env, profile)
+    space = sw.load_space("breakout", None, sw.Base("breakout", "cpu"))
+    assert space.params["vec.num_envs"]["choices"] == [1024, 2048, 4096, 8192]  # the ladder, moved
+    assert space.params["train.gae_lambda"]["low"] == pytest.approx(0.74765, abs=1e-5)
+    assert any("vec.num_envs" in n for n in space.notes)
+
+
+def test_sweep_takes_gpu_and_picks_the_profile_like_train(tmp_path, monkeypatch):
+    result = CliRunner().invoke(cli, ["sweep", "squared", "--gpu", "nosuch", "--out", str(tmp_path / "s")])
+    assert result.exit_code == 2 and "hardware profile" in result.output, result.output
+    seen = {}
+
+    def fake_sweep(env, folder, options, space_file, config_file, overrides, profile):
+        seen["profile"] = profile
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(sw, "sweep", fake_sweep)
+    CliRunner().invoke(cli, ["sweep", "squared", "--out", str(tmp_path / "s")])
+    assert seen["profile"] == "cpu"  # detected: this machine has no GPU the profiles name
+
+
+@pytest.mark.slow
+def test_sweep_with_no_flags_runs_on_a_cpu_machine_and_writes_best_yaml(tmp_path):
+    """The issue's command as it is (the budget bounds the trials too: trial 0 stops at 20 s)."""
+    out = tmp_path / "sweep-squared"
+    result = CliRunner().invoke(
+        cli, ["sweep", "squared", "--trials", "3", "--budget-seconds", "20", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "trial 0: score" in result.output and (out / "best.yaml").is_file(), result.output
+    cfg = resolve(env="squared", profile="cpu", config_file=out / "best.yaml")
+    assert cfg.vec.num_envs == 256  # the cpu profile's, as train would use
+
+
+MALFORMED = [
+    ("not a mapping", "[1, 2]"),
+    ("unknown top key", "spaces: {}"),
+    ("space not a mapping", "space: [train.gamma]"),
+    ("entry not a mapping", "space: {train.gamma: 0.9}"),
+    ("unknown entry key", "space: {train.gamma: {lo: 0.8, high: 0.9}}"),
+    ("low is text", "space: {train.gamma: {low: abc, high: 0.9}}"),
+    ("high is a bool", "space: {train.gamma: {low: 0.8, high: true}}"),
+    ("low is NaN", "space: {train.gamma: {low: .nan, high: 0.9}}"),
+    ("high is infinite", "space: {train.learning_rate: {low: 0.001, high: .inf}}"),
+    ("log from zero", "space: {train.learning_rate: {low: 0, high: 0.1, log: true}}"),
+    ("log is text", "space: {train.learning_rate: {low: 0.001, high: 0.1, log: maybe}}"),
+    ("int with a fraction", "space: {train.bptt_horizon: {low: 8.5, high: 64, int: true}}"),
+    ("choices not a list", "space: {policy.hidden_size: {choices: 64}}"),
+    ("choices empty", "space: {policy.hidden_size: {choices: []}}"),
+    ("choice a mapping", "space: {policy.hidden_size: {choices: [32, {a: 1}]}}"),
+    ("choice repeated", "space: {policy.hidden_size: {choices: [32, 32]}}"),
+    ("a bad second choice", "space: {policy.hidden_size: {choices: [32, -4]}}"),
+    ("a choice of the wrong type", "space: {train.bptt_horizon: {choices: [16, sixteen]}}"),
+    ("a bound out of range", "space: {train.gamma: {low: 0.5, high: 1.5}}"),
+    ("window 0", "space: {train.gamma: {low: 0.8, high: 0.9}}\nobjective: {window: 0}"),
+    ("margin NaN", "space: {train.gamma: {low: 0.8, high: 0.9}}\nprune: {margin: .nan}"),
+    ("warmup above 1", "space: {train.gamma: {low: 0.8, high: 0.9}}\nprune: {warmup: 2}"),
+    ("metric not text", "space: {train.gamma: {low: 0.8, high: 0.9}}\nobjective: {metric: [perf]}"),
+    ("target NaN", "space: {train.gamma: {low: 0.8, high: 0.9}}\nobjective: {target: .nan}"),
+    ("envs entry a list", "space: {train.gamma: {low: 0.8, high: 0.9}}\nenvs: {squared: [1]}"),
+]
+
+
+@pytest.mark.parametrize("text", [t for _, t in MALFORMED], ids=[n for n, _ in MALFORMED])
+def test_a_malformed_space_is_one_line_naming_the_file_before_any_trial(tmp_path, text):
+    path = tmp_path / "space.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as caught:
+        sw.load_space("squared", path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_bad_choice_stops_the_sweep_before_its_first_trial(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("space: {policy.hidden_size: {choices: [32, -4]}}\n")
+    result = CliRunner().invoke(
+        cli, ["sweep", "squared", "--out", str(tmp_path / "s"), "--space", str(path), *TINY]
+    )
+    assert result.exit_code == 2 and "choice -4 is not valid here" in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "s" / sw.DB).exists()
+
+
+def _damaged(kind, db):
+    import sqlite3
+
+    if kind == "garbage":
+        db.write_bytes(b"this is not a database at all\n" * 40)
+    elif kind == "truncated":
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 3])
+    elif kind == "foreign":
+        db.unlink()
+        with sqlite3.connect(db) as con:
+            con.execute("CREATE TABLE invoices (id INTEGER, total REAL)")
+    elif kind == "other study":
+        with sqlite3.connect(db) as con:
+            con.execute("UPDATE studies SET study_name = 'my-study'")
+    elif kind in ("old schema", "newer schema"):
+        version = "v3.0.0.a" if kind == "old schema" else "v99.0.0"
+        with sqlite3.connect(db) as con:
+            con.execute("UPDATE alembic_version SET version_num = ?", (version,))
+            con.execute(
+                "UPDATE version_info SET library_version = ?", ("3.0.0" if kind == "old schema" else "99.0",)
+            )
+
+
+@pytest.mark.parametrize(
+    "kind, says",
+    [
+        ("garbage", "is not an SQLite database"),
+        ("truncated", "is damaged or truncated"),
+        ("foreign", "another program's database (tables invoices)"),
+        ("other study", "holds Optuna studies my-study, not a puffer-bench sweep"),
+        ("old schema", "optuna storage upgrade --storage sqlite:///"),
+        ("newer schema", "pip install -U optuna"),
+    ],
+)
+def test_a_damaged_or_foreign_study_db_is_one_line_saying_what_to_do(tmp_path, space, kind, says):
+    import optuna
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    db = out / sw.DB
+    optuna.create_study(study_name=sw.STUDY, storage=f"sqlite:///{db}", directions=["maximize", "minimize"])
+    _damaged(kind, db)
+    before = db.read_bytes()
+    result = CliRunner().invoke(
+        cli, ["sweep", "squared", "--trials", "2", "--out", str(out), "--space", space, *TINY]
+    )
+    assert result.exit_code == 2, result.output + repr(result.exception)
+    line = result.output.strip()
+    assert "\n" not in line and "Traceback" not in line and str(db) in line and says in line, line
+    assert "another --out" in line
+    assert db.read_bytes() == before, "the file was left as it was"
+
+
+def test_a_second_sweep_on_one_folder_is_refused_naming_the_first(tmp_path, space):
+    out = tmp_path / "sweep"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from appliance.bench import sweep as sw\n"
+         "with sw.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"in use by process {holder.pid} "):
+            _quick(out, space)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(_quick(out, space)) > 2  # free again once the first has gone, however it went
+
+
+def test_resuming_with_other_overrides_is_refused_and_best_yaml_is_the_trials_config(tmp_path, space):
+    out = tmp_path / "sweep"
+    _quick(out, space, trials=1, overrides=[*TINY, "--env.size", "5"])
+    with pytest.raises(ConfigError, match="env.size was 5, now 9"):
+        _quick(out, space, trials=2, overrides=[*TINY, "--env.size", "9"])
+    assert len(sw.rows(sw.open_study(out))) == 1
+    cfg = resolve(env="squared", profile="cpu", config_file=out / "best.yaml")
+    assert cfg.env.size == 5 and cfg.vec.num_envs == 32 and cfg.train.total_timesteps == 3072
+
+
+def test_best_yaml_holds_the_swept_values_on_the_sweeps_profile(tmp_path):
+    """vec.num_envs 4096 is squared's own default, but the cpu profile's is 256: best.yaml must say 4096."""
+    path = tmp_path / "space.yaml"
+    path.write_text("space: {vec.num_envs: {choices: [4096]}}\nobjective: {metric: perf}\n")
+    out = tmp_path / "sweep"
+    _quick(out, str(path), trials=1, overrides=["--train.device", "cpu"], baseline=False)
+    assert resolve(env="squared", profile="cpu", config_file=out / "best.yaml").vec.num_envs == 4096
+
+
+@pytest.mark.slow
+def test_a_trial_that_segfaults_fails_with_its_signal_and_the_sweep_goes_on(tmp_path, space):
+    out = tmp_path / "sweep"
+    lines = _quick(out, space, trials=3, trial=segfault_trial_1, parallel=2)
+    assert "trial 1: failed: its process was killed by SIGSEGV" in lines, lines
+    rows = {r["trial"]: r for r in sw.rows(sw.open_study(out))}
+    assert rows[1]["state"] == "fail" and rows[0]["state"] == rows[2]["state"] == "complete"
+    assert (out / "best.yaml").is_file()
+
+
+def test_a_stop_signal_puts_the_running_trial_back_and_is_one_line(tmp_path, space, no_default_stop):
+    out = tmp_path / "sweep"
+    with pytest.raises(sw.Stopped) as caught:
+        _quick(out, space, trials=3, trial=sigterm_trial_1)
+    assert caught.value.exit_code == 128 + signal.SIGTERM
+    assert (
+        str(caught.value)
+        == "interrupted (SIGTERM): 1 trials done; 1 that were running run again when you run the same command"
+    )
+    lines = _quick(out, space, trials=3)
+    assert lines[0] == f"resuming {out / sw.DB}: 1 trials done, 1 interrupted ones run again"
+    rows = sw.rows(sw.open_study(out))
+    assert [r["trial"] for r in rows] == [0, 2, 3] and rows[1]["params"] == sw.open_study(out).trials[
+        1
+    ].params
+
+
+def _children(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_trial_processes_die_with_the_driver_and_leave_nothing_behind(tmp_path, space, sig):
+    import psutil
+
+    out = tmp_path / "sweep"
+    shm = set(os.listdir("/dev/shm"))
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "appliance.cli", "sweep", "squared", "--trials", "4", "--parallel", "2",
+         "--out", str(out), "--space", space, *TINY, "--train.total-timesteps", "1e9"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while len([p for p in _children(driver.pid) if "spawn_main" in " ".join(p.cmdline())]) < 2:
+        assert driver.poll() is None and time.time() < deadline, driver.stdout.read()
+        time.sleep(0.5)
+    trials = [p for p in _children(driver.pid) if "spawn_main" in " ".join(p.cmdline())]
+    time.sleep(5)  # training by now (or still importing torch: either way they must go)
+    driver.send_signal(sig)
+    output = driver.communicate(timeout=60)[0]
+    _, alive = psutil.wait_procs(trials, timeout=5)
+    assert not alive, f"trial processes still running 5 s after {sig.name} to the driver"
+    assert not {n for n in set(os.listdir("/dev/shm")) - shm if n.startswith("sem.")}
+    if sig == signal.SIGTERM:
+        assert driver.returncode == 128 + sig and "Traceback" not in output, output
+        assert (
+            output.strip()
+            .splitlines()[-1]
+            .startswith("interrupted (SIGTERM): 0 trials done; 2 that were running")
+        )
+    lines = _quick(out, space, trials=4, overrides=[*TINY, "--train.total-timesteps", "1e9"])  # resume
+    assert lines[0] == f"resuming {out / sw.DB}: 0 trials done, 2 interrupted ones run again", lines
+    assert len(sw.rows(sw.open_study(out))) == 4
+
+
+def test_a_combination_of_choices_the_config_refuses_fails_that_trial_only(tmp_path):
+    """Each choice is checked alone up front; 40 envs in 16 buffers only fails together."""
+    path = tmp_path / "space.yaml"
+    path.write_text(
+        "space: {vec.num_envs: {choices: [40]}, train.buffers: {choices: [16]}}\nobjective: {metric: perf}\n"
+    )
+    lines = _quick(tmp_path / "sweep", str(path), trials=2, baseline=False)
+    assert lines[0].startswith(
+        "trial 0: failed: config refused: train.buffers (16) must divide vec.num_envs (40)"
+    )
+    assert (
+        lines[1].startswith("trial 1: failed: config refused") and "no trial completed: no best.yaml" in lines
+    )
+
+
+def test_settings_that_were_running_when_the_sweep_died_twice_are_not_run_a_third_time(tmp_path, space):
+    out = tmp_path / "sweep"
+    _quick(out, space, trials=1)
+    study = sw.open_study(out)
+    study.enqueue_trial({"train.learning_rate": 0.01, "policy.hidden_size": 16, "train.minibatch_size": 256},
+                        user_attrs={"rerun_of": 0})  # fmt: skip
+    dying = study.ask(sw.load_space("squared", space).distributions())  # a rerun, running when killed again
+    lines = _quick(out, space, trials=2)
+    assert lines[0].startswith(f"resuming {out / sw.DB}: 2 trials done, 0 interrupted ones run again"), lines
+    row = {r["trial"]: r for r in sw.rows(sw.open_study(out))}[dying.number]
+    assert row["state"] == "fail" and "died twice" in row["error"]

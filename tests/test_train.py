@@ -741,3 +741,51 @@ def test_stop_steps_ends_the_run_early_with_the_schedule_of_total_timesteps(tmp_
     assert 0.99 * 0.01 < lr < 0.01  # 3 % into a 1 M-step cosine: barely annealed (not cut to 3e4 steps)
     bad = CliRunner().invoke(cli, ["train", "squared", "--stop-steps", "0"])
     assert bad.exit_code == 2 and "--stop-steps: '0' is out of range" in bad.output
+
+
+@pytest.mark.parametrize("engine", ["on", "off"])
+@pytest.mark.parametrize("reset", [True, False])
+def test_reset_state_zeroes_the_recurrent_state_at_each_rollout(engine, reset):
+    """train.reset_state true (PufferLib 3.0's rollout): every agent starts each rollout from the
+    initial state, so each segment trains from it; false: the state carries on across rollouts. On
+    the engine's buffers (views of the trainer's state) and the plain loop alike."""
+    cfg = small_config("squared", "--train.reset-state", str(reset).lower(), "--train.engine", engine)
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        for _ in range(2):
+            trainer.evaluate()
+        h0 = trainer.rollout.initial_state[0]
+        first_rows = h0[: trainer.vec.num_agents]  # each agent's first segment of the second rollout
+        assert (first_rows.abs().sum() == 0) == reset
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_bfloat16_on_a_cpu_trains_float32_masters_and_warns_without_bf16_units(monkeypatch, has_bf16):
+    """train.precision bfloat16 on a CPU: a bfloat16 rollout copy beside float32 master weights, the
+    update under bf16 autocast; a CPU without AVX512-BF16/AMX gets a warning (bf16 is slower there)."""
+    import warnings
+
+    from appliance import sysinfo
+
+    real = sysinfo.cpu_details
+    monkeypatch.setattr(
+        sysinfo, "cpu_details", lambda: {**real(), "isa": {**real()["isa"], "bf16": has_bf16}}
+    )
+    cfg = small_config("squared", "--train.precision", "bfloat16")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        assert any("without bfloat16 instructions" in str(w.message) for w in caught) != has_bf16
+        assert trainer.amp and trainer.rollout_policy is not trainer.policy
+        assert all(p.dtype == torch.bfloat16 for p in trainer.rollout_policy.parameters())
+        assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+        for _ in range(2):
+            trainer.evaluate()
+            losses = trainer.train()
+        assert np.isfinite([losses["policy_loss"], losses["value_loss"]]).all()
+        assert abs(losses["importance"] - 1) < 0.5
+    finally:
+        trainer.close()

@@ -238,9 +238,37 @@ class JsonLogger:
             raise Stop()
     def close(self, path):
         pass
+vecenv = None
+our_env = os.environ.get("PEER_OUR_ENV")
+if our_env:  # PufferLib's trainer on our env: a PufferEnv whose buffers our native vector fills
+    import numpy as np
+    import pufferlib, pufferlib.vector
+    from appliance import vector as our_vector
+    class OurEnv(pufferlib.PufferEnv):
+        def __init__(self, num_envs=1, buf=None, seed=0, frameskip=None, **ignored):
+            params = {} if frameskip is None else {"frameskip": int(frameskip)}
+            self.vec = our_vector.make(our_env, num_envs=num_envs, num_threads=1, seed=seed, **params)
+            self.single_observation_space = self.vec.single_observation_space
+            self.single_action_space = self.vec.single_action_space
+            self.num_agents = self.vec.num_agents
+            super().__init__(buf)
+            self.tick = 0
+        def reset(self, seed=0):
+            self.observations[:] = self.vec.reset(seed=seed)[0]
+            return self.observations, []
+        def step(self, actions):
+            obs, rew, term, trunc, _ = self.vec.step(np.asarray(actions).astype(np.int32))
+            self.observations[:], self.rewards[:] = obs, rew
+            self.terminals[:], self.truncations[:] = term, trunc
+            self.tick += 1
+            log = self.vec.log() if self.tick % 128 == 0 else {}  # PufferLib's Ocean envs log every 128 steps
+            return self.observations, self.rewards, self.terminals, self.truncations, [log] if log else []
+        def close(self):
+            self.vec.close()
+    vecenv = pufferlib.vector.make(OurEnv, env_kwargs=args["env"], **args["vec"])
 print(json.dumps({"config": {k: v for k, v in args.items() if isinstance(v, dict) and k != "sweep"}}), flush=True)
 try:
-    pl.train(env_name, args=args, logger=JsonLogger())
+    pl.train(env_name, args=args, vecenv=vecenv, logger=JsonLogger())
 except Stop:
     pass
 sys.stdout.flush()
@@ -249,7 +277,7 @@ os._exit(0)  # PufferLib's utilization monitor is a non-daemon thread that only 
 
 
 def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: int | None,
-          extra: list[str], jsonl: Path) -> dict[str, Any]:  # fmt: skip
+          extra: list[str], jsonl: Path, our_env: bool = False) -> dict[str, Any]:  # fmt: skip
     src = cache / f"pufferlib-{VERSION}"
     py = cache / "venv" / "bin" / "python"
     if not py.exists() or not (src / "pufferlib").exists():
@@ -267,7 +295,8 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
     driver.write_text(DRIVER)
     env_vars = {
         **os.environ,
-        "PYTHONPATH": str(src),
+        "PYTHONPATH": os.pathsep.join([str(src), *([str(REPO)] if our_env else [])]),
+        "PEER_OUR_ENV": env if our_env else "",
         "PEER_STOP_STEPS": str(stop_steps),
         "PEER_STOP_SECONDS": str(stop_seconds),
         "PEER_OUT": str(jsonl),
@@ -288,7 +317,8 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
     if rc:
         raise PeerError(f"PufferLib's trainer exited with code {rc}; see {jsonl.with_suffix('.log')}")
     config = json.loads(first)["config"] if first.startswith("{") else {}
-    return {"config": config, "command": shlex.join(cmd), "wall_s": time.time() - start}
+    command = shlex.join(cmd) + (f" (PEER_OUR_ENV={env}: on our env through the adapter)" if our_env else "")
+    return {"config": config, "command": command, "wall_s": time.time() - start}
 
 
 # ---------------------------------------------------------------------- reports
@@ -344,6 +374,38 @@ def make_report(system: str, env: str, metric: str, target: float, rows: list[di
     report.data["analysis"]["system"] = system
     report.data["duration_s"] = curve["seconds"][-1]
     return report.data
+
+
+# Metrics that need each side's own log semantics to mean the same thing. target: PufferLib's env
+# never ends an episode and logs every star eaten as a one-star "episode" (perf and score always 1);
+# ``n`` is the stars one vector env's agents ate in the 128 steps between logs. Ours logs each
+# agent's max_ticks-step episode with the stars it ate as its score. Both become stars per agent-step.
+PEER_LOG_INTERVAL = 128  # steps between PufferLib's Ocean env logs (its envs' log_interval default)
+DERIVED = {
+    "stars_per_step": {
+        "pufferlib": lambda r, c: (
+            r["n"] / (PEER_LOG_INTERVAL * c["env"]["num_envs"] * c["env"]["num_agents"]) if "n" in r else None
+        ),
+        "ours": lambda r, c: r["score"] / c["env"]["max_ticks"] if "score" in r else None,
+    },
+}
+
+
+def derive(
+    rows: list[dict[str, float]], metric: str, side: str, config: dict[str, Any]
+) -> list[dict[str, float]]:
+    """``rows`` with ``metric`` computed where it is one of DERIVED (``side``: whose logs they are)."""
+    if metric not in DERIVED:
+        return rows
+    fn = DERIVED[metric][side]
+    try:
+        for r in rows:
+            value = fn(r, config)
+            if value is not None:
+                r[metric] = value
+    except KeyError as e:
+        raise PeerError(f"{metric} needs {e} in the {side} run's config") from None
+    return rows
 
 
 def peer_rows(jsonl: Path) -> list[dict[str, float]]:
@@ -416,6 +478,187 @@ def plot(reports: list[Path], out: Path) -> None:
     log(f"wrote {out}")
 
 
+# ---------------------------------------------------------------------- speed
+
+
+def steady_sps(points: list[tuple[float, float]], warmup: float) -> float | None:
+    """Agent-steps per second between the first logged point after ``warmup`` seconds and the last
+    (``points``: (seconds, agent-steps) as each trainer logged them): start-up and the first epochs'
+    allocation stay out of the figure."""
+    after = [p for p in points if p[0] >= warmup]
+    if len(after) < 2 or after[-1][0] <= after[0][0]:
+        return None
+    return (after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
+
+
+def ours_for(
+    cache: Path, env: str, seconds: float, run_dir: Path, ours_set: list[str]
+) -> list[tuple[float, float]]:
+    """Our trainer on ``env`` at PufferLib's settings (bench/parity/ENV.yaml) for ``seconds``, ended by
+    SIGINT (it saves and exits); its (uptime, global_step) per epoch."""
+    import signal
+
+    config = REPO / "bench" / "parity" / f"{env}.yaml"
+    if not config.exists():
+        write_config(cache, env, config)
+    cmd = [sys.executable, "-c", "from appliance.cli import main; main()", "train", env, "--config", str(config),
+           "--run-id", run_dir.name, "--train.data-dir", str(run_dir.parent), "--no-dashboard", *ours_set]  # fmt: skip
+    log("$ " + shlex.join(cmd[3:]))
+    with open(run_dir.parent / f"{run_dir.name}.log", "w") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out, stderr=out
+        )
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=600)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(float(r["uptime"]), float(r["global_step"])) for r in rows]
+
+
+def peer_for(cache: Path, env: str, seconds: float, jsonl: Path) -> list[tuple[float, float]]:
+    """PufferLib's trainer on ``env`` with its own config for ``seconds``; its (seconds, agent-steps)."""
+    train(cache, env, float("inf"), seconds, None, [], jsonl)
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    return [(float(r["seconds"]), float(r["agent_steps"])) for r in rows]
+
+
+def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out: Path,
+          ours_set: list[str]) -> dict[str, Any]:  # fmt: skip
+    """Both trainers at PufferLib's settings, interleaved (A B, B A, ...) on this machine: each round
+    one window of each, the per-CPU speed check (the noise guard's) before and after each window."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(REPO))
+    from appliance.bench import noise
+    from appliance.bench.report import Report
+    from appliance.sysinfo import fingerprint
+
+    system = f"pufferlib-{VERSION}"
+    samples: dict[str, list[float | None]] = {system: [], "puffer-bench": []}
+    checks: list[dict[str, Any]] = []
+    scratch = Path(tempfile.mkdtemp(prefix="peer-speed-"))
+    try:
+        for r in range(rounds):
+            order = [system, "puffer-bench"] if r % 2 == 0 else ["puffer-bench", system]
+            for side in order:
+                before, sampler = noise.gate_check(), noise.Sampler()
+                sampler.sample()
+                if side == system:
+                    points = peer_for(cache, env, seconds, scratch / f"peer-{r}.jsonl")
+                else:
+                    points = ours_for(cache, env, seconds, scratch / f"ours-{r}", ours_set)
+                load = sampler.sample() or {}
+                sps = steady_sps(points, warmup)
+                samples[side].append(sps)
+                checks.append({"round": r, "side": side, "sps": sps, "before": before, "after": noise.gate_check(),
+                               "others_cores": load.get("others_cores"), "steal_cores": load.get("steal_cores")})  # fmt: skip
+                log(f"round {r + 1}/{rounds} {side}: {sps or float('nan'):,.0f} agent-steps/s "
+                    f"(others' load {load.get('others_cores', float('nan')):.2f} cores)")  # fmt: skip
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    suite = {"name": f"parity-speed-{env}", "path": None, "definition": {"env": env, "rounds": rounds,
+             "seconds": seconds, "warmup": warmup, "ours_set": ours_set}}  # fmt: skip
+    command = "python tools/pufferlib_peer.py " + shlex.join(sys.argv[1:])
+    report = Report(
+        suite, {"name": "cpu", "gpu": ""}, fingerprint(), ini_config(cache, env), 0, rounds, command
+    )
+    for side, values in samples.items():
+        report.add(f"train_sps/{env}/{side}", values, "agent-steps/s", "higher", env=env, system=side)
+    ratios = [
+        b / a if a and b else None for a, b in zip(samples[system], samples["puffer-bench"], strict=True)
+    ]
+    report.add(f"train_sps_ratio/{env}/puffer-bench_over_{system}", ratios, "x", "higher", env=env)
+    report.data["analysis"]["speed_checks"] = checks
+    others = [c["others_cores"] for c in checks if c["others_cores"] is not None]
+    if others and max(others) > noise.thresholds()[0]:
+        report.warn(
+            f"other processes used up to {max(others):.2f} cores during the windows: figures are not idle ones"
+        )
+    return report.data
+
+
+# ---------------------------------------------------------------------- config
+
+# PufferLib's [train] keys that mean the same on our side, under the same names
+TRAIN_KEYS = (
+    "total_timesteps", "optimizer", "learning_rate", "anneal_lr", "adam_beta1", "adam_beta2", "adam_eps",
+    "gamma", "gae_lambda", "update_epochs", "clip_coef", "vf_coef", "vf_clip_coef", "max_grad_norm",
+    "ent_coef", "bptt_horizon", "batch_size", "minibatch_size", "max_minibatch_size", "vtrace_rho_clip",
+    "vtrace_c_clip", "prio_alpha", "prio_beta0", "precision",
+)  # fmt: skip
+
+
+def ini_value(text: str) -> Any:
+    """A value as PufferLib's config loader reads it (``12_000_000`` an int, ``True`` a bool)."""
+    text = text.strip()
+    for cast in (int, float):
+        try:
+            return cast(text.replace("_", "") if cast is int else text)
+        except ValueError:
+            pass
+    return {"True": True, "False": False}.get(text, text)
+
+
+def ini_config(cache: Path, env: str) -> dict[str, dict[str, Any]]:
+    """PufferLib's config for ``env``: config/default.ini with config/ocean/<env>.ini over it."""
+    import configparser
+
+    folder = cache / f"pufferlib-{VERSION}" / "pufferlib" / "config"
+    if not (folder / "default.ini").exists():
+        raise PeerError(
+            f"PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build` first"
+        )
+    name = ENVS[env][1] if env in ENVS else env
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#",))
+    if not parser.read([folder / "default.ini", folder / "ocean" / f"{name}.ini"])[1:]:
+        raise PeerError(f"PufferLib has no config/ocean/{name}.ini")
+    return {section: {k: ini_value(v) for k, v in parser[section].items()} for section in parser.sections()}
+
+
+def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
+    """PufferLib's config for ``env`` on our keys, and the PufferLib keys left out (with why)."""
+    sys.path.insert(0, str(REPO))
+    from appliance import ocean
+
+    ini = ini_config(cache, env)
+    params = ocean.describe(env)["params"]
+    pe, pv, pt = ini.get("env", {}), ini.get("vec", {}), ini["train"]
+    envs = int(pe.get("num_envs", 1)) * int(pv.get("num_envs", 1))
+    out: dict[str, Any] = {
+        "vec": {"num_envs": envs},
+        "env": {k: v for k, v in pe.items() if k in params},
+        "train": {"device": "cpu", **{k: pt[k] for k in TRAIN_KEYS if k in pt}},
+        "policy": {"core": "lstm", "hidden_size": int(ini.get("rnn", {}).get("hidden_size", 128)),
+                   "encoder": "linear", "init": "pufferlib"},
+    }  # fmt: skip
+    # PufferLib only clamps rewards; its Default policy is Linear + GELU over the raw observation floats
+    out["train"].update(reward_clamp=1.0, reward_norm=False)
+    left = [f"env.{k}" for k in pe if k not in params and k != "num_envs"]
+    left += [f"train.{k}" for k in pt if k not in TRAIN_KEYS and k not in out["train"]]
+    return out, left
+
+
+def write_config(cache: Path, env: str, out: Path) -> None:
+    import yaml
+
+    cfg, left = our_config(cache, env)
+    shown = out.resolve().relative_to(REPO) if out.resolve().is_relative_to(REPO) else out
+    head = (
+        f"# PufferLib {VERSION}'s config/ocean/{ENVS[env][1]}.ini (its default.ini underneath) on our keys, made by\n"
+        f"# `python tools/pufferlib_peer.py config {env}` for the learning-parity runs of docs/learning.md:\n"
+        f"# `puffer-bench train {env} --config {shown}`. Its vec.num_envs x env.num_envs are our vec.num_envs;\n"
+        "# its policy (Default: Linear + GELU encoder, LSTM 128, PufferLib's init) and reward handling (clamp\n"
+        "# to [-1, 1], no scaling) are spelled out. Not carried over (no counterpart on our side, or the\n"
+        f"# run's bookkeeping): {', '.join(left) or 'nothing'}.\n"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(head + yaml.safe_dump(cfg, sort_keys=False, width=120))
+    log(f"wrote {out}")
+
+
 # ---------------------------------------------------------------------- command line
 
 
@@ -427,10 +670,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="fetch, install and compile PufferLib into the cache")
     b.add_argument("--envs", default="breakout", help="comma-separated env names (default: breakout)")
-    for name in ("train", "ours"):
-        p = sub.add_parser(
-            name, help="PufferLib's trainer on ENV" if name == "train" else "a report from our run folder"
-        )
+    helps = {"train": "PufferLib's trainer on ENV", "ours": "a report from our run folder",
+             "report": "a report from a PufferLib curve (.jsonl) written by train"}  # fmt: skip
+    for name in ("train", "ours", "report"):
+        p = sub.add_parser(name, help=helps[name])
         if name == "train":
             p.add_argument("env")
             p.add_argument("--stop-steps", type=float, default=float("inf"))
@@ -440,11 +683,16 @@ def main(argv: list[str] | None = None) -> int:
             )
             p.add_argument("--set", action="append", default=[], metavar="--KEY=VALUE",
                            help="a PufferLib option, e.g. --set=--train.learning-rate=0.01")  # fmt: skip
-        else:
+            p.add_argument("--our-env", action="store_true",
+                           help="train on our env (appliance.vector, this checkout) through an adapter")  # fmt: skip
+        elif name == "ours":
             p.add_argument("run_dir", type=Path)
             p.add_argument("--env", required=True)
             p.add_argument("--seed", type=int, default=None)
-        p.add_argument("--metric", default="perf")
+        else:
+            p.add_argument("curve", type=Path)
+            p.add_argument("--env", required=True)
+        p.add_argument("--metric", default="perf", help=f"a logged stat, or one of {', '.join(DERIVED)}")
         p.add_argument("--target", type=float, default=0.9)
         p.add_argument(
             "--at", default="30e6,65e6", help="steps at which to report the score (comma-separated)"
@@ -452,6 +700,17 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--out", type=Path, required=True, help="the report (.json); the raw curve goes beside it"
         )
+    sp = sub.add_parser("speed", help="both trainers at PufferLib's settings for ENV, interleaved windows")
+    sp.add_argument("env")
+    sp.add_argument("--rounds", type=int, default=3)
+    sp.add_argument("--seconds", type=float, default=120.0, help="each window (default: %(default)s)")
+    sp.add_argument("--warmup", type=float, default=30.0, help="seconds left out of each window's figure")
+    sp.add_argument("--ours", action="append", default=[], metavar="--KEY=VALUE",
+                    help="an option for our side, e.g. --ours=--train.precision=bfloat16")  # fmt: skip
+    sp.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("config", help="PufferLib's config for ENV on our keys, as bench/parity/ENV.yaml")
+    c.add_argument("env")
+    c.add_argument("--out", type=Path, default=None, help="default: bench/parity/ENV.yaml")
     pl = sub.add_parser("plot", help="the reports' curves in one figure")
     pl.add_argument("reports", type=Path, nargs="+")
     pl.add_argument("--out", type=Path, required=True)
@@ -459,6 +718,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "build":
             build(a.cache, [e for e in a.envs.split(",") if e])
+        elif a.cmd == "config":
+            if a.env not in ENVS:
+                raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
+            write_config(a.cache, a.env, a.out or REPO / "bench" / "parity" / f"{a.env}.yaml")
+        elif a.cmd == "speed":
+            if a.env not in ENVS:
+                raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
+            if a.rounds < 1 or not a.seconds > a.warmup >= 0:
+                raise PeerError("--rounds must be at least 1 and --seconds more than --warmup (>= 0)")
+            ours_set = [x for item in a.ours for x in item.split("=", 1)]
+            write_report(speed(a.cache, a.env, a.rounds, a.seconds, a.warmup, a.out, ours_set), a.out)
         elif a.cmd == "plot":
             plot(a.reports, a.out)
         else:
@@ -467,14 +737,24 @@ def main(argv: list[str] | None = None) -> int:
                 for value in (a.stop_steps, a.stop_seconds):
                     if not value > 0:
                         raise PeerError("--stop-steps and --stop-seconds must be positive")
-                jsonl = a.out.with_suffix(".jsonl")
+                jsonl = a.out.resolve().with_suffix(".jsonl")  # the trainer runs in the cache folder
                 extra = [s for item in a.set for s in item.split("=", 1)]
-                info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl)
-                rows = peer_rows(jsonl)
-                data = make_report(f"pufferlib-{VERSION}", a.env, a.metric, a.target, rows, info["config"],
+                info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env)
+                rows = derive(
+                    peer_rows(jsonl), a.metric, "ours" if a.our_env else "pufferlib", info["config"]
+                )
+                system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
+                data = make_report(system, a.env, a.metric, a.target, rows, info["config"],
                                    info["command"], a.seed, at)  # fmt: skip
+            elif a.cmd == "report":
+                rows = derive(peer_rows(a.curve), a.metric, "pufferlib", ini_config(a.cache, a.env))
+                data = make_report(f"pufferlib-{VERSION}", a.env, a.metric, a.target, rows, ini_config(a.cache, a.env),
+                                   f"PufferLib's curve {a.curve}", None, at)  # fmt: skip
             else:
                 rows, config = our_rows(a.run_dir)
+                rows = derive(rows, a.metric, "ours", config)
+                a.out.parent.mkdir(parents=True, exist_ok=True)  # the raw curve beside the report, as train's
+                a.out.with_suffix(".jsonl").write_bytes((a.run_dir / "metrics.jsonl").read_bytes())
                 data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
                                    f"our run folder {a.run_dir}", a.seed, at)  # fmt: skip
             write_report(data, a.out)

@@ -18,12 +18,18 @@ Both variants must be of one kind: configs run in this process; commits and imag
 ``puffer-bench run --repeats 1`` per round in a fresh process. Each round adds one sample per
 metric to each side; the noise guard's busy flags carry over, and a metric measured busy in any
 round is "unreliable (busy)".
+
+Nothing is lost or left behind: an unwritable ``--out`` is refused before the first round; Ctrl-C,
+SIGTERM or SIGHUP ends the run with the rounds measured so far, as a result marked ``partial``; a
+commit's worktree is removed (and pruned from the repository) on every exit path, and one that a
+killed run left behind is removed by the next ``ab``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import shutil
@@ -40,6 +46,8 @@ from appliance.errors import ConfigError, ReportError
 
 SCHEMA = "puffer-bench/ab/1"
 UNRELIABLE = "unreliable (busy)"
+TMP_PREFIX = "puffer-ab-"  # each commit variant's folder in the temp folder: <tmp>/puffer-ab-*/tree
+OWNER = "owner.lock"  # locked while the ab run that made the folder lives
 
 # The CLI of a commit's worktree, whatever the layout (a module before the house refactor, a package after).
 CLI_MAIN = "import sys; from appliance.cli import main; sys.argv[0] = 'puffer-bench'; main()"
@@ -199,7 +207,9 @@ class Subprocess:
     ) -> None:
         self.variant, self.options, self.execute = variant, options, execute
         self.root = root
-        self.tmp = Path(tempfile.mkdtemp(prefix="puffer-ab-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        self.owner = open(self.tmp / OWNER, "w")  # noqa: SIM115 (held, locked, for the run's lifetime)
+        fcntl.flock(self.owner, fcntl.LOCK_EX)
         self.tree: Path | None = None
 
     def _git(self, *args: str) -> None:
@@ -216,6 +226,7 @@ class Subprocess:
             self.root = checkout_root()
             if self.root is None:
                 raise ConfigError("git: variants need puffer-bench to run from a git checkout")
+        self._remove_abandoned()
         self.tree = self.tmp / "tree"
         self._git("worktree", "add", "--detach", str(self.tree), str(self.variant.ref))
         build = self.execute(
@@ -253,11 +264,31 @@ class Subprocess:
                 raise ConfigError(f"image {self.variant.image}: puffer-bench run exited with {code}")
         return _read_round(out, self.options["profile"], self.variant.describe())
 
+    def _remove_abandoned(self) -> None:
+        """Worktrees an ab run that was killed (SIGKILL, a crash) left in the temp folder: their
+        owner lock is free. Removed, and pruned from the repository."""
+        for folder in self.tmp.parent.glob(f"{TMP_PREFIX}*"):
+            if folder == self.tmp or not (folder / OWNER).is_file():
+                continue
+            try:
+                with open(folder / OWNER) as f:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken: its run is gone
+                    shutil.rmtree(folder, ignore_errors=True)
+            except OSError:
+                continue  # held: a live ab run's
+        with contextlib.suppress(Exception):
+            self._git("worktree", "prune")
+
     def close(self) -> None:
+        """Remove the worktree and the temp folder, and prune the repository's record of it."""
         if self.tree is not None and self.root is not None:
             with contextlib.suppress(Exception):
                 self._git("worktree", "remove", "--force", str(self.tree))
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tree is not None and self.root is not None:
+            with contextlib.suppress(Exception):
+                self._git("worktree", "prune")  # also when the removal above failed half-way
+        self.owner.close()
 
 
 # ---------------------------------------------------------------------- the A/B run
@@ -298,25 +329,44 @@ def run(
     }
     if kinds == {"image"} and Path(suite_name).suffix in (".yaml", ".yml"):
         raise ConfigError("image variants run the image's own suites: give --suite by name, not a file")
-    runners: dict[str, Any] = {
-        side: InProcess(v, suite, fp, options) if v.kind == "config" else Subprocess(v, options, execute)
-        for side, v in variants.items()
-    }
+    from appliance.train.loop import Interrupted, stop_signals
+
+    runners: dict[str, Any] = {}
     rounds_out: list[dict[str, Any]] = []
-    try:
-        for side, r in runners.items():
-            if progress:
-                progress(f"preparing {side}: {variants[side].describe()}")
-            r.prepare()
-        for i in range(rounds):
-            for side in ("A", "B"):
+    where = "while starting"
+    with stop_signals() as guard:
+        try:
+            for side, v in variants.items():
+                runners[side] = (
+                    InProcess(v, suite, fp, options)
+                    if v.kind == "config"
+                    else Subprocess(v, options, execute)
+                )
+            for side, r in runners.items():
+                where = f"while preparing {side}"
                 if progress:
-                    progress(f"round {i + 1}/{rounds}: {side} ({variants[side].describe()})")
-                data = runners[side].round(i)
-                rounds_out.append({"side": side, "round": i, "report": data})
-    finally:
-        for r in runners.values():
-            r.close()
+                    progress(f"preparing {side}: {variants[side].describe()}")
+                r.prepare()
+            for i in range(rounds):
+                for side in ("A", "B"):
+                    where = f"in round {i + 1}/{rounds} ({side})"
+                    if progress:
+                        progress(f"round {i + 1}/{rounds}: {side} ({variants[side].describe()})")
+                    data = runners[side].round(i)
+                    rounds_out.append({"side": side, "round": i, "report": data})
+        except Interrupted as e:
+            result = summarize_rounds(variants, rounds_out, suite, fp, options, rounds)
+            result["partial"] = {
+                "signal": e.name,
+                "where": where,
+                "runs": len(rounds_out),
+                "planned": 2 * rounds,
+            }
+            return result
+        finally:
+            with guard.deferred():  # a second Ctrl-C waits for the worktrees to go
+                for r in runners.values():
+                    r.close()
     return summarize_rounds(variants, rounds_out, suite, fp, options, rounds)
 
 
@@ -381,6 +431,7 @@ def summarize_rounds(
 
 def table(result: dict[str, Any]) -> Any:
     """The result as a rich Table: medians, B/A with its interval, verdict."""
+    from rich.markup import escape
     from rich.table import Table
 
     from appliance.bench.report import fmt
@@ -391,7 +442,7 @@ def table(result: dict[str, Any]) -> Any:
     for name, m in result["metrics"].items():
         ci = f" ({m['ci'][0]:.3f}-{m['ci'][1]:.3f})" if m.get("ci") else ""
         out.add_row(
-            f"{name} ({m['unit']})",
+            escape(f"{name} ({m['unit']})"),  # a variant's report is its own text, not markup
             fmt(m["a_summary"]["median"], m["unit"]),
             fmt(m["b_summary"]["median"], m["unit"]),
             f"{m['ratio']:.3f}{ci}" if m.get("ratio") is not None else "-",
@@ -401,16 +452,33 @@ def table(result: dict[str, Any]) -> Any:
 
 
 def to_markdown(result: dict[str, Any]) -> str:
+    """The A/B result as Markdown; values from the variants' reports go through ``md_format``."""
     from appliance.bench.report import fmt, machine_line
+    from appliance.bench.report import md_format as md
 
     v = result["variants"]
     lines = [
-        f"# puffer-bench ab: suite `{result['suite']['name']}`, profile `{result['profile']}`",
+        md("# puffer-bench ab: suite {!c}, profile {!c}", result["suite"]["name"], result["profile"]),
         "",
-        f"- A: `{v['A']['spec']}` ({v['A']['what']})",
-        f"- B: `{v['B']['spec']}` ({v['B']['what']})",
-        f"- {result['rounds']} rounds in the order {' '.join(result['order'])} on one machine: "
-        f"{machine_line(result['fingerprint'])}",
+        md("- A: {!c} ({})", v["A"]["spec"], v["A"]["what"]),
+        md("- B: {!c} ({})", v["B"]["spec"], v["B"]["what"]),
+        md(
+            "- {} rounds in the order {} on one machine: {}",
+            result["rounds"],
+            " ".join(result["order"]),
+            machine_line(result["fingerprint"]),
+        ),
+        *(
+            [
+                md(
+                    "- **partial**: interrupted by {} {}",
+                    result["partial"]["signal"],
+                    result["partial"]["where"],
+                )
+            ]
+            if result.get("partial")
+            else []
+        ),
         "- ratio = median(B) / median(A) over the rounds, with a 95% bootstrap interval; "
         "a verdict needs the interval to exclude 1",
         "",
@@ -420,19 +488,40 @@ def to_markdown(result: dict[str, Any]) -> str:
     for name, m in result["metrics"].items():
         ci = f" ({m['ci'][0]:.3f}-{m['ci'][1]:.3f})" if m.get("ci") else ""
         ratio = f"{m['ratio']:.3f}{ci}" if m.get("ratio") is not None else "-"
-        lines.append(
-            f"| `{name}` | {m['unit']} | {fmt(m['a_summary']['median'], m['unit'])} | "
-            f"{fmt(m['b_summary']['median'], m['unit'])} | {ratio} | {m['verdict']} |"
-        )
+        a, b = fmt(m["a_summary"]["median"], m["unit"]), fmt(m["b_summary"]["median"], m["unit"])
+        lines.append(md("| {!c} | {} | {} | {} | {} | {} |", name, m["unit"], a, b, ratio, m["verdict"]))
     return "\n".join(lines) + "\n"
 
 
 def write(result: dict[str, Any], path: str | Path) -> list[Path]:
-    """The A/B result as JSON and Markdown (same stem), written atomically."""
-    from appliance.report_io import write_bytes_atomic, write_json_atomic
+    """The A/B result as JSON and Markdown (same stem), each written atomically; on a full disk what
+    fits (the JSON first: the Markdown renders from it) and a one-line error saying what did not."""
+    from appliance.errors import ApplianceError
+    from appliance.report_io import write_what_fits
 
     path = Path(path)
-    return [
-        write_json_atomic(path.with_suffix(".json"), json.loads(json.dumps(result))),
-        write_bytes_atomic(path.with_suffix(".md"), to_markdown(result).encode()),
-    ]
+    written, missing, why = write_what_fits(
+        [
+            (path.with_suffix(".json"), lambda: (json.dumps(result, indent=2) + "\n").encode()),
+            (path.with_suffix(".md"), lambda: to_markdown(result).encode()),
+        ]
+    )
+    if missing:
+        kept = (
+            f"kept {', '.join(map(str, written))}"
+            if written
+            else "nothing saved: the table above is all there is"
+        )
+        raise ApplianceError(f"disk full writing {', '.join(map(str, missing))} ({why}); {kept}")
+    return written
+
+
+def partial_line(result: dict[str, Any], written: list[Path]) -> str:
+    """What an interrupted run kept, in one line."""
+    p = result["partial"]
+    runs = f"{p['runs']} of {p['planned']} runs"
+    if not p["runs"]:
+        return f"interrupted ({p['signal']}) {p['where']}: nothing measured yet"
+    if written:
+        return f"interrupted ({p['signal']}) {p['where']}: kept {runs} in {written[0]} (marked partial)"
+    return f"interrupted ({p['signal']}) {p['where']}: the table above holds {runs} (no --out: not saved)"

@@ -23,10 +23,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 
 from appliance.bench import report as rpt
 from appliance.bench.stats import ratio_interval
 from appliance.errors import ReportError
+
+
+def _get(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]...``, or None where a level is missing or not an object (free-form config)."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -129,6 +139,9 @@ def calibration_ratios(base: dict[str, Any], other: dict[str, Any]) -> dict[str,
     a, b = base["fingerprint"].get("calibration"), other["fingerprint"].get("calibration")
     if not a or not b:
         return None
+    keys = ("int_mops", "float_gflops", "copy_gbs")
+    if not all(isinstance(c.get(k), int | float) and c[k] > 0 for c in (a, b) for k in keys):
+        return None  # not measured (null), or not a speed
     try:
         ints, floats = b["int_mops"] / a["int_mops"], b["float_gflops"] / a["float_gflops"]
         return {
@@ -148,7 +161,7 @@ def cpu_bound(name: str, report: dict[str, Any]) -> str | None:
     if name.startswith(("probe/cpu/", "env_sps/", "vector_sps/")):
         return "compute"
     if name.startswith(("train_sps/", "time_to_score/")):
-        device = (((report.get("config") or {}).get("profile") or {}).get("train") or {}).get("device")
+        device = _get(report.get("config"), "profile", "train", "device")
         gpu = bool(report["fingerprint"].get("cuda_available"))
         return "compute" if device == "cpu" or (device is None and not gpu) else None
     return None
@@ -200,7 +213,7 @@ def compare(
         raise ReportError("compare needs at least two reports")
     paths = [r.get("_path", f"report {i + 1}") for i, r in enumerate(reports)]
     for r, path in zip(reports, paths, strict=True):
-        rpt.validate(r, path)
+        rpt.validate(r, f"report {path}")
     ratios = [calibration_ratios(reports[0], r) for r in reports]
     if normalize:
         for r, path in zip(reports, paths, strict=True):
@@ -236,10 +249,13 @@ def compare(
                 b = scaled
                 normalized.add(name)
                 row["medians"][k] = float(np.median(b)) if b else None
-            if not a or not b or not base.get("median"):
+            try:
+                if not base.get("median"):
+                    raise ValueError("no base median")
+                ratio, ci = ratio_interval(a, b)  # ValueError without samples or with a zero base median
+            except ValueError:
                 row["ratios"].append({"ratio": None, "ci": None, "significant": False, "verdict": "no data"})
                 continue
-            ratio, ci = ratio_interval(a, b)
             significant = ci is not None and (ci[0] > 1 or ci[1] < 1)
             gain = 1 / ratio if base["better"] == "lower" else ratio  # > 1: better
             if name in busy[0] or name in busy[k]:
@@ -303,9 +319,11 @@ def ratio_text(x: dict[str, Any]) -> str:
 
 
 def to_markdown(result: dict[str, Any]) -> str:
+    """The comparison as Markdown; every value from the reports goes through ``md_format``."""
+    md = rpt.md_format
     paths = result["reports"]
-    lines = [f"# puffer-bench compare (base: `{paths[0]}`)", ""]
-    lines += [f"- report {i + 1}: `{p}`" for i, p in enumerate(paths)]
+    lines = [md("# puffer-bench compare (base: {!c})", paths[0]), ""]
+    lines += [md("- report {}: {!c}", i + 1, p) for i, p in enumerate(paths)]
     if result["differences"]:
         lines += [
             "",
@@ -314,28 +332,30 @@ def to_markdown(result: dict[str, Any]) -> str:
             "| | " + " | ".join(f"report {i + 1}" for i in range(len(paths))) + " |",
         ]
         lines += ["|---" * (len(paths) + 1) + "|"]
-        lines += [f"| {k} | " + " | ".join(str(v) for v in vals) + " |" for k, vals in result["differences"]]
+        lines += [md("| {} |" + " {} |" * len(vals), k, *vals) for k, vals in result["differences"]]
     for i, keys in (result.get("unrecorded") or {}).items():
-        lines += ["", f"Not recorded in report {i} (an older report): {', '.join(keys)}"]
+        lines += ["", md("Not recorded in report {} (an older report): {}", i, ", ".join(keys))]
     if result.get("notes"):
-        lines += [""] + [f"- {n}" for n in result["notes"]]
+        lines += [""] + [md("- {}", n) for n in result["notes"]]
     header = "| metric | unit | " + " | ".join(f"median {i + 1}" for i in range(len(paths)))
     header += " | " + " | ".join(f"ratio {i + 2}/1 (95% CI)" for i in range(len(paths) - 1)) + " |"
     lines += ["", f"## Metrics (threshold {100 * result['threshold']:.0f}%)", "", header]
     lines += ["|---" * (2 + len(paths) + len(paths) - 1) + "|"]
     for row in result["rows"]:
         cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
-        cells += [ratio_text(x).replace("regression", "**regression**") for x in row["ratios"]]
+        ratios = [ratio_text(x).replace("regression", "**regression**") for x in row["ratios"]]
         unit = row["unit"] if row["better"] == "info" else f"{row['unit']} ({row['better']} is better)"
         mark = " (normalized)" if row["metric"] in result.get("normalized", ()) else ""
-        lines.append(f"| `{row['metric']}`{mark} | {unit} | " + " | ".join(cells) + " |")
+        template = "| {!c}" + mark + " | {} |" + " {} |" * (len(cells) + len(ratios))
+        lines.append(md(template, row["metric"], unit, *cells, *ratios))
     if result["not_common"]:
-        lines += ["", f"Not in every report (left out): {', '.join(result['not_common'])}"]
+        lines += ["", md("Not in every report (left out): {}", ", ".join(result["not_common"]))]
     return "\n".join(lines) + "\n"
 
 
 def table_rows(result: dict[str, Any]) -> list[list[str]]:
-    """Each metric's medians and ratios as cells (rich markup: regressions red, improvements green)."""
+    """Each metric's medians and ratios as cells (rich markup: regressions red, improvements green;
+    the report's own text escaped)."""
     rows = []
     for row in result["rows"]:
         cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
@@ -344,5 +364,5 @@ def table_rows(result: dict[str, Any]) -> list[list[str]]:
             cell = ratio_text(x)
             cells.append(f"[{style}]{cell}[/{style}]" if style else cell)
         better = "" if row["better"] == "info" else f", {row['better']} better"
-        rows.append([f"{row['metric']} ({row['unit']}{better})", *cells])
+        rows.append([escape(f"{row['metric']} ({row['unit']}{better})"), *cells])
     return rows

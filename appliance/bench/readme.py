@@ -2,18 +2,23 @@
 
 The table sits between two markers in README.md and is replaced whole; nothing in it is typed by
 hand. The plot (``results/summary.png``) shows the same reports' speed figures side by side.
+
+Reports may come from other machines: every value in the table is escaped for Markdown (so no
+report can add HTML, or marker text that would end the block), and the README must hold exactly one
+pair of markers, so regenerating gives the same bytes however often it runs.
 """
 
 from __future__ import annotations
 
 import io
-import json
+import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from appliance.bench import report as rpt
 from appliance.errors import ReportError
-from appliance.report_io import write_bytes_atomic
+from appliance.report_io import read_json, write_bytes_atomic
 
 BEGIN, END = "<!-- results:begin (make readme-results) -->", "<!-- results:end -->"
 HEADLINE = (
@@ -40,9 +45,9 @@ def latest_reports(results: Path) -> list[Path]:
         best: tuple[str, Path] | None = None
         for path in folder.glob("*.json"):
             try:
-                data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
+                data = read_json(path, "report", ReportError, rpt.MAX_BYTES, rpt.MAX_DEPTH)
+            except ReportError:
+                continue  # not a report (or not readable): other JSON files live here too
             if isinstance(data, dict) and data.get("schema") == rpt.SCHEMA and not data.get("partial"):
                 key = str(data.get("created_utc"))
                 if best is None or key > best[0]:
@@ -62,10 +67,13 @@ def table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
     names: list[str] = []
     for r in reports:
         names += [n for n in r["metrics"] if headline(n) and n not in names]
+    md = rpt.md_format
     head = []
     for r in reports:
-        cores = r["fingerprint"]["cpu"].get("physical_cores")
-        head.append(f"`{r['profile']['name']}`: {rpt.gpu_label(r['fingerprint'])}, {cores} cores")
+        cores = (r["fingerprint"].get("cpu") or {}).get("physical_cores")
+        head.append(
+            md("{!c}: {}, {} cores", r["profile"].get("name"), rpt.gpu_label(r["fingerprint"]), cores)
+        )
     lines = [
         "| metric | unit | " + " | ".join(head) + " |",
         "|---|---|" + "---|" * len(reports),
@@ -77,8 +85,8 @@ def table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
             m = r["metrics"].get(name)
             busy = " (busy)" if m and (m.get("noise") or {}).get("busy") else ""
             cells.append(rpt.fmt(m.get("median"), unit) + busy if m else "-")
-        lines.append(f"| `{name}` | {unit} | " + " | ".join(cells) + " |")
-    sources = ", ".join(f"[{p.name}]({p.as_posix()})" for p in paths)
+        lines.append(md("| {!c} | {} |" + " {} |" * len(cells), name, unit, *cells))
+    sources = ", ".join(md("[{}]", p.name) + f"({quote(p.as_posix())})" for p in paths)
     lines += ["", f"Medians of each report's repeats, from {sources}."]
     if any((m.get("noise") or {}).get("busy") for r in reports for m in r["metrics"].values()):
         lines[-1] += (
@@ -97,7 +105,7 @@ def plot(reports: list[dict[str, Any]], path: Path) -> Path:
     names: list[str] = []
     for r in reports:
         names += [n for n in r["metrics"] if n.startswith(groups) and n not in names]
-    fig, ax = plt.subplots(figsize=(8, 0.3 * len(names) * len(reports) + 1.5))
+    fig, ax = plt.subplots(figsize=(8, min(rpt.MAX_FIGURE_INCHES, 0.3 * len(names) * len(reports) + 1.5)))
     height = 0.8 / max(1, len(reports))
     for i, r in enumerate(reports):
         values = [(r["metrics"].get(n) or {}).get("median") or 0 for n in names]
@@ -105,9 +113,9 @@ def plot(reports: list[dict[str, Any]], path: Path) -> Path:
             [j + i * height for j in range(len(names))],
             values,
             height=height,
-            label=f"{r['profile']['name']}: {rpt.gpu_label(r['fingerprint'])}",
+            label=rpt.plot_text(f"{r['profile'].get('name')}: {rpt.gpu_label(r['fingerprint'])}"),
         )
-    ax.set_yticks([j + 0.4 - height / 2 for j in range(len(names))], names, fontsize=7)
+    ax.set_yticks([j + 0.4 - height / 2 for j in range(len(names))], map(rpt.plot_text, names), fontsize=7)
     ax.set_xscale("log")
     ax.invert_yaxis()
     ax.set_xlabel("agent-steps/s (median)")
@@ -121,11 +129,20 @@ def plot(reports: list[dict[str, Any]], path: Path) -> Path:
 
 def update_readme(readme: Path, paths: list[Path], results: Path) -> list[Path]:
     reports = [rpt.load(p) for p in paths]
-    text = readme.read_text()
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(f"cannot read {readme}: {getattr(e, 'strerror', None) or e}") from None
     if BEGIN not in text or END not in text:
         raise ReportError(f"{readme} has no results block; add the lines {BEGIN!r} and {END!r}")
+    begins, ends = text.count(BEGIN), text.count(END)
+    if begins != 1 or ends != 1 or text.index(BEGIN) > text.index(END):
+        raise ReportError(
+            f"{readme} has {begins} {BEGIN!r} and {ends} {END!r} markers: keep exactly one of each, "
+            "in that order (a block regenerated by an older puffer-bench may have repeated them)"
+        )
     image = plot(reports, results / "summary.png")
-    rel = lambda p: Path(p).resolve().relative_to(readme.resolve().parent).as_posix()  # noqa: E731
+    rel = lambda p: Path(os.path.relpath(Path(p).resolve(), readme.resolve().parent)).as_posix()  # noqa: E731
     block = "\n".join(
         [
             BEGIN,
@@ -137,6 +154,7 @@ def update_readme(readme: Path, paths: list[Path], results: Path) -> list[Path]:
             END,
         ]
     )
+    assert block.count(BEGIN) == 1 and block.count(END) == 1, "report content must be escaped"
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     write_bytes_atomic(readme, (head + block + tail).encode())

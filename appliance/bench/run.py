@@ -4,9 +4,10 @@ Pick the hardware profile (given, or detected from the GPU), start a report with
 plan the suite (:class:`~appliance.bench.runner.SuiteRunner`), measure with a progress bar, analyse,
 and write JSON + Markdown + plots. The CLI only parses options and prints what comes back.
 
-Nothing measured is lost: an unwritable ``--out`` is refused before the first measurement; Ctrl-C,
-SIGTERM, SIGHUP or a failing measurement still writes the figures taken so far, as a report marked
-``partial``; the report name is claimed exclusively. Each suite run registers itself (a locked file
+Nothing measured is lost: an unwritable or nearly full ``--out`` is refused before the first
+measurement; Ctrl-C, SIGTERM, SIGHUP or a failing measurement still writes the figures taken so far,
+as a report marked ``partial``; the report name is claimed exclusively; a disk that fills up while
+the report is written keeps what fits (the JSON first, else a copy in the temp folder) and says so. Each suite run registers itself (a locked file
 in ``$TMPDIR/puffer-bench-suites``) so a suite that shares the machine with another one says so in
 its warnings.
 """
@@ -26,8 +27,8 @@ from appliance.bench import report as rpt
 from appliance.bench.runner import Step, SuiteRunner
 from appliance.bench.suite import load, validate
 from appliance.config import detect_profile, gpu_matches, resolve
-from appliance.errors import ConfigError
-from appliance.report_io import unwritable
+from appliance.errors import ApplianceError, ConfigError
+from appliance.report_io import disk_full, unwritable, write_bytes_exclusive
 from appliance.sysinfo import fingerprint
 from appliance.train.loop import Interrupted, stop_signals
 
@@ -262,13 +263,55 @@ def run_suite(
     except BaseException:
         if not report.data["metrics"]:
             raise
-        paths = rpt.write_new(report.data, out_dir, name, plots=plots)
+        paths = write_report(report.data, out_dir, name, plots)
         if isinstance(sys.exc_info()[1], KeyboardInterrupt):
             return report.data, paths  # the caller prints them and exits as the signal asks
         if announce:
             announce(f"wrote a partial report: {paths[0]}")
         raise
-    return report.data, rpt.write_new(report.data, out_dir, name, plots=plots)
+    return report.data, write_report(report.data, out_dir, name, plots)
+
+
+def write_report(data: dict[str, Any], out_dir: str | Path, profile: str, plots: bool) -> list[Path]:
+    """:func:`report.write_new`; on a full disk, keep what fits and raise a one-line error (exit 1).
+
+    The JSON is the report (Markdown, HTML and plots render from it later), so it is what must
+    survive: if it went in before the disk filled, that is said; if not, it goes to the temp folder
+    (often another filesystem); if that fails too, the figures printed while measuring are all there is.
+    """
+    try:
+        return rpt.write_new(data, out_dir, profile, plots=plots)
+    except OSError as e:
+        if not disk_full(e):
+            raise
+        why = e.strerror or str(e)
+    folder = Path(out_dir) / profile
+    text = rpt.json_bytes(rpt.validate(rpt.storable(data)))  # as write_new writes it
+    saved = next((p for p in sorted(folder.glob("*.json")) if _same_bytes(p, text)), None)
+    if saved is not None:
+        raise ApplianceError(
+            f"disk full writing the report into {folder} ({why}): kept {saved}; its Markdown, HTML and "
+            f"plots are missing: `puffer-bench report --render {saved}` once there is space"
+        )
+    spare = Path(tempfile.gettempdir()) / f"puffer-bench-report-{os.getpid()}-{int(time.time())}.json"
+    try:
+        write_bytes_exclusive(spare, text)
+    except OSError:
+        raise ApplianceError(
+            f"disk full writing the report into {folder} ({why}), and no room in {spare.parent} either: "
+            "nothing saved; the figures printed above are all that is left"
+        ) from None
+    raise ApplianceError(
+        f"disk full writing the report into {folder} ({why}): saved it as {spare} instead; once there "
+        f"is space, move it into {folder} and render it with `puffer-bench report --render`"
+    )
+
+
+def _same_bytes(path: Path, data: bytes) -> bool:
+    try:
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
 
 
 def _wait_quiet(seconds: float, announce: Any = None) -> dict[str, Any]:
@@ -297,7 +340,7 @@ def probe(profile: str | None, env: str, runs: int, seconds: float) -> dict[str,
     suite = validate(probe, "--env")
     name, report = new_report(suite, "(puffer-bench profile)", profile, runs)
     _measure(SuiteRunner(suite, name, report, repeats=runs), report, "probe")
-    return rpt.validate(report.data)
+    return rpt.validate(rpt.storable(report.data))
 
 
 def analysis_lines(report: dict[str, Any]) -> list[tuple[str, bool]]:

@@ -221,6 +221,11 @@ class SuiteRunner:
         num_envs = int(item.get("num_envs") or self.config(env).vec.num_envs)
         if backend.startswith("gymnasium-") and is_ocean:
             raise ConfigError(f"vector_sps {backend} runs Gymnasium envs, not the Ocean env {env!r}")
+        if is_ocean and item.get("num_envs"):  # the suite's own count: refused if it cannot fit in memory
+            from appliance.config import check_memory
+
+            data = self.config(env).data
+            check_memory(env, {**data, "vec": {**data["vec"], "num_envs": num_envs}})
 
         def sample(r: int) -> float:
             if backend.startswith("gymnasium-"):

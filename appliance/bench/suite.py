@@ -16,6 +16,7 @@ suite definitions. Suite keys::
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,37 @@ def _env_list(where: str, value: Any, gymnasium_ok: bool = False) -> list[str]:
     return value
 
 
-def _positive(where: str, value: Any, kind: type = float) -> Any:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+# Upper bounds of the counts and durations a suite sets (suites are shared: a huge value would run
+# forever or allocate without end). They match the config's ranges where one exists.
+MOST_SECONDS = 1e6  # bench.seconds
+MOST_RUNS = 1000  # bench.repeats; a report holds at most 1,000 samples a metric
+MOST_THREADS = 4096  # bench.threads
+MOST_ENVS = 2**31 - 1  # vec.num_envs
+MOST_STEPS = 2**63 - 1
+
+
+def _positive(where: str, value: Any, kind: type = float, most: float = MOST_SECONDS) -> Any:
+    """A positive int or finite float up to ``most``; anything else names the key."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     if not ok or (kind is int and int(value) != value):
         raise _fail(where, f"must be a positive {'integer' if kind is int else 'number'}, got {value!r}")
+    if value > most:
+        raise _fail(where, f"must be at most {most:,g}, got {value!r}")
     return kind(value)
+
+
+def _overrides(where: str, value: Any) -> None:
+    """``{section.key: value}`` overrides, checked as the config checks them (names, types, ranges)."""
+    from appliance.config import check_layer
+
+    if not isinstance(value, dict) or not all(isinstance(k, str) and "." in k for k in value):
+        raise _fail(where, "must be a mapping of section.key: value")
+    layer: dict[str, dict[str, Any]] = {}
+    for dotted, v in value.items():
+        section, _, key = dotted.partition(".")
+        if section != "env":  # env parameters are the env's own, checked when its config resolves
+            layer.setdefault(section, {})[key] = v
+    check_layer(layer, f"suite {where}")
 
 
 def _section(data: dict[str, Any], key: str, allowed: set[str]) -> dict[str, Any] | None:
@@ -85,6 +112,8 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
         raise ConfigError(f"{source}: unknown keys {sorted(unknown)}; allowed: {sorted(KEYS)}")
     if not isinstance(data.get("name"), str):
         raise ConfigError(f"{source}: 'name' (a string) is required")
+    if not isinstance(data.get("description", ""), str):
+        raise ConfigError(f"{source}: 'description' must be a string")
     _positive("seconds", data.get("seconds", 1.0))
     if "cv" in data and not 0 < _positive("cv", data["cv"]) < 1:  # stated run-to-run spread (noise guard)
         raise _fail("cv", f"must be a fraction below 1 (0.03 = 3%), got {data['cv']!r}")
@@ -93,13 +122,13 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
         gate = _section(data, "gate", GATE_LIMITS) or {}
         for key, value in gate.items():
             if key == "retakes":
-                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                    raise _fail("gate.retakes", f"must be an integer >= 0, got {value!r}")
+                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MOST_RUNS:
+                    raise _fail("gate.retakes", f"must be an integer >= 0 and <= {MOST_RUNS}, got {value!r}")
             else:
                 _positive(f"gate.{key}", value)
     if (probe := _section(data, "probe", {"envs", "runs"})) is not None:
         _env_list("probe.envs", probe.get("envs", []))
-        _positive("probe.runs", probe.get("runs", 5), int)
+        _positive("probe.runs", probe.get("runs", 5), int, MOST_RUNS)
     if (env_sps := _section(data, "env_sps", {"envs", "threads"})) is not None:
         _env_list("env_sps.envs", env_sps.get("envs", []))
         threads = env_sps.get("threads", "profile")
@@ -109,7 +138,7 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
                     "env_sps.threads", f"must be 'profile' or a list of thread counts, got {threads!r}"
                 )
             for t in threads:
-                _positive("env_sps.threads", t, int)
+                _positive("env_sps.threads", t, int, MOST_THREADS)
     vector_sps = data.get("vector_sps", [])
     if not isinstance(vector_sps, list):
         raise _fail("vector_sps", "must be a list of {env, backends, num_envs}")
@@ -124,7 +153,7 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
                 where + ".backends", f"must list backends from {', '.join(VECTOR_BACKENDS)}, got {backends!r}"
             )
         if "num_envs" in item:
-            _positive(where + ".num_envs", item["num_envs"], int)
+            _positive(where + ".num_envs", item["num_envs"], int, MOST_ENVS)
     if (train := _section(data, "train_sps", {"envs", "seconds", "variants"})) is not None:
         _env_list("train_sps.envs", train.get("envs", []), gymnasium_ok=True)
         _positive("train_sps.seconds", train.get("seconds", 8), float)
@@ -133,6 +162,8 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
             isinstance(k, str) and k and isinstance(v, dict) for k, v in variants.items()
         ):
             raise _fail("train_sps.variants", "must map a label to {section.key: value} overrides")
+        for label, overrides in variants.items():
+            _overrides(f"train_sps.variants.{label}", overrides)
     scores = data.get("time_to_score", [])
     if not isinstance(scores, list):
         raise _fail("time_to_score", "must be a list")
@@ -142,13 +173,15 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
         if not isinstance(item, dict) or not need <= set(item) or set(item) - need - {"repeats", "overrides"}:
             raise _fail(where, f"needs {sorted(need)} (and optional repeats, overrides), got {item!r}")
         _env_list(where + ".env", [item["env"]], gymnasium_ok=True)
-        _positive(where + ".max_timesteps", item["max_timesteps"], int)
-        if not isinstance(item["target"], int | float):
-            raise _fail(where + ".target", f"must be a number, got {item['target']!r}")
+        _positive(where + ".max_timesteps", item["max_timesteps"], int, MOST_STEPS)
+        target = item["target"]
+        if isinstance(target, bool) or not isinstance(target, int | float) or not math.isfinite(target):
+            raise _fail(where + ".target", f"must be a finite number, got {target!r}")
+        if not isinstance(item["metric"], str):
+            raise _fail(where + ".metric", f"must be the name of a logged metric, got {item['metric']!r}")
         if "repeats" in item:
-            _positive(where + ".repeats", item["repeats"], int)
-        if not isinstance(item.get("overrides", {}), dict):
-            raise _fail(where + ".overrides", "must be a mapping of section.key: value")
+            _positive(where + ".repeats", item["repeats"], int, MOST_RUNS)
+        _overrides(where + ".overrides", item.get("overrides", {}))
     return data
 
 
@@ -162,4 +195,10 @@ def load(name_or_path: str) -> tuple[dict[str, Any], Path]:
         if name_or_path not in known:
             raise unknown_name("suite", name_or_path, known, "valid suites", " (or a YAML path)")
         path = suite_dir() / f"{name_or_path}.yaml"
-    return validate(read_yaml(path, "suite"), str(path)), path
+    data = read_yaml(path, "suite")
+    try:
+        return validate(data, str(path)), path
+    except ConfigError as e:  # name the file (a suite may come from elsewhere) and the key
+        if str(path) in str(e):
+            raise
+        raise ConfigError(f"suite {path}: {str(e).removeprefix('suite ')}") from None

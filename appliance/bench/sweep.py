@@ -2,139 +2,91 @@
 
 ``puffer-bench sweep ENV --trials N`` asks Optuna for settings from a search space
 (``appliance/defaults/sweep.yaml``, or ``--space FILE``), trains each trial through
-:func:`appliance.train.loop.run` until the score target, its steps or ``--trial-seconds`` run out,
-and tells Optuna two objectives: the final score (maximize) and the wall seconds it took (minimize).
-The Pareto front of the two is the answer, as in PufferLib's Protein: for each cost the best score.
+:func:`appliance.train.loop.run` until the score target, its steps or its time run out, and tells
+Optuna two objectives: the final score (maximize) and the wall seconds it took (minimize). The
+Pareto front of the two is the answer, as in PufferLib's Protein: for each cost the best score.
 
-* **Trials in parallel**: ``--parallel K`` local processes (each with ``cores / K`` threads), or Ray
-  tasks on a cluster with ``--ray-address`` (``local`` starts a Ray runtime here). The driver
-  alone talks to the study (ask/tell), so one SQLite file is enough.
+* **The base config** of every trial is resolved as ``train`` resolves it: the hardware profile
+  (``--gpu``, else detected), ``--config`` and the overrides. The space
+  (:mod:`appliance.bench.sweepspace`) is checked whole before the first trial, and the shipped one
+  is fitted to the base config, so trial 0, the config as given, always lies inside it.
+* **Trials in parallel**: ``--parallel K`` processes (each with ``cores / K`` threads), one per
+  trial, or Ray tasks with ``--ray-address`` (``local`` starts a Ray runtime here). The driver alone
+  talks to the study (ask/tell), so one SQLite file is enough. A trial whose process dies (a
+  segfault, the OOM killer) fails with its signal and the sweep goes on. Trial processes ignore
+  Ctrl-C (the driver stops them) and die with the driver (the kernel's parent-death signal).
 * **Pruning**: Optuna's pruners are single-objective only, so a trial prunes itself: after
   ``prune.warmup`` of its steps, a trial whose score curve is more than ``prune.margin`` below the
   median of the finished trials' curves at the same step stops (the driver hands each trial the
   finished curves when it starts).
-* **Resume**: the study lives in ``<sweep folder>/study.db``; running the same command again goes
-  on where it stopped, and trials that were running when it was interrupted run again.
+* **The sweep folder** (:mod:`appliance.bench.sweepstudy`) is locked while a sweep runs in it (a
+  second one is refused, naming the first). The study lives in ``<sweep folder>/study.db`` with the
+  base config it was started with; running the same command again goes on where it stopped (a
+  changed base config is refused), and trials that were running when it stopped run again (once:
+  a trial running when the sweep died twice is marked failed). A damaged, foreign or old-schema
+  ``study.db`` is one line saying what to do.
+* **Time**: ``--trial-seconds`` stops a trial once its score window is full; ``--budget-seconds``
+  bounds the whole sweep: no trial starts after it, and a trial stops at the first epoch past it.
 * **Output**: ``trials.md`` (the table), ``pareto.png`` (score against seconds, the front joined),
   ``best.yaml`` (the best trade-off: the fastest trial at the target, else the best score), which
-  ``puffer-bench train ENV --config best.yaml`` takes as is.
+  ``puffer-bench train ENV --config best.yaml`` takes as is. A disk that fills keeps what fits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import signal
+import sys
 import time
-from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from multiprocessing import get_context
+from multiprocessing import connection, get_context
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from appliance.config import read_yaml, resolve
-from appliance.errors import ConfigError
-from appliance.paths import defaults_dir
-from appliance.report_io import write_bytes_atomic
+from appliance.bench.sweepspace import (
+    SECTIONS,
+    Base,
+    Space,
+    inside,
+    load_space,
+    merge,
+    sections_of,
+    split_params,
+    trial_overrides,
+)
+from appliance.bench.sweepstudy import (  # noqa: F401 (re-exported: one module to import)
+    DB,
+    INTERRUPTED,
+    STUDY,
+    adopt,
+    finished_trials,
+    load_study,
+    locked,
+    open_study,
+    put_back,
+    queued,
+    record,
+    requeue_stale,
+)
+from appliance.config import Config, resolve
+from appliance.errors import ApplianceError, ConfigError
+from appliance.report_io import unwritable, write_what_fits
 
-STUDY = "sweep"
-INTERRUPTED = "interrupted; run again"
-DB = "study.db"
-
-
-# ----------------------------------------------------------------------------- the search space
-
-
-@dataclass
-class Space:
-    """What a sweep varies, what it maximizes and when it prunes (see ``defaults/sweep.yaml``)."""
-
-    params: dict[str, dict[str, Any]]
-    metric: str = "episode_return"
-    target: float | None = None
-    window: int = 5
-    warmup: float = 0.3
-    margin: float = 0.05
-    min_trials: int = 2
-
-    def distributions(self) -> dict[str, Any]:
-        import optuna.distributions as d
-
-        out: dict[str, Any] = {}
-        for name, spec in self.params.items():
-            if "choices" in spec:
-                out[name] = d.CategoricalDistribution(list(spec["choices"]))
-            elif spec.get("int"):
-                out[name] = d.IntDistribution(int(spec["low"]), int(spec["high"]), log=bool(spec.get("log")))
-            else:
-                out[name] = d.FloatDistribution(
-                    float(spec["low"]), float(spec["high"]), log=bool(spec.get("log"))
-                )
-        return out
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in (over or {}).items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+class Stopped(ApplianceError):
+    """A stop signal ended the sweep; the study keeps every finished trial (exit 128 + signal)."""
 
-
-def load_space(env: str, path: str | Path | None = None) -> Space:
-    """The search space for ``env``: the file's top level with its ``envs.<env>`` entry merged over."""
-    path = Path(path) if path else defaults_dir() / "sweep.yaml"
-    data = read_yaml(path, "sweep space")
-    merged = _merge({k: v for k, v in data.items() if k != "envs"}, (data.get("envs") or {}).get(env) or {})
-    params = {k: v for k, v in (merged.get("space") or {}).items() if v is not None}
-    if not params:
-        raise ConfigError(f"{path}: 'space' names no parameter to sweep")
-    for name, spec in params.items():
-        section, _, key = name.partition(".")
-        if not key or section not in ("train", "policy", "vec", "env"):
-            raise ConfigError(f"{path}: space key {name!r} must be section.key (train, policy, vec or env)")
-        ok = isinstance(spec, dict) and (
-            ("choices" in spec and len(spec["choices"]) > 0) or ("low" in spec and "high" in spec)
-        )
-        if not ok or ("low" in spec and not float(spec["low"]) < float(spec["high"])):
-            raise ConfigError(f"{path}: {name} needs {{low, high}} with low < high, or {{choices: [...]}}")
-    objective, prune = merged.get("objective") or {}, merged.get("prune") or {}
-    resolve(env=env, overrides={s: {k: _sample_value(spec)} for s, k, spec in _split(params)})  # names exist
-    return Space(
-        params=params,
-        metric=str(objective.get("metric", "episode_return")),
-        target=None if objective.get("target") is None else float(objective["target"]),
-        window=int(objective.get("window", 5)),
-        warmup=float(prune.get("warmup", 0.3)),
-        margin=float(prune.get("margin", 0.05)),
-        min_trials=int(prune.get("min_trials", 2)),
-    )
-
-
-def _split(params: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
-    for name, spec in params.items():
-        section, _, key = name.partition(".")
-        yield section, key, spec
-
-
-def _sample_value(spec: dict[str, Any]) -> Any:
-    if "choices" in spec:
-        return spec["choices"][0]
-    return int(spec["low"]) if spec.get("int") else float(spec["low"])
-
-
-def trial_overrides(cfg: Any, params: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Sampled params as config sections; a minibatch larger than the batch is cut to the batch."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, value in params.items():
-        section, _, key = name.partition(".")
-        out.setdefault(section, {})[key] = value
-    train, vec = out.get("train", {}), out.get("vec", {})
-    horizon = int(train.get("bptt_horizon", cfg.train.bptt_horizon))
-    envs = int(vec.get("num_envs", cfg.vec.num_envs))
-    if "minibatch_size" in train and cfg.train.batch_size == "auto":
-        train["minibatch_size"] = min(int(train["minibatch_size"]), envs * horizon)
-    return out
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 # ----------------------------------------------------------------------------- one trial
@@ -159,11 +111,11 @@ def median_at(curves: list[list[list[float]]], step: float) -> float | None:
 
 
 def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
-    """Train one trial; a plain function of plain data so a process pool or Ray can run it.
+    """Train one trial; a plain function of plain data so a process or Ray can run it.
 
     Returns state (complete | pruned | fail), score, seconds, steps, curve [[step, score], ...] and
-    error. ``spec``: cfg (Config), metric, target, window, seconds, threads, reference curves,
-    warmup, margin, min_trials.
+    error. ``spec``: cfg (Config), metric, target, window, seconds (and min_epochs, the epochs before
+    they count: the window by default), threads, reference curves, warmup, margin, min_trials.
     """
     import torch
 
@@ -200,7 +152,7 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
             seconds=spec.get("seconds"),
             target=(metric, spec["target"]) if spec.get("target") is not None else None,
             window=window,
-            min_epochs=window,
+            min_epochs=spec.get("min_epochs", window),
         )
         result = loop.run(trainer, stop, on_epoch=[check])
         score = result.recent(metric, window)
@@ -227,6 +179,150 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def failed_result(error: str, seconds: float = 0.0) -> dict[str, Any]:
+    return {"state": "fail", "score": None, "seconds": seconds, "steps": 0, "curve": [], "error": error}
+
+
+def _die_with_driver(driver: int) -> None:
+    """In a trial process: the kernel SIGKILLs it when the driver dies (however it dies)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != driver:  # the driver died before the signal was armed
+        os._exit(1)
+
+
+def _trial_process(
+    conn: Any, trial: Callable[[dict[str, Any]], dict[str, Any]], spec: dict[str, Any], driver: int
+) -> None:
+    """A trial process: run ``trial(spec)`` and send the result back. SIGINT is ignored from the
+    start (see :func:`appliance.vector.mp.children_ignore_sigint`): Ctrl-C is the driver's."""
+    _die_with_driver(driver)
+    start = time.perf_counter()
+    try:
+        result = trial(spec)
+    except BaseException as e:  # run_trial catches its own; a test's trial function may not
+        result = failed_result(f"{type(e).__name__}: {e}", time.perf_counter() - start)
+    conn.send(result)
+    conn.close()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"its process was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"its process was killed by signal {-code}"
+    return f"its process exited with code {code} before sending a result"
+
+
+class _Runner:
+    """Runs trial specs: in this process (--parallel 1), one spawned process per trial, or Ray tasks.
+
+    ``start(number, spec)`` begins a trial; ``wait()`` returns (number, result) of those that have
+    ended (at least one); ``close()`` stops whatever still runs.
+    """
+
+    def __init__(self, options: Options, trial: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        import psutil
+
+        self.trial = trial
+        self.parallel = options.parallel
+        cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+        self.threads = max(1, cores // self.parallel) if self.parallel > 1 else None
+        self.done: list[tuple[int, dict[str, Any]]] = []  # in-process results
+        self.procs: dict[int, tuple[Any, Any]] = {}  # number -> (process, connection)
+        self.futures: dict[Future[Any], int] = {}
+        self.ray: Any = None
+        if options.ray_address:
+            try:
+                import ray
+            except ImportError:
+                raise ConfigError("--ray-address needs ray: pip install 'puffer-bench[ray]'") from None
+            ray.init(
+                address=None if options.ray_address == "local" else options.ray_address, log_to_driver=False
+            )
+            self.ray = ray
+            self.remote = ray.remote(num_cpus=1)(trial)
+            self.threads = 1
+
+    def running(self) -> int:
+        return len(self.procs) + len(self.futures)
+
+    def start(self, number: int, spec: dict[str, Any]) -> None:
+        if self.ray is not None:
+            self.futures[self.remote.remote(spec).future()] = number
+        elif self.parallel > 1:
+            from appliance.vector.mp import children_ignore_sigint
+
+            ctx = get_context("spawn")
+            ours, theirs = ctx.Pipe(duplex=False)
+            proc = ctx.Process(
+                target=_trial_process,
+                args=(theirs, self.trial, spec, os.getpid()),
+                name=f"puffer-trial-{number}",
+                daemon=True,
+            )
+            with children_ignore_sigint():
+                proc.start()
+            theirs.close()
+            self.procs[number] = (proc, ours)
+        else:
+            self.done.append((number, self.trial(spec)))
+
+    def wait(self) -> list[tuple[int, dict[str, Any]]]:
+        if self.done:
+            out, self.done = self.done, []
+            return out
+        if self.futures:
+            finished, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
+            out = []
+            for fut in finished:
+                number = self.futures.pop(fut)
+                error = fut.exception()
+                out.append(
+                    (number, failed_result(f"{type(error).__name__}: {error}") if error else fut.result())
+                )
+            return out
+        handles = {}
+        for number, (proc, conn) in self.procs.items():
+            handles[conn] = handles[proc.sentinel] = number
+        ready = connection.wait(list(handles))
+        out = []
+        for number in sorted({handles[h] for h in ready}):
+            proc, conn = self.procs.pop(number)
+            result = None
+            try:
+                if conn.poll():
+                    result = conn.recv()
+            except (EOFError, OSError):
+                result = None  # died while sending
+            conn.close()
+            proc.join(timeout=None if result is None else 30)
+            out.append((number, result if result is not None else failed_result(_exit_text(proc.exitcode))))
+        return out
+
+    def close(self) -> None:
+        """Stop what still runs: SIGTERM to each trial process, SIGKILL after 5 s."""
+        for proc, _ in self.procs.values():
+            with contextlib.suppress(Exception):
+                proc.terminate()
+        deadline = time.monotonic() + 5
+        for proc, conn in self.procs.values():
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            conn.close()
+        self.procs.clear()
+        for fut in self.futures:
+            fut.cancel()
+        self.futures.clear()
+        if self.ray is not None:
+            self.ray.shutdown()
+            self.ray = None
+
+
 # ----------------------------------------------------------------------------- the sweep
 
 
@@ -234,7 +330,7 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
 class Options:
     trials: int
     parallel: int = 1
-    budget_seconds: float | None = None  # no trial starts after this much sweep time
+    budget_seconds: float | None = None  # the sweep's wall time: no trial starts after it, trials stop at it
     trial_seconds: float | None = None  # a trial stops after this much training time
     ray_address: str | None = None
     seed: int = 0
@@ -250,208 +346,141 @@ def sweep(
     space_file: str | None = None,
     config_file: str | None = None,
     overrides: list[str] | None = None,
+    profile: str | None = None,
+    trial: Callable[[dict[str, Any]], dict[str, Any]] = run_trial,
 ) -> Iterator[str]:
-    """Run (or resume) the sweep in ``out_dir``; yields progress lines. Outputs: see the module doc."""
-    import optuna
-    from optuna.trial import TrialState
+    """Run (or resume) the sweep in ``out_dir``; yields progress lines. Outputs: see the module doc.
+
+    ``trial`` runs one trial spec (a module-level function, for the processes to import).
+    Everything the user gave is checked before anything is written: the base config, the whole
+    space, the baseline inside it, the sweep folder (writable, with room). A stop signal stops the
+    running trials, puts them back in the queue and raises :class:`Stopped`.
+    """
+    from appliance.train.loop import Interrupted, stop_signals
 
     if options.trials < 1 or options.parallel < 1:
         raise ConfigError("--trials and --parallel must be at least 1")
-    space = load_space(env, space_file)
-    base = resolve(env=env, config_file=config_file, overrides=overrides or [])
-    baseline = _baseline(base, space) if options.baseline else None  # checked before anything is written
+    base = Base(
+        env, profile, str(Path(config_file).resolve()) if config_file else None, list(overrides or [])
+    )
+    cfg = base.resolve()
+    space = load_space(env, space_file, base)
+    for note in space.notes:
+        yield f"space fitted to your config: {note}"
+    baseline = _baseline(cfg, space) if options.baseline else None
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(
-        seed=options.seed,
-        n_startup_trials=options.startup_trials or max(2, options.trials // 3),
-        multivariate=True,
-    )
-    study = optuna.create_study(
-        study_name=STUDY,
-        storage=f"sqlite:///{out / DB}",
-        directions=["maximize", "minimize"],
-        sampler=sampler,
-        load_if_exists=True,
-    )
-    given = {
-        "env": env,
-        "metric": space.metric,
-        "overrides": list(overrides or []),
-        "config_file": str(Path(config_file).resolve()) if config_file else None,
-    }
-    if study.user_attrs.get("env") not in (None, env):
-        raise ConfigError(f"{out} holds a sweep of {study.user_attrs['env']}, not {env}; pick another --out")
-    for k, v in given.items():
-        study.set_user_attr(k, v)
-    # trials a previous run left running (it was interrupted) run again with the same settings
-    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    for t in stale:
-        study._storage.set_trial_user_attr(t._trial_id, "error", INTERRUPTED)
-        study.tell(t.number, state=TrialState.FAIL)
-        study.enqueue_trial(t.params, user_attrs={"baseline": True} if t.user_attrs.get("baseline") else None)
-    finished = _finished(study)
-    if finished or stale:
-        yield f"resuming {out / DB}: {len(finished)} trials done, {len(stale)} interrupted ones run again"
-    elif baseline is not None:
-        study.enqueue_trial(baseline, user_attrs={"baseline": True})
+    problem = unwritable(out)
+    if problem:
+        raise ConfigError(f"sweep folder {out}: {problem}")
+    with locked(out):
+        study = load_study(
+            out, create=True, seed=options.seed, startup=options.startup_trials or max(2, options.trials // 3)
+        )
+        adopt(study, out, base, cfg, space)
+        requeue_stale(study)
+        finished, requeued = finished_trials(study), queued(study)
+        if finished or requeued:
+            yield f"resuming {out / DB}: {len(finished)} trials done, {requeued} interrupted ones run again"
+        elif baseline is not None and not study.trials:
+            study.enqueue_trial(baseline, user_attrs={"baseline": True})
 
-    distributions = space.distributions()
-    remaining = options.trials - len(finished)
-    runner = _Runner(options)
-    pending: dict[Future[Any], Any] = {}
-    sweep_start = time.perf_counter()
+        distributions = space.distributions()
+        remaining = options.trials - len(finished)
+        runner = _Runner(options, trial)
+        running: dict[int, Any] = {}
+        sweep_start = time.perf_counter()
+        with stop_signals() as guard:
+            try:
+                while remaining > 0 or running:
+                    left = None
+                    if options.budget_seconds is not None:
+                        left = options.budget_seconds - (time.perf_counter() - sweep_start)
+                    while remaining > 0 and len(running) < options.parallel and (left is None or left > 0):
+                        with guard.deferred():
+                            asked = study.ask(distributions)
+                            running[asked.number] = asked  # before it starts: in-process, it runs in start
+                        remaining -= 1
+                        refused = _start(runner, study, asked, base, space, options, left)
+                        if refused:
+                            running.pop(asked.number)
+                            yield refused
+                    if not running:
+                        if left is not None and left <= 0:
+                            yield f"--budget-seconds {options.budget_seconds:g} spent: no more trials start"
+                        break
+                    for number, result in runner.wait():
+                        with guard.deferred():
+                            line = record(study, running.pop(number), result)
+                        yield line
+            except Interrupted as e:
+                runner.close()
+                put_back(study, running.values(), "the sweep was stopped while it ran")
+                done = len(finished_trials(study))
+                again = f"; {len(running)} that were running run again" if running else ""
+                raise Stopped(
+                    f"interrupted ({e.name}): {done} trials done{again} when you run the same command",
+                    e.signum,
+                ) from None
+            except BaseException:
+                runner.close()
+                with contextlib.suppress(Exception):  # the study itself may be what failed
+                    put_back(study, running.values(), "the sweep failed while it ran")
+                raise
+            runner.close()
+        yield from write_outputs(study, space, out, env)
+
+
+def _start(
+    runner: _Runner, study: Any, trial: Any, base: Base, space: Space, options: Options, left: float | None
+) -> str | None:
+    """Start ``trial``: its config from the base and its params. One whose config is refused fails at
+    once: returns its line (None when it started)."""
     try:
-        while remaining > 0 or pending:
-            out_of_time = (
-                options.budget_seconds is not None
-                and time.perf_counter() - sweep_start > options.budget_seconds
-            )
-            while remaining > 0 and len(pending) < options.parallel and not out_of_time:
-                trial = study.ask(distributions)
-                cfg = resolve(
-                    env=env,
-                    config_file=config_file,
-                    overrides=_merge(_as_sections(overrides or []), trial_overrides(base, trial.params)),
-                )
-                if options.parallel > 1 and cfg.vec.num_threads == "auto":
-                    cfg.data["vec"]["num_threads"] = runner.threads
-                spec = {
-                    "cfg": cfg,
-                    "metric": space.metric,
-                    "target": space.target,
-                    "window": space.window,
-                    "seconds": options.trial_seconds,
-                    "threads": runner.threads,
-                    "reference": [t.user_attrs.get("curve", []) for t in _finished(study, complete=True)],
-                    "warmup": space.warmup,
-                    "margin": space.margin,
-                    "min_trials": space.min_trials,
-                }
-                pending[runner.submit(spec)] = trial
-                remaining -= 1
-            if not pending:
-                if out_of_time:
-                    yield f"--budget-seconds {options.budget_seconds:g} spent: no more trials start"
-                break
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-            for fut in done:
-                trial = pending.pop(fut)
-                result = fut.result()
-                yield _tell(study, trial, result)
-    except BaseException:
-        runner.close(abort=True)
-        raise
-    runner.close()
-    yield from write_outputs(study, space, out, env)
+        cfg = base.resolve(trial_overrides(base.resolve(), trial.params))
+    except ConfigError as e:  # a combination of choices the config refuses (each alone was checked)
+        return record(study, trial, failed_result(f"config refused: {e}"))
+    if runner.threads and cfg.vec.num_threads == "auto":
+        cfg.data["vec"]["num_threads"] = runner.threads
+    seconds = [s for s in (options.trial_seconds, left) if s is not None]
+    # a trial stops at --trial-seconds once its score window is full; the sweep's budget is a hard
+    # bound: a trial it cuts short ends at the first epoch past it, its score over fewer epochs
+    cut = left is not None and (options.trial_seconds is None or left < options.trial_seconds)
+    runner.start(
+        trial.number,
+        {
+            "trial": trial.number,
+            "cfg": cfg,
+            "metric": space.metric,
+            "target": space.target,
+            "window": space.window,
+            "seconds": min(seconds) if seconds else None,
+            "min_epochs": 1 if cut else space.window,
+            "threads": runner.threads,
+            "reference": [t.user_attrs.get("curve", []) for t in finished_trials(study, complete=True)],
+            "warmup": space.warmup,
+            "margin": space.margin,
+            "min_trials": space.min_trials,
+        },
+    )
+    return None
 
 
-def _as_sections(overrides: list[str]) -> dict[str, dict[str, Any]]:
-    from appliance.config import parse_overrides
-
-    return parse_overrides(overrides)
-
-
-def _baseline(base: Any, space: Space) -> dict[str, Any]:
+def _baseline(cfg: Config, space: Space) -> dict[str, Any]:
     """The config as given, as values of the swept params (each must lie in the space)."""
     params = {}
-    for section, key, spec in _split(space.params):
-        value = base[section][key]
-        inside = value in spec["choices"] if "choices" in spec else spec["low"] <= value <= spec["high"]
-        if not inside:
+    for section, key, spec in split_params(space.params):
+        value = cfg[section][key]
+        if not inside(spec, value):
+            shown = spec["choices"] if "choices" in spec else f"{spec['low']:g} to {spec['high']:g}"
             raise ConfigError(
-                f"the baseline trial (your config) has {section}.{key} = {value}, outside the space "
-                f"{spec}; widen the space or pass --no-baseline"
+                f"the baseline trial (your config) has {section}.{key} = {value}, outside the space of "
+                f"{space.source} ({shown}); widen the space or pass --no-baseline"
             )
         params[f"{section}.{key}"] = value
     return params
 
 
-def _finished(study: Any, complete: bool = False) -> list[Any]:
-    from optuna.trial import TrialState
-
-    states = (TrialState.COMPLETE,) if complete else (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return [
-        t for t in study.get_trials(deepcopy=False, states=states) if t.user_attrs.get("error") != INTERRUPTED
-    ]
-
-
-def _tell(study: Any, trial: Any, result: dict[str, Any]) -> str:
-    from optuna.trial import TrialState
-
-    for k in ("curve", "steps", "error", "reason"):
-        if result.get(k) is not None:
-            trial.set_user_attr(k, result[k])
-    if result.get("score") is not None:
-        trial.set_user_attr("score", result["score"])
-    trial.set_user_attr("seconds", result["seconds"])
-    state = result["state"]
-    if state == "complete":
-        study.tell(trial, [result["score"], result["seconds"]])
-        what = f"score {result['score']:.3f} in {result['seconds']:.1f} s ({result['reason']})"
-    elif state == "pruned":
-        study.tell(trial, state=TrialState.PRUNED)
-        what = f"pruned: {result['error']}"
-    else:
-        study.tell(trial, state=TrialState.FAIL)
-        what = f"failed: {result['error']}"
-    return f"trial {trial.number}: {what}"
-
-
-class _Runner:
-    """Runs trial specs: in this process (--parallel 1), a spawn process pool, or Ray tasks."""
-
-    def __init__(self, options: Options) -> None:
-        import psutil
-
-        self.parallel = options.parallel
-        cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-        self.threads = max(1, cores // self.parallel) if self.parallel > 1 else None
-        self.pool: ProcessPoolExecutor | None = None
-        self.ray: Any = None
-        if options.ray_address:
-            try:
-                import ray
-            except ImportError:
-                raise ConfigError("--ray-address needs ray: pip install 'puffer-bench[ray]'") from None
-            ray.init(
-                address=None if options.ray_address == "local" else options.ray_address, log_to_driver=False
-            )
-            self.ray = ray
-            self.remote = ray.remote(num_cpus=1)(run_trial)
-            self.threads = 1
-        elif self.parallel > 1:
-            self.pool = ProcessPoolExecutor(self.parallel, mp_context=get_context("spawn"))
-
-    def submit(self, spec: dict[str, Any]) -> Future[Any]:
-        if self.ray is not None:
-            return self.remote.remote(spec).future()
-        if self.pool is not None:
-            return self.pool.submit(run_trial, spec)
-        fut: Future[Any] = Future()
-        fut.set_result(run_trial(spec))
-        return fut
-
-    def close(self, abort: bool = False) -> None:
-        if self.pool is not None:
-            procs = list((getattr(self.pool, "_processes", None) or {}).values())
-            self.pool.shutdown(wait=not abort, cancel_futures=True)
-            if abort:  # a sweep interrupted mid-trial leaves no trial running
-                for proc in procs:
-                    proc.terminate()
-        if self.ray is not None:
-            self.ray.shutdown()
-
-
 # ----------------------------------------------------------------------------- results
-
-
-def open_study(out: str | Path) -> Any:
-    """The study of the sweep folder ``out`` (for reading its trials)."""
-    import optuna
-
-    return optuna.load_study(study_name=STUDY, storage=f"sqlite:///{Path(out) / DB}")
 
 
 def rows(study: Any) -> list[dict[str, Any]]:
@@ -461,7 +490,7 @@ def rows(study: Any) -> list[dict[str, Any]]:
     front = {t.number for t in study.best_trials}
     out = []
     for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.RUNNING or t.user_attrs.get("error") == INTERRUPTED:
+        if t.state in (TrialState.RUNNING, TrialState.WAITING) or t.user_attrs.get("error") == INTERRUPTED:
             continue
         out.append(
             {
@@ -473,6 +502,7 @@ def rows(study: Any) -> list[dict[str, Any]]:
                 "pareto": t.number in front,
                 "baseline": bool(t.user_attrs.get("baseline")),
                 "params": dict(t.params),
+                "error": t.user_attrs.get("error"),
             }
         )
     return out
@@ -513,62 +543,97 @@ def table(study: Any) -> tuple[list[str], list[list[str]]]:
 
 
 def write_outputs(study: Any, space: Space, out: Path, env: str) -> Iterator[str]:
+    """trials.md, pareto.png and best.yaml; on a full disk each one that still fits, then one line.
+
+    trials.md is Markdown of text from the space file and the study (metric, keys, choices): every
+    value goes through the report's escaping (:func:`~appliance.bench.report.md`)."""
+    from appliance.bench.report import md, md_format
+
     columns, body = table(study)
+    target = md_format("Target {} {:g}.", space.metric, space.target) if space.target else ""
     lines = [
-        f"# Sweep of {env}: {space.metric} (maximize) against wall seconds (minimize)",
+        md_format("# Sweep of {}: {} (maximize) against wall seconds (minimize)", env, space.metric),
         "",
-        "`*`: on the Pareto front. " + (f"Target {space.metric} {space.target:g}." if space.target else ""),
+        "`*`: on the Pareto front. " + target,
         "",
-        "| " + " | ".join(columns) + " |",
+        "| " + " | ".join(map(md, columns)) + " |",
         "|" + "---|" * len(columns),
-        *("| " + " | ".join(row) + " |" for row in body),
+        *("| " + " | ".join(map(md, row)) + " |" for row in body),
         "",
     ]
-    write_bytes_atomic(out / "trials.md", "\n".join(lines).encode())
-    yield f"wrote {out / 'trials.md'}"
-    if plot_pareto(study, space, out / "pareto.png", env):
-        yield f"wrote {out / 'pareto.png'}"
+    files: list[tuple[Path, Callable[[], bytes]]] = [(out / "trials.md", lambda: "\n".join(lines).encode())]
+    png = pareto_png(study, space, env)
+    if png is not None:
+        files.append((out / "pareto.png", lambda: png))
     best = best_trade_off(study, space.target)
+    if best is not None:
+        sections = best_config(env, study, best)
+        profile = study.user_attrs.get("profile")
+        header = _yaml_comment(
+            f"puffer-bench sweep {env}: trial {best.number}, {space.metric} {best.values[0]:.4g} "
+            f"in {best.values[1]:.1f} s" + (f" on profile '{profile}'" if profile else "") + ". "
+            f"Use: puffer-bench train {env} --config {out / 'best.yaml'}"
+        )
+        files.append(
+            (out / "best.yaml", lambda: (header + yaml.safe_dump(sections, sort_keys=True)).encode())
+        )
+    written, missing, why = write_what_fits(files)
+    for path in written:
+        yield f"wrote {path}" + (
+            f" (trial {best.number})" if best is not None and path.name == "best.yaml" else ""
+        )
     if best is None:
         yield "no trial completed: no best.yaml"
-        return
-    sections = best_config(env, study, best)
-    header = (
-        f"# puffer-bench sweep {env}: trial {best.number}, {space.metric} {best.values[0]:.4g} "
-        f"in {best.values[1]:.1f} s. Use: puffer-bench train {env} --config {out / 'best.yaml'}\n"
-    )
-    write_bytes_atomic(out / "best.yaml", (header + yaml.safe_dump(sections, sort_keys=True)).encode())
-    yield f"wrote {out / 'best.yaml'} (trial {best.number})"
+    if missing:
+        raise ApplianceError(
+            f"disk full in {out} ({why}): not written: {', '.join(p.name for p in missing)}; {DB} holds every "
+            "trial: free some space and run the same command again to write them"
+        )
+
+
+def _yaml_comment(text: str) -> str:
+    """One YAML comment line: a metric name or profile from a shared space file or study.db cannot
+    break out of it into keys of best.yaml."""
+    return "# " + "".join(c if c.isprintable() else " " for c in text) + "\n"
 
 
 def best_config(env: str, study: Any, trial: Any) -> dict[str, dict[str, Any]]:
-    """The trial's config as a ``--config`` file: every value that differs from the env's defaults
-    (the sweep's base config file and overrides, and the trial's params), typed as the config types it."""
-    config_file, overrides = study.user_attrs.get("config_file"), study.user_attrs.get("overrides", [])
-    base = resolve(env=env, config_file=config_file, overrides=overrides)
-    cfg = resolve(
-        env=env,
-        config_file=config_file,
-        overrides=_merge(_as_sections(overrides), trial_overrides(base, trial.params)),
-    )
-    defaults = resolve(env=env)
+    """The trial's config as a ``--config`` file, typed as the config types it: its params, and every
+    other value of the sweep's base config that differs from the env's defaults on the sweep's profile."""
+    attrs = study.user_attrs
+    profile = attrs.get("profile")
+    if attrs.get("base"):  # the base config as resolved when the sweep began
+        layer = {s: dict(v) for s, v in attrs["base"].items() if s in SECTIONS}
+    else:  # a study from before the base was kept: its overrides and --config as given
+        layer = sections_of(
+            Base(env, profile, attrs.get("config_file"), attrs.get("overrides", [])).resolve()
+        )
+    start = resolve(env=env, profile=profile, overrides=layer)
+    cfg = resolve(env=env, profile=profile, overrides=merge(layer, trial_overrides(start, trial.params)))
+    defaults = resolve(env=env, profile=profile)
+    swept = {tuple(name.split(".", 1)) for name in trial.params}
     out: dict[str, dict[str, Any]] = {}
-    for section in ("vec", "train", "policy", "env"):
+    for section in SECTIONS:
         for key, value in cfg[section].items():
-            if defaults[section].get(key) != value:
+            if defaults[section].get(key) != value or (section, key) in swept:
                 out.setdefault(section, {})[key] = value
     return out
 
 
-def plot_pareto(study: Any, space: Space, path: Path, env: str) -> bool:
+def pareto_png(study: Any, space: Space, env: str) -> bytes | None:
+    """Score against wall seconds per trial, the Pareto front joined, as PNG bytes (None: no points)."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from appliance.bench.report import plot_text  # a space file's metric is text, not maths
+
     trials = [r for r in rows(study) if r["score"] is not None and r["seconds"] is not None]
     if not trials:
-        return False
+        return None
     fig, ax = plt.subplots(figsize=(6, 4))
     for state, marker, color in (("complete", "o", "tab:blue"), ("pruned", "x", "tab:gray")):
         pts = [r for r in trials if r["state"] == state]
@@ -591,15 +656,14 @@ def plot_pareto(study: Any, space: Space, path: Path, env: str) -> bool:
     if space.target is not None:
         ax.axhline(space.target, ls="--", c="k", lw=0.8, label=f"target {space.target:g}")
     ax.set_xlabel("wall seconds per trial")
-    ax.set_ylabel(space.metric)
+    ax.set_ylabel(plot_text(space.metric))
     ax.set_title(f"sweep of {env}: {len(trials)} trials")
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
-    return True
+    return buf.getvalue()
 
 
 def summary(study: Any, space: Space) -> list[str]:

@@ -35,7 +35,13 @@ def _print_analysis(report: dict[str, Any]) -> None:
 @click.option(
     "--env", default="breakout", show_default=True, help="Ocean env for env speed and the roofline."
 )
-@click.option("--runs", default=5, show_default=True, type=count(), help="Timed runs per figure.")
+@click.option(
+    "--runs",
+    default=5,
+    show_default=True,
+    type=count(),  # at most COUNT (1,000): a report holds at most 1,000 samples a metric
+    help="Timed runs per figure.",
+)
 @click.option(
     "--seconds", default=1.0, show_default=True, type=duration(), help="Timed seconds of each env-speed run."
 )
@@ -175,7 +181,9 @@ def compare_cmd(
     else:
         numbers = range(1, len(reports) + 1)
         if result["differences"]:
-            diff_rows = [[key, *map(str, values)] for key, values in result["differences"]]
+            from rich.markup import escape  # the reports' own text is not markup
+
+            diff_rows = [[escape(str(v)) for v in (key, *values)] for key, values in result["differences"]]
             print_table("what differs", ["", *(f"report {i}" for i in numbers)], diff_rows)
         for i, keys in result["unrecorded"].items():
             click.echo(f"not recorded in report {i} (an older report): {', '.join(keys)}")
@@ -283,16 +291,24 @@ def ab_cmd(
     puffer-bench ab base vec.num_envs=4096 --suite quick --envs breakout
     puffer-bench ab git:HEAD~1 git:HEAD --rounds 5
     """
+    import signal
+
     from rich.console import Console
 
     from appliance.bench import ab
 
+    check_out(out, "--out")  # before the first round, not after them
     envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
     result = ab.run(
         a, b, suite_name, rounds, profile, envs_filter, seconds, progress=lambda t: click.echo(t, err=True)
     )
-    Console().print(ab.table(result))
-    click.echo(f"A: {result['variants']['A']['what']}; B: {result['variants']['B']['what']}")
-    if out:
-        for p in ab.write(result, out):
-            click.echo(f"wrote {p}")
+    partial = result.get("partial")
+    if result["metrics"]:
+        Console().print(ab.table(result))
+        click.echo(f"A: {result['variants']['A']['what']}; B: {result['variants']['B']['what']}")
+    written = ab.write(result, out) if out and (result["metrics"] or not partial) else []
+    if partial:  # interrupted: say what was kept, exit as the signal asks
+        click.echo(ab.partial_line(result, written), err=True)
+        sys.exit(128 + signal.Signals[partial["signal"]].value)
+    for p in written:
+        click.echo(f"wrote {p}")

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from appliance.cli.common import OVERRIDES, cli, count, duration, print_table, split_env
+from appliance.cli.common import (
+    OVERRIDES,
+    PROFILE_HELP,
+    cli,
+    count,
+    duration,
+    pick_profile,
+    print_table,
+    split_env,
+)
 from appliance.errors import ConfigError
 
 
 @cli.command(context_settings=OVERRIDES)
+@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
 @click.option(
     "--trials",
     default=20,
@@ -23,7 +35,11 @@ from appliance.errors import ConfigError
     type=count(1024),
     help="Trials at once (processes, or Ray tasks).",
 )
-@click.option("--budget-seconds", type=duration(), help="Start no trial after this many seconds of sweeping.")
+@click.option(
+    "--budget-seconds",
+    type=duration(),
+    help="Wall seconds for the whole sweep: no trial starts after them, a running trial stops at them.",
+)
 @click.option("--trial-seconds", type=duration(), help="Stop each trial after this many seconds of training.")
 @click.option(
     "--space",
@@ -40,6 +56,7 @@ from appliance.errors import ConfigError
 @click.option("--no-baseline", is_flag=True, help="Do not run your config as trial 0.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def sweep(
+    profile: str | None,
     trials: int,
     parallel: int,
     budget_seconds: float | None,
@@ -55,21 +72,23 @@ def sweep(
     """Search hyperparameters of ENV for score against wall time (Optuna, multi-objective).
 
     \b
-    puffer-bench sweep ENV --trials N [--parallel K] [--budget-seconds S] [--space FILE]
-                       [--ray-address A] [--section.key VALUE ...]
-    The overrides set every trial's base config (e.g. --train.total-timesteps 3e5).
+    puffer-bench sweep ENV [--gpu PROFILE] --trials N [--parallel K] [--budget-seconds S]
+                       [--space FILE] [--ray-address A] [--section.key VALUE ...]
+    Every trial's base config is resolved as train resolves it: the profile (detected, or --gpu),
+    --config, then the overrides (e.g. --train.total-timesteps 3e5). Run the same command again to
+    resume; a stop signal keeps every finished trial.
     Writes trials.md, pareto.png and best.yaml (for train --config) to the sweep folder.
     """
     from pathlib import Path
 
     from appliance.bench import sweep as sw
-    from appliance.config import resolve
+    from appliance.train.loop import Interrupted, stop_signals
 
     env, overrides = split_env(args)
     if env is None:
         raise ConfigError("sweep needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
-    base = resolve(env=env, config_file=config_file, overrides=overrides)
-    folder = Path(out) if out else Path(base.train.data_dir) / f"sweep-{env}"
+    base = sw.Base(env, pick_profile(profile), config_file, overrides)
+    folder = Path(out) if out else Path(base.resolve().train.data_dir) / f"sweep-{env}"
     options = sw.Options(
         trials=trials,
         parallel=parallel,
@@ -79,9 +98,19 @@ def sweep(
         seed=seed,
         baseline=not no_baseline,
     )
-    for line in sw.sweep(env, folder, options, space_file, config_file, overrides):
-        click.echo(line)
-    study, space = sw.open_study(folder), sw.load_space(env, space_file)
+    with stop_signals():  # a signal outside the trials (writing the outputs) is one line too
+        try:
+            for line in sw.sweep(env, folder, options, space_file, config_file, overrides, base.profile):
+                click.echo(line)
+            study, space = sw.open_study(folder), sw.load_space(env, space_file, base)
+        except sw.Stopped as e:
+            click.echo(str(e), err=True)
+            sys.exit(e.exit_code)
+        except Interrupted as e:
+            click.echo(
+                f"interrupted ({e.name}): {folder / sw.DB} holds every finished trial; run again", err=True
+            )
+            sys.exit(128 + e.signum)
     columns, body = sw.table(study)
     keep = [i for i, c in enumerate(columns) if "." not in c]  # the params are in trials.md
     print_table(

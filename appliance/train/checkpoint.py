@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import pickle
 import re
 import sys
 import time
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from appliance.errors import ApplianceError, ConfigError
-from appliance.report_io import remove_stale_temps, write_bytes_atomic, write_temp
+from appliance.report_io import remove_stale_temps, require_room, write_bytes_atomic, write_temp
 
 if TYPE_CHECKING:
     from appliance.train.trainer import Trainer
@@ -85,7 +86,7 @@ def find_checkpoint(data_dir: str | Path, which: str) -> Path:
             raise ConfigError(
                 f"no 'latest' run in {data_dir}/ yet: train first, or pass a run folder or model.pt"
             )
-        which = str(data_dir / pointer.read_text().strip())
+        which = str(data_dir / _pointer_target(pointer))
     path = Path(which)
     if path.is_file():
         return path
@@ -96,6 +97,21 @@ def find_checkpoint(data_dir: str | Path, which: str) -> Path:
             raise ConfigError(f"no {MODEL} in {path}: the run wrote no checkpoint")
         raise ConfigError(f"no run or checkpoint {which!r} (looked in . and {data_dir}/)")
     return path / MODEL
+
+
+def _pointer_target(pointer: Path) -> str:
+    """The run the ``latest`` pointer names: one line of text, or a one-line error naming it."""
+    try:
+        with open(pointer, "rb") as f:
+            target = f.read(4097).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        target = ""
+    if not target or len(target) > 4096 or not target.isprintable():
+        raise ConfigError(
+            f"the 'latest' pointer {pointer} is damaged (not the name of a run): pass a run folder or "
+            "model.pt, or train again to rewrite it"
+        )
+    return target
 
 
 def find_run(data_dir: str | Path, which: str) -> Path:
@@ -133,10 +149,13 @@ def claim(
     exclusively (``mkdir`` fails if it exists), so runs started in the same second get ``-2``,
     ``-3`` ... When a new run ends with no metrics and no checkpoint in its folder (it failed or was
     stopped before its first epoch), the lock and config go, and so does the folder if it made it.
+    A folder that cannot be written or is nearly full (:func:`report_io.require_room`) is refused
+    before it is locked; a folder made for the run goes again.
     """
     data_dir = Path(data_dir)
     if resume:
         resume_from = find_checkpoint(data_dir, resume)
+        require_room(resume_from.parent, "run folder", ConfigError)  # writable, with room: before the lock
         with locked(resume_from.parent):
             yield Claim(resume_from.parent, resume_from)
         return
@@ -146,6 +165,7 @@ def claim(
     else:
         run_dir, created = _new_folder(data_dir, run_name(env_name))
     try:
+        require_room(run_dir, "run folder", ConfigError)
         with locked(run_dir, tidy=True, created=created):
             if not created:
                 _refuse_if_it_holds_a_run(run_dir, run_id or run_dir.name)
@@ -193,12 +213,19 @@ _STARTING = {LOCK, "config.yaml"}
 
 
 def _run_files(run_dir: Path) -> list[str]:
-    """The files in ``run_dir`` that belong to a run that trained (not the lock, config or temp files)."""
+    """The files in ``run_dir`` that belong to a run that trained (not the lock, config, temp files or
+    the probe file of another process's :func:`report_io.unwritable` check)."""
     try:
         names = [p.name for p in run_dir.iterdir()]
     except OSError:
         return []
-    return sorted(n for n in names if n not in _STARTING and not (n.startswith(".") and n.endswith(".tmp")))
+    return sorted(
+        n
+        for n in names
+        if n not in _STARTING
+        and not (n.startswith(".") and n.endswith(".tmp"))
+        and not n.startswith(".puffer-bench-probe.")
+    )
 
 
 def _refuse_if_it_holds_a_run(run_dir: Path, run_id: str) -> None:
@@ -375,17 +402,52 @@ def _epoch_of(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _unpacked_size(path: Path) -> int | None:
+    """The bytes a torch (zip) archive's entries unpack to, from its directory; None if not a zip."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            return sum(info.file_size for info in z.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return None
+
+
+def _unsafe_global(e: Exception) -> str | None:
+    """What the weights-only unpickler refused to import or build (pickled code), else None."""
+    text = str(e)
+    if not isinstance(e, pickle.UnpicklingError) or not re.search(r"GLOBAL|add_safe_globals", text):
+        return None
+    found = re.search(r"GLOBAL (\S+)", text)
+    return found.group(1) if found else "an object of a class"
+
+
 def _read(path: Path) -> Any:
-    """``torch.load`` (tensors and plain data only) with a one-line error for damaged files."""
+    """``torch.load`` (tensors and plain data only) with a one-line error for damaged files.
+
+    An archive whose entries would unpack to far more than its own size (a zip bomb) is refused
+    before torch reads it; torch writes its entries uncompressed."""
     try:
         size = path.stat().st_size
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror or e}") from None
     if size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (a write was cut short){_instead(path)}")
+    unpacked = _unpacked_size(path)
+    if unpacked is not None and unpacked > 2 * size + 2**20:
+        raise CheckpointError(
+            f"checkpoint {path} would unpack to {unpacked:,} bytes from {size:,}: not an archive torch "
+            f"writes (its entries are stored uncompressed), refused{_instead(path)}"
+        )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
+        unsafe = _unsafe_global(e)
+        if unsafe:
+            raise CheckpointError(
+                f"checkpoint {path} holds objects that are not plain tensors and data ({unsafe}): it is "
+                "refused for safety, as loading it could run code; puffer-bench checkpoints never hold any"
+            ) from None
         with open(path, "rb") as f:
             zipped = f.read(4) == b"PK\x03\x04"  # torch files are zip archives
         if zipped or isinstance(e, EOFError):
@@ -397,7 +459,10 @@ def _read(path: Path) -> Any:
 
 def _loads(path: Path) -> bool:
     try:
-        return path.stat().st_size > 0 and torch.load(path, map_location="cpu", weights_only=True) is not None
+        size = path.stat().st_size
+        if size == 0 or (_unpacked_size(path) or 0) > 2 * size + 2**20:
+            return False
+        return torch.load(path, map_location="cpu", weights_only=True) is not None
     except Exception:
         return False
 
@@ -421,22 +486,81 @@ def _instead(path: Path) -> str:
     return "; no intact snapshot in its folder"
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _check_state(path: Path, state: Any) -> None:
+    """The counters and RNG states a resume reads: the right types, or one line naming the field."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path}: its trainer state is not a mapping{_instead(path)}")
+    for key in ("epoch", "global_step"):
+        if key in state and not _is_count(state[key]):
+            raise CheckpointError(
+                f"checkpoint {path}: {key} must be a whole number >= 0, got {str(state[key])[:40]!r}{_instead(path)}"
+            )
+    for key in ("torch_rng", "generator"):
+        if key in state and not (torch.is_tensor(state[key]) and state[key].dtype == torch.uint8):
+            raise CheckpointError(
+                f"checkpoint {path}: {key} is not an RNG state (a byte tensor){_instead(path)}"
+            )
+
+
+def _check_meta(path: Path, meta: Any) -> None:
+    """What a checkpoint says it was trained with, held to the ranges and choices the config checks
+    (so no message ever suggests ``--policy.hidden-size 1000000``, nor does a policy get built with it)."""
+    from appliance import config
+
+    if meta is None:
+        return
+    if (
+        not isinstance(meta, dict)
+        or not isinstance(meta.get("policy"), dict)
+        or not isinstance(meta.get("env"), str)
+    ):
+        raise CheckpointError(
+            f"checkpoint {path}: its 'meta' (env, policy, optimizer) is damaged{_instead(path)}"
+        )
+    try:
+        saved = {k: v for k, v in meta["policy"].items() if v is not None}
+        config.check_layer(
+            {"policy": saved, "train": {"optimizer": meta.get("optimizer", "adam")}}, f"checkpoint {path}"
+        )
+    except config.ConfigError as e:
+        raise CheckpointError(f"{e}{_instead(path)}") from None
+
+
 def read(path: Path) -> dict[str, Any]:
-    """A checkpoint as ``{"model", "state" (None for weights only), "meta" (None if unknown)}``."""
+    """A checkpoint as ``{"model", "state" (None for weights only), "meta" (None if unknown)}``.
+
+    Every field a load uses is checked first: weights are named tensors, counters whole numbers,
+    ``meta`` within the config's ranges; a damaged one is one line naming the file and the field."""
     obj = _read(path)
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
         missing = [k for k in ("model", "epoch", "global_step", "optimizer") if k not in obj]
         if missing:
             raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}{_instead(path)}")
+        _check_state(path, obj)
         epoch = _epoch_of(path)
         if epoch is not None and epoch != obj["epoch"]:
             raise CheckpointError(
                 f"checkpoint {path} holds epoch {obj['epoch']}, not the {epoch} of its name{_instead(path)}"
             )
+        _check_meta(path, obj.get("meta"))
+        if not _weights(obj["model"]):
+            raise CheckpointError(f"checkpoint {path}: 'model' is not a set of named tensors{_instead(path)}")
         return {"model": obj["model"], "state": obj, "meta": obj.get("meta")}
-    if isinstance(obj, dict) and obj and all(torch.is_tensor(v) for v in obj.values()):
+    if _weights(obj):
         return {"model": obj, "state": None, "meta": None}  # weights only (previous layout)
     raise CheckpointError(f"{path} is a torch file but not a puffer-bench checkpoint{_instead(path)}")
+
+
+def _weights(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and bool(obj)
+        and all(isinstance(k, str) and torch.is_tensor(v) for k, v in obj.items())
+    )
 
 
 def _legacy_state(path: Path) -> dict[str, Any]:
@@ -445,6 +569,10 @@ def _legacy_state(path: Path) -> dict[str, Any]:
     if not state_path.is_file():
         raise CheckpointError(f"{path} holds weights only and {state_path} is missing: it cannot be resumed")
     state = _read(state_path)
+    _check_state(state_path, state)
+    missing = [k for k in ("epoch", "global_step", "optimizer", "torch_rng", "generator") if k not in state]
+    if missing:
+        raise CheckpointError(f"{state_path} lacks {', '.join(missing)}: {path} cannot be resumed")
     snapshot = path.parent / f"model_{state['epoch']:06d}.pt"
     if snapshot.is_file() and snapshot.read_bytes() != path.read_bytes():
         raise CheckpointError(
@@ -466,7 +594,7 @@ def _check_fits(path: Path, meta: dict[str, Any] | None, trainer: Trainer, resum
         pairs = [
             ("env", meta["env"], now["env"]),
             *pairs,
-            ("train.optimizer", meta["optimizer"], now["optimizer"]),
+            ("train.optimizer", meta.get("optimizer"), now["optimizer"]),
         ]
     for key, saved, current in pairs:
         if saved != current:

@@ -515,7 +515,7 @@ def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[s
     reports; node 0 holds the run folder's lock for the whole launch, as one process does."""
     if options.profile_trace:
         raise ConfigError("--profile-trace profiles one process; leave out --nproc")
-    session.check_report(options)
+    session.check_outputs(options)
     where.check()
     run = None
     try:

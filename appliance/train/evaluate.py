@@ -9,20 +9,43 @@ from typing import Any
 import numpy as np
 import torch
 
+from appliance.config import check_layer, read_yaml
 from appliance.errors import ConfigError
 from appliance.train import checkpoint
 
 MAX_STEPS = 1_000_000  # a policy that never ends an episode still returns
 
 
-def config_of_run(cfg: Any, run_dir: Path) -> Any:
-    """``cfg`` with the policy shape the run was trained with (from its saved config.yaml)."""
+def saved_config(run_dir: Path) -> dict[str, Any]:
+    """A run folder's config.yaml ({} without one), read as any shared config file is: bounded, one
+    line naming the file for damage (:func:`appliance.config.read_yaml`)."""
     saved = run_dir / "config.yaml"
-    if saved.is_file():
-        import yaml
+    return read_yaml(saved, "run config") if saved.is_file() else {}
 
-        cfg.data["policy"].update(yaml.safe_load(saved.read_text()).get("policy", {}))
+
+def config_of_run(cfg: Any, run_dir: Path, saved: dict[str, Any] | None = None) -> Any:
+    """``cfg`` with the policy shape the run was trained with (from its saved config.yaml), each
+    value checked against the config's types and ranges before a policy is built from it (a
+    damaged or crafted ``hidden_size: 1e6`` would otherwise allocate terabytes). Keys this version
+    does not know are left out."""
+    saved = saved_config(run_dir) if saved is None else saved
+    policy = saved.get("policy") or {}
+    if not isinstance(policy, dict):
+        raise ConfigError(f"run config {run_dir / 'config.yaml'}: 'policy' must be a mapping of keys")
+    known = {k: v for k, v in policy.items() if k in cfg.data["policy"]}
+    cfg.data["policy"].update(check_layer({"policy": known}, str(run_dir / "config.yaml"))["policy"])
     return cfg
+
+
+def check_env(cfg: Any, path: Path, meta: dict[str, Any] | None, saved: dict[str, Any]) -> None:
+    """Refuse a checkpoint trained on another env than ``cfg``'s, naming both (its weights would not
+    fit, and the error would be a list of tensor names)."""
+    trained_on = (meta or {}).get("env") or saved.get("env_name")
+    if isinstance(trained_on, str) and cfg.env_name is not None and trained_on != cfg.env_name:
+        raise ConfigError(
+            f"checkpoint {path} was trained on env {trained_on}, not {cfg.env_name}: pass a run of "
+            f"{cfg.env_name} with --load-model-path RUN (a run folder, run id or model.pt), or eval {trained_on}"
+        )
 
 
 def play(
@@ -43,8 +66,11 @@ def play(
     if episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
     path = path / checkpoint.MODEL if path.is_dir() else path
-    weights = checkpoint.read(path)["model"]  # a damaged file fails here, before any env starts
-    vec = vector.make_from_config(config_of_run(cfg, path.parent))
+    ckpt = checkpoint.read(path)  # a damaged file fails here, before any env starts
+    saved = saved_config(path.parent)
+    check_env(cfg, path, ckpt["meta"], saved)
+    weights = ckpt["model"]
+    vec = vector.make_from_config(config_of_run(cfg, path.parent, saved))
     try:
         policy = make_policy(cfg, vec)
         checkpoint.load_weights(policy, path, weights)

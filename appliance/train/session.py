@@ -39,13 +39,15 @@ def stop_rule(cfg: Any, options: Options) -> loop.Stop:
 def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
     """Train with ``cfg``; yields (line, to stderr) for the caller to print.
 
-    The run folder is claimed and locked for the whole session (:func:`checkpoint.claim`); an
-    unwritable ``--report`` is refused before any env starts. A stop signal before the first epoch
-    has ended (while envs start, say) ends the session as cleanly as one during training: the envs
-    are closed, a new run's folder goes, and :class:`loop.Stopped` says in one line what was kept.
+    The run folder is claimed and locked for the whole session (:func:`checkpoint.claim`). An
+    unwritable ``--report`` or ``--profile-trace`` is refused before the claim, and a run folder
+    that is unwritable or nearly full by the claim before it locks it, so a refusal leaves nothing
+    behind and no env has started. A stop signal before the first epoch has ended (while envs
+    start, say) ends the session as cleanly as one during training: the envs are closed, a new
+    run's folder goes, and :class:`loop.Stopped` says in one line what was kept.
     """
     t = cfg.train
-    check_report(options)
+    check_outputs(options)
     run = None
     with loop.stop_signals():
         try:
@@ -57,12 +59,13 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
             raise loop.Stopped(message, signum) from None
 
 
-def check_report(options: Options) -> None:
-    """Refuse an unwritable ``--report`` before any work."""
-    if options.report:
-        problem = unwritable(Path(options.report).parent)
+def check_outputs(options: Options) -> None:
+    """Refuse an unwritable ``--report`` or ``--profile-trace`` before any work (before the run
+    folder is claimed: a refusal leaves nothing behind)."""
+    for flag, path in (("--report", options.report), ("--profile-trace", options.profile_trace)):
+        problem = unwritable(Path(path).parent) if path else None
         if problem:
-            raise ConfigError(f"--report {options.report}: {problem}")
+            raise ConfigError(f"{flag} {path}: {problem}")
 
 
 def nothing_trained(signal_name: str, resumed: Path | None) -> str:
@@ -197,7 +200,8 @@ def _writers(options: Options, cfg: Any, run_dir: Path) -> list[Callable[[dict[s
 
 
 def _profile(trainer: Any, path: str) -> str:
-    """Three epochs under torch.profiler, written as a Chrome/Perfetto trace."""
+    """Three epochs under torch.profiler, written as a Chrome/Perfetto trace, and the ops' self times
+    (torch's table, slowest first) beside it as ``<path>.ops.txt``."""
     import torch
 
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -210,4 +214,11 @@ def _profile(trainer: Any, path: str) -> str:
     with torch.profiler.profile(activities=activities, **extra) as prof:
         loop.run(trainer, loop.Stop(epochs=3))
     prof.export_chrome_trace(path)
-    return f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing)"
+    if not Path(path).is_file():  # torch's writer reports a failure in its log, not by raising
+        raise ConfigError(f"--profile-trace {path}: the profiler could not write the trace there")
+    ops = Path(path + ".ops.txt")
+    ops.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+    return (
+        f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing) "
+        f"and the ops' self times to {ops}"
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from appliance import sysinfo
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError, DeviceError
 from appliance.gpu import kernels
@@ -154,7 +156,13 @@ class Trainer:
         torch.manual_seed(hp.seed)
         self.generator = torch.Generator(device="cpu").manual_seed(hp.seed)
         self.policy = (policy or make_policy(config, vec)).to(self.device)
-        self.amp = self.device.type == "cuda" and hp.precision == "bfloat16"
+        self.amp = hp.precision == "bfloat16"
+        if self.amp and self.device.type == "cpu" and not sysinfo.cpu_details()["isa"]["bf16"]:
+            warnings.warn(
+                "train.precision bfloat16 on a CPU without bfloat16 instructions (AVX512-BF16 or AMX): "
+                "each bf16 op is converted to float32 and back, so this trains slower than float32",
+                stacklevel=2,
+            )
         # bfloat16: the rollout steps a bfloat16 copy of the weights (refreshed before each rollout);
         # the update trains the float32 master weights under bf16 autocast
         self.rollout_policy = inference_copy(self.policy, torch.bfloat16) if self.amp else self.policy
@@ -239,6 +247,9 @@ class Trainer:
         (or the same in the rollout engine's buffers, :mod:`appliance.train.engine`)."""
         if self.rollout_policy is not self.policy:
             copy_weights(self.rollout_policy, self.policy)
+        if self.hp.reset_state:  # in place: the engine's buffers and captured graphs hold views of it
+            for s, init in zip(self.state, self.policy.initial_state(1, self.device), strict=True):
+                s.copy_(init.expand_as(s))
         if self.engine is not None:
             with self.timings.phase("evaluate"):
                 self.engine.evaluate()

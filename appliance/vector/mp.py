@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import mmap
 import multiprocessing
 import os
@@ -47,7 +48,7 @@ import time
 import traceback
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing import connection, resource_tracker
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -244,29 +245,60 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
-def _starting_workers(start_method: str) -> Iterator[None]:
-    """While workers start, a Ctrl-C (or SIGTERM, SIGHUP) waits, then comes as usual.
+def children_ignore_sigint(start_method: str | None = None) -> Iterator[None]:
+    """Processes started inside the block start with SIGINT blocked, then ignored; the block's own
+    stop signals (SIGINT, SIGTERM, SIGHUP) wait until it ends, then come as usual.
 
-    A worker starts with SIGINT blocked (a new process keeps the mask of the thread that made it)
-    until it ignores it, so a Ctrl-C to the process group while it imports prints no traceback. The
-    main process notes a stop signal and raises it again once every worker has started: cut short
-    between starting a worker and handing it its arguments, it would leave the worker an EOFError.
+    A Ctrl-C reaches every process of the terminal's process group: a spawned child still importing
+    would print a KeyboardInterrupt traceback, and a main process cut short between starting one
+    worker and the next (or a start and its arguments) would leave a worker an EOFError. So:
+
+    * a new process keeps the signal mask of the thread that made it: SIGINT is blocked in this
+      thread for the block, so a Ctrl-C that meets a child booting stays pending;
+    * a spawned child's first line, before ``spawn_main``, sets SIGINT to ignored (which discards a
+      pending one); the vector's workers do the same first thing (also under fork and forkserver);
+    * this process notes a stop signal in a handler (SIGINT never set to ignored here: another
+      thread, numpy's BLAS pool say, may be the one the kernel hands it to, and an ignored signal
+      would be lost) and raises it again once the block ends.
+
+    Wrap every start of a group of processes (all the vector's workers at once). Outside the main
+    thread the mask and the first line still apply; the handlers stay (they belong to the main
+    thread). ``start_method``: with ``"fork"`` no resource tracker is needed; any other (or None)
+    starts it first, as it unblocks SIGINT after starting itself.
     """
-    if start_method != "fork":  # multiprocessing's resource tracker unblocks SIGINT after starting itself
+    from multiprocessing import spawn
+
+    if start_method != "fork":
         resource_tracker.ensure_running()
     noted: list[int] = []
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, lambda signum, frame: noted.append(signum)) for s in STOP_SIGNALS}
+    previous: dict[int, Any] = {}
+    command_line = spawn.get_command_line
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
+        if threading.current_thread() is threading.main_thread():
+            for s in STOP_SIGNALS:
+                previous[s] = signal.signal(s, lambda signum, frame: noted.append(signum))
+        spawn.get_command_line = functools.partial(_ignoring_sigint, command_line)
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        spawn.get_command_line = command_line
         for s, handler in previous.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C blocked meanwhile arrives now
         for signum in dict.fromkeys(noted):
             signal.raise_signal(signum)
+
+
+_IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+
+
+def _ignoring_sigint(command_line: Callable[..., list[str]], **kwds: Any) -> list[str]:
+    """multiprocessing's spawn command line, its ``-c`` program led by ignoring SIGINT."""
+    line = list(command_line(**kwds))
+    if "-c" in line[:-1]:  # not a frozen executable's line
+        at = line.index("-c") + 1
+        line[at] = _IGNORE_SIGINT + line[at]
+    return line
 
 
 def _send(conn: connection.Connection, payload: Any) -> bool:
@@ -453,7 +485,7 @@ class Multiprocessing(Vector):
         # the parent-death signal fires when the starting *thread* exits: arm it only from the main thread
         pdeathsig = threading.current_thread() is threading.main_thread()
         direct = start_method != "forkserver"  # the workers' parent is this process
-        with _starting_workers(start_method):
+        with children_ignore_sigint(start_method):  # no traceback from a worker a Ctrl-C meets
             for w in range(sizes.num_workers):
                 parent, child = ctx.Pipe(duplex=True)
                 proc = ctx.Process(

@@ -56,6 +56,20 @@ class EnvSource:
         return cloudpickle.loads(self.creator)
 
 
+def observation_space(info: dict[str, Any]) -> spaces.Box:
+    """An Ocean env's observation Box from its layout: ``obs_low``/``obs_high`` for every element but
+    the last ``obs_tail``, which have ``tail_low``/``tail_high`` (go's capture counts beside 0/1 board
+    planes). The policy scales each element by its own bound, so one loose bound for all would shrink
+    the others (a shared 1e6 made go's board reach the policy as 1e-6)."""
+    size, tail = info["obs_size"], info.get("obs_tail", 0)
+    dtype = np.dtype(info["obs_dtype"])
+    low = np.full(size, info["obs_low"], np.float64)
+    high = np.full(size, info["obs_high"], np.float64)
+    if tail:
+        low[size - tail :], high[size - tail :] = info["tail_low"], info["tail_high"]
+    return spaces.Box(low.astype(dtype), high.astype(dtype), (size,), dtype)
+
+
 def resolve_source(env: Any, **params: Any) -> EnvSource:
     """Turn an Ocean name, a Gymnasium id or an env creator into an :class:`EnvSource`."""
     from appliance import ocean
@@ -70,9 +84,7 @@ def resolve_source(env: Any, **params: Any) -> EnvSource:
             name=env,
             params=dict(params),
             agents_per_env=info["agents_per_env"],
-            observation_space=spaces.Box(
-                info["obs_low"], info["obs_high"], (info["obs_size"],), np.dtype(info["obs_dtype"])
-            ),
+            observation_space=observation_space(info),
             action_space=spaces.Discrete(nvec[0]) if len(nvec) == 1 else spaces.MultiDiscrete(nvec),
         )
     import cloudpickle

@@ -1,0 +1,294 @@
+"""The sweep folder and its study: the lock, ``study.db`` checked before use, resume bookkeeping.
+
+A sweep folder is held by one sweep at a time (:func:`locked`). Its ``study.db`` is an Optuna SQLite
+study named ``sweep``; :func:`load_study` refuses, in one line saying what to do, a file that is
+damaged or truncated, not SQLite, another program's database, another Optuna study, or of a table
+schema this Optuna cannot use. A new study records the base config its trials start from
+(:func:`adopt`); resuming with another one is refused. Trials a stopped sweep left running fail
+and run again (:func:`put_back`, :func:`requeue_stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from appliance.bench.sweepspace import SECTIONS, Base, Space, sections_of
+from appliance.config import Config
+from appliance.errors import ApplianceError, ConfigError
+from appliance.report_io import disk_full
+
+STUDY = "sweep"
+DB = "study.db"
+LOCK = "sweep.lock"
+INTERRUPTED = "interrupted; run again"
+SCHEMA = "puffer-bench/sweep/2"  # what the study's user attributes hold (2: the base config)
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold the sweep folder for this process; a second sweep gets a one-line error naming the first.
+
+    An flock on ``sweep.lock``: the kernel drops it when the holder dies, however it dies.
+    """
+    import fcntl
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        f = open(folder / LOCK, "a+")  # noqa: SIM115 (held open for the lock's lifetime)
+    except OSError as e:
+        raise ConfigError(f"cannot write into the sweep folder {folder}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise ConfigError(
+            f"sweep folder {folder} is in use by {holder}: wait for it to end, or pass another --out"
+        ) from None
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} ({' '.join(['puffer-bench', *sys.argv[1:]])})\n")
+        f.flush()
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            f.truncate(0)
+        f.close()  # closing releases the lock
+
+
+def _fresh(db: Path) -> str:
+    return f"move {db} away to start a new sweep there, or pass another --out"
+
+
+def _check_db(db: Path) -> None:
+    """Refuse a study.db that is not a sweep's study, before Optuna or SQLAlchemy touch it: damaged
+    or truncated, not SQLite, another program's database, another Optuna study, another schema."""
+    if not db.exists() or (db.is_file() and db.stat().st_size == 0):
+        return  # a new sweep (SQLite treats an empty file as an empty database)
+    if not db.is_file():
+        raise ConfigError(f"{db} is not a file; {_fresh(db)}")
+    try:
+        with open(db, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as e:
+        raise ConfigError(f"cannot read {db}: {e.strerror or e}") from None
+    if head != SQLITE_HEADER:
+        raise ConfigError(f"{db} is not an SQLite database (damaged, or another kind of file); {_fresh(db)}")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            status = con.execute("PRAGMA quick_check").fetchone()[0]
+            if status != "ok":
+                raise sqlite3.DatabaseError(status)
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                return
+            if not {"studies", "alembic_version", "version_info"} <= tables:
+                shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+                raise ConfigError(
+                    f"{db} is another program's database (tables {shown}), not a sweep's study; {_fresh(db)}"
+                )
+            names = [r[0] for r in con.execute("SELECT study_name FROM studies")]
+            version = con.execute("SELECT version_num FROM alembic_version").fetchone()
+            written_by = con.execute("SELECT library_version FROM version_info").fetchone()
+    except sqlite3.DatabaseError as e:
+        raise ConfigError(f"{db} is damaged or truncated (SQLite: {e}); {_fresh(db)}") from None
+    if names and STUDY not in names:
+        raise ConfigError(
+            f"{db} holds Optuna studies {', '.join(names[:5])}, not a puffer-bench sweep ('{STUDY}'); {_fresh(db)}"
+        )
+    _check_schema(db, version[0] if version else None, written_by[0] if written_by else "an unknown version")
+
+
+def _check_schema(db: Path, version: str | None, written_by: str) -> None:
+    """The study's table schema must be this Optuna's (Optuna's own migrations say which are known)."""
+    import optuna
+
+    here = optuna.storages.RDBStorage("sqlite://")  # an empty study in memory: this Optuna's schema
+    head, known = here.get_head_version(), here.get_all_versions()
+    if version == head:
+        return
+    if version in known:
+        raise ConfigError(
+            f"{db} was written by Optuna {written_by}, whose table schema ({version}) this Optuna "
+            f"({optuna.__version__}) cannot use: to resume, upgrade it in place (keep a copy) with "
+            f"`optuna storage upgrade --storage sqlite:///{db.resolve()}`; or {_fresh(db)}"
+        )
+    raise ConfigError(
+        f"{db} was written by Optuna {written_by}, newer than this one ({optuna.__version__}; schema "
+        f"{version} unknown here): to resume, pip install -U optuna; or {_fresh(db)}"
+    )
+
+
+def load_study(out: Path, create: bool = False, seed: int = 0, startup: int = 2) -> Any:
+    """The sweep's study in ``out`` (checked first: see :func:`_check_db`); ``create`` makes a new one."""
+    import optuna
+    import sqlalchemy.exc
+
+    db = out / DB
+    _check_db(db)
+    if not create and not db.is_file():
+        raise ConfigError(f"no sweep in {out}: no {DB} there")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
+    try:
+        return optuna.create_study(
+            study_name=STUDY,
+            storage=f"sqlite:///{db}",
+            directions=["maximize", "minimize"],
+            sampler=sampler,
+            load_if_exists=True,
+        )
+    except (sqlalchemy.exc.SQLAlchemyError, RuntimeError, ValueError) as e:
+        if disk_full(e):
+            raise ConfigError(f"disk full: cannot write {db}; free some space and run again") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot open {db}: {first}; {_fresh(db)}") from None
+
+
+def open_study(out: str | Path) -> Any:
+    """The study of the sweep folder ``out`` (for reading its trials)."""
+    return load_study(Path(out))
+
+
+def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space) -> None:
+    """A new study records what its trials start from; a resumed one must be given the same."""
+    given = {
+        "schema": SCHEMA,
+        "env": base.env,
+        "metric": space.metric,
+        "profile": base.profile,
+        "overrides": base.overrides,
+        "config_file": base.config_file,
+        "base": sections_of(cfg),
+    }
+    attrs = study.user_attrs
+    if attrs.get("env") not in (None, base.env):
+        raise ConfigError(f"{out} holds a sweep of {attrs['env']}, not {base.env}; pick another --out")
+    if "base" in attrs:
+        changed = _differences(attrs["base"], given["base"])
+        if changed:
+            raise ConfigError(
+                f"{out / DB} was swept from another config: {'; '.join(changed)} (from the overrides, "
+                "--config or --gpu); give the same ones to resume, or pass another --out for a new sweep"
+            )
+    elif study.trials:  # made before the study kept its base config: compare what it did keep
+        old = {"overrides": attrs.get("overrides", []), "config_file": attrs.get("config_file")}
+        if old["overrides"] != base.overrides or old["config_file"] != base.config_file:
+            raise ConfigError(
+                f"{out / DB} was swept with overrides {' '.join(old['overrides']) or '(none)'} and --config "
+                f"{old['config_file'] or '(none)'}; give the same ones to resume, or pass another --out"
+            )
+    if attrs.get("base") is None:
+        for k, v in given.items():
+            study.set_user_attr(k, v)
+
+
+def _differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    out = []
+    for section in SECTIONS:
+        a, b = before.get(section, {}), now.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                out.append(f"{section}.{key} was {a.get(key)!r}, now {b.get(key)!r}")
+    return out[:3] + ([f"{len(out) - 3} more"] if len(out) > 3 else [])
+
+
+def put_back(study: Any, trials: Any, why: str, rerun_of: bool = False) -> None:
+    """Mark trials that did not finish as failed-interrupted and queue their settings again."""
+    from optuna.trial import TrialState
+
+    for t in list(trials):
+        study._storage.set_trial_user_attr(t._trial_id, "error", INTERRUPTED)
+        study._storage.set_trial_user_attr(t._trial_id, "why", why)
+        study.tell(t.number, state=TrialState.FAIL)
+        attrs = {"baseline": True} if t.user_attrs.get("baseline") else {}
+        if rerun_of:
+            attrs["rerun_of"] = t.number
+        study.enqueue_trial(t.params, user_attrs=attrs or None)
+
+
+def requeue_stale(study: Any) -> None:
+    """Trials a sweep left RUNNING (it was killed: SIGKILL, a crash, the OOM killer) fail now and run
+    again, once: one that was already such a rerun is left failed (it may be what kills the sweep)."""
+    from optuna.trial import TrialState
+
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    again = [t for t in stale if t.user_attrs.get("rerun_of") is None]
+    for t in stale:
+        if t not in again:
+            study._storage.set_trial_user_attr(
+                t._trial_id,
+                "error",
+                f"the sweep died twice while these settings ran (trials {t.user_attrs['rerun_of']} and "
+                f"{t.number}); not run again",
+            )
+            study.tell(t.number, state=TrialState.FAIL)
+    put_back(study, again, "the sweep died while it ran", rerun_of=True)
+
+
+def queued(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def finished_trials(study: Any, complete: bool = False) -> list[Any]:
+    from optuna.trial import TrialState
+
+    states = (TrialState.COMPLETE,) if complete else (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return [
+        t for t in study.get_trials(deepcopy=False, states=states) if t.user_attrs.get("error") != INTERRUPTED
+    ]
+
+
+def record(study: Any, trial: Any, result: dict[str, Any]) -> str:
+    """Tell the study a trial's result; the line to print. A full disk is one line with the result."""
+    line = _result_line(trial.number, result)
+    try:
+        _tell(study, trial, result)
+    except Exception as e:
+        if disk_full(e):
+            raise ApplianceError(
+                f"disk full: {DB} could not record {line}; free some space and run the same command "
+                "again (that trial runs again)"
+            ) from None
+        raise
+    return line
+
+
+def _result_line(number: int, result: dict[str, Any]) -> str:
+    state = result["state"]
+    if state == "complete":
+        what = f"score {result['score']:.3f} in {result['seconds']:.1f} s ({result.get('reason')})"
+    elif state == "pruned":
+        what = f"pruned: {result['error']}"
+    else:
+        what = f"failed: {result['error']}"
+    return f"trial {number}: {what}"
+
+
+def _tell(study: Any, trial: Any, result: dict[str, Any]) -> None:
+    from optuna.trial import TrialState
+
+    for k in ("curve", "steps", "error", "reason"):
+        if result.get(k) is not None:
+            trial.set_user_attr(k, result[k])
+    if result.get("score") is not None:
+        trial.set_user_attr("score", result["score"])
+    trial.set_user_attr("seconds", result["seconds"])
+    state = result["state"]
+    if state == "complete":
+        study.tell(trial, [result["score"], result["seconds"]])
+    elif state == "pruned":
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
