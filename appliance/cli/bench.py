@@ -12,8 +12,11 @@ import click
 from appliance.cli.common import (
     CONTEXT,
     PROFILE_HELP,
+    Number,
     check_out,
     cli,
+    count,
+    duration,
     print_table,
 )
 
@@ -36,10 +39,12 @@ def _print_analysis(report: dict[str, Any]) -> None:
     "--runs",
     default=5,
     show_default=True,
-    type=click.IntRange(1, 1000),  # a report holds at most 1,000 samples a metric
+    type=count(),  # at most COUNT (1,000): a report holds at most 1,000 samples a metric
     help="Timed runs per figure.",
 )
-@click.option("--seconds", default=1.0, show_default=True, help="Timed seconds of each env-speed run.")
+@click.option(
+    "--seconds", default=1.0, show_default=True, type=duration(), help="Timed seconds of each env-speed run."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the probe report as JSON instead of a table.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the probe report (JSON) here.")
 def profile_cmd(
@@ -77,14 +82,14 @@ def profile_cmd(
 @click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
 @click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
 @click.option("--envs", "env_list", help="Only measure these envs (comma-separated).")
-@click.option("--repeats", type=int, help="Repeats per measurement (default: bench.repeats, 3).")
-@click.option("--seconds", type=float, help="Timed seconds per measurement (default: the suite's).")
+@click.option("--repeats", type=count(), help="Repeats per measurement (default: bench.repeats, 3).")
+@click.option("--seconds", type=duration(), help="Timed seconds per measurement (default: the suite's).")
 @click.option("--out", "out_dir", default="results", show_default=True, help="Reports go to OUT/<profile>/.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--container", metavar="IMAGE", help="Run the suite inside this Docker image (see docker.sh).")
 @click.option(
     "--wait-quiet",
-    type=float,
+    type=duration(low_open=False),
     metavar="SECONDS",
     help="First wait up to SECONDS for a quiet CPU (noise guard).",
 )
@@ -108,10 +113,6 @@ def run_cmd(
     """
     from appliance.bench.run import run_suite
 
-    if repeats is not None and repeats < 1:
-        raise click.BadParameter("--repeats must be at least 1", param_hint="--repeats")
-    if seconds is not None and seconds <= 0:
-        raise click.BadParameter("--seconds must be positive", param_hint="--seconds")
     if container:
         from appliance.container import run_in_container
 
@@ -140,7 +141,11 @@ def run_cmd(
 @cli.command("compare", context_settings=CONTEXT)
 @click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option(
-    "--threshold", default=0.05, show_default=True, help="Relative change that counts as a regression."
+    "--threshold",
+    default=0.05,
+    show_default=True,
+    type=Number(0, 1, low_open=True, high_open=True),
+    help="Relative change that counts as a regression (0.05 = 5%).",
 )
 @click.option("--markdown", is_flag=True, help="Print Markdown instead of a table.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the Markdown comparison here.")
@@ -163,8 +168,6 @@ def compare_cmd(
 
     if len(reports) < 2:
         raise ReportError("compare needs at least two reports: puffer-bench compare BASE.json NEW.json")
-    if not 0 < threshold < 1:
-        raise click.BadParameter("--threshold must be between 0 and 1 (0.05 = 5%)", param_hint="--threshold")
     result = cmp.compare(
         [{**rpt.load(path), "_path": path} for path in reports], threshold, normalize=normalize
     )
@@ -243,9 +246,7 @@ def report_cmd(
 
 @cli.command("gpu-check", context_settings=CONTEXT)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the report to DIR/kernels/.")
-@click.option(
-    "--runs", default=20, show_default=True, type=click.IntRange(1, 1000), help="Timed repeats per kernel."
-)
+@click.option("--runs", default=20, show_default=True, type=count(), help="Timed repeats per kernel.")
 def gpu_check(out_dir: str | None, runs: int) -> None:
     """Every fused kernel against its torch reference on this GPU (float32 and bfloat16, at breakout
     scale), with its median time beside the eager torch it replaces. Exit 1 if one disagrees, 2 without CUDA.
@@ -266,8 +267,8 @@ def gpu_check(out_dir: str | None, runs: int) -> None:
 @click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
 @click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
 @click.option("--envs", "env_list", help="Only measure these envs (comma-separated).")
-@click.option("--rounds", default=3, show_default=True, help="Rounds; each runs A then B once.")
-@click.option("--seconds", type=float, help="Timed seconds per measurement (default: the suite's).")
+@click.option("--rounds", default=3, show_default=True, type=count(), help="Rounds; each runs A then B once.")
+@click.option("--seconds", type=duration(), help="Timed seconds per measurement (default: the suite's).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the result here (.json and .md).")
 def ab_cmd(
     a: str,

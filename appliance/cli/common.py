@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
@@ -16,7 +17,8 @@ PROFILE_HELP = "Hardware profile from bench/profiles (e.g. cpu, 4090, h100; defa
 
 
 class _Group(click.Group):
-    """A click group that turns ApplianceError into a one-line message and an exit code."""
+    """A click group that turns ApplianceError, bad option values and Ctrl-C into a one-line message
+    and an exit code (2 for a bad value, as click gives it, without the usage text; 128 + the signal)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -24,6 +26,157 @@ class _Group(click.Group):
         except ApplianceError as e:
             click.echo(f"error: {e}", err=True)
             ctx.exit(e.exit_code)
+        except click.BadParameter as e:
+            click.echo(f"error: {_param_name(e)}{e.message}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt as e:  # not click's bare "Aborted!" (a command that can save says so itself)
+            import signal
+
+            signum = getattr(e, "signum", signal.SIGINT)
+            early = (
+                ""
+                if ctx.meta.get(_STARTED)
+                else f" before {ctx.invoked_subcommand} started: nothing was done"
+            )
+            click.echo(f"error: interrupted ({signal.Signals(signum).name}){early}", err=True)
+            ctx.exit(128 + signum)
+
+
+_STARTED = "puffer-bench.started"
+
+
+class _Command(click.Command):
+    """A command that notes when it starts (after its options are parsed)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        ctx.meta[_STARTED] = True
+        return super().invoke(ctx)
+
+
+_Group.command_class = _Command
+_Group.group_class = type  # subgroups (envs) are _Groups too
+
+
+def _param_name(e: click.BadParameter) -> str:
+    if e.param_hint:
+        return f"{e.param_hint}: " if isinstance(e.param_hint, str) else f"{e.param_hint[0]}: "
+    if e.param is None:
+        return ""
+    opts = getattr(e.param, "opts", None)
+    return f"{opts[0] if opts else (e.param.name or '').upper()}: "
+
+
+# ----------------------------------------------------------------------------- numeric options
+
+
+class Number(click.ParamType):
+    """An int or float option within a range; NaN, infinities and values out of range are a one-line
+    error naming the option and the range (exit 2) before the command does any work.
+
+    Every numeric option of every command is one of these (or an :class:`IntList`;
+    ``tests/test_runs.py`` walks the commands to check), as every config key has a range in
+    :data:`appliance.config.RANGES`. ``high`` may be a function (e.g. the usable cores), called
+    when the value is checked; ``why`` names where that bound comes from.
+    """
+
+    def __init__(
+        self,
+        low: float | None,
+        high: float | Callable[[], float] | None,
+        *,
+        integer: bool = False,
+        low_open: bool = False,
+        high_open: bool = False,
+        why: str = "",
+    ) -> None:
+        self.low, self.high, self.integer = low, high, integer
+        self.low_open, self.high_open, self.why = low_open, high_open, why
+        self.name = "integer" if integer else "number"
+
+    def range(self) -> Any:
+        from appliance.config import Range
+
+        high = self.high() if callable(self.high) else self.high
+        return Range(self.low, high, low_open=self.low_open, high_open=self.high_open)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        kind = "an int" if self.integer else "a number"
+        number = _parse(value, self.integer)
+        if number is None:
+            self.fail(f"{_shown(value)} is not {kind}; expected {kind} {self.range()}{self.why}", param, ctx)
+        valid = self.range()
+        if not valid.contains(number):
+            finite = not isinstance(number, float) or math.isfinite(number)
+            what = "is out of range" if finite else "is not a finite number"
+            self.fail(f"{_shown(value)} {what}; expected {kind} {valid}{self.why}", param, ctx)
+        return number
+
+
+class IntList(click.ParamType):
+    """Comma-separated ints, each within ``low``..``high`` (e.g. ``--threads 1,2,4``)."""
+
+    name = "ints"
+
+    def __init__(self, low: int, high: int) -> None:
+        self.item = Number(low, high, integer=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list):
+            return value
+        items = [v.strip() for v in str(value).split(",") if v.strip()]
+        if not items:
+            self.fail(f"expected comma-separated ints {self.item.range()}, got {_shown(value)}", param, ctx)
+        return [self.item.convert(v, param, ctx) for v in items]
+
+
+def _parse(value: Any, integer: bool) -> float | int | None:
+    """``value`` as an int (whole-number floats like ``1e6`` too) or a float; None if it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float) and not (integer and isinstance(value, float)):
+        return value
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    if not integer or not math.isfinite(number):
+        return number
+    return int(number) if number.is_integer() else None
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return repr(text) if len(text) <= 30 else f"{text[:12]}... ({len(text)} characters)"
+
+
+def usable_cores() -> int:
+    from appliance.vector.sizes import usable_cores as cores
+
+    return cores()
+
+
+SECONDS = 1e6  # the longest a timed option may ask for (as bench.seconds in the config)
+INT32 = 2**31 - 1
+COUNT = 1_000  # repeats, rounds, runs: more than any measurement needs
+
+
+def duration(low_open: bool = True) -> Number:
+    """Seconds: > 0 (or >= 0 with ``low_open=False``), at most :data:`SECONDS`."""
+    return Number(0, SECONDS, low_open=low_open)
+
+
+def count(high: int = COUNT, low: int = 1) -> Number:
+    return Number(low, high, integer=True)
+
+
+def core_count() -> Number:
+    """Cores to use: at most this machine's usable cores (affinity and cgroup quota)."""
+    return Number(1, usable_cores, integer=True, why=" (the usable cores here)")
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)
@@ -90,19 +243,10 @@ def write_json(path: str | None, kind: str, data: dict[str, Any]) -> None:
         click.echo(f"wrote {path}")
 
 
-def int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated ints, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise click.BadParameter(f"expected positive ints, got {text!r}")
-    return values
-
-
-def env_params(name: str) -> tuple[int, dict[str, Any]]:
-    """The env's default num_envs and parameters from its config YAML."""
+def env_params(name: str, num_envs: int | None = None) -> tuple[int, dict[str, Any]]:
+    """The env's default num_envs and parameters from its config YAML; ``num_envs`` is checked there
+    (range, and memory: a vector too big for this machine is a one-line error)."""
     from appliance.config import resolve
 
-    cfg = resolve(env=name)
+    cfg = resolve(env=name, overrides=["--vec.num-envs", str(num_envs)] if num_envs else [])
     return cfg.vec.num_envs, dict(cfg.env)

@@ -11,10 +11,14 @@ from appliance.cli.common import (
     CONTEXT,
     OVERRIDES,
     PROFILE_HELP,
+    IntList,
+    Number,
     check_out,
     cli,
+    core_count,
+    count,
+    duration,
     env_params,
-    int_list,
     pick_profile,
     print_table,
     split_env,
@@ -95,9 +99,11 @@ def envs(ctx: click.Context) -> None:
 
 @envs.command("show", context_settings=CONTEXT)
 @click.argument("name")
-@click.option("--frames", default=4, show_default=True, help="Random-policy steps to draw.")
+@click.option(
+    "--frames", default=4, show_default=True, type=count(10_000), help="Random-policy steps to draw."
+)
 @click.option("--gif", type=click.Path(dir_okay=False), help="Also write an animated GIF of --frames steps.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=count(2**63 - 1, low=0))
 def envs_show(name: str, frames: int, gif: str | None, seed: int) -> None:
     """Draw a few random-policy frames of env NAME in the terminal (and optionally a GIF)."""
     from appliance.bench.envsps import random_actions
@@ -134,14 +140,22 @@ def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
 
 @envs.command("sps", context_settings=CONTEXT)
 @click.argument("names", required=False)
-@click.option("--threads", default="1,2", show_default=True, help="Comma-separated thread counts.")
-@click.option("--seconds", default=2.0, show_default=True, help="Timed seconds per measurement.")
-@click.option("--num-envs", type=int, help="Envs per vector (default: the env's vec.num_envs).")
+@click.option(
+    "--threads",
+    default="1,2",
+    show_default=True,
+    type=IntList(1, 4096),
+    help="Comma-separated thread counts.",
+)
+@click.option(
+    "--seconds", default=2.0, show_default=True, type=duration(), help="Timed seconds per measurement."
+)
+@click.option("--num-envs", type=count(2**31 - 1), help="Envs per vector (default: the env's vec.num_envs).")
 @click.option(
     "--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows (with fingerprint) here."
 )
 def envs_sps(
-    names: str | None, threads: str, seconds: float, num_envs: int | None, json_out: str | None
+    names: str | None, threads: list[int], seconds: float, num_envs: int | None, json_out: str | None
 ) -> None:
     """Env-only agent-steps per second with random actions, per thread count.
 
@@ -151,7 +165,6 @@ def envs_sps(
     from appliance import ocean
     from appliance.bench.envsps import scaling, table_rows
 
-    thread_counts = int_list(threads)
     check_out(json_out)
     known = ocean.names()
     selected = [n for n in names.split(",") if n] if names else known
@@ -160,10 +173,10 @@ def envs_sps(
             raise click.BadParameter(f"unknown env {n!r}; known: {', '.join(known)}", param_hint="NAMES")
     rows = []
     for n in selected:
-        default_envs, params = env_params(n)
+        default_envs, params = env_params(n, num_envs)  # a num_envs too big for memory is refused here
         rows += scaling(
             n,
-            thread_counts,
+            threads,
             num_envs=num_envs or default_envs,
             seconds=seconds,
             progress=lambda r: click.echo(
@@ -184,10 +197,14 @@ def envs_sps(
     "--env", "env", default="cartpole", show_default=True, help="cartpole, a Gymnasium id, or ocean:NAME."
 )
 @click.option(
-    "--step-us", type=float, help="Use a Python test env that busy-waits this many microseconds per step."
+    "--step-us",
+    type=Number(0, 1e6),
+    help="Use a Python test env that busy-waits this many microseconds per step.",
 )
-@click.option("--cores", type=int, help="Cores for every approach (default: physical cores).")
-@click.option("--seconds", default=1.0, show_default=True, help="Timed seconds per measurement.")
+@click.option("--cores", type=core_count(), help="Cores for every approach (default: physical cores).")
+@click.option(
+    "--seconds", default=1.0, show_default=True, type=duration(), help="Timed seconds per measurement."
+)
 @click.option(
     "--json",
     "json_out",
@@ -225,19 +242,28 @@ def vector_bench(
 @cli.command(context_settings=CONTEXT)
 @click.argument("env")
 @click.option(
-    "--batch-size", type=int, help="Envs the trainer wants per batch; tune everything else around it."
+    "--batch-size",
+    type=count(2**31 - 1),
+    help="Envs the trainer wants per batch; tune everything else around it.",
 )
-@click.option("--seconds", default=0.5, show_default=True, help="Timed seconds per candidate.")
 @click.option(
-    "--max-ram-gb", default=8.0, show_default=True, help="Skip configurations whose envs need more RAM."
+    "--seconds", default=0.5, show_default=True, type=duration(), help="Timed seconds per candidate."
+)
+@click.option(
+    "--max-ram-gb",
+    default=8.0,
+    show_default=True,
+    type=Number(0, 1e6, low_open=True),
+    help="Skip configurations whose envs need more RAM.",
 )
 @click.option(
     "--forward-ms",
     default=0.0,
     show_default=True,
+    type=Number(0, 1e6),
     help="Simulated policy time per batch (judges async fairly).",
 )
-@click.option("--cores", type=int, help="Cores to use (default: physical cores).")
+@click.option("--cores", type=core_count(), help="Cores to use (default: physical cores).")
 @click.option(
     "--save",
     type=click.Path(dir_okay=False),

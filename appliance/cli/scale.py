@@ -6,22 +6,41 @@ import sys
 
 import click
 
-from appliance.cli.common import OVERRIDES, PROFILE_HELP, cli, pick_profile, print_table, split_env
+from appliance.cli.common import (
+    OVERRIDES,
+    PROFILE_HELP,
+    cli,
+    count,
+    duration,
+    pick_profile,
+    print_table,
+    split_env,
+)
 from appliance.errors import ConfigError
 
 
 @cli.command(context_settings=OVERRIDES)
 @click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
 @click.option(
-    "--trials", default=20, show_default=True, help="Trials in the study (a resumed one counts its own)."
+    "--trials",
+    default=20,
+    show_default=True,
+    type=count(100_000),
+    help="Trials in the study (a resumed one counts its own).",
 )
-@click.option("--parallel", default=1, show_default=True, help="Trials at once (processes, or Ray tasks).")
+@click.option(
+    "--parallel",
+    default=1,
+    show_default=True,
+    type=count(1024),
+    help="Trials at once (processes, or Ray tasks).",
+)
 @click.option(
     "--budget-seconds",
-    type=float,
+    type=duration(),
     help="Wall seconds for the whole sweep: no trial starts after them, a running trial stops at them.",
 )
-@click.option("--trial-seconds", type=float, help="Stop each trial after this many seconds of training.")
+@click.option("--trial-seconds", type=duration(), help="Stop each trial after this many seconds of training.")
 @click.option(
     "--space",
     "space_file",
@@ -31,7 +50,9 @@ from appliance.errors import ConfigError
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Base config of every trial.")
 @click.option("--out", help="Sweep folder (default: train.data_dir/sweep-ENV); run again to resume.")
 @click.option("--ray-address", help="Run trials as Ray tasks on this cluster ('local': a runtime here).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the sampler.")
+@click.option(
+    "--seed", default=0, show_default=True, type=count(2**32 - 1, low=0), help="Seed of the sampler."
+)
 @click.option("--no-baseline", is_flag=True, help="Do not run your config as trial 0.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def sweep(

@@ -9,7 +9,9 @@ import click
 from appliance.cli.common import (
     OVERRIDES,
     PROFILE_HELP,
+    Number,
     cli,
+    count,
     pick_profile,
     split_env,
 )
@@ -55,7 +57,7 @@ from appliance.errors import ConfigError
 )
 @click.option(
     "--stop-steps",
-    type=float,
+    type=Number(1, 2**63 - 1, integer=True),
     metavar="N",
     help="End after N agent-steps; the learning-rate schedule still spans train.total_timesteps.",
 )
@@ -63,13 +65,28 @@ from appliance.errors import ConfigError
     "--nproc",
     default=1,
     show_default=True,
+    type=count(2**31 - 1),  # at most one per GPU or usable core: checked with the rest of the launch
     help="Data-parallel ranks on this machine (torch.distributed; one GPU each, or CPU with gloo).",
 )
-@click.option("--nnodes", default=1, show_default=True, help="Machines in the job (each runs this command).")
-@click.option("--node-rank", default=0, show_default=True, help="This machine's index among --nnodes.")
+@click.option(
+    "--nnodes",
+    default=1,
+    show_default=True,
+    type=count(4096),
+    help="Machines in the job (each runs this command).",
+)
+@click.option(
+    "--node-rank",
+    default=0,
+    show_default=True,
+    type=count(4095, low=0),
+    help="This machine's index among --nnodes.",
+)
 @click.option("--master-addr", default="127.0.0.1", show_default=True, help="Address of node 0.")
 @click.option(
-    "--master-port", type=int, help="Port on node 0 (default: a free one; set it for --nnodes > 1)."
+    "--master-port",
+    type=Number(0, 65535, integer=True, why=" (0 for a free one)"),
+    help="Port on node 0 (default or 0: a free one; set it for --nnodes > 1).",
 )
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def train(
@@ -83,7 +100,7 @@ def train(
     tensorboard: bool,
     use_wandb: bool,
     report: str | None,
-    stop_steps: float | None,
+    stop_steps: int | None,
     nproc: int,
     nnodes: int,
     node_rank: int,
@@ -98,14 +115,41 @@ def train(
     e.g. puffer-bench train squared --train.device cpu --train.total-timesteps 2e6
     With --nproc N: N ranks, each with vec.num_envs envs; total-timesteps counts all ranks.
     """
+    try:
+        _train(**locals())  # the options as given
+    except KeyboardInterrupt:  # Ctrl-C while starting up, before the session takes the stop signals
+        kept = f"{resume} is kept as it was" if resume else "nothing was kept"
+        click.echo(
+            f"error: interrupted (SIGINT) before the first epoch ended: nothing was trained; {kept}", err=True
+        )
+        click.get_current_context().exit(128 + 2)
+
+
+def _train(
+    profile: str | None,
+    config_file: str | None,
+    run_id: str | None,
+    resume: str | None,
+    load_model_path: str | None,
+    no_dashboard: bool,
+    profile_trace: str | None,
+    tensorboard: bool,
+    use_wandb: bool,
+    report: str | None,
+    stop_steps: int | None,
+    nproc: int,
+    nnodes: int,
+    node_rank: int,
+    master_addr: str,
+    master_port: int | None,
+    args: tuple[str, ...],
+) -> None:
     from appliance.config import resolve
     from appliance.train import session
 
     env, overrides = split_env(args)
     if env is None:
         raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
-    if stop_steps is not None and not (1 <= stop_steps < 2**63):
-        raise ConfigError(f"--stop-steps must be a positive number of agent-steps, got {stop_steps:g}")
     cfg = resolve(env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides)
     options = session.Options(
         run_id=run_id,
@@ -116,12 +160,12 @@ def train(
         tensorboard=tensorboard,
         wandb=use_wandb,
         report=report,
-        stop_steps=None if stop_steps is None else int(stop_steps),
+        stop_steps=stop_steps,
     )
     if nproc > 1 or nnodes > 1:
         from appliance.train import distributed
 
-        where = distributed.Launch(nproc, nnodes, node_rank, master_addr, master_port)
+        where = distributed.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
         lines = distributed.train(cfg, options, where)
     else:
         lines = session.train(cfg, options)
@@ -133,9 +177,7 @@ def train(
 @click.option(
     "--load-model-path", default="latest", show_default=True, metavar="PATH|latest", help="Weights to run."
 )
-@click.option(
-    "--episodes", default=5, show_default=True, type=click.IntRange(min=1), help="Episodes to play."
-)
+@click.option("--episodes", default=5, show_default=True, type=count(1_000_000), help="Episodes to play.")
 @click.option(
     "--gif", type=click.Path(dir_okay=False), help="Write the first episode as an animated GIF (Ocean envs)."
 )

@@ -9,7 +9,9 @@ trained with (env, policy shape, optimizer), so it is whole or absent. It is wri
 file, fsynced, hard-linked as the epoch's snapshot and renamed over ``model.pt``; a kill at any
 point leaves ``model.pt`` either the old checkpoint or the new one. Loading checks it against the
 run being started and says in one line what does not fit, and which intact snapshot to use when a
-file is damaged. A run folder is locked (``.lock``, fcntl) while a run trains into it.
+file is damaged. Every run takes its folder through :func:`claim`: locked (``.lock``, fcntl) while
+it trains, never one that holds another run, named from the env spec with characters safe in a
+shell, and removed again if the run trains nothing.
 
 Folders of the previous layout (``model.pt`` holding weights only, beside ``trainer_state.pt``)
 still load; a resume checks that both files come from the same epoch.
@@ -25,13 +27,14 @@ import re
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from appliance.errors import ApplianceError, ConfigError
-from appliance.report_io import remove_stale_temps, write_bytes_atomic, write_temp
+from appliance.report_io import remove_stale_temps, require_room, write_bytes_atomic, write_temp
 
 if TYPE_CHECKING:
     from appliance.train.trainer import Trainer
@@ -55,11 +58,23 @@ class CheckpointWriteError(ApplianceError, OSError):
 # ----------------------------------------------------------------------------- run folders
 
 
-def new_run_folder(cfg: Any, run_id: str | None = None) -> Path:
-    """``train.data_dir/<run id>``, by default ``<env>-<UTC time>``."""
-    return Path(cfg.train.data_dir) / (
-        run_id or f"{cfg.env_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-    )
+# Characters a run folder name may hold: safe in a shell, a ``docker run -v`` spec and a URL.
+NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def run_name(spec: str) -> str:
+    """A folder name from an env spec: ``spread:make`` gives ``spread-make`` and ``ALE/Pong-v5``
+    gives ``ALE-Pong-v5`` (a run of anything but letters, digits, ``.``, ``_`` and ``-`` is one ``-``)."""
+    return "-".join(NAME_CHARS.findall(spec)).strip(".-") or "run"
+
+
+def check_run_id(run_id: str) -> None:
+    """A ``--run-id`` is one folder name of :data:`NAME_CHARS`, not hidden and not ``latest``."""
+    if not NAME_CHARS.fullmatch(run_id) or run_id.startswith(".") or run_id == LATEST:
+        raise ConfigError(
+            f"--run-id {run_id!r} is not a run folder name: use letters, digits, '.', '_' and '-' "
+            f"(not starting with '.', and not '{LATEST}')"
+        )
 
 
 def find_checkpoint(data_dir: str | Path, which: str) -> Path:
@@ -113,28 +128,155 @@ def start_run(cfg: Any, run_dir: Path) -> None:
         raise CheckpointWriteError(f"cannot write into the run folder {run_dir}: {e.strerror or e}") from None
 
 
+@dataclass(frozen=True)
+class Claim:
+    """The run folder a run trains into, and the checkpoint it resumes from (None for a new run)."""
+
+    run_dir: Path
+    resume_from: Path | None = None
+
+
 @contextlib.contextmanager
-def locked(run_dir: Path) -> Iterator[None]:
+def claim(
+    data_dir: str | Path, env_name: str, run_id: str | None = None, resume: str | None = None
+) -> Iterator[Claim]:
+    """Take the run folder of a new run or a resumed one, locked for the whole run.
+
+    Every entry point that trains into a run folder (``train``, ``train --nproc``, ``--resume``)
+    comes through here. ``resume`` (a run id, folder, checkpoint or ``latest``) takes the folder
+    that holds it. A ``run_id`` must name an empty or new folder: one that holds a run is refused,
+    naming its epoch and ``--resume``. Without either, the folder is ``<env>-<UTC time>``, created
+    exclusively (``mkdir`` fails if it exists), so runs started in the same second get ``-2``,
+    ``-3`` ... When a new run ends with no metrics and no checkpoint in its folder (it failed or was
+    stopped before its first epoch), the lock and config go, and so does the folder if it made it.
+    A folder that cannot be written or is nearly full (:func:`report_io.require_room`) is refused
+    before it is locked; a folder made for the run goes again.
+    """
+    data_dir = Path(data_dir)
+    if resume:
+        resume_from = find_checkpoint(data_dir, resume)
+        require_room(resume_from.parent, "run folder", ConfigError)  # writable, with room: before the lock
+        with locked(resume_from.parent):
+            yield Claim(resume_from.parent, resume_from)
+        return
+    if run_id is not None:
+        check_run_id(run_id)
+        run_dir, created = data_dir / run_id, _make_folder(data_dir / run_id, exclusive=False)
+    else:
+        run_dir, created = _new_folder(data_dir, run_name(env_name))
+    try:
+        require_room(run_dir, "run folder", ConfigError)
+        with locked(run_dir, tidy=True, created=created):
+            if not created:
+                _refuse_if_it_holds_a_run(run_dir, run_id or run_dir.name)
+            yield Claim(run_dir)
+    except BaseException:  # e.g. Ctrl-C between the mkdir and the lock
+        if created:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
+
+
+def _make_folder(folder: Path, exclusive: bool) -> bool:
+    """``mkdir``; True if this call created it. ``exclusive``: FileExistsError if it was there."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir()
+        return True
+    except FileExistsError:
+        if exclusive:
+            raise
+        if not folder.is_dir():
+            raise CheckpointWriteError(
+                f"cannot create the run folder {folder}: a file has that name"
+            ) from None
+        return False
+    except OSError as e:
+        raise CheckpointWriteError(f"cannot create the run folder {folder}: {e.strerror or e}") from None
+
+
+def _new_folder(data_dir: Path, name: str) -> tuple[Path, bool]:
+    """``data_dir/<name>-<UTC time>``, or with ``-2``, ``-3`` ... when that is taken (the time has one-second
+    resolution, so runs started together would otherwise share a folder)."""
+    stem = f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    for n in range(1, 10_000):
+        folder = data_dir / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            return folder, _make_folder(folder, exclusive=True)
+        except FileExistsError:
+            continue
+    raise CheckpointWriteError(f"cannot create a run folder {stem}-N in {data_dir}: all names are taken")
+
+
+# what a run folder holds before its run trains (a run killed while starting leaves these too)
+_STARTING = {LOCK, "config.yaml"}
+
+
+def _run_files(run_dir: Path) -> list[str]:
+    """The files in ``run_dir`` that belong to a run that trained (not the lock, config, temp files or
+    the probe file of another process's :func:`report_io.unwritable` check)."""
+    try:
+        names = [p.name for p in run_dir.iterdir()]
+    except OSError:
+        return []
+    return sorted(
+        n
+        for n in names
+        if n not in _STARTING
+        and not (n.startswith(".") and n.endswith(".tmp"))
+        and not n.startswith(".puffer-bench-probe.")
+    )
+
+
+def _refuse_if_it_holds_a_run(run_dir: Path, run_id: str) -> None:
+    held = _run_files(run_dir)
+    if not held:
+        return
+    epochs = [e for e in (_epoch_of(run_dir / n) for n in held) if e is not None]
+    if epochs or MODEL in held:
+        epoch = f"epoch {max(epochs)}" if epochs else "a checkpoint"
+        raise CheckpointError(
+            f"{run_dir} holds a run ({epoch}); pass --resume {run_id} to continue it or another --run-id"
+        )
+    shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+    raise CheckpointError(
+        f"{run_dir} holds a run that wrote no checkpoint ({shown}); remove the folder or pass another --run-id"
+    )
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path, tidy: bool = False, created: bool = False) -> Iterator[None]:
     """Hold the run folder for this process; a second trainer gets a one-line error naming the first.
 
-    With the lock held, temp files a killed write left behind are removed.
+    With the lock held, temp files a killed write left behind are removed. ``tidy``: on the way out,
+    if the folder holds no run's files (metrics, checkpoints), remove the lock and config, and the
+    folder too if this run ``created`` it (all while still locked).
     """
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        f = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held open for the lock's lifetime)
-    except OSError as e:
-        raise CheckpointWriteError(f"cannot write into the run folder {run_dir}: {e.strerror or e}") from None
     import fcntl
 
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
+    while True:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            f = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held open for the lock's lifetime)
+        except OSError as e:
+            raise CheckpointWriteError(
+                f"cannot write into the run folder {run_dir}: {e.strerror or e}"
+            ) from None
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise CheckpointError(
+                f"run folder {run_dir} is in use by {holder}: wait for it to end, or train into another run"
+            ) from None
+        try:  # the holder before us may have removed the folder (unused) between our open and our lock
+            if os.stat(run_dir / LOCK).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except OSError:
+            pass
         f.close()
-        raise CheckpointError(
-            f"run folder {run_dir} is in use by {holder}: wait for it to end, or train into another run"
-        ) from None
     try:
         f.seek(0)
         f.truncate()
@@ -143,9 +285,19 @@ def locked(run_dir: Path) -> Iterator[None]:
         remove_stale_temps(run_dir)
         yield
     finally:
-        with contextlib.suppress(OSError):
-            f.truncate(0)
-        f.close()  # closing releases the lock
+        try:
+            if tidy and not _run_files(run_dir):
+                for name in [*_STARTING, *(p.name for p in run_dir.glob(".*.tmp"))]:
+                    with contextlib.suppress(OSError):
+                        (run_dir / name).unlink()
+                if created:
+                    with contextlib.suppress(OSError):
+                        run_dir.rmdir()
+            else:
+                with contextlib.suppress(OSError):
+                    f.truncate(0)
+        finally:
+            f.close()  # closing releases the lock
 
 
 # ----------------------------------------------------------------------------- writing

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.errors import ApplianceError
+
 if TYPE_CHECKING:
     from appliance.train.trainer import Trainer
 
@@ -45,6 +47,15 @@ class Stop:
     target: tuple[str, float] | None = None
     window: int = 5
     min_epochs: int = 1
+
+
+class Stopped(ApplianceError):
+    """A stop signal ended a run before it trained anything: one line saying what was kept; exit
+    128 + the signal's number, as a process killed by it would."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 class Interrupted(KeyboardInterrupt):
@@ -86,10 +97,13 @@ class SignalGuard:
 
 
 @contextlib.contextmanager
-def stop_signals(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[SignalGuard]:
+def stop_signals(
+    signals: Sequence[int] = STOP_SIGNALS, guard: SignalGuard | None = None
+) -> Iterator[SignalGuard]:
     """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (main thread only;
-    elsewhere the guard does nothing). The previous handlers come back after."""
-    guard = SignalGuard()
+    elsewhere the guard does nothing), or do what ``guard.handler`` does. The previous handlers
+    come back after."""
+    guard = guard or SignalGuard()
     if threading.current_thread() is not threading.main_thread():
         yield guard
         return
@@ -154,6 +168,7 @@ def run(
     on_metrics: Sequence[Callable[[dict[str, Any]], None]] = (),
     metrics_every: float = 1.0,
     interruptible: bool = False,
+    guard: SignalGuard | None = None,
 ) -> Result:
     """Train until ``stop``; returns why it stopped and the env stats of every epoch.
 
@@ -161,10 +176,16 @@ def run(
     epochs and at the end (also after Ctrl-C, SIGTERM or SIGHUP when ``interruptible``), and metrics records go to
     ``metrics.jsonl`` at most every ``metrics_every`` seconds and at the end; ``on_metrics``
     callbacks (TensorBoard, W&B) get the same records. ``on_epoch`` callbacks (dashboard, progress)
-    run after every epoch.
+    run after every epoch. A run that trained no epoch writes nothing at the end (``checkpoint`` is
+    then the one it resumed from, if any). ``guard``: stop signals are already handled by the
+    caller through this guard (data-parallel ranks, which must agree on when to stop).
     """
     if stop == Stop():
         raise ValueError("Stop() has no condition: the run would never end")
+    if guard is not None:
+        return _run(
+            trainer, stop, checkpoint_interval, on_epoch, on_metrics, metrics_every, interruptible, guard
+        )
     with stop_signals() if interruptible else contextlib.nullcontext(SignalGuard()) as guard:
         return _run(
             trainer, stop, checkpoint_interval, on_epoch, on_metrics, metrics_every, interruptible, guard
@@ -227,10 +248,12 @@ def _run(
         history,
         signal=stopped_by,
     )
-    if trainer.run_dir is not None:
+    if trainer.run_dir is not None and history:
         with guard.deferred():
             result.checkpoint = trainer.save_checkpoint()
             _emit(trainer, on_metrics)
+    else:  # nothing new to save: an untrained policy is no checkpoint, and a resumed one is on disk
+        result.checkpoint = trainer.last_checkpoint
     return result
 
 

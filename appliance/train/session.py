@@ -6,13 +6,14 @@ it yields. The epochs themselves run in :func:`appliance.train.loop.run`.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from appliance.errors import ConfigError
-from appliance.report_io import require_room, unwritable
+from appliance.report_io import unwritable
 from appliance.train import checkpoint, loop
 
 
@@ -38,19 +39,39 @@ def stop_rule(cfg: Any, options: Options) -> loop.Stop:
 def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
     """Train with ``cfg``; yields (line, to stderr) for the caller to print.
 
-    The run folder is locked for the whole session; an unwritable ``--report`` is refused before
-    any env starts.
+    The run folder is claimed and locked for the whole session (:func:`checkpoint.claim`). An
+    unwritable ``--report`` or ``--profile-trace`` is refused before the claim, and a run folder
+    that is unwritable or nearly full by the claim before it locks it, so a refusal leaves nothing
+    behind and no env has started. A stop signal before the first epoch has ended (while envs
+    start, say) ends the session as cleanly as one during training: the envs are closed, a new
+    run's folder goes, and :class:`loop.Stopped` says in one line what was kept.
     """
     t = cfg.train
+    check_outputs(options)
+    run = None
+    with loop.stop_signals():
+        try:
+            with checkpoint.claim(t.data_dir, cfg.env_name, options.run_id, options.resume) as run:
+                yield from _train(cfg, options, run.run_dir, run.resume_from)
+        except KeyboardInterrupt as e:
+            signum = getattr(e, "signum", signal.SIGINT)
+            message = nothing_trained(signal.Signals(signum).name, run.resume_from if run else None)
+            raise loop.Stopped(message, signum) from None
+
+
+def check_outputs(options: Options) -> None:
+    """Refuse an unwritable ``--report`` or ``--profile-trace`` before any work (before the run
+    folder is claimed: a refusal leaves nothing behind)."""
     for flag, path in (("--report", options.report), ("--profile-trace", options.profile_trace)):
         problem = unwritable(Path(path).parent) if path else None
         if problem:
             raise ConfigError(f"{flag} {path}: {problem}")
-    resume_from = checkpoint.find_checkpoint(t.data_dir, options.resume) if options.resume else None
-    run_dir = resume_from.parent if resume_from else checkpoint.new_run_folder(cfg, options.run_id)
-    require_room(run_dir, "run folder", ConfigError)  # writable and with room, before any env starts
-    with checkpoint.locked(run_dir):
-        yield from _train(cfg, options, run_dir, resume_from)
+
+
+def nothing_trained(signal_name: str, resumed: Path | None) -> str:
+    """What a run stopped before its first epoch ended has kept: the checkpoint it resumed, or nothing."""
+    kept = f"{resumed} is kept as it was" if resumed is not None else "nothing was kept"
+    return f"interrupted ({signal_name}) before the first epoch ended: nothing was trained; {kept}"
 
 
 def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) -> Iterator[tuple[str, bool]]:
@@ -60,7 +81,12 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
 
     t = cfg.train
     writers = _writers(options, cfg, run_dir)
-    trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=run_dir, profile=bool(options.profile_trace))
+    vec = vector.make_from_config(cfg)
+    try:
+        trainer = Trainer(cfg, vec, run_dir=run_dir, profile=bool(options.profile_trace))
+    except BaseException:
+        vec.close()
+        raise
     try:
         if resume_from:
             trainer.load_checkpoint(resume_from, resume=True)
@@ -88,6 +114,8 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
             reporter.update(force=True)
             reporter.close()
         if result.reason == "interrupted":
+            if not result.epochs:
+                raise loop.Interrupted(signal.Signals[result.signal or "SIGINT"])
             yield f"interrupted ({result.signal}): saved a checkpoint", True
         if options.report:
             try:

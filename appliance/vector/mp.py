@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import mmap
 import multiprocessing
 import os
@@ -47,6 +48,7 @@ import time
 import traceback
 import uuid
 import weakref
+from collections.abc import Callable, Iterator
 from multiprocessing import connection, resource_tracker
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -74,31 +76,6 @@ ERROR_GRACE = 0.5  # seconds the other workers get to finish (or fail) once one 
 PARENT_WATCH = 0.2  # seconds between a worker's checks that its parent lives (see _watch_parent)
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal the kernel sends when the parent dies
 SHM_DIR = "/dev/shm"
-
-
-@contextlib.contextmanager
-def children_ignore_sigint() -> Any:
-    """Processes started inside the block ignore SIGINT from their first instruction.
-
-    A Ctrl-C reaches every process of the terminal's process group; a spawned child that is still
-    importing would print a KeyboardInterrupt traceback. An ignored signal stays ignored across
-    ``exec``, so the child never installs Python's handler; the parent's own Ctrl-C is blocked (not
-    ignored: a blocked signal stays pending) meanwhile and arrives when the block ends. Main thread
-    only (elsewhere the block does nothing: signal handlers belong to the main thread).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    resource_tracker.ensure_running()  # starting it unblocks SIGINT: let it start before the block
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 def _align(n: int, a: int = 64) -> int:
@@ -262,6 +239,66 @@ def _die_with_parent(parent_pid: int, shm_name: str, pdeathsig: bool, direct: bo
     threading.Thread(
         target=_watch_parent, args=(parent_alive, shm_name), name="puffer-parent-watch", daemon=True
     ).start()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def children_ignore_sigint(start_method: str | None = None) -> Iterator[None]:
+    """Processes started inside the block start with SIGINT blocked, then ignored; the block's own
+    stop signals (SIGINT, SIGTERM, SIGHUP) wait until it ends, then come as usual.
+
+    A Ctrl-C reaches every process of the terminal's process group: a spawned child still importing
+    would print a KeyboardInterrupt traceback, and a main process cut short between starting one
+    worker and the next (or a start and its arguments) would leave a worker an EOFError. So:
+
+    * a new process keeps the signal mask of the thread that made it: SIGINT is blocked in this
+      thread for the block, so a Ctrl-C that meets a child booting stays pending;
+    * a spawned child's first line, before ``spawn_main``, sets SIGINT to ignored (which discards a
+      pending one); the vector's workers do the same first thing (also under fork and forkserver);
+    * this process notes a stop signal in a handler (SIGINT never set to ignored here: another
+      thread, numpy's BLAS pool say, may be the one the kernel hands it to, and an ignored signal
+      would be lost) and raises it again once the block ends.
+
+    Wrap every start of a group of processes (all the vector's workers at once). Outside the main
+    thread the mask and the first line still apply; the handlers stay (they belong to the main
+    thread). ``start_method``: with ``"fork"`` no resource tracker is needed; any other (or None)
+    starts it first, as it unblocks SIGINT after starting itself.
+    """
+    from multiprocessing import spawn
+
+    if start_method != "fork":
+        resource_tracker.ensure_running()
+    noted: list[int] = []
+    previous: dict[int, Any] = {}
+    command_line = spawn.get_command_line
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        if threading.current_thread() is threading.main_thread():
+            for s in STOP_SIGNALS:
+                previous[s] = signal.signal(s, lambda signum, frame: noted.append(signum))
+        spawn.get_command_line = functools.partial(_ignoring_sigint, command_line)
+        yield
+    finally:
+        spawn.get_command_line = command_line
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C blocked meanwhile arrives now
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)
+
+
+_IGNORE_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+
+
+def _ignoring_sigint(command_line: Callable[..., list[str]], **kwds: Any) -> list[str]:
+    """multiprocessing's spawn command line, its ``-c`` program led by ignoring SIGINT."""
+    line = list(command_line(**kwds))
+    if "-c" in line[:-1]:  # not a frozen executable's line
+        at = line.index("-c") + 1
+        line[at] = _IGNORE_SIGINT + line[at]
+    return line
 
 
 def _send(conn: connection.Connection, payload: Any) -> bool:
@@ -450,20 +487,20 @@ class Multiprocessing(Vector):
         # the parent-death signal fires when the starting *thread* exits: arm it only from the main thread
         pdeathsig = threading.current_thread() is threading.main_thread()
         direct = start_method != "forkserver"  # the workers' parent is this process
-        for w in range(sizes.num_workers):
-            parent, child = ctx.Pipe(duplex=True)
-            proc = ctx.Process(
-                target=_worker,
-                args=(w, name, total, plan, source, sizes, child, os.getpid(), pdeathsig, direct),
-                name=f"puffer-worker-{w}",
-                daemon=True,
-            )
-            res.flags[w * FLAG_STRIDE] = BOOT
-            with children_ignore_sigint():  # no traceback from a worker that a Ctrl-C meets booting
+        with children_ignore_sigint(start_method):  # no traceback from a worker a Ctrl-C meets
+            for w in range(sizes.num_workers):
+                parent, child = ctx.Pipe(duplex=True)
+                proc = ctx.Process(
+                    target=_worker,
+                    args=(w, name, total, plan, source, sizes, child, os.getpid(), pdeathsig, direct),
+                    name=f"puffer-worker-{w}",
+                    daemon=True,
+                )
+                res.flags[w * FLAG_STRIDE] = BOOT
                 proc.start()
-            child.close()
-            res.procs.append(proc)
-            res.conns.append(parent)
+                child.close()
+                res.procs.append(proc)
+                res.conns.append(parent)
         self._sentinels = {proc.sentinel: w for w, proc in enumerate(res.procs)}
         k, epw = self.agents_per_env, sizes.envs_per_worker
         self._rows = [np.arange(w * epw * k, (w + 1) * epw * k) for w in range(sizes.num_workers)]
