@@ -56,6 +56,18 @@ size_t ocean_obs_itemsize(ObsDtype dtype) { return dtype == OBS_FLOAT32 ? 4 : 1;
 #define POOL_CHUNKS 4          /* chunks per thread: fine enough to balance, coarse enough to be cheap */
 #define POOL_MAX_CHUNKS 65535  /* the chunk counter and count share one 64-bit word with the job number */
 
+/* -DPOOL_STATS: count futex calls, yields and chunks per thread (envs/pool_bench.c reads them). Off by
+ * default: the counting itself costs a little on every step. */
+enum { STAT_FUTEX_WAIT, STAT_FUTEX_WAKE, STAT_YIELD, STAT_CALLER_CHUNKS, STAT_WORKER_CHUNKS, STAT_COUNT };
+typedef struct PoolStat {
+    _Alignas(64) unsigned long long n[STAT_COUNT]; /* one cache line per thread: no false sharing */
+} PoolStat;
+#ifdef POOL_STATS
+#define COUNT(pool, thread, what) ((pool)->stats[(thread)].n[(what)]++)
+#else
+#define COUNT(pool, thread, what) ((void)0)
+#endif
+
 struct ThreadPool {
     int num_threads;
     int cpus;                   /* usable cores when the pool was made (affinity, cgroup quota) */
@@ -74,6 +86,9 @@ struct ThreadPool {
     _Alignas(64) atomic_uint job;       /* job number; idle threads sleep on it (futex) */
     atomic_int sleepers;
     atomic_int shutdown;
+#ifdef POOL_STATS
+    PoolStat* stats; /* [num_threads], the caller's at 0 */
+#endif
 };
 
 typedef struct WorkerArg {
@@ -150,7 +165,7 @@ static inline unsigned long long make_ticket(unsigned job, unsigned chunks, unsi
 }
 
 /* Take and run chunks of job `job` until none are left; returns when this thread can take no more. */
-static void take_chunks(ThreadPool* pool, unsigned job) {
+static void take_chunks(ThreadPool* pool, unsigned job, int self) {
     unsigned long long t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
     for (;;) {
         unsigned chunks = (unsigned)(t >> 16) & 0xFFFF, next = (unsigned)t & 0xFFFF;
@@ -162,14 +177,17 @@ static void take_chunks(ThreadPool* pool, unsigned job) {
         int start = (int)((long long)pool->count * next / chunks);
         int end = (int)((long long)pool->count * (next + 1) / chunks);
         if (end > start) pool->fn(pool->ctx, start, end);
-        if (atomic_fetch_sub(&pool->remaining, 1) == 1 && atomic_load(&pool->caller_sleeping))
+        COUNT(pool, self, self ? STAT_WORKER_CHUNKS : STAT_CALLER_CHUNKS);
+        if (atomic_fetch_sub(&pool->remaining, 1) == 1 && atomic_load(&pool->caller_sleeping)) {
+            COUNT(pool, self, STAT_FUTEX_WAKE);
             futex_wake(&pool->remaining, 1);
+        }
         t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
     }
 }
 
 /* Wait for a job other than `seen` (or shutdown): spin, yield, then sleep on the futex. */
-static unsigned wait_job(ThreadPool* pool, unsigned seen) {
+static unsigned wait_job(ThreadPool* pool, unsigned seen, int self) {
     unsigned job;
     if (pool->spin) {
         long long deadline = now_ns() + POOL_SPIN_NS;
@@ -183,12 +201,16 @@ static unsigned wait_job(ThreadPool* pool, unsigned seen) {
     for (int i = 0; i < POOL_YIELDS; i++) {
         job = atomic_load_explicit(&pool->job, memory_order_acquire);
         if (job != seen || atomic_load_explicit(&pool->shutdown, memory_order_relaxed)) return job;
+        COUNT(pool, self, STAT_YIELD);
         sched_yield();
     }
     for (;;) {
         atomic_fetch_add(&pool->sleepers, 1); /* seq_cst: pairs with the caller's job store, then sleepers load */
         job = atomic_load(&pool->job);
-        if (job == seen && !atomic_load(&pool->shutdown)) futex_wait(&pool->job, seen);
+        if (job == seen && !atomic_load(&pool->shutdown)) {
+            COUNT(pool, self, STAT_FUTEX_WAIT);
+            futex_wait(&pool->job, seen);
+        }
         atomic_fetch_sub(&pool->sleepers, 1);
         job = atomic_load(&pool->job);
         if (job != seen || atomic_load(&pool->shutdown)) return job;
@@ -198,13 +220,15 @@ static unsigned wait_job(ThreadPool* pool, unsigned seen) {
 static void* worker_main(void* raw) {
     WorkerArg* arg = (WorkerArg*)raw;
     ThreadPool* pool = arg->pool;
+    int self = arg->index;
+    (void)self; /* used by COUNT under POOL_STATS */
     free(arg);
     unsigned seen = 0;
     for (;;) {
-        unsigned job = wait_job(pool, seen);
+        unsigned job = wait_job(pool, seen, self);
         if (atomic_load(&pool->shutdown)) break;
         seen = job;
-        take_chunks(pool, job);
+        take_chunks(pool, job, self);
     }
     return NULL;
 }
@@ -225,6 +249,14 @@ ThreadPool* pool_create(int num_threads) {
     atomic_init(&pool->sleepers, 0);
     atomic_init(&pool->shutdown, 0);
     pool->threads = calloc((size_t)num_threads, sizeof(pthread_t));
+#ifdef POOL_STATS
+    pool->stats = aligned_alloc(64, (size_t)num_threads * sizeof(PoolStat));
+    if (pool->stats) memset(pool->stats, 0, (size_t)num_threads * sizeof(PoolStat));
+    if (!pool->stats) {
+        free(pool->threads);
+        pool->threads = NULL;
+    }
+#endif
     if (!pool->threads) {
         free(pool);
         return NULL;
@@ -261,8 +293,11 @@ void pool_run(ThreadPool* pool, RangeFn fn, void* ctx, int count) {
     atomic_store_explicit(&pool->ticket, make_ticket(job, (unsigned)chunks, 0), memory_order_release);
     atomic_store(&pool->job, job); /* seq_cst: pairs with a sleeper's sleepers++, then job load */
     int sleepers = atomic_load(&pool->sleepers);
-    if (sleepers > 0 && pool->wake > 0) futex_wake(&pool->job, sleepers < pool->wake ? sleepers : pool->wake);
-    take_chunks(pool, job);
+    if (sleepers > 0 && pool->wake > 0) {
+        COUNT(pool, 0, STAT_FUTEX_WAKE);
+        futex_wake(&pool->job, sleepers < pool->wake ? sleepers : pool->wake);
+    }
+    take_chunks(pool, job, 0);
     /* wait for chunks other threads are stepping: spin, yield, then sleep */
     long long deadline = pool->spin ? now_ns() + POOL_SPIN_NS : 0;
     int yields = 0;
@@ -275,12 +310,16 @@ void pool_run(ThreadPool* pool, RangeFn fn, void* ctx, int count) {
         }
         if (yields < POOL_YIELDS) {
             yields++;
+            COUNT(pool, 0, STAT_YIELD);
             sched_yield();
             continue;
         }
         atomic_store(&pool->caller_sleeping, 1); /* seq_cst: pairs with the last finisher's check */
         left = atomic_load(&pool->remaining);
-        if (left > 0) futex_wait(&pool->remaining, (unsigned)left);
+        if (left > 0) {
+            COUNT(pool, 0, STAT_FUTEX_WAIT);
+            futex_wait(&pool->remaining, (unsigned)left);
+        }
         atomic_store(&pool->caller_sleeping, 0);
     }
 }
@@ -292,8 +331,21 @@ void pool_destroy(ThreadPool* pool) {
     futex_wake(&pool->job, 1 << 30);
     for (int i = 1; i < pool->num_threads; i++) pthread_join(pool->threads[i], NULL);
     free(pool->threads);
+#ifdef POOL_STATS
+    free(pool->stats);
+#endif
     free(pool);
 }
+
+#ifdef POOL_STATS
+/* Sums over the threads since the pool was made, in enum order (futex waits, futex wakes, yields, chunks
+ * the caller took, chunks workers took); read while no job runs. */
+void pool_stats(ThreadPool* pool, unsigned long long* out, int n) {
+    for (int k = 0; k < n; k++) out[k] = 0;
+    for (int t = 0; t < pool->num_threads; t++)
+        for (int k = 0; k < n && k < STAT_COUNT; k++) out[k] += pool->stats[t].n[k];
+}
+#endif
 
 /* ------------------------------------------------------------------ vector */
 
