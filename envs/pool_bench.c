@@ -114,7 +114,10 @@ int main(int argc, char** argv) {
             }
         }
         if (!found) {
-            fprintf(stderr, "%s: no parameter '%s'\n", spec->name, argv[a]);
+            int len = eq ? (int)(eq - argv[a]) : (int)strlen(argv[a]);
+            fprintf(stderr, "%s: no parameter '%.*s'; known:", spec->name, len, argv[a]);
+            for (int i = 0; i < np; i++) fprintf(stderr, " %s", spec->params[i].name);
+            fprintf(stderr, "\n");
             return 2;
         }
     }
