@@ -28,6 +28,29 @@ const EnvSpec* ocean_get(int index) { return index >= 0 && index < registry_coun
 
 size_t ocean_obs_itemsize(ObsDtype dtype) { return dtype == OBS_FLOAT32 ? 4 : 1; }
 
+/* Every step checks every action before any env runs, on the caller's thread alone: a serial share of
+ * each step that more threads cannot shrink. A loop that stops at the first bad value does not
+ * vectorize, so one pass ORs the tests together and only a step that has a bad action looks for which
+ * one. Values are compared as unsigned: negatives are out of range too. */
+long long ocean_first_bad_action(const Layout* layout, const int32_t* actions, size_t rows) {
+    const uint32_t* a = (const uint32_t*)actions;
+    int dims = layout->action_dims;
+    size_t n = rows * (size_t)dims;
+    uint32_t bad = 0;
+    if (dims == 1) { /* v | (n - 1 - v) has its top bit set exactly when v < 0 or v >= n: adds and ORs */
+        uint32_t last = (uint32_t)layout->action_n[0] - 1;
+        for (size_t i = 0; i < n; i++) bad |= a[i] | (last - a[i]);
+        bad >>= 31;
+    } else {
+        for (size_t r = 0; r < rows; r++)
+            for (int d = 0; d < dims; d++) bad |= a[r * (size_t)dims + (size_t)d] >= (uint32_t)layout->action_n[d];
+    }
+    if (!bad) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] >= (uint32_t)layout->action_n[i % (size_t)dims]) return (long long)i;
+    return -1;
+}
+
 /* ------------------------------------------------------------------ thread pool
  *
  * A job (fn over [0, count)) is split into one home range per thread (the caller is thread 0), each

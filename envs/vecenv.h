@@ -239,5 +239,8 @@ void vecenv_step(VecEnv* vec);
 void vecenv_log(VecEnv* vec, float* out);
 void vecenv_close(VecEnv* vec);
 size_t ocean_obs_itemsize(ObsDtype dtype);
+/* Flat index (row * action_dims + dimension) of the first action outside [0, n) for its dimension in
+ * `rows` rows of actions, or -1 when all are valid. One branch-free pass the compiler vectorizes. */
+long long ocean_first_bad_action(const Layout* layout, const int32_t* actions, size_t rows);
 
 #endif

@@ -163,6 +163,26 @@ def test_bad_action_dtype_shape_value():
         vec.step(np.array([0, 1, 2, 1], dtype=np.int64))  # other integer dtypes are fine
 
 
+def test_the_first_bad_action_is_named_and_no_env_steps():
+    """C checks all actions in one vectorized pass and only then looks for the first bad one."""
+    with make("breakout", num_envs=1024) as vec:
+        vec.reset(0)
+        before = vec.observations.copy()
+        actions = np.zeros(1024, dtype=np.int32)
+        actions[[1000, 517, 1023]] = [7, -2, 3]
+        with pytest.raises(ValueError, match=r"action -2 for agent 517 \(env 517\) is out of range"):
+            vec.step(actions)
+        np.testing.assert_array_equal(vec.observations, before)
+        actions[517] = 0
+        with pytest.raises(ValueError, match=r"action 7 for agent 1000 "):
+            vec.step(actions)
+        actions[1000] = 0
+        with pytest.raises(ValueError, match=r"action 3 for agent 1023 "):  # the last row alone
+            vec.step(actions)
+        actions[1023] = 2
+        vec.step(actions)
+
+
 def test_bad_multidiscrete_value_names_dimension():
     with make("target", num_envs=1) as vec:
         actions = np.ones((8, 2), dtype=np.int32)
