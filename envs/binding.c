@@ -293,21 +293,16 @@ static int check_actions(PyVec* self) {
     VecEnv* vec = self->vec;
     const Layout* L = &vec->layout;
     const int32_t* a = (const int32_t*)self->act.buf;
-    Py_ssize_t rows = (Py_ssize_t)vec->num_envs * L->agents_per_env;
     int dims = L->action_dims;
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        for (int d = 0; d < dims; d++) {
-            int32_t v = a[r * dims + d];
-            if ((uint32_t)v >= (uint32_t)L->action_n[d]) {
-                char dim[32] = "";
-                if (dims > 1) snprintf(dim, sizeof(dim), ", dimension %d", d);
-                PyErr_Format(PyExc_ValueError, "%s: action %d for agent %zd (env %zd%s) is out of range; valid: 0..%d",
-                             vec->spec->name, (int)v, r, r / L->agents_per_env, dim, L->action_n[d] - 1);
-                return -1;
-            }
-        }
-    }
-    return 0;
+    long long bad = ocean_first_bad_action(L, a, (size_t)vec->num_envs * (size_t)L->agents_per_env);
+    if (bad < 0) return 0;
+    Py_ssize_t r = (Py_ssize_t)(bad / dims);
+    int d = (int)(bad % dims);
+    char dim[32] = "";
+    if (dims > 1) snprintf(dim, sizeof(dim), ", dimension %d", d);
+    PyErr_Format(PyExc_ValueError, "%s: action %d for agent %zd (env %zd%s) is out of range; valid: 0..%d",
+                 vec->spec->name, (int)a[bad], r, r / L->agents_per_env, dim, L->action_n[d] - 1);
+    return -1;
 }
 
 static PyObject* Vec_step(PyVec* self, PyObject* noargs) {

@@ -122,21 +122,15 @@ static int check_actions(Buffer* buf) {
     int dims = L->action_dims;
     size_t first = (size_t)buf->index * (size_t)eng->per_agents;
     const int32_t* a = eng->arrays.actions + first * (size_t)dims;
-    for (int r = 0; r < eng->per_agents; r++) {
-        for (int d = 0; d < dims; d++) {
-            int32_t v = a[(size_t)r * dims + d];
-            if ((uint32_t)v >= (uint32_t)L->action_n[d]) {
-                size_t agent = first + (size_t)r;
-                char dim[32] = "";
-                if (dims > 1) snprintf(dim, sizeof(dim), ", dimension %d", d);
-                snprintf(buf->err, sizeof(buf->err), "%s: action %d for agent %zu (env %zu%s) is out of range; valid: 0..%d",
-                         eng->parent->spec->name, (int)v, agent, agent / (size_t)L->agents_per_env, dim,
-                         L->action_n[d] - 1);
-                return -1;
-            }
-        }
-    }
-    return 0;
+    long long bad = ocean_first_bad_action(L, a, (size_t)eng->per_agents);
+    if (bad < 0) return 0;
+    size_t agent = first + (size_t)(bad / dims);
+    int d = (int)(bad % dims);
+    char dim[32] = "";
+    if (dims > 1) snprintf(dim, sizeof(dim), ", dimension %d", d);
+    snprintf(buf->err, sizeof(buf->err), "%s: action %d for agent %zu (env %zu%s) is out of range; valid: 0..%d",
+             eng->parent->spec->name, (int)a[bad], agent, agent / (size_t)L->agents_per_env, dim, L->action_n[d] - 1);
+    return -1;
 }
 
 /* The rewards and done flags the policy sees at step t, into row t of the history. */

@@ -28,19 +28,55 @@ const EnvSpec* ocean_get(int index) { return index >= 0 && index < registry_coun
 
 size_t ocean_obs_itemsize(ObsDtype dtype) { return dtype == OBS_FLOAT32 ? 4 : 1; }
 
+/* Every step checks every action before any env runs, on the caller's thread alone: a serial share of
+ * each step that more threads cannot shrink. A loop that stops at the first bad value does not
+ * vectorize, so one pass ORs the tests together and only a step that has a bad action looks for which
+ * one. Values are compared as unsigned: negatives are out of range too. */
+long long ocean_first_bad_action(const Layout* layout, const int32_t* actions, size_t rows) {
+    const uint32_t* a = (const uint32_t*)actions;
+    int dims = layout->action_dims;
+    size_t n = rows * (size_t)dims;
+    uint32_t bad = 0;
+    if (dims == 1) { /* v | (n - 1 - v) has its top bit set exactly when v < 0 or v >= n: adds and ORs */
+        uint32_t last = (uint32_t)layout->action_n[0] - 1;
+        for (size_t i = 0; i < n; i++) bad |= a[i] | (last - a[i]);
+        bad >>= 31;
+    } else {
+        for (size_t r = 0; r < rows; r++)
+            for (int d = 0; d < dims; d++) bad |= a[r * (size_t)dims + (size_t)d] >= (uint32_t)layout->action_n[d];
+    }
+    if (!bad) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] >= (uint32_t)layout->action_n[i % (size_t)dims]) return (long long)i;
+    return -1;
+}
+
 /* ------------------------------------------------------------------ thread pool
  *
- * A job (fn over [0, count)) is cut into a few chunks per thread, and every thread, the caller
- * included, takes chunks from one counter until none are left. So the threads that are running do the
- * work: a thread the OS has not scheduled yet (more threads than cores, or a busy machine) does not
- * hold back a share of the envs, and the caller waits only for chunks already being stepped.
+ * A job (fn over [0, count)) is split into one home range per thread (the caller is thread 0), each
+ * cut into a few units. A thread takes units of its own range, half of what is left at a time (so the
+ * pieces shrink to one unit at the end), then takes from the other ranges in the same way. So:
+ *  - the threads that run do the work: a thread the OS has not scheduled (more threads than cores, a
+ *    busy machine) holds back nothing, its range is taken by the others, and the caller waits only
+ *    for pieces already being stepped;
+ *  - a thread steps the same envs step after step unless it had to take over someone else's, so they
+ *    stay in its core's cache;
+ *  - each range's counter sits on its own cache line, taken by its owner without contention; a thread
+ *    subtracts what it finished from the shared `remaining` count once for all of its own range, and
+ *    once per piece it takes over from another's.
  * Which thread steps an env never changes its result (each env has its own RNG).
  *
- * Waiting, in three stages: spin on the counter for at most POOL_SPIN_NS (a step that follows quickly,
+ * Units are sized by measured cost: the caller times its own range (every 8th job), and a unit aims at
+ * POOL_UNIT_NS of work, so threads finish within about one unit of each other. The same figure decides how many
+ * sleeping workers a job is worth waking: one per POOL_WAKE_NS of work (a wake-up costs a syscall,
+ * and a worker that arrives after the work is done costs CPU for nothing).
+ *
+ * Waiting, in three stages: spin on the job number for at most POOL_SPIN_NS (a step that follows quickly,
  * the usual case in a benchmark loop, costs no syscall), then sched_yield a few times (a thread that
- * holds a chunk gets the core), then sleep on a futex. Spinning only pays when every thread has a core
- * of its own, so with more threads than usable cores nobody spins, and at most as many threads as
- * there are cores are woken for a job (the others sleep: they could only take turns on the cores).
+ * holds a piece gets the core), then sleep on a futex: one word for all workers, woken once per job by
+ * the caller with the count it wants. Spinning only pays when every thread has a core of its own, so
+ * with more threads than usable cores nobody spins, and at most as many threads as there are cores
+ * are woken for a job (the others sleep: they could only take turns on the cores).
  */
 
 #include <sched.h>
@@ -51,29 +87,54 @@ size_t ocean_obs_itemsize(ObsDtype dtype) { return dtype == OBS_FLOAT32 ? 4 : 1;
 #include <sys/syscall.h>
 #endif
 
-#define POOL_SPIN_NS 50000     /* spin this long before yielding (when threads <= usable cores) */
-#define POOL_YIELDS 8          /* then this many sched_yield before sleeping */
-#define POOL_CHUNKS 4          /* chunks per thread: fine enough to balance, coarse enough to be cheap */
-#define POOL_MAX_CHUNKS 65535  /* the chunk counter and count share one 64-bit word with the job number */
+#define POOL_SPIN_NS 50000    /* spin this long before yielding (when threads <= usable cores) */
+#define POOL_YIELDS 8         /* then this many sched_yield before sleeping */
+#define POOL_UNITS 64         /* at most this many units per range (before the cost is known: 16) */
+#define POOL_UNIT_NS 2000     /* a unit aims at this much work */
+#define POOL_WAKE_NS 20000    /* wake one sleeping worker per this much work in the job */
+
+/* -DPOOL_STATS: count futex calls, yields and pieces per thread (envs/pool_bench.c reads them). Off by
+ * default: the counting itself costs a little on every step. */
+enum { STAT_FUTEX_WAIT, STAT_FUTEX_WAKE, STAT_YIELD, STAT_CALLER_CHUNKS, STAT_WORKER_CHUNKS, STAT_COUNT };
+typedef struct PoolStat {
+    _Alignas(64) unsigned long long n[STAT_COUNT]; /* one cache line per thread: no false sharing */
+} PoolStat;
+#ifdef POOL_STATS
+#define COUNT(pool, thread, what) ((pool)->stats[(thread)].n[(what)]++)
+#else
+#define COUNT(pool, thread, what) ((void)0)
+#endif
+
+/* One thread's home range of the current job: job number (32 bits) | next unit (16) | units (16),
+ * taken by CAS, so a thread that comes late can never take a unit of a later job. */
+typedef struct Range {
+    _Alignas(64) atomic_ullong word;
+} Range;
 
 struct ThreadPool {
     int num_threads;
     int cpus;                   /* usable cores when the pool was made (affinity, cgroup quota) */
     int spin;                   /* 1: spin before sleeping; 0 when threads > cpus */
-    int wake;                   /* threads woken per job: min(num_threads, cpus) - 1 */
+    int wake;                   /* most threads woken per job: min(num_threads, cpus) - 1 */
     pthread_t* threads;
-    /* the job, written by the caller before it publishes the ticket */
+    Range* ranges;              /* [num_threads] */
+    /* the job, written by the caller before it publishes the ranges; a thread reads it only while it
+     * holds units it has not finished, so the job cannot end and these cannot change meanwhile */
     RangeFn fn;
     void* ctx;
     int count;
-    /* ticket = job number (32 bits) | chunks in the job (16) | next chunk (16); taken by CAS, so a
-     * thread that wakes late can never take a chunk of a later job */
-    _Alignas(64) atomic_ullong ticket;
-    _Alignas(64) atomic_int remaining;  /* chunks not finished yet; the caller sleeps on it (futex) */
+    /* the caller's own, on a line of its own (written every job): what the last job of `cost_fn` cost
+     * per item in ns, 0 before one was timed */
+    _Alignas(64) RangeFn cost_fn;
+    double ns_per_item;
+    _Alignas(64) atomic_int remaining;  /* units not finished yet; the caller sleeps on it (futex) */
     atomic_int caller_sleeping;
     _Alignas(64) atomic_uint job;       /* job number; idle threads sleep on it (futex) */
     atomic_int sleepers;
     atomic_int shutdown;
+#ifdef POOL_STATS
+    PoolStat* stats; /* [num_threads], the caller's at 0 */
+#endif
 };
 
 typedef struct WorkerArg {
@@ -145,31 +206,81 @@ static int usable_cpus(void) {
     return cpus;
 }
 
-static inline unsigned long long make_ticket(unsigned job, unsigned chunks, unsigned next) {
-    return ((unsigned long long)job << 32) | ((unsigned long long)chunks << 16) | next;
+static inline unsigned long long make_word(unsigned job, unsigned next, unsigned units) {
+    return ((unsigned long long)job << 32) | ((unsigned long long)next << 16) | units;
 }
 
-/* Take and run chunks of job `job` until none are left; returns when this thread can take no more. */
-static void take_chunks(ThreadPool* pool, unsigned job) {
-    unsigned long long t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+/* Units of range r: `want`, or its length when shorter (a unit holds at least one item). */
+static inline unsigned range_units(int count, int threads, int r, int want) {
+    long long len = (long long)count * (r + 1) / threads - (long long)count * r / threads;
+    return len < want ? (unsigned)len : (unsigned)want;
+}
+
+/* Take half of what is left of range r in job `job` (at least one unit): returns the units taken
+ * (0: none left, or another job) and the first of them in *first, the range's unit count in *units. */
+static int take(ThreadPool* pool, int r, unsigned job, unsigned* first, unsigned* units) {
+    atomic_ullong* word = &pool->ranges[r].word;
+    unsigned long long w = atomic_load_explicit(word, memory_order_acquire);
     for (;;) {
-        unsigned chunks = (unsigned)(t >> 16) & 0xFFFF, next = (unsigned)t & 0xFFFF;
-        if ((unsigned)(t >> 32) != job || next >= chunks) return;
-        if (!atomic_compare_exchange_weak_explicit(&pool->ticket, &t, t + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
-            continue; /* t now holds the current ticket */
-        /* chunk `next` of this job is ours, so the job is not finished and its fields are stable */
-        int start = (int)((long long)pool->count * next / chunks);
-        int end = (int)((long long)pool->count * (next + 1) / chunks);
-        if (end > start) pool->fn(pool->ctx, start, end);
-        if (atomic_fetch_sub(&pool->remaining, 1) == 1 && atomic_load(&pool->caller_sleeping))
-            futex_wake(&pool->remaining, 1);
-        t = atomic_load_explicit(&pool->ticket, memory_order_acquire);
+        unsigned next = (unsigned)(w >> 16) & 0xFFFF, total = (unsigned)w & 0xFFFF;
+        if ((unsigned)(w >> 32) != job || next >= total) return 0;
+        unsigned n = (total - next + 1) / 2;
+        if (atomic_compare_exchange_weak_explicit(word, &w, w + ((unsigned long long)n << 16), memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            *first = next;
+            *units = total;
+            return (int)n;
+        }
+    }
+}
+
+/* Run units [first, first + n) of range r (out of `units`), which this thread holds; returns the items. */
+static int run_units(ThreadPool* pool, int r, unsigned first, int n, unsigned units) {
+    long long count = pool->count, threads = pool->num_threads;
+    long long lo = count * r / threads, len = count * (r + 1) / threads - lo;
+    int start = (int)(lo + len * first / units), end = (int)(lo + len * (first + (unsigned)n) / units);
+    if (end > start) pool->fn(pool->ctx, start, end);
+    return end - start;
+}
+
+/* Units finished: the last one wakes the caller if it went to sleep. */
+static void finished(ThreadPool* pool, int self, int n) {
+    (void)self; /* used by COUNT under POOL_STATS */
+    if (atomic_fetch_sub(&pool->remaining, n) == n && atomic_load(&pool->caller_sleeping)) {
+        COUNT(pool, self, STAT_FUTEX_WAKE);
+        futex_wake(&pool->remaining, 1);
+    }
+}
+
+/* Do what there is of job `job`: the own range first, then the others' from the next thread on. With
+ * `cost` (the caller), time the own range: cost[0] items in cost[1] ns. */
+static void work(ThreadPool* pool, unsigned job, int self, long long* cost) {
+    int threads = pool->num_threads, n, done = 0;
+    unsigned first, units;
+    long long start = cost ? now_ns() : 0, items = 0;
+    while ((n = take(pool, self, job, &first, &units)) > 0) {
+        COUNT(pool, self, self ? STAT_WORKER_CHUNKS : STAT_CALLER_CHUNKS);
+        items += run_units(pool, self, first, n, units);
+        done += n;
+    }
+    if (cost) {
+        cost[0] = items;
+        cost[1] = now_ns() - start;
+    }
+    if (done) finished(pool, self, done); /* from here the job may be over: only its words are read */
+    for (int i = 1; i < threads; i++) {
+        int r = self + i < threads ? self + i : self + i - threads;
+        while ((n = take(pool, r, job, &first, &units)) > 0) {
+            COUNT(pool, self, self ? STAT_WORKER_CHUNKS : STAT_CALLER_CHUNKS);
+            run_units(pool, r, first, n, units);
+            finished(pool, self, n);
+        }
     }
 }
 
 /* Wait for a job other than `seen` (or shutdown): spin, yield, then sleep on the futex. */
-static unsigned wait_job(ThreadPool* pool, unsigned seen) {
+static unsigned wait_job(ThreadPool* pool, unsigned seen, int self) {
+    (void)self; /* used by COUNT under POOL_STATS */
     unsigned job;
     if (pool->spin) {
         long long deadline = now_ns() + POOL_SPIN_NS;
@@ -183,12 +294,16 @@ static unsigned wait_job(ThreadPool* pool, unsigned seen) {
     for (int i = 0; i < POOL_YIELDS; i++) {
         job = atomic_load_explicit(&pool->job, memory_order_acquire);
         if (job != seen || atomic_load_explicit(&pool->shutdown, memory_order_relaxed)) return job;
+        COUNT(pool, self, STAT_YIELD);
         sched_yield();
     }
     for (;;) {
         atomic_fetch_add(&pool->sleepers, 1); /* seq_cst: pairs with the caller's job store, then sleepers load */
         job = atomic_load(&pool->job);
-        if (job == seen && !atomic_load(&pool->shutdown)) futex_wait(&pool->job, seen);
+        if (job == seen && !atomic_load(&pool->shutdown)) {
+            COUNT(pool, self, STAT_FUTEX_WAIT);
+            futex_wait(&pool->job, seen);
+        }
         atomic_fetch_sub(&pool->sleepers, 1);
         job = atomic_load(&pool->job);
         if (job != seen || atomic_load(&pool->shutdown)) return job;
@@ -198,13 +313,14 @@ static unsigned wait_job(ThreadPool* pool, unsigned seen) {
 static void* worker_main(void* raw) {
     WorkerArg* arg = (WorkerArg*)raw;
     ThreadPool* pool = arg->pool;
+    int self = arg->index;
     free(arg);
     unsigned seen = 0;
     for (;;) {
-        unsigned job = wait_job(pool, seen);
+        unsigned job = wait_job(pool, seen, self);
         if (atomic_load(&pool->shutdown)) break;
         seen = job;
-        take_chunks(pool, job);
+        work(pool, job, self, NULL);
     }
     return NULL;
 }
@@ -218,17 +334,26 @@ ThreadPool* pool_create(int num_threads) {
     pool->cpus = usable_cpus();
     pool->spin = num_threads <= pool->cpus;
     pool->wake = (num_threads < pool->cpus ? num_threads : pool->cpus) - 1;
-    atomic_init(&pool->ticket, 0);
     atomic_init(&pool->remaining, 0);
     atomic_init(&pool->caller_sleeping, 0);
     atomic_init(&pool->job, 0);
     atomic_init(&pool->sleepers, 0);
     atomic_init(&pool->shutdown, 0);
     pool->threads = calloc((size_t)num_threads, sizeof(pthread_t));
-    if (!pool->threads) {
-        free(pool);
+    pool->ranges = aligned_alloc(64, (size_t)num_threads * sizeof(Range));
+#ifdef POOL_STATS
+    pool->stats = aligned_alloc(64, (size_t)num_threads * sizeof(PoolStat));
+    if (pool->stats) memset(pool->stats, 0, (size_t)num_threads * sizeof(PoolStat));
+    int stats_ok = pool->stats != NULL;
+#else
+    int stats_ok = 1;
+#endif
+    if (!pool->threads || !pool->ranges || !stats_ok) {
+        pool->num_threads = 1; /* no worker to join */
+        pool_destroy(pool);
         return NULL;
     }
+    for (int i = 0; i < num_threads; i++) atomic_init(&pool->ranges[i].word, 0); /* job 0: none */
     for (int i = 1; i < num_threads; i++) {
         WorkerArg* arg = malloc(sizeof(WorkerArg));
         if (arg) {
@@ -246,24 +371,48 @@ ThreadPool* pool_create(int num_threads) {
 }
 
 void pool_run(ThreadPool* pool, RangeFn fn, void* ctx, int count) {
-    if (pool->num_threads == 1 || count <= 1) {
+    int threads = pool->num_threads;
+    if (threads == 1 || count <= 1) {
         fn(ctx, 0, count);
         return;
     }
-    int chunks = pool->num_threads * POOL_CHUNKS;
-    if (chunks > count) chunks = count;
-    if (chunks > POOL_MAX_CHUNKS) chunks = POOL_MAX_CHUNKS;
+    /* units per range by measured cost (fn's last job), else a default; at most one item a unit */
+    double per_range = (double)count / threads, units = POOL_UNITS / 4;
+    double cost = fn == pool->cost_fn ? pool->ns_per_item : 0.0;
+    if (cost > 0) units = per_range * cost / POOL_UNIT_NS;
+    int want = units < 1 ? 1 : units > POOL_UNITS ? POOL_UNITS : (int)units;
     pool->fn = fn;
     pool->ctx = ctx;
     pool->count = count;
-    atomic_store_explicit(&pool->remaining, chunks, memory_order_relaxed);
     unsigned job = atomic_load_explicit(&pool->job, memory_order_relaxed) + 1;
-    atomic_store_explicit(&pool->ticket, make_ticket(job, (unsigned)chunks, 0), memory_order_release);
+    /* every range holds count / threads items or one more: `want` units each, or one unit per item */
+    int even = count / threads >= want;
+    /* the count first: a thread that takes a unit (acquiring its range's word) then sees it */
+    atomic_store_explicit(&pool->remaining, even ? threads * want : count, memory_order_relaxed);
+    for (int r = 0; r < threads; r++) {
+        unsigned units = even ? (unsigned)want : range_units(count, threads, r, want);
+        atomic_store_explicit(&pool->ranges[r].word, make_word(job, 0, units), memory_order_release);
+    }
     atomic_store(&pool->job, job); /* seq_cst: pairs with a sleeper's sleepers++, then job load */
     int sleepers = atomic_load(&pool->sleepers);
-    if (sleepers > 0 && pool->wake > 0) futex_wake(&pool->job, sleepers < pool->wake ? sleepers : pool->wake);
-    take_chunks(pool, job);
-    /* wait for chunks other threads are stepping: spin, yield, then sleep */
+    if (sleepers > 0 && pool->wake > 0) {
+        /* one worker per POOL_WAKE_NS of work (all of them before the cost is known) */
+        double worth = cost > 0 ? count * cost / POOL_WAKE_NS : pool->wake;
+        int n = sleepers < pool->wake ? sleepers : pool->wake;
+        if (worth < n) n = (int)worth;
+        if (n > 0) {
+            COUNT(pool, 0, STAT_FUTEX_WAKE);
+            futex_wake(&pool->job, n);
+        }
+    }
+    long long timed[2] = {0, 0};
+    work(pool, job, 0, cost == 0 || (job & 7) == 0 ? timed : NULL); /* two clock reads, every 8th job */
+    if (timed[0] > 0) {
+        double ns = (double)timed[1] / (double)timed[0];
+        pool->ns_per_item = fn == pool->cost_fn && pool->ns_per_item > 0 ? 0.75 * pool->ns_per_item + 0.25 * ns : ns;
+        pool->cost_fn = fn;
+    }
+    /* wait for pieces other threads are stepping: spin, yield, then sleep */
     long long deadline = pool->spin ? now_ns() + POOL_SPIN_NS : 0;
     int yields = 0;
     for (int i = 1;; i++) {
@@ -275,12 +424,16 @@ void pool_run(ThreadPool* pool, RangeFn fn, void* ctx, int count) {
         }
         if (yields < POOL_YIELDS) {
             yields++;
+            COUNT(pool, 0, STAT_YIELD);
             sched_yield();
             continue;
         }
         atomic_store(&pool->caller_sleeping, 1); /* seq_cst: pairs with the last finisher's check */
         left = atomic_load(&pool->remaining);
-        if (left > 0) futex_wait(&pool->remaining, (unsigned)left);
+        if (left > 0) {
+            COUNT(pool, 0, STAT_FUTEX_WAIT);
+            futex_wait(&pool->remaining, (unsigned)left);
+        }
         atomic_store(&pool->caller_sleeping, 0);
     }
 }
@@ -292,8 +445,22 @@ void pool_destroy(ThreadPool* pool) {
     futex_wake(&pool->job, 1 << 30);
     for (int i = 1; i < pool->num_threads; i++) pthread_join(pool->threads[i], NULL);
     free(pool->threads);
+    free(pool->ranges);
+#ifdef POOL_STATS
+    free(pool->stats);
+#endif
     free(pool);
 }
+
+#ifdef POOL_STATS
+/* Sums over the threads since the pool was made, in enum order (futex waits, futex wakes, yields, pieces
+ * the caller took, pieces workers took); read while no job runs. */
+void pool_stats(ThreadPool* pool, unsigned long long* out, int n) {
+    for (int k = 0; k < n; k++) out[k] = 0;
+    for (int t = 0; t < pool->num_threads; t++)
+        for (int k = 0; k < n && k < STAT_COUNT; k++) out[k] += pool->stats[t].n[k];
+}
+#endif
 
 /* ------------------------------------------------------------------ vector */
 

@@ -7,8 +7,9 @@
  *  - EnvSpec: the table that tells the generic vector how big an env is, where its buffers and log
  *    are, its parameters, and its functions. OCEAN_ENV(...) at the bottom of each env header fills
  *    it in and registers it, so adding an env is its header plus one #include in registry.h.
- *  - ThreadPool: persistent pthreads; each step is cut into contiguous chunks of envs that the threads
- *    (the caller included) take from one counter, so the threads that are running do the work.
+ *  - ThreadPool: persistent pthreads; each step gives every thread (the caller included) a home range
+ *    of envs, the same step after step, and a thread that has finished its own takes pieces of the
+ *    others', so the threads that are running do the work (vecenv.c says how).
  */
 #ifndef OCEAN_VECENV_H
 #define OCEAN_VECENV_H
@@ -212,7 +213,7 @@ typedef struct ThreadPool ThreadPool;
 
 /* Create num_threads-1 workers (the caller is thread 0). Returns NULL on failure. */
 ThreadPool* pool_create(int num_threads);
-/* Run fn over [0, count) in contiguous chunks taken by whichever threads run; returns when all are done. */
+/* Run fn over [0, count) in contiguous pieces taken by whichever threads run; returns when all are done. */
 void pool_run(ThreadPool* pool, RangeFn fn, void* ctx, int count);
 void pool_destroy(ThreadPool* pool);
 
@@ -238,5 +239,8 @@ void vecenv_step(VecEnv* vec);
 void vecenv_log(VecEnv* vec, float* out);
 void vecenv_close(VecEnv* vec);
 size_t ocean_obs_itemsize(ObsDtype dtype);
+/* Flat index (row * action_dims + dimension) of the first action outside [0, n) for its dimension in
+ * `rows` rows of actions, or -1 when all are valid. One branch-free pass the compiler vectorizes. */
+long long ocean_first_bad_action(const Layout* layout, const int32_t* actions, size_t rows);
 
 #endif

@@ -90,8 +90,8 @@ def test_obs_in_bounds_episodes_end_and_logs_aggregate(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_same_seed_same_trajectory_for_any_thread_count(name):
     runs = []
-    for threads in (1, 2, 3):
-        with make(name, num_envs=6, num_threads=threads, seed=5) as vec:
+    for threads in (1, 2, 3, 4, 8):  # 3: ranges of unequal length; 8 on 2 cores: oversubscribed
+        with make(name, num_envs=16, num_threads=threads, seed=5) as vec:
             runs.append(rollout(vec, 300, seed=5))
     for other in runs[1:]:
         for key in runs[0]:
@@ -161,6 +161,26 @@ def test_bad_action_dtype_shape_value():
         with pytest.raises(ValueError, match="out of range"):
             vec.step(np.array([0, 0, 0, 2**32 + 1], dtype=np.int64))  # would wrap to 1 in int32
         vec.step(np.array([0, 1, 2, 1], dtype=np.int64))  # other integer dtypes are fine
+
+
+def test_the_first_bad_action_is_named_and_no_env_steps():
+    """C checks all actions in one vectorized pass and only then looks for the first bad one."""
+    with make("breakout", num_envs=1024) as vec:
+        vec.reset(0)
+        before = vec.observations.copy()
+        actions = np.zeros(1024, dtype=np.int32)
+        actions[[1000, 517, 1023]] = [7, -2, 3]
+        with pytest.raises(ValueError, match=r"action -2 for agent 517 \(env 517\) is out of range"):
+            vec.step(actions)
+        np.testing.assert_array_equal(vec.observations, before)
+        actions[517] = 0
+        with pytest.raises(ValueError, match=r"action 7 for agent 1000 "):
+            vec.step(actions)
+        actions[1000] = 0
+        with pytest.raises(ValueError, match=r"action 3 for agent 1023 "):  # the last row alone
+            vec.step(actions)
+        actions[1023] = 2
+        vec.step(actions)
 
 
 def test_bad_multidiscrete_value_names_dimension():
@@ -364,6 +384,77 @@ def test_c_envs_under_address_and_ub_sanitizers(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(" ok") == len(NAMES)
+
+
+def _build(binary: Path, source: str, *flags: str) -> Path:
+    """envs/<source> with envs/vecenv.c, as the C harness tests build them."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed for the C-level tests"
+    envs = ROOT / "envs"
+    command = [cc, "-std=c11", "-O1", "-g", *flags, f"-I{envs}", str(envs / source), str(envs / "vecenv.c")]
+    subprocess.run([*command, "-o", str(binary), "-lm", "-pthread"], check=True)
+    return binary
+
+
+def _json(*command) -> dict:
+    import json
+
+    return json.loads(
+        subprocess.run([str(c) for c in command], capture_output=True, text=True, check=True).stdout
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sanitize", ["address,undefined", "thread"])
+def test_the_thread_pool_under_sanitizers(tmp_path, sanitize):
+    """envs/pool_debug.c: every item of every job exactly once for 1-32 threads (with stalls), the
+    caller taking over a slow worker's range, sleeping workers shutting down; ASan+UBSan and TSan."""
+    flags = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
+    if "undefined" in sanitize:
+        flags.append("-fno-sanitize-recover=undefined")
+    binary = _build(tmp_path / "pool_debug", "pool_debug.c", *flags)
+    result = subprocess.run([str(binary), "100"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": ok") == 9 and "WARNING" not in result.stderr
+
+
+def test_pool_bench_reports_the_pools_cost_and_its_calls(tmp_path):
+    """envs/pool_bench.c: the no-op env's step with and without the pool, an empty job, and (built
+    with -DPOOL_STATS) futex, yield and piece counts per step; without the counters, no counts."""
+    counting = _build(tmp_path / "counting", "pool_bench.c", "-DPOOL_STATS")
+    row = _json(counting, "benchmark", 256, 2, 0.05, 0, "work=0", "obs_bytes=1", "episode_length=1000000")
+    assert (row["env"], row["num_envs"], row["threads"]) == ("benchmark", 256, 2)
+    assert row["steps"] > 0 and row["work_ns"] > 0 and 0 < row["empty_ns"] < row["step_ns"]
+    assert row["overhead_ns"] == pytest.approx(row["step_ns"] - row["work_ns"] / 2, abs=0.1)
+    assert row["caller_chunks_per_step"] + row["worker_chunks_per_step"] >= 1  # someone stepped the envs
+    assert row["futex_wait_per_step"] >= 0 and row["yield_per_step"] >= 0
+    plain = _build(tmp_path / "plain", "pool_bench.c")
+    row = _json(plain, "squared", 64, 1, 0.02)
+    assert "futex_wait_per_step" not in row and row["threads"] == 1
+    bad = subprocess.run(
+        [str(plain), "squared", "8", "1", "0.01", "0", "nosuch=1"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "no parameter 'nosuch'" in bad.stderr
+
+
+@pytest.mark.slow
+def test_pool_overhead_compares_two_builds_in_turns(tmp_path):
+    """tools/pool_overhead.py builds the harness against two envs/ trees and runs them A B, B A."""
+    import json
+    import sys
+
+    out = tmp_path / "overhead"
+    tool = ROOT / "tools/pool_overhead.py"
+    args = ["--a", ".", "--b", ".", "--rounds", "2", "--seconds", "0.02", "--config", "benchmark:64:2"]
+    subprocess.run(
+        [sys.executable, str(tool), *args, "--out", str(out)], check=True, capture_output=True, timeout=600
+    )
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["order"] == ["AB", "BA"]
+    entry = result["configs"]["benchmark:64:2"]
+    assert len(entry["figures"]["step_ns"]["a"]) == 2 and entry["figures"]["step_ns"]["ratio"] > 0
+    assert set(entry["counts"]) == {"A", "B"}  # this tree's vecenv.c has the counters
+    assert "B / A" in out.with_suffix(".md").read_text()
 
 
 @pytest.mark.slow

@@ -82,6 +82,12 @@ class OceanVec(Vector):
         """Check dtype and shape, copy into the C-owned actions buffer, step every env. int32 values
         are range-checked by C on the fly; other integer dtypes here, before a cast could wrap them."""
         self._check_open()
+        if type(actions) is np.ndarray and actions.dtype == np.int32 and actions.shape == self.actions.shape:
+            # the usual case, and all check_actions would do for it: a serial microsecond less per step
+            if actions is not self.actions:
+                np.copyto(self.actions, actions)
+            self._c.step()
+            return
         actions = np.asarray(actions.detach().cpu().numpy() if hasattr(actions, "detach") else actions)
         check_actions(
             self.name,
