@@ -478,6 +478,52 @@ def plot(reports: list[Path], out: Path) -> None:
     log(f"wrote {out}")
 
 
+def first_reach(curve: dict[str, list[float]], target: float) -> tuple[float, float] | None:
+    """(agent-steps, seconds) at the first logged epoch whose windowed score is at least ``target``."""
+    for x, t, score in zip(curve["steps"], curve["seconds"], curve["score"], strict=True):
+        if score >= target:
+            return x, t
+    return None
+
+
+def table(reports: list[Path], targets: dict[str, float]) -> str:
+    """Markdown: per env, each report's agent-steps and seconds to a target score. The target is
+    ``targets[env]`` where given, else the lowest final score among that env's PufferLib reports (so
+    "PufferLib's final score": every PufferLib run reaches it by its end)."""
+    by_env: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for path in reports:
+        try:
+            curves = json.loads(path.read_text())["analysis"]["learning_curves"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise PeerError(f"{path}: not a learning-curve report from train or ours ({e!r})") from None
+        for env, entry in curves.items():
+            by_env.setdefault(env, []).append((path, entry))
+    lines = [
+        "| env | target | run | agent-steps to target | seconds to target | steps run | final score |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for env, entries in by_env.items():
+        peers = [e["runs"][0]["score"][-1] for _, e in entries if "pufferlib" in str(e.get("system"))]
+        if env in targets:
+            target = targets[env]
+        elif peers:
+            target = min(peers)
+        else:
+            raise PeerError(f"{env}: no PufferLib report among the reports and no --target {env}=VALUE")
+        metric = entries[0][1]["metric"]
+        for path, entry in entries:
+            curve = entry["runs"][0]
+            hit = first_reach(curve, target)
+            steps, seconds = (
+                ("not reached", "-") if hit is None else (f"{hit[0] / 1e6:.1f} M", f"{hit[1]:,.0f}")
+            )
+            lines.append(
+                f"| {env} | {metric} {target:.3g} | [{path.stem}]({path.name}) | {steps} | {seconds} "
+                f"| {curve['steps'][-1] / 1e6:.1f} M | {curve['score'][-1]:.3g} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------- speed
 
 
@@ -711,6 +757,13 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("config", help="PufferLib's config for ENV on our keys, as bench/parity/ENV.yaml")
     c.add_argument("env")
     c.add_argument("--out", type=Path, default=None, help="default: bench/parity/ENV.yaml")
+    tb = sub.add_parser(
+        "table", help="agent-steps and seconds to PufferLib's final score, per env (Markdown)"
+    )
+    tb.add_argument("reports", type=Path, nargs="+")
+    tb.add_argument("--target", action="append", default=[], metavar="ENV=VALUE",
+                    help="the score to reach on ENV (default: the lowest final score of its PufferLib reports)")  # fmt: skip
+    tb.add_argument("--out", type=Path, default=None, help="write the table here too")
     pl = sub.add_parser("plot", help="the reports' curves in one figure")
     pl.add_argument("reports", type=Path, nargs="+")
     pl.add_argument("--out", type=Path, required=True)
@@ -731,6 +784,21 @@ def main(argv: list[str] | None = None) -> int:
             write_report(speed(a.cache, a.env, a.rounds, a.seconds, a.warmup, a.out, ours_set), a.out)
         elif a.cmd == "plot":
             plot(a.reports, a.out)
+        elif a.cmd == "table":
+            targets = {}
+            for item in a.target:
+                env, sep, value = item.partition("=")
+                try:
+                    targets[env] = float(value)
+                except ValueError:
+                    raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9") from None
+                if not sep:
+                    raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9")
+            text = table(a.reports, targets)
+            print(text, end="")
+            if a.out:
+                a.out.parent.mkdir(parents=True, exist_ok=True)
+                a.out.write_text(text)
         else:
             at = [float(x) for x in a.at.split(",") if x]
             if a.cmd == "train":

@@ -1,0 +1,54 @@
+"""tools/pufferlib_peer.py's reading of curves (no PufferLib needed: the reports are made here)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def peer():
+    spec = importlib.util.spec_from_file_location("pufferlib_peer", ROOT / "tools" / "pufferlib_peer.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pufferlib_peer"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _report(peer, tmp_path, name, system, scores):
+    rows = [{"steps": (i + 1) * 1e6, "seconds": 10.0 * (i + 1), "perf": s} for i, s in enumerate(scores)]
+    data = peer.make_report(system, "breakout", "perf", 0.9, rows, {}, "test", 0, [2e6])
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_table_reads_steps_to_pufferlibs_lowest_final_score(peer, tmp_path):
+    # windowed over 5 epochs: PufferLib's two runs end at 0.5 and 0.7, so the target is 0.5
+    a = _report(peer, tmp_path, "pl-a", "pufferlib-3.0.0", [0.5] * 8)
+    b = _report(peer, tmp_path, "pl-b", "pufferlib-3.0.0", [0.7] * 8)
+    ours = _report(peer, tmp_path, "ours", "puffer-bench", [0.1, 0.1, 0.1, 1.0, 1.0, 1.0, 1.0, 1.0])
+    slow = _report(peer, tmp_path, "slow", "puffer-bench", [0.1] * 8)
+    lines = peer.table([a, b, ours, slow], {}).splitlines()
+    assert all("perf 0.5" in line for line in lines[2:])
+    rows = {line.split("|")[3].strip(): [c.strip() for c in line.split("|")[4:6]] for line in lines[2:]}
+    assert rows["[pl-a](pl-a.json)"] == ["1.0 M", "10"]
+    # windowed: 0.1, 0.1, 0.1, 0.325, 0.46, then (0.2 + 3 * 1.0) / 5 = 0.64 at the 6th epoch
+    assert rows["[ours](ours.json)"] == ["6.0 M", "60"]
+    assert rows["[slow](slow.json)"] == ["not reached", "-"]
+    assert "perf 0.9" in peer.table([a, ours], {"breakout": 0.9}).splitlines()[2]
+
+
+def test_the_table_refuses_a_file_that_is_not_a_curve_and_an_env_without_a_peer(peer, tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    with pytest.raises(peer.PeerError, match="not a learning-curve report"):
+        peer.table([other], {})
+    ours = _report(peer, tmp_path, "ours", "puffer-bench", [0.1] * 3)
+    with pytest.raises(peer.PeerError, match="no PufferLib report"):
+        peer.table([ours], {})
+    assert peer.main(["table", str(ours), "--target", "breakout"]) == 2
