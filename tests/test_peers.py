@@ -41,6 +41,8 @@ def test_the_table_reads_steps_to_pufferlibs_lowest_final_score(peer, tmp_path):
     assert rows["[ours](ours.json)"] == ["6.0 M", "60"]
     assert rows["[slow](slow.json)"] == ["not reached", "-"]
     assert "perf 0.9" in peer.table([a, ours], {"breakout": 0.9}).splitlines()[2]
+    at = peer.table([a, ours], {}, at=(4e6, 9e6)).splitlines()
+    assert at[0].endswith("score at 4 M | score at 9 M |") and at[3].endswith(" 0.325 | - |")
 
 
 def test_the_table_refuses_a_file_that_is_not_a_curve_and_an_env_without_a_peer(peer, tmp_path):

@@ -486,10 +486,11 @@ def first_reach(curve: dict[str, list[float]], target: float) -> tuple[float, fl
     return None
 
 
-def table(reports: list[Path], targets: dict[str, float]) -> str:
+def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] = ()) -> str:
     """Markdown: per env, each report's agent-steps and seconds to a target score. The target is
     ``targets[env]`` where given, else the lowest final score among that env's PufferLib reports (so
-    "PufferLib's final score": every PufferLib run reaches it by its end)."""
+    "PufferLib's final score": every PufferLib run reaches it by its end); ``at``: agent-step counts
+    at which each run's windowed score is shown too."""
     by_env: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for path in reports:
         try:
@@ -498,9 +499,11 @@ def table(reports: list[Path], targets: dict[str, float]) -> str:
             raise PeerError(f"{path}: not a learning-curve report from train or ours ({e!r})") from None
         for env, entry in curves.items():
             by_env.setdefault(env, []).append((path, entry))
+    extra = "".join(f" score at {x / 1e6:g} M |" for x in at)
     lines = [
-        "| env | target | run | agent-steps to target | seconds to target | steps run | final score |",
-        "|---|---|---|---|---|---|---|",
+        "| env | target | run | agent-steps to target | seconds to target | steps run | final score |"
+        + extra,
+        "|---|---|---|---|---|---|---|" + "---|" * len(at),
     ]
     for env, entries in by_env.items():
         peers = [e["runs"][0]["score"][-1] for _, e in entries if "pufferlib" in str(e.get("system"))]
@@ -520,6 +523,7 @@ def table(reports: list[Path], targets: dict[str, float]) -> str:
             lines.append(
                 f"| {env} | {metric} {target:.3g} | [{path.stem}]({path.name}) | {steps} | {seconds} "
                 f"| {curve['steps'][-1] / 1e6:.1f} M | {curve['score'][-1]:.3g} |"
+                + "".join(f" {'-' if (v := score_at(curve, x)) is None else f'{v:.3f}'} |" for x in at)
             )
     return "\n".join(lines) + "\n"
 
@@ -763,6 +767,9 @@ def main(argv: list[str] | None = None) -> int:
     tb.add_argument("reports", type=Path, nargs="+")
     tb.add_argument("--target", action="append", default=[], metavar="ENV=VALUE",
                     help="the score to reach on ENV (default: the lowest final score of its PufferLib reports)")  # fmt: skip
+    tb.add_argument(
+        "--at", default="", help="agent-steps at which to show each run's score too (comma-separated)"
+    )
     tb.add_argument("--out", type=Path, default=None, help="write the table here too")
     pl = sub.add_parser("plot", help="the reports' curves in one figure")
     pl.add_argument("reports", type=Path, nargs="+")
@@ -794,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9") from None
                 if not sep:
                     raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9")
-            text = table(a.reports, targets)
+            text = table(a.reports, targets, tuple(float(x) for x in a.at.split(",") if x))
             print(text, end="")
             if a.out:
                 a.out.parent.mkdir(parents=True, exist_ok=True)
