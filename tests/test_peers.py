@@ -54,3 +54,15 @@ def test_the_table_refuses_a_file_that_is_not_a_curve_and_an_env_without_a_peer(
     with pytest.raises(peer.PeerError, match="no PufferLib report"):
         peer.table([ours], {})
     assert peer.main(["table", str(ours), "--target", "breakout"]) == 2
+
+
+def test_the_parity_configs_count_the_envs_pufferlibs_serial_backend_steps(peer):
+    """pufferlib.vector.make: batch_size auto is half of num_envs (1 for one env), and Serial makes only
+    batch_size envs; measured: breakout.ini's 8 x 1,024 games ran 4,096 agents, 262,144 steps a batch."""
+    auto = {"num_workers": "auto", "batch_size": "auto"}
+    assert peer.serial_vec_envs({"num_envs": 8, **auto}) == 4
+    assert peer.serial_vec_envs({"num_envs": 1, **auto}) == 1
+    assert peer.serial_vec_envs({"num_envs": 8, "num_workers": 2, "batch_size": 8}) == 8
+    assert peer.serial_vec_envs({"num_envs": 8}) == 8
+    text = (ROOT / "bench" / "parity" / "breakout.yaml").read_text()
+    assert "num_envs: 4096" in text

@@ -668,6 +668,20 @@ def ini_config(cache: Path, env: str) -> dict[str, dict[str, Any]]:
     return {section: {k: ini_value(v) for k, v in parser[section].items()} for section in parser.sections()}
 
 
+def serial_vec_envs(vec: dict[str, Any]) -> int:
+    """How many of its vector envs PufferLib 3.0 steps with the Serial backend (the one this harness
+    runs): ``pufferlib.vector.make`` turns ``batch_size = auto`` into half of ``num_envs`` (1 for one),
+    and Serial then makes only ``batch_size`` envs. breakout.ini's 8 x 1,024 games run as 4 x 1,024,
+    with batches of 262,144 agent-steps, not 524,288."""
+    n = int(vec.get("num_envs", 1))
+    if "num_workers" not in vec:  # make() only sizes the batch when workers are given
+        return n
+    batch = vec.get("batch_size", "auto")
+    if batch == "auto":
+        return 1 if n == 1 else n // 2
+    return n if batch in (None, "None") else int(batch)
+
+
 def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
     """PufferLib's config for ``env`` on our keys, and the PufferLib keys left out (with why)."""
     sys.path.insert(0, str(REPO))
@@ -676,7 +690,7 @@ def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
     ini = ini_config(cache, env)
     params = ocean.describe(env)["params"]
     pe, pv, pt = ini.get("env", {}), ini.get("vec", {}), ini["train"]
-    envs = int(pe.get("num_envs", 1)) * int(pv.get("num_envs", 1))
+    envs = int(pe.get("num_envs", 1)) * serial_vec_envs(pv)
     out: dict[str, Any] = {
         "vec": {"num_envs": envs},
         "env": {k: v for k, v in pe.items() if k in params},
@@ -699,7 +713,8 @@ def write_config(cache: Path, env: str, out: Path) -> None:
     head = (
         f"# PufferLib {VERSION}'s config/ocean/{ENVS[env][1]}.ini (its default.ini underneath) on our keys, made by\n"
         f"# `python tools/pufferlib_peer.py config {env}` for the learning-parity runs of docs/learning.md:\n"
-        f"# `puffer-bench train {env} --config {shown}`. Its vec.num_envs x env.num_envs are our vec.num_envs;\n"
+        f"# `puffer-bench train {env} --config {shown}`. Our vec.num_envs are the games its Serial backend\n"
+        "# steps: env.num_envs x the vector envs Serial makes (half of vec.num_envs, as its batch_size auto);\n"
         "# its policy (Default: Linear + GELU encoder, LSTM 128, PufferLib's init) and reward handling (clamp\n"
         "# to [-1, 1], no scaling) are spelled out. Not carried over (no counterpart on our side, or the\n"
         f"# run's bookkeeping): {', '.join(left) or 'nothing'}.\n"
