@@ -66,3 +66,16 @@ def test_the_parity_configs_count_the_envs_pufferlibs_serial_backend_steps(peer)
     assert peer.serial_vec_envs({"num_envs": 8}) == 8
     text = (ROOT / "bench" / "parity" / "breakout.yaml").read_text()
     assert "num_envs: 4096" in text
+
+
+def test_pufferlibs_rollouts_after_training_are_not_on_the_curve(peer, tmp_path):
+    """pufferl.train logs 32 rollouts without updates after its last epoch; the curve stops before."""
+    path = tmp_path / "curve.jsonl"
+    steps = [262144 * i for i in range(1, 6)] + [262144 * 5 + 32 * 262144]
+    path.write_text(
+        "".join(json.dumps({"agent_steps": s, "seconds": 1.0, "environment/perf": 0.5}) + "\n" for s in steps)
+    )
+    config = {"env": {"num_envs": 1024}, "vec": {"num_envs": 8, "num_workers": "auto", "batch_size": "auto"},
+              "train": {"total_timesteps": 1_200_000, "bptt_horizon": 64}}  # fmt: skip
+    assert [r["steps"] for r in peer.peer_rows(path, config)] == steps[:5]
+    assert len(peer.peer_rows(path, {})) == 6  # without a config nothing is cut

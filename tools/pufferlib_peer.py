@@ -408,7 +408,20 @@ def derive(
     return rows
 
 
-def peer_rows(jsonl: Path) -> list[dict[str, float]]:
+def peer_rows(jsonl: Path, config: dict[str, Any]) -> list[dict[str, float]]:
+    """PufferLib's logged rows up to the end of training: after its last epoch, ``pufferl.train`` runs
+    32 more rollouts without updates and logs them (pong: 12.1 M trained steps, a last row at 16.3 M),
+    which are not part of the learning curve."""
+    train_cfg, vec = config.get("train", {}), config.get("vec", {})
+    try:
+        batch = (
+            int(config.get("env", {}).get("num_envs", 1))
+            * serial_vec_envs(vec)
+            * int(train_cfg["bptt_horizon"])
+        )
+        limit = float(train_cfg["total_timesteps"]) + batch
+    except (KeyError, TypeError, ValueError):
+        limit = float("inf")
     rows = []
     for line in jsonl.read_text().splitlines():
         r = json.loads(line)
@@ -416,7 +429,8 @@ def peer_rows(jsonl: Path) -> list[dict[str, float]]:
         row.update(
             {k.split("/", 1)[-1]: v for k, v in r.items() if k not in ("agent_steps", "seconds", "sps")}
         )
-        rows.append(row)
+        if row["steps"] <= limit:
+            rows.append(row)
     return rows
 
 
@@ -831,13 +845,17 @@ def main(argv: list[str] | None = None) -> int:
                 extra = [s for item in a.set for s in item.split("=", 1)]
                 info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env)
                 rows = derive(
-                    peer_rows(jsonl), a.metric, "ours" if a.our_env else "pufferlib", info["config"]
+                    peer_rows(jsonl, info["config"]),
+                    a.metric,
+                    "ours" if a.our_env else "pufferlib",
+                    info["config"],
                 )
                 system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
                 data = make_report(system, a.env, a.metric, a.target, rows, info["config"],
                                    info["command"], a.seed, at)  # fmt: skip
             elif a.cmd == "report":
-                rows = derive(peer_rows(a.curve), a.metric, "pufferlib", ini_config(a.cache, a.env))
+                ini = ini_config(a.cache, a.env)
+                rows = derive(peer_rows(a.curve, ini), a.metric, "pufferlib", ini)
                 data = make_report(f"pufferlib-{VERSION}", a.env, a.metric, a.target, rows, ini_config(a.cache, a.env),
                                    f"PufferLib's curve {a.curve}", None, at)  # fmt: skip
             else:
