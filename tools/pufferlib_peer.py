@@ -500,11 +500,11 @@ def first_reach(curve: dict[str, list[float]], target: float) -> tuple[float, fl
     return None
 
 
-def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] = ()) -> str:
+def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] = (), links: str = "") -> str:
     """Markdown: per env, each report's agent-steps and seconds to a target score. The target is
     ``targets[env]`` where given, else the lowest final score among that env's PufferLib reports (so
     "PufferLib's final score": every PufferLib run reaches it by its end); ``at``: agent-step counts
-    at which each run's windowed score is shown too."""
+    at which each run's windowed score is shown too; ``links``: a prefix for the reports' links."""
     by_env: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for path in reports:
         try:
@@ -535,7 +535,7 @@ def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] 
                 ("not reached", "-") if hit is None else (f"{hit[0] / 1e6:.1f} M", f"{hit[1]:,.0f}")
             )
             lines.append(
-                f"| {env} | {metric} {target:.3g} | [{path.stem}]({path.name}) | {steps} | {seconds} "
+                f"| {env} | {metric} {target:.3g} | [{path.stem}]({links}{path.name}) | {steps} | {seconds} "
                 f"| {curve['steps'][-1] / 1e6:.1f} M | {curve['score'][-1]:.3g} |"
                 + "".join(f" {'-' if (v := score_at(curve, x)) is None else f'{v:.3f}'} |" for x in at)
             )
@@ -799,6 +799,9 @@ def main(argv: list[str] | None = None) -> int:
     tb.add_argument(
         "--at", default="", help="agent-steps at which to show each run's score too (comma-separated)"
     )
+    tb.add_argument(
+        "--links", default="", help="a prefix for the links to the reports, e.g. results/cpu/parity/"
+    )
     tb.add_argument("--out", type=Path, default=None, help="write the table here too")
     pl = sub.add_parser("plot", help="the reports' curves in one figure")
     pl.add_argument("reports", type=Path, nargs="+")
@@ -830,7 +833,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9") from None
                 if not sep:
                     raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9")
-            text = table(a.reports, targets, tuple(float(x) for x in a.at.split(",") if x))
+            text = table(a.reports, targets, tuple(float(x) for x in a.at.split(",") if x), a.links)
             print(text, end="")
             if a.out:
                 a.out.parent.mkdir(parents=True, exist_ok=True)
