@@ -186,7 +186,7 @@ def _quick(out, space, trials=2, trial=instant, overrides=TINY, **kw):
 
 def test_the_shipped_space_holds_the_config_of_every_env_on_its_profile():
     """Trial 0 is the config as given: the shipped space must hold it on every profile (breakout's
-    4,096 envs on a CPU and gae_lambda 0.75, squared's 256 envs on a CPU and 8,192 on an H100)."""
+    8,192 envs and gae_lambda 0.75, squared's 256 envs on a CPU and 8,192 on an H100)."""
     from appliance.config import env_names
 
     for env, profile in [*((e, "cpu") for e in env_names()), ("breakout", "h100"), ("squared", "h100")]:
@@ -195,7 +195,7 @@ def test_the_shipped_space_holds_the_config_of_every_env_on_its_profile():
         baseline = sw._baseline(base.resolve(), space)  # raised "outside the space" before
         assert baseline["vec.num_envs"] == base.resolve().vec.num_envs, (env, profile)
     space = sw.load_space("breakout", None, sw.Base("breakout", "cpu"))
-    assert space.params["vec.num_envs"]["choices"] == [512, 1024, 2048, 4096]  # the ladder, moved
+    assert space.params["vec.num_envs"]["choices"] == [1024, 2048, 4096, 8192]  # the ladder, moved
     assert space.params["train.gae_lambda"]["low"] == pytest.approx(0.74765, abs=1e-5)
     assert any("vec.num_envs" in n for n in space.notes)
 
