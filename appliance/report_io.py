@@ -129,6 +129,20 @@ def require_room(folder: str | Path, what: str, error: Callable[[str], Exception
         raise error(f"{what}: {problem}")
 
 
+def lock_or_refuse(f: Any, what: str, hint: str, error: Callable[[str], Exception]) -> None:
+    """Take the flock on ``f`` (a folder's lock file, open) without waiting. If another process holds
+    it, close ``f`` and raise ``error`` naming the holder that the file records and what to do."""
+    import fcntl
+
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise error(f"{what} is in use by {holder}: {hint}") from None
+
+
 def size_text(n: float) -> str:
     """Bytes as B, KiB, MiB or GiB with three significant digits."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

@@ -21,7 +21,7 @@ from typing import Any
 from appliance.bench.sweepspace import SECTIONS, Base, Space, sections_of
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
-from appliance.report_io import disk_full
+from appliance.report_io import disk_full, lock_or_refuse
 
 STUDY = "sweep"
 DB = "study.db"
@@ -37,22 +37,12 @@ def locked(folder: Path) -> Iterator[None]:
 
     An flock on ``sweep.lock``: the kernel drops it when the holder dies, however it dies.
     """
-    import fcntl
-
     try:
         folder.mkdir(parents=True, exist_ok=True)
         f = open(folder / LOCK, "a+")  # noqa: SIM115 (held open for the lock's lifetime)
     except OSError as e:
         raise ConfigError(f"cannot write into the sweep folder {folder}: {e.strerror or e}") from None
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        raise ConfigError(
-            f"sweep folder {folder} is in use by {holder}: wait for it to end, or pass another --out"
-        ) from None
+    lock_or_refuse(f, f"sweep folder {folder}", "wait for it to end, or pass another --out", ConfigError)
     try:
         f.seek(0)
         f.truncate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -89,25 +90,7 @@ from appliance.errors import ConfigError
     help="Port on node 0 (default or 0: a free one; set it for --nnodes > 1).",
 )
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def train(
-    profile: str | None,
-    config_file: str | None,
-    run_id: str | None,
-    resume: str | None,
-    load_model_path: str | None,
-    no_dashboard: bool,
-    profile_trace: str | None,
-    tensorboard: bool,
-    use_wandb: bool,
-    report: str | None,
-    stop_steps: int | None,
-    nproc: int,
-    nnodes: int,
-    node_rank: int,
-    master_addr: str,
-    master_port: int | None,
-    args: tuple[str, ...],
-) -> None:
+def train(**options: Any) -> None:
     """Train a PPO policy on ENV (an Ocean env or a Gymnasium id).
 
     \b
@@ -116,9 +99,9 @@ def train(
     With --nproc N: N ranks, each with vec.num_envs envs; total-timesteps counts all ranks.
     """
     try:
-        _train(**locals())  # the options as given
+        _train(**options)
     except KeyboardInterrupt:  # Ctrl-C while starting up, before the session takes the stop signals
-        kept = f"{resume} is kept as it was" if resume else "nothing was kept"
+        kept = f"{options['resume']} is kept as it was" if options["resume"] else "nothing was kept"
         click.echo(
             f"error: interrupted (SIGINT) before the first epoch ended: nothing was trained; {kept}", err=True
         )

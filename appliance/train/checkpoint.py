@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from appliance.errors import ApplianceError, ConfigError
-from appliance.report_io import remove_stale_temps, require_room, write_bytes_atomic, write_temp
+from appliance.report_io import (
+    lock_or_refuse,
+    remove_stale_temps,
+    require_room,
+    write_bytes_atomic,
+    write_temp,
+)
 
 if TYPE_CHECKING:
     from appliance.train.trainer import Trainer
@@ -252,8 +258,6 @@ def locked(run_dir: Path, tidy: bool = False, created: bool = False) -> Iterator
     if the folder holds no run's files (metrics, checkpoints), remove the lock and config, and the
     folder too if this run ``created`` it (all while still locked).
     """
-    import fcntl
-
     while True:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -262,15 +266,9 @@ def locked(run_dir: Path, tidy: bool = False, created: bool = False) -> Iterator
             raise CheckpointWriteError(
                 f"cannot write into the run folder {run_dir}: {e.strerror or e}"
             ) from None
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            f.close()
-            raise CheckpointError(
-                f"run folder {run_dir} is in use by {holder}: wait for it to end, or train into another run"
-            ) from None
+        lock_or_refuse(
+            f, f"run folder {run_dir}", "wait for it to end, or train into another run", CheckpointError
+        )
         try:  # the holder before us may have removed the folder (unused) between our open and our lock
             if os.stat(run_dir / LOCK).st_ino == os.fstat(f.fileno()).st_ino:
                 break
