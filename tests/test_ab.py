@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -125,6 +126,14 @@ def test_git_worktree_failure_is_one_line(tmp_path):
 
     side = ab.Subprocess(ab.parse_variant("git:nope"), {"profile": "cpu"}, execute=failing, root=tmp_path)
     with pytest.raises(ConfigError, match="invalid reference"):
+        side.prepare()
+    side.close()
+
+
+def test_a_machine_without_git_gets_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
+    side = ab.Subprocess(ab.parse_variant("git:HEAD"), {"profile": "cpu"}, root=tmp_path)
+    with pytest.raises(ConfigError, match="need git on PATH"):
         side.prepare()
     side.close()
 
@@ -262,6 +271,7 @@ def _worktrees(repo):
     return [line for line in out.stdout.splitlines() if line.startswith("worktree ")]
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git on PATH for real worktrees")
 def test_sigterm_during_a_git_ab_removes_and_prunes_both_worktrees(tmp_path, monkeypatch, no_default_stop):
     import tempfile
 

@@ -213,7 +213,10 @@ class Subprocess:
         self.tree: Path | None = None
 
     def _git(self, *args: str) -> None:
-        result = self.execute(["git", "-C", str(self.root), *args], capture_output=True, text=True)
+        try:
+            result = self.execute(["git", "-C", str(self.root), *args], capture_output=True, text=True)
+        except FileNotFoundError:
+            raise ConfigError("git: variants need git on PATH; none was found") from None
         if result.returncode != 0:
             raise ConfigError(f"git {' '.join(args)} failed: {(result.stderr or '').strip()[:300]}")
 
