@@ -32,3 +32,8 @@ class EnvContractError(ConfigError):
     """An env broke its own contract: what its ``reset`` or ``step`` returned does not fit the
     Gymnasium or PettingZoo API or the env's own spaces. The message names the env, the call and the
     rule, in one line; every vector backend raises it with the same message."""
+
+
+class TrainingError(ApplianceError, RuntimeError):
+    """Training cannot go on (a NaN/Inf loss, a fused kernel that disagrees with the torch loss); the
+    message names the last good checkpoint where there is one."""

@@ -24,3 +24,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.gpu)
         if "gpu" in item.keywords and not cuda_available():
             item.add_marker(skip)
+
+
+SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGCHLD")
+
+
+def _signal_state() -> tuple:
+    import signal
+
+    blocked = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    return blocked, tuple(signal.getsignal(getattr(signal, name)) for name in SIGNALS)
+
+
+@pytest.fixture(autouse=True)
+def signals_left_as_found():
+    """A test that leaves a signal blocked or its handler changed in the test process passes it on to
+    every process the later tests start (an ignored or blocked SIGINT survives exec), so a later
+    Ctrl-C test times out far from the cause: fail the test that did it, and put the state back."""
+    import signal
+
+    before = _signal_state()
+    yield
+    after = _signal_state()
+    if after != before:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before[0])
+        for name, handler in zip(SIGNALS, before[1], strict=True):
+            signal.signal(getattr(signal, name), handler if handler is not None else signal.SIG_DFL)
+        was, now = (dict(zip(SIGNALS, state[1], strict=True)) for state in (before, after))
+        pytest.fail(
+            f"the test left the signal state changed: blocked {set(before[0])} -> {set(after[0])}, "
+            f"handlers {was} -> {now}"
+        )

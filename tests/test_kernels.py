@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from appliance.errors import ConfigError, DeviceError
 from appliance.gpu import kernels, reference
 from appliance.paths import data_dir
+from appliance.train import advantage, losses
 from appliance.train.policy import MinGRU
 
 HERE = __import__("pathlib").Path(__file__).resolve().parent
@@ -213,8 +214,8 @@ def test_sample_logits_draws_are_keyed_by_agent_id_not_by_row(host: Host) -> Non
 
 
 def test_advantage_kernel_body_matches_the_reference(host: Host) -> None:
-    """The reference is the trainer's own advantage (train/advantage.py re-exports it; test_train checks
-    it against plain loops); here the CUDA body, compiled by g++, must match it."""
+    """The definition is the trainer's own advantage (train/advantage.py; test_train checks it against
+    plain loops); here the CUDA body, compiled by g++, must match it."""
     g = torch.Generator().manual_seed(2)
     rows, horizon = 257, 64
     values = torch.randn(rows, horizon, generator=g)
@@ -222,7 +223,7 @@ def test_advantage_kernel_body_matches_the_reference(host: Host) -> None:
     dones = (torch.rand(rows, horizon, generator=g) < 0.05).float()  # dones mid-row
     ratios = torch.exp(torch.randn(rows, horizon, generator=g) * 0.3)  # some clipped by rho/c
     args = (0.99, 0.95, 1.0, 0.9)
-    ref = reference.advantage(values, rewards, dones, ratios, *args)
+    ref = advantage.advantage(values, rewards, dones, ratios, *args)
     got = torch.zeros(rows, horizon)
     host("host_advantage", values, rewards, dones, ratios, got, rows, horizon, 0.99, 0.99 * 0.95, 1.0, 0.9)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
@@ -374,7 +375,7 @@ def _trainer_loss(out, new_value, actions, old_logprob, adv, returns, old_value,
 
 @pytest.mark.parametrize("storage", ["f32", "bf16"])
 @pytest.mark.parametrize("nvec", [[6], [3, 4]])
-def test_ppo_loss_matches_trainer_and_reference(host: Host, storage: str, nvec: list[int]) -> None:
+def test_ppo_loss_matches_the_torch_loss(host: Host, storage: str, nvec: list[int]) -> None:
     g = torch.Generator().manual_seed(7)
     n, width = 2048, sum(nvec)
     logits = torch.randn(n, width, generator=g) * 2
@@ -392,7 +393,7 @@ def test_ppo_loss_matches_trainer_and_reference(host: Host, storage: str, nvec: 
     mask = (torch.rand(n, generator=g) < 0.8).float()
     coefs = {"clip": 0.2, "vf_clip": 0.2, "vf_coef": 0.5, "ent_coef": 0.01}
     args = (logits, value, actions, old_logprob, adv, returns, old_value, mask, nvec, *coefs.values())
-    ref = reference.ppo_loss(*args, grad_scale=0.5)
+    ref = reference.PPOLoss(*losses.gradients(*args[:9], losses.Coefs(*args[9:]), grad_scale=0.5))
 
     lg, nv = logits.clone().requires_grad_(), value.clone().requires_grad_()
     loss = _trainer_loss(lg, nv, actions, old_logprob, adv, returns, old_value, mask, nvec, coefs)
@@ -541,7 +542,7 @@ def test_dispatch_runs_the_reference_on_cpu(monkeypatch: pytest.MonkeyPatch) -> 
     for m in ("", "auto", "reference", "REFERENCE"):
         monkeypatch.setenv(kernels.ENV, m)
         assert not kernels.use_cuda(values)
-        assert torch.equal(kernels.advantage(*args), reference.advantage(*args))
+        assert torch.equal(advantage.compute(*args), advantage.advantage(*args))
     out = torch.randn(16, 5)
     assert all(
         torch.equal(a, b)
@@ -551,13 +552,14 @@ def test_dispatch_runs_the_reference_on_cpu(monkeypatch: pytest.MonkeyPatch) -> 
     )
 
 
-def test_ppo_loss_writes_into_given_buffers() -> None:
+def test_the_fused_loss_and_advantage_have_no_cpu_copy() -> None:
+    """Their one definition is the trainer's torch code; the kernels refuse to stand in for it."""
     n = 16
+    with pytest.raises(DeviceError, match="appliance.train.advantage.advantage"):
+        kernels.advantage(torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(2, 4), torch.ones(2, 4), 0.9, 0.9)
     args = (torch.randn(n, 3), torch.randn(n), torch.randint(0, 3, (n,)), *[torch.randn(n) for _ in range(4)])
-    args = (*args, torch.ones(n), [3], 0.2, 0.2, 0.5, 0.01)
-    out = reference.PPOLoss(torch.zeros(6), torch.zeros(n), torch.zeros(n, 3), torch.zeros(n))
-    got = kernels.ppo_loss(*args, out=out)
-    assert got is out and all(torch.equal(a, b) for a, b in zip(out, reference.ppo_loss(*args), strict=True))
+    with pytest.raises(DeviceError, match="appliance.train.losses.ppo_loss"):
+        kernels.ppo_loss(*args, torch.ones(n), [3], 0.2, 0.2, 0.5, 0.01)
 
 
 def test_dispatch_forcing_cuda_without_a_gpu_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from appliance.config import resolve
 from appliance.errors import ConfigError, DeviceError
 from appliance.testing import BusyEnv
 from appliance.train import Trainer, TrainingError
-from appliance.train.advantage import compute_advantages
+from appliance.train.advantage import advantage as compute_advantages
 from appliance.train.policy import MinGRU, Policy
 from appliance.train.trainer import make_policy, resolve_device
 
@@ -465,18 +466,21 @@ def test_gradient_accumulation_equals_the_full_batch_gradient(core):
         trainer.close()
 
 
-def _heavyball_muon():
-    """heavyball 1.7.2's ForeachMuon, the optimizer PufferLib 3.0 trains with (a dev dependency)."""
+def _heavyball_muon(monkeypatch):
+    """heavyball 1.7.2's ForeachMuon, the optimizer PufferLib 3.0 trains with (a dev dependency), run
+    eagerly: its torch.compile of the same math needs a C++ toolchain and compile workers, and takes
+    longer than the test."""
     heavyball = pytest.importorskip("heavyball")
     from importlib.metadata import version
 
     if version("heavyball") != "1.7.2":
         pytest.skip(f"the reference is heavyball 1.7.2, found {version('heavyball')}")
+    monkeypatch.setattr(importlib.import_module("heavyball.utils"), "compile_mode", None)
     return heavyball.ForeachMuon
 
 
 @pytest.mark.parametrize("graph_safe", [False, True])
-def test_muon_takes_pufferlibs_steps(graph_safe):
+def test_muon_takes_pufferlibs_steps(graph_safe, monkeypatch):
     """Our Muon takes heavyball 1.7.2 ForeachMuon's steps (PufferLib 3.0's optimizer, built with
     betas=(adam_beta1, adam_beta2)) on a policy's shapes: Nesterov momentum as a running sum with
     beta = adam_beta1, Newton-Schulz for matrices (and a conv kernel viewed as a matrix) scaled by
@@ -484,7 +488,7 @@ def test_muon_takes_pufferlibs_steps(graph_safe):
     keeping its momentum in float32."""
     from appliance.train.optim import Muon
 
-    ForeachMuon = _heavyball_muon()
+    ForeachMuon = _heavyball_muon(monkeypatch)
     gen = torch.Generator().manual_seed(0)
     shapes = [(512, 128), (128, 118), (3, 128), (1, 128), (512,), (3,), (8, 3, 3, 3)]
     ours = [torch.nn.Parameter(torch.randn(s, generator=gen, dtype=torch.float64)) for s in shapes]
@@ -523,12 +527,12 @@ def test_muon_momentum_is_adam_beta1_and_every_parameter_is_in_it():
     assert {id(p) for p in group["params"]} == {id(p) for p in policy.parameters()}
 
 
-def test_muon_newton_schulz_in_float32_stays_near_the_bfloat16_reference():
+def test_muon_newton_schulz_in_float32_stays_near_the_bfloat16_reference(monkeypatch):
     """On a CPU our Newton-Schulz runs in float32 where heavyball runs bfloat16: the steps agree to
     within bfloat16's rounding (a few percent), not exactly."""
     from appliance.train.optim import Muon
 
-    ForeachMuon = _heavyball_muon()
+    ForeachMuon = _heavyball_muon(monkeypatch)
     gen = torch.Generator().manual_seed(1)
     ours = torch.nn.Parameter(torch.randn(512, 128, generator=gen))
     ref = torch.nn.Parameter(ours.detach().clone())

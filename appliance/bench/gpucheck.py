@@ -151,8 +151,22 @@ def _cases(
 ) -> list[dict[str, Any]]:
     """(op, dtype, compare, kernel, eager) per check; sizes are parameters so the CPU tests can run the
     same list small, with the reference on both sides."""
+    from appliance.train import advantage, losses
+
     g = torch.Generator(device=dev).manual_seed(0)
     cases: list[dict[str, Any]] = []
+
+    def torch_loss(*args: Any, out: Any = None) -> tuple[torch.Tensor, ...]:
+        return reference.PPOLoss(*losses.gradients(*args[:9], losses.Coefs(*args[9:])))
+
+    def torch_advantage(*args: Any, out: Any = None) -> torch.Tensor:
+        return advantage.advantage(*args)
+
+    # the fused loss and advantage have no torch copy in the kernels' module: where the kernels do
+    # not run (the CPU tests), the torch definitions stand on both sides
+    fused = kernels.use_cuda(torch.zeros(1, device=dev))
+    fused_loss = kernels.ppo_loss if fused else torch_loss
+    fused_advantage = kernels.advantage if fused else torch_advantage
 
     def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
         return torch.randn(*shape, device=dev, generator=g) * scale
@@ -233,18 +247,18 @@ def _cases(
             args = (logits, value, acts, old_lp, adv, ret, old_value, mask, nvec, 0.2, 0.2, 0.5, 0.01)
 
             def cmp_ppo(args=args) -> tuple[bool, dict[str, Any]]:
-                got, want = kernels.ppo_loss(*args), reference.ppo_loss(*args)
+                got, want = fused_loss(*args), torch_loss(*args)
                 checks = [_close("ppo_loss", a, b) for a, b in zip(got, want, strict=True)]
                 return all(c[0] for c in checks), {"max_err": max(c[1] for c in checks)}
 
             name = "ppo_loss" if len(nvec) == 1 else "ppo_loss_multi"
-            ppo_out = kernels.ppo_loss(*args)
+            ppo_out = fused_loss(*args)
             add(
                 name,
                 dt_name,
                 cmp_ppo,
-                lambda a=args, o=ppo_out: kernels.ppo_loss(*a, out=o),
-                lambda a=args: reference.ppo_loss(*a),
+                lambda a=args, o=ppo_out: fused_loss(*a, out=o),
+                lambda a=args: torch_loss(*a),
             )
 
     # ---- float32-only kernels
@@ -255,15 +269,15 @@ def _cases(
     gae = (values, rewards, dones, ratios, 0.99, 0.95, 1.0, 1.0)
 
     def cmp_adv() -> tuple[bool, dict[str, Any]]:
-        ok, err = _close("advantage", kernels.advantage(*gae), reference.advantage(*gae))
+        ok, err = _close("advantage", fused_advantage(*gae), torch_advantage(*gae))
         return ok, {"max_err": err}
 
     add(
         "advantage",
         "f32",
         cmp_adv,
-        lambda: kernels.advantage(*gae, out=adv_out),
-        lambda: reference.advantage(*gae),
+        lambda: fused_advantage(*gae, out=adv_out),
+        lambda: torch_advantage(*gae),
     )
 
     scan_batch = max(1, agents // 16)

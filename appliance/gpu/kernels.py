@@ -90,6 +90,16 @@ def use_cuda(tensor: torch.Tensor) -> bool:
     return tensor.is_cuda and _cupy_error() is None
 
 
+def _cuda_only(op: str, tensor: torch.Tensor, definition: str) -> None:
+    """The ops that accelerate a torch definition of the trainer's run only where :func:`use_cuda`
+    says kernels run; the trainer calls the definition itself everywhere else."""
+    if not use_cuda(tensor):
+        raise DeviceError(
+            f"kernels.{op} runs on CUDA tensors with cupy only (here: {tensor.device}, {ENV}={mode()}); "
+            f"the torch definition is {definition}"
+        )
+
+
 # ------------------------------------------------------------------------------------ loading
 
 
@@ -258,10 +268,7 @@ def advantage(
     *,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    if not use_cuda(values):
-        return reference.advantage(
-            values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip, out=out
-        )
+    _cuda_only("advantage", values, "appliance.train.advantage.advantage")
     rows, horizon = values.shape
     for name, t in (("values", values), ("rewards", rewards), ("dones", dones), ("ratios", ratios)):
         _check(t, name, torch.float32)
@@ -392,11 +399,7 @@ def ppo_loss(
     *,
     out: PPOLoss | None = None,
 ) -> PPOLoss:
-    if not use_cuda(logits):
-        return reference.ppo_loss(
-            logits, value, actions, old_logprob, advantages, returns, old_value, mask, nvec,
-            clip_coef, vf_clip_coef, vf_coef, ent_coef, grad_scale, out=out,
-        )  # fmt: skip
+    _cuda_only("ppo_loss", logits, "appliance.train.losses.ppo_loss")
     rows, width = logits.shape[0], sum(nvec)
     if logits.stride(1) != 1:
         raise ConfigError("logits must have unit column stride for the CUDA kernels")

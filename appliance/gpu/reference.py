@@ -3,7 +3,9 @@
 
 These run wherever the kernels do not (CPU, no cupy, ``PUFFER_KERNELS=reference``) and are what the
 kernels are tested against: on the CPU through the ``.cuh`` bodies compiled with g++
-(tests/test_kernels.py), on a GPU through ``puffer-bench gpu-check``.
+(tests/test_kernels.py), on a GPU through ``puffer-bench gpu-check``. The advantage and the PPO loss
+have no copy here: their definitions are the trainer's (``appliance.train.advantage``,
+``appliance.train.losses``), and their kernels are tested against those.
 
 Random draws come from Philox4x32-10 keyed on (seed, step, index, lane), implemented here with int64
 tensor arithmetic so the reference reproduces the kernels' uniforms bit for bit.
@@ -102,34 +104,6 @@ def sample_logits(
     return _into(action, act), _into(logprob, total), _into(value, val)
 
 
-def advantage(
-    values: torch.Tensor,
-    rewards: torch.Tensor,
-    dones: torch.Tensor,
-    ratios: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-    rho_clip: float = 1.0,
-    c_clip: float = 1.0,
-    *,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """V-trace-clipped GAE over ``[segments, horizon]`` (appliance/train/advantage.py explains it;
-    the trainer calls this through ``kernels.advantage`` once per minibatch)."""
-    values, rewards, dones, ratios = (t.float() for t in (values, rewards, dones, ratios))
-    horizon = values.shape[1]
-    advantages = torch.zeros_like(values)
-    rho = torch.clamp(ratios, max=rho_clip)
-    c = torch.clamp(ratios, max=c_clip)
-    last = torch.zeros_like(values[:, 0])
-    for t in range(horizon - 2, -1, -1):
-        not_done = 1.0 - dones[:, t + 1]
-        delta = rho[:, t] * (rewards[:, t + 1] + gamma * values[:, t + 1] * not_done - values[:, t])
-        last = delta + gamma * gae_lambda * c[:, t] * not_done * last
-        advantages[:, t] = last
-    return _into(out, advantages)
-
-
 def lstm_step(
     gx: torch.Tensor,
     gh: torch.Tensor,
@@ -183,74 +157,14 @@ def mingru_scan(kv: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
 
 
 class PPOLoss(NamedTuple):
-    """stats: [loss, policy_loss, value_loss, entropy, approx_kl, clipfrac] (float32 [6]); ratio [N];
+    """What ``kernels.ppo_loss`` returns. stats: [loss, policy_loss, value_loss, entropy, approx_kl,
+    clipfrac] (float32 [6]); ratio [N];
     grad_logits [N, A] and grad_value [N]: d(grad_scale * loss) / d logits, d value."""
 
     stats: torch.Tensor
     ratio: torch.Tensor
     grad_logits: torch.Tensor
     grad_value: torch.Tensor
-
-
-STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
-
-
-def ppo_loss(
-    logits: torch.Tensor,
-    value: torch.Tensor,
-    actions: torch.Tensor,
-    old_logprob: torch.Tensor,
-    advantages: torch.Tensor,
-    returns: torch.Tensor,
-    old_value: torch.Tensor,
-    mask: torch.Tensor,
-    nvec: Sequence[int],
-    clip_coef: float,
-    vf_clip_coef: float,
-    vf_coef: float,
-    ent_coef: float,
-    grad_scale: float = 1.0,
-    *,
-    out: PPOLoss | None = None,
-) -> PPOLoss:
-    """The loss of Trainer._minibatch over N rows (a chunk's [B, T] flattened): logits ``[N, sum(nvec)]``,
-    value/old_logprob/advantages/returns/old_value/mask ``[N]``, actions ``[N]`` or ``[N, heads]``;
-    returns the stats, the ratios and the gradients that ``(loss * grad_scale).backward()`` sends
-    into logits and value (written into ``out``'s tensors when given)."""
-    lg = logits.detach().float().requires_grad_(True)
-    nv = value.detach().float().requires_grad_(True)
-    act = actions.reshape(len(lg), -1)
-    dists = [  # unvalidated: NaN logits give a NaN loss, which the trainer reports, not a ValueError here
-        torch.distributions.Categorical(logits=p, validate_args=False)
-        for p in torch.split(lg, list(nvec), dim=-1)
-    ]
-    new_logprob = sum(d.log_prob(act[:, i]) for i, d in enumerate(dists))
-    entropy = sum(d.entropy() for d in dists)
-    m = mask.float()
-
-    def masked_mean(x: torch.Tensor) -> torch.Tensor:
-        return (x * m).sum() / m.sum().clamp_min(1.0)
-
-    logratio = new_logprob - old_logprob.float()
-    ratio = logratio.exp()
-    adv = advantages.float()
-    pg_loss = masked_mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip_coef, 1 + clip_coef)))
-    ov, ret = old_value.float(), returns.float()
-    v_clipped = ov + (nv - ov).clamp(-vf_clip_coef, vf_clip_coef)
-    v_loss = 0.5 * masked_mean(torch.max((nv - ret) ** 2, (v_clipped - ret) ** 2))
-    ent = masked_mean(entropy)
-    loss = pg_loss + vf_coef * v_loss - ent_coef * ent
-    grad_logits, grad_value = torch.autograd.grad(loss * grad_scale, [lg, nv])
-    with torch.no_grad():
-        kl = masked_mean((ratio - 1) - logratio)
-        clipfrac = masked_mean(((ratio - 1).abs() > clip_coef).float())
-        stats = torch.stack([loss, pg_loss, v_loss, ent, kl, clipfrac]).detach()
-    result = PPOLoss(stats, ratio.detach(), grad_logits, grad_value)
-    if out is None:
-        return result
-    for dst, src in zip(out, result, strict=True):
-        dst.copy_(src)
-    return out
 
 
 PRIO_FLOOR = 1e-6  # added to every segment's summed |A| so that zero-|A| segments can still be drawn

@@ -8,11 +8,52 @@ action t-1). So action t's outcome is (r_{t+1}, d_{t+1}) and, backward over t:
     A_t     = delta_t + gamma * lambda * min(rho_t, c_clip) * (1 - d_{t+1}) * A_{t+1}
 
 with A_{T-1} = 0 (its outcome is not in the row). With rho = 1 this is exactly GAE(gamma, lambda).
-This torch version is the reference; a fused GPU kernel can replace it behind the same function.
+
+:func:`advantage` is the definition; :func:`compute` is what the trainer calls: the fused CUDA
+kernel (``kernels.advantage``, the same recursion) for CUDA tensors, this function everywhere else.
 """
 
 from __future__ import annotations
 
-from appliance.gpu.reference import advantage as compute_advantages
+import torch
 
-__all__ = ["compute_advantages"]
+from appliance.gpu import kernels
+
+
+def advantage(
+    values: torch.Tensor,
+    rewards: torch.Tensor,
+    dones: torch.Tensor,
+    ratios: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    rho_clip: float = 1.0,
+    c_clip: float = 1.0,
+) -> torch.Tensor:
+    """The advantages ``[segments, horizon]`` in float32, by the recursion above."""
+    values, rewards, dones, ratios = (t.float() for t in (values, rewards, dones, ratios))
+    advantages = torch.zeros_like(values)
+    rho = torch.clamp(ratios, max=rho_clip)
+    c = torch.clamp(ratios, max=c_clip)
+    last = torch.zeros_like(values[:, 0])
+    for t in range(values.shape[1] - 2, -1, -1):
+        not_done = 1.0 - dones[:, t + 1]
+        delta = rho[:, t] * (rewards[:, t + 1] + gamma * values[:, t + 1] * not_done - values[:, t])
+        last = delta + gamma * gae_lambda * c[:, t] * not_done * last
+        advantages[:, t] = last
+    return advantages
+
+
+def compute(
+    values: torch.Tensor,
+    rewards: torch.Tensor,
+    dones: torch.Tensor,
+    ratios: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    rho_clip: float = 1.0,
+    c_clip: float = 1.0,
+) -> torch.Tensor:
+    """:func:`advantage`, by the fused kernel where ``kernels.use_cuda`` says it runs."""
+    fn = kernels.advantage if kernels.use_cuda(values) else advantage
+    return fn(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip)

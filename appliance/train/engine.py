@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from appliance.config import check_buffers
-from appliance.errors import ConfigError, DeviceError
+from appliance.errors import ConfigError, DeviceError, TrainingError
 from appliance.train.graphs import RolloutGraphs
 
 if TYPE_CHECKING:
@@ -168,8 +168,6 @@ class Engine:
         else:
             self._c.run(self.steps, self._step, self.hist_rewards, self.hist_dones)
         if device_steps is not None and (what := device_steps.nonfinite()) is not None:
-            from appliance.train.trainer import TrainingError
-
             kind = (
                 "the env returned NaN or Inf observations"
                 if what == "observations"

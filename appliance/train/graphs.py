@@ -17,22 +17,13 @@ from typing import Any
 import torch
 
 from appliance.gpu import kernels
+from appliance.train.losses import STAT_NAMES
 
 # What EpochScalars.sums holds, in order: the loss terms (each chunk's weighted by its share of the
 # minibatch), then per minibatch the clipped gradient's norm, the mean importance weight and
 # whether any advantage was NaN/Inf.
-STATS = (
-    "loss",
-    "policy_loss",
-    "value_loss",
-    "entropy",
-    "approx_kl",
-    "clipfrac",
-    "grad_norm",
-    "importance",
-    "nonfinite_advantages",
-)
-LOSS_TERMS = slice(0, 6)  # reference.STAT_NAMES, kernels.ppo_loss's order
+STATS = (*STAT_NAMES, "grad_norm", "importance", "nonfinite_advantages")
+LOSS_TERMS = slice(0, len(STAT_NAMES))  # kernels.ppo_loss's order too
 GRAD_NORM, IMPORTANCE, NONFINITE = 6, 7, 8
 
 

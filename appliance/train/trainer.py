@@ -9,8 +9,9 @@ Per minibatch: advantages are recomputed over the whole buffer with the values a
 previous minibatches wrote back (V-trace), distinct segments are drawn with probability
 proportional to (sum_t |A| + floor)^alpha and weighted by (N P)^-beta (beta annealed to 1;
 ``kernels.prio_sample``), then the clipped policy loss, clipped value loss and entropy bonus
-(``kernels.ppo_loss``: the loss and its gradient with respect to the logits and value) are
-minimized, with gradient accumulation when the minibatch is larger than ``max_minibatch_size``.
+(:func:`appliance.train.losses.ppo_loss`; on a GPU the fused ``kernels.ppo_loss`` gives the same
+loss and its gradient with respect to the logits and value in one kernel) are minimized, with
+gradient accumulation when the minibatch is larger than ``max_minibatch_size``.
 
 The pieces named ``kernels.<op>`` are :mod:`appliance.gpu.kernels`: fused CUDA kernels on a GPU,
 their torch references (the same math) elsewhere. Random draws (actions, segments) come from
@@ -33,18 +34,14 @@ import torch
 
 from appliance import sysinfo
 from appliance.config import Config
-from appliance.errors import ApplianceError, ConfigError, DeviceError
+from appliance.errors import ConfigError, DeviceError, TrainingError
 from appliance.gpu import kernels
-from appliance.train import checkpoint, engine
+from appliance.train import advantage, checkpoint, engine, losses
 from appliance.train.graphs import GRAD_NORM, IMPORTANCE, LOSS_TERMS, NONFINITE, EpochScalars, MinibatchGraph
 from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State, copy_weights, inference_copy
 from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
-
-
-class TrainingError(ApplianceError, RuntimeError):
-    """Training cannot go on (a NaN/Inf loss); the message names the last good checkpoint."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -72,10 +69,6 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         init=p.init,
         obs_norm={"on": True, "off": False}.get(p.obs_norm, "auto"),
     )
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp_min(1.0)
 
 
 class ReturnScale:
@@ -209,6 +202,8 @@ class Trainer:
         self._noise: torch.Tensor | None = None  # Box actions' AR(1) exploration noise (_box_noise)
 
         # the update: device work only, captured as a CUDA graph where that is possible
+        self.loss_coefs = losses.Coefs(hp.clip_coef, hp.vf_clip_coef, hp.vf_coef, hp.ent_coef)
+        self._check_fused_loss()
         capture = self._can_capture(profile)
         self.optimizer = make_optimizer(self.policy, hp, graph_safe=capture)
         self.epoch_scalars = EpochScalars(self.device)
@@ -402,7 +397,7 @@ class Trainer:
         previous minibatches wrote back, distinct segments by priority, the loss and its gradient,
         clipping and the optimizer step; statistics summed into ``epoch_scalars``."""
         hp, b, acc = self.hp, self.rollout, self.epoch_scalars
-        adv = kernels.advantage(  # fused on CUDA; the torch reference elsewhere
+        adv = advantage.compute(  # fused on CUDA; the torch definition elsewhere
             b.values,
             b.rewards,
             b.dones,
@@ -451,7 +446,6 @@ class Trainer:
         """Forward and backward over the sampled segments ``idx``, in chunks of at most
         ``max_minibatch_size`` whose gradients add up (each scaled by its share of the minibatch)."""
         b = self.rollout
-        loss_fn = self._discrete_loss if self.policy.nvec is not None else self._gaussian_loss
         for start in range(0, len(idx), self.chunk_segments):
             sl = slice(start, start + self.chunk_segments)
             rows = idx[sl]
@@ -462,13 +456,13 @@ class Trainer:
                 state = tuple(s[rows] for s in b.initial_state)
                 out, new_value = self.forward_sequence(obs, state)
             out, new_value = out.float(), new_value.float()
-            terms, ratio = loss_fn(out, new_value, rows, norm_adv[sl], returns[sl], weight)
+            terms, ratio = self._loss(out, new_value, rows, norm_adv[sl], returns[sl], weight)
             with torch.no_grad():  # fresh ratios and values for the next minibatch's V-trace advantages
                 b.ratios[rows] = ratio.reshape(len(rows), -1)
                 b.values[rows] = new_value.detach()
                 self.epoch_scalars.sums[LOSS_TERMS] += terms * weight
 
-    def _discrete_loss(
+    def _loss(
         self,
         out: torch.Tensor,
         value: torch.Tensor,
@@ -477,53 +471,43 @@ class Trainer:
         returns: torch.Tensor,
         weight: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``kernels.ppo_loss``: the loss terms (``reference.STAT_NAMES``) and the loss's gradient with
-        respect to the logits and values in one pass (one fused kernel on a GPU), then the backward
-        pass from those gradients. Returns the terms and the new ratios, on the device."""
-        hp, b = self.hp, self.rollout
-        n = value.numel()
-        res = kernels.ppo_loss(
-            out.reshape(n, -1), value.reshape(n), b.actions[rows].reshape(n, -1).squeeze(1),
-            b.logprobs[rows].reshape(n), adv.reshape(n), returns.reshape(n), b.values[rows].reshape(n),
-            b.masks[rows].reshape(n), self.policy.nvec, hp.clip_coef, hp.vf_clip_coef, hp.vf_coef,
-            hp.ent_coef, grad_scale=weight,
+        """:func:`losses.ppo_loss` over the rows ``rows`` and its backward pass (``weight``: the chunk's
+        share of the minibatch); returns the loss terms and the new ratios, on the device. Where the
+        fused CUDA loss runs (discrete actions, ``kernels.use_cuda``) it gives the same terms and the
+        gradients with respect to the logits and values in one kernel, checked against the torch loss
+        when the trainer starts (:meth:`_check_fused_loss`)."""
+        b = self.rollout
+        if self.policy.nvec is not None and kernels.use_cuda(out):
+            n = value.numel()
+            res = kernels.ppo_loss(
+                out.reshape(n, -1), value.reshape(n), b.actions[rows].reshape(n, -1).squeeze(1),
+                b.logprobs[rows].reshape(n), adv.reshape(n), returns.reshape(n), b.values[rows].reshape(n),
+                b.masks[rows].reshape(n), self.policy.nvec, *self.loss_coefs, grad_scale=weight,
+            )  # fmt: skip
+            with self.timings("learn"):
+                torch.autograd.backward(
+                    [out, value], [res.grad_logits.view_as(out), res.grad_value.view_as(value)]
+                )
+            return res.stats, res.ratio
+        if self.policy.nvec is None:
+            new_logprob, entropy = self.policy.evaluate_actions(out, b.actions[rows])
+        else:  # unvalidated heads: NaN logits give a NaN loss, which train() reports
+            n = value.numel()
+            new_logprob, entropy = losses.categorical(out.reshape(n, -1), b.actions[rows], self.policy.nvec)
+            new_logprob, entropy = new_logprob.view_as(value), entropy.view_as(value)
+        res = losses.ppo_loss(
+            new_logprob, entropy, value, b.logprobs[rows], adv, returns, b.values[rows], b.masks[rows],
+            self.loss_coefs,
         )  # fmt: skip
         with self.timings("learn"):
-            torch.autograd.backward(
-                [out, value], [res.grad_logits.view_as(out), res.grad_value.view_as(value)]
-            )
+            (res.loss * weight).backward()
         return res.stats, res.ratio
 
-    def _gaussian_loss(
-        self,
-        out: torch.Tensor,
-        value: torch.Tensor,
-        rows: torch.Tensor,
-        adv: torch.Tensor,
-        returns: torch.Tensor,
-        weight: float,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The same loss for Box actions (a Gaussian head), through autograd."""
-        hp, b = self.hp, self.rollout
-        new_logprob, entropy = self.policy.evaluate_actions(out, b.actions[rows])
-        mask = b.masks[rows]
-        logratio = new_logprob - b.logprobs[rows]
-        ratio = logratio.exp()
-        pg_loss = _masked_mean(
-            torch.max(-adv * ratio, -adv * ratio.clamp(1 - hp.clip_coef, 1 + hp.clip_coef)), mask
-        )
-        old_value = b.values[rows]
-        v_clipped = old_value + (value - old_value).clamp(-hp.vf_clip_coef, hp.vf_clip_coef)
-        v_loss = 0.5 * _masked_mean(torch.max((value - returns) ** 2, (v_clipped - returns) ** 2), mask)
-        ent = _masked_mean(entropy, mask)
-        loss = pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent
-        with self.timings("learn"):
-            (loss * weight).backward()
-        with torch.no_grad():
-            kl = _masked_mean((ratio - 1) - logratio, mask)
-            clipfrac = _masked_mean(((ratio - 1).abs() > hp.clip_coef).float(), mask)
-            terms = torch.stack([loss, pg_loss, v_loss, ent, kl, clipfrac]).detach()
-        return terms, ratio.detach()
+    def _check_fused_loss(self) -> None:
+        """On a GPU where the fused loss will run, compare it with the torch loss on one minibatch."""
+        probe = torch.zeros(1, device=self.device)
+        if self.policy.nvec is not None and kernels.use_cuda(probe):
+            losses.check_fused(kernels.ppo_loss, self.policy.nvec, self.loss_coefs, self.device)
 
     def _check_loss(self, loss: float) -> None:
         if not math.isfinite(loss):
