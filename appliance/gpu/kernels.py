@@ -39,8 +39,6 @@ THREADS = 256
 __all__ = [
     "PPOLoss",
     "advantage",
-    "gather_rows",
-    "ingest",
     "lstm_step",
     "mingru_scan",
     "mingru_step",
@@ -478,63 +476,3 @@ def _ids(ids: torch.Tensor | None, n: int) -> torch.Tensor | None:
     if ids is not None and (ids.dtype != torch.int64 or ids.numel() != n):
         raise ConfigError(f"ids must be int64 with one id per row ({n}), got {ids.dtype} {tuple(ids.shape)}")
     return ids
-
-
-def gather_rows(src: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    if not use_cuda(src):
-        return reference.gather_rows(src, idx, out)
-    _check(src, "src"), _check(idx, "idx", torch.int64)
-    out = out if out is not None else src.new_empty((len(idx), *src.shape[1:]))
-    _check(out, "out", src.dtype)
-    row_bytes = src[0].numel() * src.element_size() if len(src) else 0
-    word = next(w for w in (4, 2, 1) if row_bytes % w == 0)
-    name = {4: "u32", 2: "u16", 1: "u8"}[word]
-    words = row_bytes // word
-    args = (_ptr(src), _ptr(idx), _ptr(out), np.int32(len(idx)), np.int64(words))
-    _launch("prio_sample", f"gather_rows_{name}", src.device, len(idx) * words, args)
-    return out
-
-
-_INGEST = {
-    (torch.uint8, torch.uint8): "ingest_u8_u8",
-    (torch.uint8, torch.float32): "ingest_u8_f32",
-    (torch.uint8, torch.bfloat16): "ingest_u8_bf16",
-    (torch.float32, torch.float32): "ingest_f32_f32",
-    (torch.float32, torch.bfloat16): "ingest_f32_bf16",
-}
-
-
-def ingest(
-    obs: torch.Tensor,
-    rewards: torch.Tensor,
-    terminals: torch.Tensor,
-    truncations: torch.Tensor | None,
-    step: torch.Tensor,
-    obs_buf: torch.Tensor,
-    rew_buf: torch.Tensor,
-    done_buf: torch.Tensor,
-    reward_clamp: float,
-) -> None:
-    if not use_cuda(obs_buf):
-        return reference.ingest(
-            obs, rewards, terminals, truncations, step, obs_buf, rew_buf, done_buf, reward_clamp
-        )
-    name = _INGEST.get((obs.dtype, obs_buf.dtype))
-    if name is None:
-        raise ConfigError(
-            f"ingest has no kernel from {obs.dtype} to {obs_buf.dtype}; use {sorted(map(str, _INGEST))}"
-        )
-    agents, horizon = obs_buf.shape[:2]
-    obs_size = obs_buf[0, 0].numel()
-    for t, tname in ((obs, "obs"), (obs_buf, "obs_buf"), (terminals, "terminals")):
-        _check(t, tname)
-    _check(rewards, "rewards", torch.float32), _check(step, "step", torch.int64)
-    _check(rew_buf, "rew_buf", torch.float32), _check(done_buf, "done_buf", torch.float32)
-    if terminals.dtype not in (torch.bool, torch.uint8):
-        raise ConfigError(f"terminals must be bool or uint8, got {terminals.dtype}")
-    args = (
-        _ptr(obs), _ptr(rewards), _ptr(terminals), _ptr(truncations), _ptr(step), np.int32(agents),
-        np.int64(obs_size), np.int32(horizon), np.float32(reward_clamp), _ptr(obs_buf), _ptr(rew_buf),
-        _ptr(done_buf),
-    )  # fmt: skip
-    _launch("ingest", name, obs_buf.device, agents * obs_size, args)
