@@ -67,6 +67,10 @@ static int parse_params(const EnvSpec* spec, PyObject* dict, double* values) {
                          name, value, range);
             return -1;
         }
+        if (p->type == PARAM_INT && (double)(long long)v != v) {
+            PyErr_Format(PyExc_ValueError, "%s: parameter '%s' = %S must be a whole number", spec->name, name, value);
+            return -1;
+        }
         values[found] = v;
     }
     return 0;
@@ -99,7 +103,11 @@ static PyObject* layout_dict(const EnvSpec* spec, const double* params) {
     for (int d = 0; d < L.action_dims; d++) PyList_SET_ITEM(nvec, d, PyLong_FromLong(L.action_n[d]));
     PyObject* defaults = PyDict_New();
     PyObject* ranges = PyDict_New();
+    PyObject* types = PyDict_New();
     for (int i = 0; spec->params[i].name; i++) {
+        PyObject* t = PyUnicode_FromString(spec->params[i].type == PARAM_INT ? "int" : "float");
+        PyDict_SetItemString(types, spec->params[i].name, t);
+        Py_DECREF(t);
         PyObject* v = PyFloat_FromDouble(spec->params[i].value);
         PyDict_SetItemString(defaults, spec->params[i].name, v);
         Py_DECREF(v);
@@ -110,10 +118,10 @@ static PyObject* layout_dict(const EnvSpec* spec, const double* params) {
     PyObject* logs = PyList_New(spec->log_fields);
     for (int f = 0; f < spec->log_fields; f++) PyList_SET_ITEM(logs, f, PyUnicode_FromString(spec->log_names[f]));
     return Py_BuildValue(
-        "{s:s,s:i,s:i,s:s,s:f,s:f,s:i,s:f,s:f,s:N,s:(ii),s:(ii),s:N,s:N,s:N,s:n}", "name", spec->name, "agents_per_env",
+        "{s:s,s:i,s:i,s:s,s:f,s:f,s:i,s:f,s:f,s:N,s:(ii),s:(ii),s:N,s:N,s:N,s:N,s:n}", "name", spec->name, "agents_per_env",
         L.agents_per_env, "obs_size", L.obs_size, "obs_dtype", dtype_name(L.obs_dtype), "obs_low", L.obs_low,
         "obs_high", L.obs_high, "obs_tail", L.obs_tail, "tail_low", L.tail_low, "tail_high", L.tail_high, "action_nvec", nvec, "frame", L.frame_h, L.frame_w, "text", L.text_h, L.text_w,
-        "params", defaults, "param_ranges", ranges, "log_names", logs, "env_bytes", (Py_ssize_t)spec->size);
+        "params", defaults, "param_ranges", ranges, "param_types", types, "log_names", logs, "env_bytes", (Py_ssize_t)spec->size);
 }
 
 static PyObject* py_names(PyObject* self, PyObject* noargs) {
@@ -469,7 +477,7 @@ static PyMethodDef module_methods[] = {
     {"names", py_names, METH_NOARGS, "Names of the compiled Ocean envs."},
     {"cuda_driver", py_cuda_driver, METH_NOARGS,
      "None when the CUDA driver's graph entry points load (libcuda.so.1), else why not."},
-    {"describe", py_describe, METH_VARARGS, "describe(name, params=None) -> layout, spaces, params, log names."},
+    {"describe", py_describe, METH_VARARGS, "describe(name, params=None) -> layout, spaces, params (defaults, ranges, types), log names."},
     {NULL, NULL, 0, NULL},
 };
 
