@@ -49,7 +49,7 @@ class BuildPyWithCubins(build_py):
 
 ocean = Extension(
     "appliance._ocean",
-    sources=["envs/binding.c", "envs/vecenv.c", "envs/engine.c"],
+    sources=["envs/binding.c", "envs/engine_binding.c", "envs/vecenv.c", "envs/engine.c"],
     include_dirs=["envs"],
     depends=[str(p.relative_to(ROOT)) for p in sorted((ROOT / "envs").glob("*.h"))],
     extra_compile_args=_compile_args(),

@@ -6,6 +6,7 @@ backend in :mod:`appliance.vector.native`); this module only names and describes
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from appliance import _ocean
@@ -36,3 +37,26 @@ def describe(name: str, **params: Any) -> dict[str, Any]:
 def available() -> list[dict[str, Any]]:
     """Every env with its default spaces and agent count (``puffer-bench envs``)."""
     return [describe(name) for name in names()]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One env parameter as the env's C ``ParamSpec`` table declares it (``envs/<name>.h``): the one
+    definition of its type, default and range (bounds included)."""
+
+    name: str
+    type: type  # int or float
+    default: int | float
+    low: float
+    high: float
+
+
+def params(name: str) -> dict[str, Param]:
+    """The parameters of Ocean env ``name``, in the order of its ``ParamSpec`` table."""
+    info = describe(name)
+    out = {}
+    for key, value in info["params"].items():
+        kind = int if info["param_types"][key] == "int" else float
+        low, high = info["param_ranges"][key]
+        out[key] = Param(key, kind, kind(value), low, high)
+    return out

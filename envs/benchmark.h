@@ -27,10 +27,10 @@ typedef struct Benchmark {
 } Benchmark;
 
 static const ParamSpec benchmark_params[] = {
-    {"obs_bytes", 128, 1, BENCH_MAX_OBS},
-    {"work", 16, 0, 1000000},
-    {"episode_length", 128, 1, 1000000},
-    {NULL, 0, 0, 0},
+    {"obs_bytes", PARAM_INT, 128, 1, BENCH_MAX_OBS},
+    {"work", PARAM_INT, 16, 0, 1000000},
+    {"episode_length", PARAM_INT, 128, 1, 1000000},
+    {NULL, 0, 0, 0, 0},
 };
 
 static void benchmark_layout(const double* p, Layout* out) {

@@ -58,9 +58,9 @@ typedef struct Breakout {
 } Breakout;
 
 static const ParamSpec breakout_params[] = {
-    {"frameskip", 4, 1, 16},
-    {"max_ticks", 108000, 100, 10000000}, /* frames before truncation (PufferLib has none) */
-    {NULL, 0, 0, 0},
+    {"frameskip", PARAM_INT, 4, 1, 16},
+    {"max_ticks", PARAM_INT, 108000, 100, 10000000}, /* frames before truncation (PufferLib has none) */
+    {NULL, 0, 0, 0, 0},
 };
 
 static void breakout_layout(const double* p, Layout* out) {

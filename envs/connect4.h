@@ -39,8 +39,8 @@ typedef struct Connect4 {
 } Connect4;
 
 static const ParamSpec connect4_params[] = {
-    {"depth", 3, 0, 5},
-    {NULL, 0, 0, 0},
+    {"depth", PARAM_INT, 3, 0, 5},
+    {NULL, 0, 0, 0, 0},
 };
 
 static void connect4_layout(const double* p, Layout* out) {

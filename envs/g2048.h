@@ -31,9 +31,9 @@ typedef struct G2048 {
 } G2048;
 
 static const ParamSpec g2048_params[] = {
-    {"max_ticks", 10000, 10, 1000000},
-    {"invalid_penalty", -0.01, -1, 0},
-    {NULL, 0, 0, 0},
+    {"max_ticks", PARAM_INT, 10000, 10, 1000000},
+    {"invalid_penalty", PARAM_FLOAT, -0.01, -1, 0},
+    {NULL, 0, 0, 0, 0},
 };
 
 static void g2048_layout(const double* p, Layout* out) {

@@ -51,14 +51,14 @@ typedef struct Go {
 } Go;
 
 static const ParamSpec go_params[] = {
-    {"grid_size", 7, 3, GO_MAX_N},
-    {"komi", 7.5, -100, 100},
-    {"reward_move_pass", -0.6026362603175613, -1, 1},
-    {"reward_move_invalid", -0.5393516480382454, -1, 1},
-    {"reward_move_valid", 0, -1, 1},
-    {"reward_player_capture", 0.42122681325442923, -1, 1},
-    {"reward_opponent_capture", -0.3152783593705354, -1, 1},
-    {NULL, 0, 0, 0},
+    {"grid_size", PARAM_INT, 7, 3, GO_MAX_N},
+    {"komi", PARAM_FLOAT, 7.5, -100, 100},
+    {"reward_move_pass", PARAM_FLOAT, -0.6026362603175613, -1, 1},
+    {"reward_move_invalid", PARAM_FLOAT, -0.5393516480382454, -1, 1},
+    {"reward_move_valid", PARAM_FLOAT, 0, -1, 1},
+    {"reward_player_capture", PARAM_FLOAT, 0.42122681325442923, -1, 1},
+    {"reward_opponent_capture", PARAM_FLOAT, -0.3152783593705354, -1, 1},
+    {NULL, 0, 0, 0, 0},
 };
 
 static void go_layout(const double* p, Layout* out) {

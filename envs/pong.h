@@ -43,10 +43,10 @@ typedef struct Pong {
 } Pong;
 
 static const ParamSpec pong_params[] = {
-    {"frameskip", 8, 1, 16},
-    {"max_score", 21, 1, 100},
-    {"max_ticks", 400000, 100, 10000000}, /* frames before truncation (PufferLib has none) */
-    {NULL, 0, 0, 0},
+    {"frameskip", PARAM_INT, 8, 1, 16},
+    {"max_score", PARAM_INT, 21, 1, 100},
+    {"max_ticks", PARAM_INT, 400000, 100, 10000000}, /* frames before truncation (PufferLib has none) */
+    {NULL, 0, 0, 0, 0},
 };
 
 static void pong_layout(const double* p, Layout* out) {

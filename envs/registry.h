@@ -1,6 +1,6 @@
 /* registry.h: the Ocean envs compiled into appliance._ocean, one line each.
- * Each header ends with OCEAN_ENV(...), which registers it; adding an env is its header, a line
- * here and its YAML in appliance/config/envs/. */
+ * Each header ends with OCEAN_ENV(...), which registers it; adding an env is its header and a line
+ * here (docs/writing-an-env.md). A YAML in appliance/defaults/envs/ is optional: tuned values only. */
 #include "benchmark.h"
 #include "breakout.h"
 #include "connect4.h"

@@ -43,18 +43,18 @@ typedef struct Snake {
 } Snake;
 
 static const ParamSpec snake_params[] = {
-    {"width", 40, 12, SNAKE_MAX_GRID},
-    {"height", 30, 12, SNAKE_MAX_GRID},
-    {"num_snakes", 4, 1, SNAKE_MAX_SNAKES},
-    {"num_food", 12, 1, 1024},
-    {"vision", 5, 1, SNAKE_MAX_VISION},
-    {"max_snake_length", 128, 2, SNAKE_MAX_LEN},
-    {"leave_corpse_on_death", 1, 0, 1},
-    {"reward_food", 0.1, -10, 10},
-    {"reward_corpse", 0.1, -10, 10},
-    {"reward_death", -1, -10, 10},
-    {"max_ticks", 2000, 10, 1000000},
-    {NULL, 0, 0, 0},
+    {"width", PARAM_INT, 40, 12, SNAKE_MAX_GRID},
+    {"height", PARAM_INT, 30, 12, SNAKE_MAX_GRID},
+    {"num_snakes", PARAM_INT, 4, 1, SNAKE_MAX_SNAKES},
+    {"num_food", PARAM_INT, 12, 1, 1024},
+    {"vision", PARAM_INT, 5, 1, SNAKE_MAX_VISION},
+    {"max_snake_length", PARAM_INT, 128, 2, SNAKE_MAX_LEN},
+    {"leave_corpse_on_death", PARAM_INT, 1, 0, 1},
+    {"reward_food", PARAM_FLOAT, 0.1, -10, 10},
+    {"reward_corpse", PARAM_FLOAT, 0.1, -10, 10},
+    {"reward_death", PARAM_FLOAT, -1, -10, 10},
+    {"max_ticks", PARAM_INT, 2000, 10, 1000000},
+    {NULL, 0, 0, 0, 0},
 };
 
 static void snake_layout(const double* p, Layout* out) {

@@ -26,8 +26,8 @@ typedef struct Squared {
 } Squared;
 
 static const ParamSpec squared_params[] = {
-    {"size", 11, 3, 63},
-    {NULL, 0, 0, 0},
+    {"size", PARAM_INT, 11, 3, 63},
+    {NULL, 0, 0, 0, 0},
 };
 
 static void squared_layout(const double* p, Layout* out) {

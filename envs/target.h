@@ -39,10 +39,10 @@ typedef struct Target {
 } Target;
 
 static const ParamSpec target_params[] = {
-    {"num_agents", 8, 1, TARGET_MAX_AGENTS},
-    {"num_goals", 4, 1, TARGET_MAX_GOALS},
-    {"max_ticks", 512, 16, 100000}, /* our episode cut (PufferLib's never ends) */
-    {NULL, 0, 0, 0},
+    {"num_agents", PARAM_INT, 8, 1, TARGET_MAX_AGENTS},
+    {"num_goals", PARAM_INT, 4, 1, TARGET_MAX_GOALS},
+    {"max_ticks", PARAM_INT, 512, 16, 100000}, /* our episode cut (PufferLib's never ends) */
+    {NULL, 0, 0, 0, 0},
 };
 
 static void target_layout(const double* p, Layout* out) {

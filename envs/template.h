@@ -30,12 +30,13 @@ typedef struct Template {
     float episode_return;
 } Template;
 
-/* 3. Parameters: name, default, min, max (the binding rejects values outside). Read them in this
- *    order with PARAM(p, i). The same names go in appliance/config/envs/template.yaml. */
+/* 3. Parameters: name, type, default, min, max. This table is their one definition: the binding
+ *    rejects values outside the range (and fractions for PARAM_INT), and the config's env section is
+ *    built from it (`puffer-bench config <name>` shows it). Read them in this order with PARAM(p, i). */
 static const ParamSpec template_params[] = {
-    {"num_colors", 4, 2, TEMPLATE_MAX_COLORS},
-    {"length", 16, 1, 100000},
-    {NULL, 0, 0, 0},
+    {"num_colors", PARAM_INT, 4, 2, TEMPLATE_MAX_COLORS},
+    {"length", PARAM_INT, 16, 1, 100000},
+    {NULL, 0, 0, 0, 0},
 };
 
 /* 4. Layout: sizes of everything, from the parameters. obs_low/obs_high are checked by the tests and

@@ -87,10 +87,15 @@ typedef struct Layout {
     int text_h, text_w;               /* terminal render size (chars, without newlines) */
 } Layout;
 
+/* An env parameter: the one place its name, type, default and range are written. The binding checks
+ * every value against it, and appliance.config builds the env section of the config from it. */
+typedef enum { PARAM_INT, PARAM_FLOAT } ParamType;
+
 typedef struct ParamSpec {
     const char* name;
+    ParamType type;                   /* PARAM_INT: whole numbers only */
     double value;                     /* default */
-    double min, max;                  /* valid range, checked by the binding */
+    double min, max;                  /* valid range, bounds included */
 } ParamSpec;
 
 /* Buffers an env writes into: pointers to its own rows of the vector's arrays. */

@@ -6,8 +6,7 @@
 //
 // on the device, without torch.multinomial or a host sync, by exponential keys (Efraimidis and
 // Spirakis): key_s = log(u_s) / prio_s with u_s a Philox uniform in (0, 1] keyed on (seed, step, s);
-// the `samples` largest keys are such a draw (a top-k on the device picks them). gather_rows then
-// copies the sampled rows into static buffers.
+// the `samples` largest keys are such a draw (a top-k on the device picks them).
 #pragma once
 #include "common.cuh"
 

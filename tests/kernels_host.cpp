@@ -1,7 +1,6 @@
 // The kernel bodies of kernels/*.cuh compiled for the CPU: each function loops over what the GPU
 // runs as threads, so tests/test_kernels.py can compare the very same code with the torch reference.
 #include "advantage.cuh"
-#include "ingest.cuh"
 #include "ppo_loss.cuh"
 #include "prio_sample.cuh"
 #include "lstm_step.cuh"
@@ -104,20 +103,4 @@ void host_prio_keys(const float* adv, int segments, int horizon, double alpha, d
                     u64 seed, u64 step, double* prio, double* key) {
   for (int s = 0; s < segments; ++s) prio_key(adv, horizon, alpha, floor, seed, step, (u32)s, prio, key);
 }
-
-#define HOST_INGEST(NAME, S, D)                                                                \
-  void NAME(const S* obs, const float* rew, const unsigned char* term,                           \
-            const unsigned char* trunc, const long long* step, int agents, i64 obs_size,         \
-            int horizon, float clamp, D* obs_buf, float* rew_buf, float* done_buf) {             \
-    for (i64 n = 0; n < agents; ++n) {                                                          \
-      for (i64 e = 0; e < obs_size; ++e)                                                        \
-        ingest_element<S, D>(obs, obs_buf, obs_size, horizon, *step, n, e);                     \
-      ingest_scalars(rew, term, trunc, rew_buf, done_buf, horizon, *step, n, clamp);            \
-    }                                                                                           \
-  }
-HOST_INGEST(host_ingest_u8_u8, unsigned char, unsigned char)
-HOST_INGEST(host_ingest_u8_f32, unsigned char, float)
-HOST_INGEST(host_ingest_u8_bf16, unsigned char, bf16)
-HOST_INGEST(host_ingest_f32_f32, float, float)
-HOST_INGEST(host_ingest_f32_bf16, float, bf16)
 }

@@ -32,7 +32,7 @@ from gymnasium import spaces
 from appliance import vector
 from appliance.errors import ConfigError
 from appliance.testing import CountingEnv
-from appliance.vector import mp
+from appliance.vector import mp, shm
 
 ROOT = Path(__file__).resolve().parents[1]
 # the envs below travel to spawned workers by value: workers need not import this test module
@@ -348,7 +348,7 @@ def test_non_finite_box_actions_are_rejected_before_they_reach_an_env(backend, b
 
 
 def test_a_full_dev_shm_is_named_before_anything_starts(monkeypatch):
-    monkeypatch.setattr(mp, "shm_state", lambda: (1 << 20, 64 << 20))
+    monkeypatch.setattr(shm, "shm_state", lambda: (1 << 20, 64 << 20))
     with pytest.raises(
         ConfigError, match=r"needs .* MiB but /dev/shm has 1.0 MiB free of 64.0 MiB.*--shm-size"
     ):

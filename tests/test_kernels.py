@@ -42,11 +42,6 @@ SIGNATURES = {
     "host_ppo_loss_f32": "plpipppppppfffffippppp",
     "host_ppo_loss_bf16": "plpipppppppfffffippppp",
     "host_prio_keys": "piiddLLpp",
-    "host_ingest_u8_u8": "pppppilifppp",
-    "host_ingest_u8_f32": "pppppilifppp",
-    "host_ingest_u8_bf16": "pppppilifppp",
-    "host_ingest_f32_f32": "pppppilifppp",
-    "host_ingest_f32_bf16": "pppppilifppp",
 }
 CTYPES = {
     "p": ctypes.c_void_p,
@@ -486,53 +481,6 @@ def test_prio_sample_refuses_bad_counts() -> None:
         reference.prio_sample(torch.zeros(4, 2), 0.8, 0.4, 2, 0, 0, floor=0.0)
 
 
-def test_gather_rows_reference() -> None:
-    src = torch.arange(24).reshape(6, 4)
-    out = torch.zeros(3, 4, dtype=torch.int64)
-    kernels.gather_rows(src, torch.tensor([5, 0, 5]), out)
-    assert out.tolist() == [src[5].tolist(), src[0].tolist(), src[5].tolist()]
-
-
-# ------------------------------------------------------------------------------------ ingest
-
-
-@pytest.mark.parametrize(
-    "src,dst",
-    [
-        (torch.uint8, torch.uint8),
-        (torch.uint8, torch.float32),
-        (torch.uint8, torch.bfloat16),
-        (torch.float32, torch.float32),
-        (torch.float32, torch.bfloat16),
-    ],
-)
-def test_ingest_matches_reference(host: Host, src: torch.dtype, dst: torch.dtype) -> None:
-    g = torch.Generator().manual_seed(9)
-    agents, horizon, shape = 33, 5, (3, 4)
-    obs = (torch.rand(agents, *shape, generator=g) * 255).to(src)
-    rew = torch.randn(agents, generator=g) * 3
-    term = torch.rand(agents, generator=g) < 0.2
-    trunc = torch.rand(agents, generator=g) < 0.2
-    step = torch.tensor([3], dtype=torch.int64)
-    bufs = [
-        torch.zeros(agents, horizon, *shape, dtype=dst),
-        torch.zeros(agents, horizon),
-        torch.zeros(agents, horizon),
-    ]
-    want = [b.clone() for b in bufs]
-    reference.ingest(obs, rew, term, trunc, step, *want, 1.0)
-    assert torch.equal(want[1][:, 3], rew.clamp(-1, 1)) and torch.equal(want[2][:, 3], (term | trunc).float())
-    assert want[0][:, [0, 1, 2, 4]].abs().sum() == 0  # only position 3 written
-    names = {torch.uint8: "u8", torch.float32: "f32", torch.bfloat16: "bf16"}
-    got_obs = bufs[0].view(torch.int16) if dst == torch.bfloat16 else bufs[0]
-    host(
-        f"host_ingest_{names[src]}_{names[dst]}", obs, rew, term.to(torch.uint8), trunc.to(torch.uint8), step,
-        agents, 12, horizon, 1.0, got_obs, bufs[1], bufs[2],
-    )  # fmt: skip
-    for a, b in zip(bufs, want, strict=True):
-        assert torch.equal(a, b)
-
-
 # ------------------------------------------------------------------------------------ dispatch
 
 
@@ -581,7 +529,7 @@ def test_gpu_check_cases_run_on_the_reference(monkeypatch: pytest.MonkeyPatch) -
     cases = check._cases(kernels, reference, torch.device("cpu"), agents=64, hidden=8, horizon=16, rows=256)
     assert {c["op"] for c in cases} >= {
         "sample_logits", "advantage", "lstm_step", "mingru_step", "mingru_scan_fwd_bwd", "ppo_loss",
-        "prio_sample", "gather_rows", "ingest",
+        "prio_sample",
     }  # fmt: skip
     for case in cases:
         ok, detail = case["compare"]()
@@ -722,12 +670,6 @@ def test_launch_arguments_match_the_kernel_parameters(monkeypatch: pytest.Monkey
     kernels.advantage(*[torch.zeros(n, 5)] * 4, 0.99, 0.95)
     kernels.mingru_scan(torch.zeros(2, 3, 2 * h).requires_grad_(), torch.ones(2, h)).sum().backward()
     kernels.prio_sample(torch.zeros(n, 5), 0.8, 0.4, 6, 1, 2)
-    for shape, dt in (((n, 3, 4), torch.float32), ((n, 3), torch.int16), ((n, 3), torch.uint8)):
-        kernels.gather_rows(torch.zeros(shape, dtype=dt), torch.zeros(2, dtype=torch.int64))
-    step = torch.zeros(1, dtype=torch.int64)
-    for src, dst in kernels._INGEST:
-        kernels.ingest(torch.zeros(n, 3, dtype=src), torch.zeros(n), torch.zeros(n, dtype=torch.bool), None, step,
-                       torch.zeros(n, 5, 3, dtype=dst), torch.zeros(n, 5), torch.zeros(n, 5), 1.0)  # fmt: skip
     assert {name for name, _ in launched} == set(params), "every kernel is launched somewhere, and only those"
     for name, args in launched:
         kinds = [_NP_TYPES[np.asarray(a).dtype.name] for a in args]

@@ -40,10 +40,10 @@ def rollout(vec, steps, seed=0, action_seed=0):
     return {k: np.stack(v) for k, v in out.items()}
 
 
-def test_all_nine_envs_are_registered_with_a_yaml():
-    expected = {"squared", "target", "breakout", "pong", "snake", "connect4", "g2048", "go", "benchmark"}
-    assert set(NAMES) == expected
-    assert set(env_names()) == expected
+def test_the_shipped_envs_are_registered_and_each_is_a_config_env():
+    shipped = {"squared", "target", "breakout", "pong", "snake", "connect4", "g2048", "go", "benchmark"}
+    assert shipped <= set(NAMES)  # a new env adds itself (registry.h), with no list here to edit
+    assert env_names() == NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)

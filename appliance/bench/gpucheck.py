@@ -32,8 +32,6 @@ TOLERANCES = {
     "mingru_scan": (1e-4, 1e-4),  # linear-space kernel vs the log-space reference; grads too
     "ppo_loss": (1e-4, 1e-6),
     "prio_sample": (1e-5, 0.0),  # weights; indices must agree on >= 99.9 % of samples
-    "gather_rows": (0.0, 0.0),
-    "ingest": (0.0, 0.0),
 }
 MATCH_FRACTION = 0.999
 
@@ -333,40 +331,6 @@ def _cases(
         eager_prio,
     )
 
-    src = torch.randint(0, 255, (agents, horizon, 118), dtype=torch.uint8, device=dev)
-    dst = torch.empty(samples, horizon, 118, dtype=torch.uint8, device=dev)
-
-    def cmp_gather() -> tuple[bool, dict[str, Any]]:
-        ok = torch.equal(kernels.gather_rows(src, idx_buf), src[idx_buf])
-        return ok, {"max_err": 0.0 if ok else float("nan")}
-
-    add("gather_rows", "u8", cmp_gather, lambda: kernels.gather_rows(src, idx_buf, dst), lambda: src[idx_buf])
-
-    obs = torch.rand(agents, 118, device=dev, generator=g)
-    rew, term = randn(agents, scale=3.0), torch.rand(agents, device=dev, generator=g) < 0.05
-    step = torch.tensor([7], dtype=torch.int64, device=dev)
-    bufs = [torch.zeros(agents, horizon, 118, device=dev), torch.zeros(agents, horizon, device=dev)]
-    bufs.append(torch.zeros(agents, horizon, device=dev))
-
-    def cmp_ingest() -> tuple[bool, dict[str, Any]]:
-        want = [b.clone() for b in bufs]
-        kernels.ingest(obs, rew, term, None, step, *bufs, 1.0)
-        reference.ingest(obs, rew, term, None, step, *want, 1.0)
-        ok = all(torch.equal(a, b) for a, b in zip(bufs, want, strict=True))
-        return ok, {"max_err": 0.0 if ok else float("nan")}
-
-    def eager_ingest() -> None:  # Trainer.evaluate's copy phase on device tensors
-        bufs[0][:, 7] = obs
-        bufs[1][:, 7] = rew.clamp(-1.0, 1.0)
-        bufs[2][:, 7] = term.float()
-
-    add(
-        "ingest",
-        "f32",
-        cmp_ingest,
-        lambda: kernels.ingest(obs, rew, term, None, step, *bufs, 1.0),
-        eager_ingest,
-    )
     return cases
 
 

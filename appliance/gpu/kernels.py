@@ -4,7 +4,9 @@ For CUDA tensors each op launches its cupy kernel (``kernels/<op>.cu``) on torch
 (``cupy.cuda.ExternalStream``) with raw pointers: no DLPack conversion and, when the caller passes
 the output buffers, no allocation (scratch space is allocated once per shape and kept). Everywhere
 else (CPU tensors, no cupy) it runs the torch reference of :mod:`appliance.gpu.reference`, which has
-the same signature. ``PUFFER_KERNELS=reference`` forces the reference, ``PUFFER_KERNELS=cuda`` the
+the same signature; ``advantage`` and ``ppo_loss`` have no reference here: they accelerate the
+trainer's own torch code (``appliance.train.advantage``, ``appliance.train.losses``), which the
+trainer runs itself where the kernels do not. ``PUFFER_KERNELS=reference`` forces the reference, ``PUFFER_KERNELS=cuda`` the
 kernels (an error, in one line, where they cannot run).
 
 Kernels come from cubins built by ``python -m appliance.gpu.warm --out DIR`` for the running GPU's
@@ -17,12 +19,7 @@ cupy is optional (the ``cuda*`` extras); nothing here imports it until a CUDA te
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,17 +27,25 @@ import torch
 
 from appliance.errors import ConfigError, DeviceError
 from appliance.gpu import reference
+from appliance.gpu.launch import (  # noqa: F401  (ENV, MODES, mode, _Modules, _MODULES: callers use them from here)
+    _MODULES,
+    ENV,
+    MODES,
+    _check,
+    _launch,
+    _Modules,
+    _nvec_tensor,
+    _ptr,
+    _scratch,
+    _suffix,
+    mode,
+    use_cuda,
+)
 from appliance.gpu.reference import PPOLoss
-
-ENV = "PUFFER_KERNELS"
-MODES = ("auto", "reference", "cuda")
-THREADS = 256
 
 __all__ = [
     "PPOLoss",
     "advantage",
-    "gather_rows",
-    "ingest",
     "lstm_step",
     "mingru_scan",
     "mingru_step",
@@ -51,45 +56,6 @@ __all__ = [
 ]
 
 
-# ------------------------------------------------------------------------------------ dispatch
-
-
-def mode() -> str:
-    """``PUFFER_KERNELS``: auto (kernels for CUDA tensors when cupy is there), reference or cuda."""
-    value = os.environ.get(ENV, "").strip().lower() or "auto"
-    if value not in MODES:
-        raise ConfigError(f"{ENV}={os.environ[ENV]!r} is not one of {', '.join(MODES)}")
-    return value
-
-
-@functools.cache
-def _cupy_error() -> str | None:
-    try:
-        import cupy  # noqa: F401
-    except Exception as e:
-        return f"{type(e).__name__}: {e}".splitlines()[0]
-    return None
-
-
-def use_cuda(tensor: torch.Tensor) -> bool:
-    """Whether an op on ``tensor`` runs the cupy kernel (True) or the torch reference (False)."""
-    m = mode()
-    if m == "reference":
-        return False
-    if m == "cuda":
-        if not tensor.is_cuda:
-            raise DeviceError(
-                f"{ENV}=cuda, but the tensors are on {tensor.device} "
-                f"(torch sees {'a' if torch.cuda.is_available() else 'no'} CUDA device); unset {ENV} to use the torch reference"
-            )
-        if err := _cupy_error():
-            raise DeviceError(
-                f"{ENV}=cuda, but cupy cannot be imported ({err}); install puffer-bench[cuda12]"
-            )
-        return True
-    return tensor.is_cuda and _cupy_error() is None
-
-
 def _cuda_only(op: str, tensor: torch.Tensor, definition: str) -> None:
     """The ops that accelerate a torch definition of the trainer's run only where :func:`use_cuda`
     says kernels run; the trainer calls the definition itself everywhere else."""
@@ -98,122 +64,6 @@ def _cuda_only(op: str, tensor: torch.Tensor, definition: str) -> None:
             f"kernels.{op} runs on CUDA tensors with cupy only (here: {tensor.device}, {ENV}={mode()}); "
             f"the torch definition is {definition}"
         )
-
-
-# ------------------------------------------------------------------------------------ loading
-
-
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "puffer-bench" / "kernels"
-
-
-class _Modules:
-    """One cupy.RawModule per (device, source file), from a shipped cubin or compiled once."""
-
-    def __init__(self) -> None:
-        self._modules: dict[tuple[int, str], Any] = {}
-        self._functions: dict[tuple[int, str], Any] = {}
-        self._streams: dict[int, Any] = {}
-        self._lock = threading.Lock()
-        self.origin: dict[str, str] = {}  # source -> "cubin <path>" or "nvrtc <path>", for gpu-check
-
-    def cubin_path(self, source: str, arch: str) -> Path:
-        from appliance.gpu import warm
-
-        shipped = warm.cubin_dir()
-        manifest = shipped / warm.MANIFEST
-        path = shipped / f"sm_{arch}" / f"{source}.cubin"
-        digest = warm.source_hash()
-        try:
-            fresh = json.loads(manifest.read_text()).get("source_hash") == digest
-        except (OSError, ValueError):
-            fresh = False
-        if fresh and path.is_file():
-            self.origin[source] = f"cubin {path}"
-            return path
-        cached = _cache_dir() / digest[:16] / f"sm_{arch}" / f"{source}.cubin"
-        if not cached.is_file():
-            cubin, _ = warm.compile_source(warm.kernels_dir() / f"{source}.cu", arch, verbose=False)
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            warm._write_atomic(cached, cubin)
-        self.origin[source] = f"nvrtc {cached}"
-        return cached
-
-    def function(self, source: str, name: str, device: torch.device) -> Any:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        key = (index, name)
-        fn = self._functions.get(key)
-        if fn is not None:
-            return fn
-        import cupy
-
-        with self._lock, cupy.cuda.Device(index):
-            module = self._modules.get((index, source))
-            if module is None:
-                major, minor = torch.cuda.get_device_capability(index)
-                module = cupy.RawModule(path=str(self.cubin_path(source, f"{major}{minor}")))
-                self._modules[(index, source)] = module
-            fn = self._functions[key] = module.get_function(name)
-        return fn
-
-    def stream(self) -> Any:
-        import cupy
-
-        ptr = torch.cuda.current_stream().cuda_stream
-        s = self._streams.get(ptr)
-        if s is None:
-            s = self._streams[ptr] = cupy.cuda.ExternalStream(ptr)
-        return s
-
-
-_MODULES = _Modules()
-_SCRATCH: dict[tuple[Any, ...], torch.Tensor] = {}
-
-
-def _scratch(key: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    k = (key, shape, dtype, device)
-    t = _SCRATCH.get(k)
-    if t is None:
-        t = _SCRATCH[k] = torch.empty(shape, dtype=dtype, device=device)
-    return t
-
-
-def _nvec_tensor(nvec: Sequence[int], device: torch.device) -> torch.Tensor:
-    k = ("nvec", tuple(int(n) for n in nvec), torch.int32, device)
-    t = _SCRATCH.get(k)
-    if t is None:
-        t = _SCRATCH[k] = torch.tensor(list(k[1]), dtype=torch.int32, device=device)
-    return t
-
-
-def _ptr(t: torch.Tensor | None) -> np.uint64:
-    return np.uint64(0 if t is None else t.data_ptr())
-
-
-def _launch(
-    source: str, name: str, device: torch.device, n: int, args: tuple[Any, ...], block: int = THREADS
-) -> None:
-    fn = _MODULES.function(source, name, device)
-    grid = max(1, min((n + block - 1) // block, 65535 * 32))
-    with _MODULES.stream():
-        fn((grid,), (block,), args)
-
-
-def _suffix(t: torch.Tensor) -> str:
-    if t.dtype == torch.float32:
-        return "f32"
-    if t.dtype == torch.bfloat16:
-        return "bf16"
-    raise ConfigError(f"the kernels store float32 or bfloat16, got {t.dtype}")
-
-
-def _check(t: torch.Tensor, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
-    if not t.is_contiguous():
-        raise ConfigError(f"{name} must be contiguous for the CUDA kernels (got strides {t.stride()})")
-    if dtype is not None and t.dtype != dtype:
-        raise ConfigError(f"{name} must be {dtype} for the CUDA kernels, got {t.dtype}")
-    return t
 
 
 # ------------------------------------------------------------------------------------ ops
@@ -481,63 +331,3 @@ def _ids(ids: torch.Tensor | None, n: int) -> torch.Tensor | None:
     if ids is not None and (ids.dtype != torch.int64 or ids.numel() != n):
         raise ConfigError(f"ids must be int64 with one id per row ({n}), got {ids.dtype} {tuple(ids.shape)}")
     return ids
-
-
-def gather_rows(src: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    if not use_cuda(src):
-        return reference.gather_rows(src, idx, out)
-    _check(src, "src"), _check(idx, "idx", torch.int64)
-    out = out if out is not None else src.new_empty((len(idx), *src.shape[1:]))
-    _check(out, "out", src.dtype)
-    row_bytes = src[0].numel() * src.element_size() if len(src) else 0
-    word = next(w for w in (4, 2, 1) if row_bytes % w == 0)
-    name = {4: "u32", 2: "u16", 1: "u8"}[word]
-    words = row_bytes // word
-    args = (_ptr(src), _ptr(idx), _ptr(out), np.int32(len(idx)), np.int64(words))
-    _launch("prio_sample", f"gather_rows_{name}", src.device, len(idx) * words, args)
-    return out
-
-
-_INGEST = {
-    (torch.uint8, torch.uint8): "ingest_u8_u8",
-    (torch.uint8, torch.float32): "ingest_u8_f32",
-    (torch.uint8, torch.bfloat16): "ingest_u8_bf16",
-    (torch.float32, torch.float32): "ingest_f32_f32",
-    (torch.float32, torch.bfloat16): "ingest_f32_bf16",
-}
-
-
-def ingest(
-    obs: torch.Tensor,
-    rewards: torch.Tensor,
-    terminals: torch.Tensor,
-    truncations: torch.Tensor | None,
-    step: torch.Tensor,
-    obs_buf: torch.Tensor,
-    rew_buf: torch.Tensor,
-    done_buf: torch.Tensor,
-    reward_clamp: float,
-) -> None:
-    if not use_cuda(obs_buf):
-        return reference.ingest(
-            obs, rewards, terminals, truncations, step, obs_buf, rew_buf, done_buf, reward_clamp
-        )
-    name = _INGEST.get((obs.dtype, obs_buf.dtype))
-    if name is None:
-        raise ConfigError(
-            f"ingest has no kernel from {obs.dtype} to {obs_buf.dtype}; use {sorted(map(str, _INGEST))}"
-        )
-    agents, horizon = obs_buf.shape[:2]
-    obs_size = obs_buf[0, 0].numel()
-    for t, tname in ((obs, "obs"), (obs_buf, "obs_buf"), (terminals, "terminals")):
-        _check(t, tname)
-    _check(rewards, "rewards", torch.float32), _check(step, "step", torch.int64)
-    _check(rew_buf, "rew_buf", torch.float32), _check(done_buf, "done_buf", torch.float32)
-    if terminals.dtype not in (torch.bool, torch.uint8):
-        raise ConfigError(f"terminals must be bool or uint8, got {terminals.dtype}")
-    args = (
-        _ptr(obs), _ptr(rewards), _ptr(terminals), _ptr(truncations), _ptr(step), np.int32(agents),
-        np.int64(obs_size), np.int32(horizon), np.float32(reward_clamp), _ptr(obs_buf), _ptr(rew_buf),
-        _ptr(done_buf),
-    )  # fmt: skip
-    _launch("ingest", name, obs_buf.device, agents * obs_size, args)

@@ -223,33 +223,6 @@ def _scalar(step: int | torch.Tensor) -> int:
     return int(step.reshape(-1)[0]) if isinstance(step, torch.Tensor) else int(step)
 
 
-def gather_rows(src: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``out[i] = src[idx[i]]`` over the first dim: the sampled segments into static minibatch buffers
-    (Trainer.train's ``adv[idx]``, ``self.values[idx]``, ``self.obs[rows]``, ...)."""
-    return _into(out, src[idx.to(src.device)])
-
-
-def ingest(
-    obs: torch.Tensor,
-    rewards: torch.Tensor,
-    terminals: torch.Tensor,
-    truncations: torch.Tensor | None,
-    step: torch.Tensor,
-    obs_buf: torch.Tensor,
-    rew_buf: torch.Tensor,
-    done_buf: torch.Tensor,
-    reward_clamp: float,
-) -> None:
-    """One env step into ``[agents, horizon, ...]`` rollout buffers at t = ``step`` (an int64 tensor
-    held on the device): the observation cast to obs_buf's dtype, the reward clamped to
-    ±reward_clamp, terminal-or-truncated as 1.0/0.0 (Trainer.evaluate's copy phase)."""
-    t = int(step.reshape(-1)[0])
-    obs_buf[:, t] = obs.reshape(obs_buf[:, t].shape).to(obs_buf.dtype)
-    rew_buf[:, t] = rewards.float().clamp(-reward_clamp, reward_clamp)
-    done = terminals.bool() if truncations is None else terminals.bool() | truncations.bool()
-    done_buf[:, t] = done.float()
-
-
 def _into(out: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
     if out is None:
         return value

@@ -1,0 +1,228 @@
+"""The config a run uses: the layers resolved in order (see :mod:`appliance.config`) into a
+:class:`Config`, and the checks across keys made before any env starts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from appliance.config import files
+from appliance.config.env_params import env_defaults, env_ranges
+from appliance.config.files import (
+    _is_gymnasium_id,
+    defaults,
+    env_names,
+    env_yaml,
+    is_import_path,
+    profile_names,
+    read_yaml,
+)
+from appliance.config.layers import _apply, _nearest, parse_overrides, unknown_name
+from appliance.config.memory import check_memory
+from appliance.config.schema import AUTO, RANGES, SECTIONS
+from appliance.errors import ConfigError
+from appliance.paths import defaults_dir
+
+# ----------------------------------------------------------------------------- result
+
+
+class Section(Mapping[str, Any]):
+    """Read-only view of one section with attribute access: ``cfg.train.learning_rate``."""
+
+    def __init__(self, name: str, values: dict[str, Any]) -> None:
+        self._name = name
+        self._values = values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_"):
+            raise AttributeError(key)
+        try:
+            return self._values[key]
+        except KeyError:
+            guess = _nearest(key, self._values)
+            hint = f"; did you mean {guess}?" if guess else ""
+            raise AttributeError(f"config section '{self._name}' has no key '{key}'{hint}") from None
+
+    def __repr__(self) -> str:
+        return f"Section({self._name}, {self._values!r})"
+
+
+class Config:
+    """The resolved configuration: sections plus where it came from."""
+
+    def __init__(
+        self,
+        data: dict[str, dict[str, Any]],
+        env_name: str | None = None,
+        profile: str | None = None,
+        sources: list[str] | None = None,
+    ) -> None:
+        self.data = data
+        self.env_name = env_name
+        self.profile = profile
+        self.sources = sources or []
+
+    def __getattr__(self, section: str) -> Section:
+        if section in SECTIONS:
+            return Section(section, self.data[section])
+        raise AttributeError(f"config has no section '{section}'")
+
+    def __getitem__(self, section: str) -> dict[str, Any]:
+        return self.data[section]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict (copied), ready for YAML, JSON and reports."""
+        out: dict[str, Any] = {
+            "env_name": self.env_name,
+            "profile": self.profile,
+            "sources": list(self.sources),
+        }
+        out.update(json.loads(json.dumps(self.data)))
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _strip_profile_meta(layer: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    meta = layer.pop("profile", None) or {}
+    if not isinstance(meta, dict):
+        raise ConfigError(f"'profile' in {path} must be a mapping (name, gpu, description)")
+    return layer, meta
+
+
+def resolve(
+    env: str | None = None,
+    profile: str | None = None,
+    config_file: str | Path | None = None,
+    overrides: Iterable[str] | Mapping[str, Mapping[str, Any]] = (),
+) -> Config:
+    """Build the config a run would use; see the module docstring for the layers."""
+    base = defaults()
+    per_profile: dict[str, Any] = {}
+    schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
+    data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
+    sources = [str(defaults_dir() / "default.yaml")]
+
+    env_path, ranges = None, RANGES
+    if env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env)):
+        # a Gymnasium id or package.module:factory: no env parameters; Python envs need a process
+        # backend. A Gymnasium id may have tuned values in defaults/gymnasium/<id>.yaml.
+        data["vec"]["backend"] = "multiprocessing"
+        sources.append(env if is_import_path(env) else f"gymnasium:{env}")
+        if (defaults_dir() / "gymnasium" / f"{env}.yaml").is_file():
+            env_path = defaults_dir() / "gymnasium" / f"{env}.yaml"
+    elif env is not None:
+        known = env_names()
+        if env not in known:
+            raise unknown_name("env", env, known, "known envs")
+        # the env's C ParamSpec defines the env section (keys, types, defaults, ranges); its YAML,
+        # if any, is a layer of tuned values checked against it like every other layer
+        schema["env"] = env_defaults(env)
+        data["env"] = dict(schema["env"])
+        ranges = {**RANGES, **env_ranges(env)}
+        env_path = env_yaml(env)
+    if env_path is not None:
+        path = env_path
+        layer = read_yaml(path, "env config")
+        per_profile = layer.pop("profiles", None) or {}
+        if not isinstance(per_profile, dict) or not all(isinstance(v, dict) for v in per_profile.values()):
+            raise ConfigError(f"section 'profiles' in {path} must map profile names to config sections")
+        per_profile = {str(k): v for k, v in per_profile.items()}  # 4090: an int to YAML
+        unknown = sorted(set(per_profile) - set(profile_names()))
+        if unknown:
+            raise ConfigError(f"section 'profiles' in {path} names unknown profiles: {', '.join(unknown)}")
+        if ranges is RANGES:  # a Gymnasium id's YAML: its env section (keyword arguments) defines it
+            env_params = layer.pop("env", None) or {}
+            if not isinstance(env_params, dict):
+                raise ConfigError(f"section 'env' in {path} must be a mapping of env parameters")
+            schema["env"] = dict(env_params)
+            data["env"] = dict(env_params)
+        _apply(data, layer, schema, str(path), ranges)
+        sources.append(str(path))
+
+    if profile is not None:
+        known = profile_names()
+        if profile not in known:
+            raise unknown_name("hardware profile", profile, known, "valid profiles")
+        path = files.profile_dir() / f"{profile}.yaml"
+        layer, meta = _strip_profile_meta(read_yaml(path, "hardware profile"), path)
+        _apply(data, layer, schema, str(path), ranges)
+        data["bench"]["profile"] = profile
+        data["bench"]["expected_gpu"] = str(meta.get("gpu", ""))
+        sources.append(str(path))
+        if env_path is not None and per_profile.get(profile):  # the env's own values for this profile
+            _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})", ranges)
+            sources.append(f"{env_path} (profiles.{profile})")
+
+    if config_file is not None:
+        path = Path(config_file)
+        layer = read_yaml(path, "config file")
+        if isinstance(layer.get("profile"), dict):  # a saved autotune profile carries its metadata
+            layer, _ = _strip_profile_meta(layer, path)
+        _apply(data, layer, schema, str(path), ranges)
+        sources.append(str(path))
+
+    layer = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    if layer:
+        _apply(data, layer, schema, "command line", ranges)
+        sources.append("command line")
+
+    check_batch(data["train"])
+    if data["vec"]["backend"] == "native" and data["train"]["engine"] != "off":
+        check_buffers(data["train"]["buffers"], data["vec"]["num_envs"])
+    if env is not None and env in env_names():
+        check_memory(env, data)
+    return Config(data, env_name=env, profile=profile, sources=sources)
+
+
+def check_buffers(buffers: int, num_envs: int) -> None:
+    """``train.buffers`` must split ``vec.num_envs`` evenly: the rollout engine's buffers step as many envs each."""
+    if not isinstance(buffers, int) or isinstance(buffers, bool) or buffers < 1:
+        raise ConfigError(f"train.buffers must be an int >= 1, got {buffers!r}")
+    if num_envs % buffers:
+        valid = [d for d in range(1, min(num_envs, 64) + 1) if num_envs % d == 0]
+        raise ConfigError(
+            f"train.buffers ({buffers}) must divide vec.num_envs ({num_envs}) so every rollout buffer steps as many "
+            f"envs; valid: {', '.join(map(str, valid))}"
+        )
+
+
+def check_batch(train: Mapping[str, Any]) -> None:
+    """The trainer's batch rules that hold for any number of envs: a minibatch (and the largest chunk
+    of one, ``max_minibatch_size``) is whole segments of ``bptt_horizon`` steps, and an explicit
+    ``batch_size`` is whole segments and whole minibatches. With ``batch_size auto`` the batch is
+    agents x horizon, known once the vector exists; the Trainer checks that one."""
+    horizon, minibatch = train["bptt_horizon"], train["minibatch_size"]
+    if minibatch % horizon:
+        raise ConfigError(
+            f"train.minibatch_size ({minibatch}) must be a multiple of train.bptt_horizon ({horizon}); "
+            f"e.g. {max(horizon, minibatch // horizon * horizon)}"
+        )
+    if train["max_minibatch_size"] % horizon:
+        raise ConfigError(
+            f"train.max_minibatch_size ({train['max_minibatch_size']}) must be a multiple of "
+            f"train.bptt_horizon ({horizon})"
+        )
+    batch = train["batch_size"]
+    if batch != AUTO and (batch % horizon or batch % minibatch):
+        raise ConfigError(
+            f"train.batch_size ({batch}) must be a multiple of train.bptt_horizon ({horizon}) and of "
+            f"train.minibatch_size ({minibatch}); or 'auto' (agents x bptt_horizon)"
+        )

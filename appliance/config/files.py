@@ -1,0 +1,129 @@
+"""The files a config is read from: bounded YAML reads, the shipped defaults, the env and hardware
+profile names, and which profile a machine's GPU calls for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from appliance.errors import ConfigError
+from appliance.paths import data_dir, defaults_dir
+from appliance.report_io import read_bounded
+
+MAX_YAML_BYTES = 4 * 2**20  # configs, suites, profiles and sweep spaces are a few KiB
+MAX_YAML_DEPTH = 32
+MAX_YAML_VALUES = 1_000_000  # after aliases: a "billion laughs" file expands past it
+
+
+def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
+    """Read a YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError.
+
+    These files may come from elsewhere (a suite or config someone shared), so the file is bounded
+    (:data:`MAX_YAML_BYTES`), and so is what it holds: nesting (:data:`MAX_YAML_DEPTH`) and values
+    counted through aliases (:data:`MAX_YAML_VALUES`). Every refusal is one line naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} not found: {path}")
+    raw = read_bounded(path, what, ConfigError, MAX_YAML_BYTES)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line}; save it as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(f"bad YAML in {path}: {where}{e.problem or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"bad YAML in {path}: {e}") from None
+    except RecursionError:  # the parser recurses per level of nesting
+        raise ConfigError(f"{what} {path} nests deeper than {MAX_YAML_DEPTH} levels: refused") from None
+    except ValueError as e:  # a value YAML types but Python refuses (an int of 5,000 digits)
+        raise ConfigError(f"bad YAML in {path}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must hold a mapping of sections, not a {type(data).__name__}")
+    _check_size(data, path, what)
+    return data
+
+
+def _check_size(data: Any, path: Path, what: str) -> None:
+    """Refuse nesting beyond :data:`MAX_YAML_DEPTH` and more than :data:`MAX_YAML_VALUES` values
+    (counted as a reader walking the data would meet them: an alias counts each time it is used)."""
+    stack, seen = [(data, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"{what} {path} holds more than {MAX_YAML_VALUES:,} values (aliases that expand?): refused"
+            )
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{what} {path} nests deeper than {MAX_YAML_DEPTH} levels: refused")
+        if isinstance(value, dict):
+            stack += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1) for v in value]
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    return read_yaml(defaults_dir() / "default.yaml", "default config")
+
+
+def env_names() -> list[str]:
+    """The Ocean envs compiled into ``appliance._ocean`` (each may have a YAML of tuned values)."""
+    from appliance import ocean
+
+    return ocean.names()
+
+
+def env_yaml(env: str) -> Path | None:
+    """An Ocean env's YAML of tuned values (``defaults/envs/<env>.yaml``), or None where it has none."""
+    path = defaults_dir() / "envs" / f"{env}.yaml"
+    return path if path.is_file() else None
+
+
+def _is_gymnasium_id(env: str) -> bool:
+    try:
+        import gymnasium
+
+        return env in gymnasium.registry
+    except ImportError:  # pragma: no cover - gymnasium is a dependency
+        return False
+
+
+def is_import_path(env: str) -> bool:
+    """``package.module:factory`` or ``module:Env-v0`` (not ``ocean:NAME``): a Python env to import."""
+    module, sep, attr = env.partition(":")
+    return bool(sep and module and attr and module != "ocean")
+
+
+def profile_dir() -> Path:
+    return data_dir("bench") / "profiles"
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in profile_dir().glob("*.yaml"))
+
+
+def gpu_matches(expected: str, name: str) -> bool:
+    """Whether a GPU's name (from NVML) is the one a profile expects ("4090" in "NVIDIA GeForce RTX 4090")."""
+    return expected.replace(" ", "").lower() in name.replace(" ", "").lower()
+
+
+def detect_profile(gpus: list[dict[str, Any]]) -> str:
+    """The hardware profile whose expected GPU this machine has; 'cpu' without a GPU or a match."""
+    names = [str(g.get("name") or "") for g in gpus]
+    for path in sorted(profile_dir().glob("*.yaml")):
+        meta = read_yaml(path, "hardware profile").get("profile")
+        expected = str(meta.get("gpu") or "") if isinstance(meta, dict) else ""
+        if expected and any(gpu_matches(expected, n) for n in names):
+            return path.stem
+    return "cpu"

@@ -1,0 +1,211 @@
+"""What a config value may be: the sections, the keys with a fixed set of choices, the range of
+every number (:data:`RANGES`), and the typing of values from YAML and the command line (the default
+of a key fixes its type)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from appliance.errors import ConfigError
+
+SECTIONS = ("vec", "train", "policy", "env", "bench")
+AUTO = "auto"
+# String keys that take one of a fixed set of values (checked with a "did you mean").
+CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("vec", "backend"): ("native", "serial", "multiprocessing", "ray"),
+    ("train", "device"): ("auto", "cpu", "cuda"),
+    ("train", "optimizer"): ("adam", "muon"),
+    ("train", "precision"): ("float32", "bfloat16"),
+    ("train", "engine"): ("auto", "on", "off"),
+    ("policy", "core"): ("mlp", "lstm", "mingru"),
+    ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
+    ("policy", "init"): ("pufferlib", "cleanrl"),
+    ("policy", "obs_norm"): ("auto", "on", "off"),
+    ("bench", "suite"): ("quick", "full"),
+}
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid values of a number: ``low``/``high`` (None: unbounded), each bound included unless
+    ``*_open``. Every value must also be finite (no NaN or infinity)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def contains(self, value: float) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        def bound(x: float) -> str:
+            return f"{int(x):,}" if _whole(x) and abs(x) >= 10_000 else f"{x:g}"
+
+        low = None if self.low is None else f"{'>' if self.low_open else '>='} {bound(self.low)}"
+        high = None if self.high is None else f"{'<' if self.high_open else '<='} {bound(self.high)}"
+        return " and ".join(b for b in (low, high) if b) or "finite"
+
+
+POSITIVE = Range(0, None, low_open=True)
+NON_NEGATIVE = Range(0, None)
+AT_LEAST_1 = Range(1, None)
+UNIT = Range(0, 1)
+INT32 = 2**31 - 1
+# The range of every number in default.yaml (a list's range applies to each element); a new numeric
+# key needs an entry here (tests/test_config.py checks). Checked for every layer as it is applied.
+RANGES: dict[tuple[str, str], Range] = {
+    ("vec", "num_envs"): Range(1, INT32),
+    ("vec", "num_threads"): Range(1, 4096),
+    ("vec", "num_workers"): Range(1, 4096),
+    ("vec", "batch_size"): Range(1, INT32),
+    ("vec", "recv_timeout"): Range(0, 1e6, low_open=True),
+    ("train", "seed"): Range(0, 2**63 - 1),
+    ("train", "total_timesteps"): AT_LEAST_1,
+    ("train", "learning_rate"): Range(0, 10, low_open=True),
+    ("train", "adam_beta1"): Range(0, 1, high_open=True),
+    ("train", "adam_beta2"): Range(0, 1, high_open=True),
+    ("train", "adam_eps"): Range(0, 1, low_open=True),
+    ("train", "gamma"): UNIT,
+    ("train", "gae_lambda"): UNIT,
+    ("train", "vtrace_rho_clip"): POSITIVE,
+    ("train", "vtrace_c_clip"): NON_NEGATIVE,  # 0: one-step TD errors only (PufferLib's go.ini)
+    ("train", "prio_alpha"): NON_NEGATIVE,
+    ("train", "prio_beta0"): UNIT,
+    ("train", "clip_coef"): POSITIVE,
+    ("train", "vf_coef"): NON_NEGATIVE,
+    ("train", "vf_clip_coef"): POSITIVE,
+    ("train", "ent_coef"): NON_NEGATIVE,
+    ("train", "max_grad_norm"): POSITIVE,
+    ("train", "update_epochs"): Range(1, 10_000),
+    ("train", "bptt_horizon"): Range(1, 65_536),
+    ("train", "buffers"): Range(1, 256),
+    ("train", "batch_size"): AT_LEAST_1,
+    ("train", "minibatch_size"): AT_LEAST_1,
+    ("train", "max_minibatch_size"): AT_LEAST_1,
+    ("train", "reward_clamp"): POSITIVE,
+    ("train", "noise_corr"): Range(0, 1, high_open=True),
+    ("train", "checkpoint_interval"): AT_LEAST_1,
+    ("policy", "hidden_size"): Range(1, 65_536),
+    ("bench", "repeats"): Range(1, 1000),
+    ("bench", "seconds"): Range(0, 1e6, low_open=True),
+    ("bench", "threads"): Range(1, 4096),
+}
+# String keys that must not be empty (paths).
+NON_EMPTY = {("train", "data_dir"), ("bench", "out")}
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+# ----------------------------------------------------------------------------- typing
+
+
+def _type_name(default: Any) -> str:
+    if default == AUTO:
+        return "'auto' or a number"
+    return {bool: "a bool", int: "an int", float: "a float", str: "a string", list: "a list"}.get(
+        type(default), type(default).__name__
+    )
+
+
+def _number(value: Any) -> int | float | None:
+    """Parse ints and floats, including strings like '3e-4' that YAML 1.1 leaves as text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+def _whole(number: int | float) -> bool:
+    """An int, or a float with no fraction (float() of a 400-digit int would overflow)."""
+    return isinstance(number, int) or number.is_integer()
+
+
+def coerce(value: Any, default: Any) -> Any:
+    """Convert ``value`` to the type of ``default``; raise ValueError if it cannot be."""
+    if default == AUTO:
+        if isinstance(value, str) and value.strip().lower() == AUTO:
+            return AUTO
+        number = _number(value)
+        if number is None:
+            raise ValueError
+        return int(number) if _whole(number) else number
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ValueError
+    if isinstance(default, int):
+        number = _number(value)
+        if number is None or not _whole(number):
+            raise ValueError
+        return int(number)
+    if isinstance(default, float):
+        number = _number(value)
+        if number is None:
+            raise ValueError
+        return float(number)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    if isinstance(default, list):
+        if isinstance(value, str):
+            text = value.strip()
+            value = yaml.safe_load(text) if text.startswith("[") else [v for v in text.split(",") if v]
+        if not isinstance(value, list):
+            raise ValueError
+        if default:
+            return [coerce(v, default[0]) for v in value]
+        return value
+    raise ValueError
+
+
+def check_value(
+    section: str,
+    key: str,
+    value: Any,
+    name: str | None = None,
+    ranges: Mapping[tuple[str, str], Range] = RANGES,
+) -> None:
+    """Raise a ConfigError if a typed value is outside its range in ``ranges`` (:data:`RANGES`, and an
+    Ocean env's parameter ranges while its config is resolved), or is an empty path."""
+    name = name or f"{section}.{key}"
+    if (section, key) in NON_EMPTY and isinstance(value, str) and not value.strip():
+        raise ConfigError(f"{name}: must not be empty")
+    valid = ranges.get((section, key))
+    if valid is None:
+        return
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            continue  # 'auto', or a type error reported by coerce
+        if not valid.contains(v):
+            what = (
+                "is not a finite number"
+                if isinstance(v, float) and not math.isfinite(v)
+                else "is out of range"
+            )
+            kind = "an int" if isinstance(v, int) else "a number"
+            shown = repr(v) if len(repr(v)) <= 30 else f"{str(v)[:12]}... ({len(str(v))} digits)"
+            raise ConfigError(f"{name}: {shown} {what}; expected {kind} {valid}")
