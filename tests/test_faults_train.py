@@ -326,7 +326,7 @@ def test_a_signal_during_the_update_lets_it_finish(tmp_path, no_default_stop, mo
 @pytest.mark.parametrize("engine", ["off", "on"])
 def test_an_interrupted_rollout_is_not_counted(tmp_path, engine):
     trainer = make_trainer(tmp_path, "squared", "--train.engine", engine)
-    real_act, calls = trainer._act, [0]
+    real_act, calls = trainer.act, [0]
 
     def act(*args, **kwargs):  # the plain loop calls it in the main thread, the engine in a buffer's
         calls[0] += 1
@@ -334,7 +334,7 @@ def test_an_interrupted_rollout_is_not_counted(tmp_path, engine):
             raise KeyboardInterrupt
         return real_act(*args, **kwargs)
 
-    trainer._act = act
+    trainer.act = act
     try:
         result = loop.run(trainer, loop.Stop(epochs=5), interruptible=True)
     finally:

@@ -244,7 +244,7 @@ def test_acrobot_defaults_swing_up():
     """A Gymnasium task the defaults were never tuned on: Acrobot-v1 (-1 a step, up to 500 steps;
     random play scores about -500) with the untouched default config under the cpu profile. Before
     rewards were scaled by the return's std, its value targets in the hundreds collapsed the policy's
-    entropy to 0.0005 with no learning (see trainer.ReturnScale)."""
+    entropy to 0.0005 with no learning (see rewards.ReturnScale)."""
     history = train("Acrobot-v1", [], target=("episode_return", -100), steps=1_000_000)
     assert recent(history, "episode_return") >= -100
 

@@ -251,9 +251,11 @@ def test_size_rules_and_devices():
     with pytest.raises(ConfigError, match="minibatch_size"):
         cfg = small_config("squared", "--train.minibatch-size", "12")
         Trainer(cfg, vector.make_from_config(cfg))
-    with pytest.raises(ConfigError, match="at least num_agents"):
-        cfg = small_config("squared", "--train.batch-size", "16")
-        Trainer(cfg, vector.make_from_config(cfg))
+    with pytest.raises(ConfigError, match="multiple of train.bptt_horizon .8. and of train.minibatch_size"):
+        small_config("squared", "--train.batch-size", "16")  # refused by resolve, before any env starts
+    cfg = small_config("squared", "--train.batch-size", "64", "--vec.num-envs", "16")
+    with vector.make_from_config(cfg) as vec, pytest.raises(ConfigError, match="at least num_agents"):
+        Trainer(cfg, vec)
     if not torch.cuda.is_available():
         with pytest.raises(DeviceError, match="no CUDA device"):
             resolve_device("cuda")

@@ -10,7 +10,7 @@ buffer's envs with the GIL released. So one buffer's policy step overlaps the ot
 
 The result is the plain loop's, step for step: every native recv returns all agents, so agent ``i``
 writes row ``j * num_agents + i`` in its ``j``-th pass, as :class:`Rollout` assigns them; rewards are
-scaled by :class:`~appliance.train.trainer.ReturnScale` after the horizon, in step order over all
+scaled by :func:`~appliance.train.rewards.scale_and_clamp` after the horizon, in step order over all
 agents (the policy never reads them), and actions are sampled by ``Trainer._act`` keyed on the agents'
 global ids. ``buffers = 1`` is the plain loop with the loop moved into C.
 
@@ -36,6 +36,7 @@ import torch
 from appliance.config import check_buffers
 from appliance.errors import ConfigError, DeviceError, TrainingError
 from appliance.train.graphs import RolloutGraphs
+from appliance.train.rewards import scale_and_clamp
 
 if TYPE_CHECKING:
     from appliance.train.trainer import Trainer
@@ -174,7 +175,7 @@ class Engine:
                 else "the policy's logits became NaN or Inf"
             )
             raise TrainingError(
-                f"{kind} in epoch {tr.epoch} (steps from {tr.global_step}); stopping; {tr._kept()}"
+                f"{kind} in epoch {tr.epoch} (steps from {tr.global_step}); stopping; {tr.kept()}"
             )
         self._account()
         self._finish()
@@ -212,16 +213,12 @@ class Engine:
             t0 = clock()
             obs = buf.obs if buf.obs_device is None else buf.obs_device.copy_(buf.obs, non_blocking=True)
             if pos == 0 and m:
-                for saved, now in zip(rollout.initial_state, buf.state, strict=True):
-                    saved[r0 : r0 + m] = now[:m]
+                rollout.save_initial_state(slice(r0, r0 + m), tuple(s[:m] for s in buf.state))
             t1 = clock()
-            action, logprob, value = tr._act(obs, buf.state, buf.ids, step=self._step0 + t * n)
+            action, logprob, value = tr.act(obs, buf.state, buf.ids, step=self._step0 + t * n)
             t2 = clock()
             if m:
-                rollout.obs[r0 : r0 + m, pos] = obs[:m].to(rollout.obs.device, non_blocking=True)
-                rollout.actions[r0 : r0 + m, pos] = action[:m]
-                rollout.logprobs[r0 : r0 + m, pos] = logprob[:m]
-                rollout.values[r0 : r0 + m, pos] = value[:m]
+                rollout.write_column(slice(r0, r0 + m), pos, obs[:m], action[:m], logprob[:m], value[:m])
             buf.actions.copy_(action.reshape(buf.actions.shape), non_blocking=buf.stream is not None)
             self._copy[b] += (t1 - t0) + (clock() - t2)  # the rest of the policy step is the forward
             if buf.stream is not None:
@@ -233,19 +230,9 @@ class Engine:
         tr, rollout = self.trainer, self.trainer.rollout
         n, H, S = tr.vec.num_agents, rollout.horizon, rollout.segments
         tr.global_step += self.steps * n
-        rewards = torch.from_numpy(self.hist_rewards)
-        if tr.return_scale is not None:
-            ids = np.arange(n)
-            scales = np.array(
-                [
-                    tr.return_scale.update(ids, self.hist_rewards[t], self.hist_dones[t])
-                    for t in range(self.steps)
-                ],
-                np.float32,
-            )
-            rewards = rewards * torch.from_numpy(scales)[:, None]
-        clamp = tr.hp.reward_clamp
-        rewards = rewards.clamp(-clamp, clamp).to(rollout.rewards.device, non_blocking=True)
+        rewards = scale_and_clamp(
+            tr.return_scale, np.arange(n), self.hist_rewards, self.hist_dones, tr.hp.reward_clamp
+        ).to(rollout.rewards.device, non_blocking=True)
         dones = torch.from_numpy(self.hist_dones).to(rollout.dones.device, non_blocking=True).float()
         for j in range(self.passes):
             m = min(n, S - j * n)
@@ -255,7 +242,7 @@ class Engine:
         rollout.masks.fill_(1.0)
         rollout.filled, rollout.next_free = S, S
         rollout.row[:] = -1
-        tr._update_env_stats()
+        tr.update_env_stats()
 
     # ------------------------------------------------------------------ graphs
 

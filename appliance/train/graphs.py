@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from appliance.gpu import kernels
 from appliance.train.losses import STAT_NAMES
 
 # What EpochScalars.sums holds, in order: the loss terms (each chunk's weighted by its share of the
@@ -185,20 +184,12 @@ class RolloutGraphs:
         t = self.t[b]
         obs = buf.obs if buf.obs_device is None else buf.obs_device.copy_(buf.obs, non_blocking=True)
         with torch.no_grad():
-            with torch.autocast(tr.device.type, torch.bfloat16, enabled=tr.amp):
-                out, value, new_state = tr.forward_step(obs, buf.state)
-            decoded = torch.cat([out.float(), value.float()[:, None]], 1)
-            action, logprob, value = self.out[b]
-            kernels.sample_logits(
-                decoded, tr.policy.nvec, tr.hp.seed, self.step[b], ids=buf.ids,
-                action=action, logprob=logprob, value=value,
-            )  # fmt: skip
+            action, logprob, value, new_state = tr.policy_step(
+                obs, buf.state, buf.ids, self.step[b], out=self.out[b]
+            )
             for s, new in zip(buf.state, new_state, strict=True):
                 s.copy_(new)
-            r.obs[rows].index_copy_(1, t, obs.unsqueeze(1).to(r.obs.device, r.obs.dtype))
-            r.actions[rows].index_copy_(1, t, action.unsqueeze(1).to(r.actions.dtype))
-            r.logprobs[rows].index_copy_(1, t, logprob.unsqueeze(1))
-            r.values[rows].index_copy_(1, t, value.unsqueeze(1))
+            r.write_column(rows, t, obs, action, logprob, value)
             buf.actions.copy_(action.reshape(buf.actions.shape), non_blocking=buf.stream is not None)
             t += 1
             self.step[b] += tr.vec.num_agents

@@ -96,6 +96,35 @@ class Rollout:
         self.masks[r, p] = mask[sel]
         self._advance(ids[valid])
 
+    def write_column(
+        self,
+        rows: slice,
+        t: int | torch.Tensor,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        logprob: torch.Tensor,
+        value: torch.Tensor,
+    ) -> None:
+        """Step ``t`` of the consecutive ``rows`` at once (the rollout engine, one buffer's agents in
+        order): ``t`` an int, or a one-element device tensor, as a CUDA graph needs (no host read)."""
+        columns = (
+            (self.obs, obs, self.obs.dtype),
+            (self.actions, action, self.actions.dtype),
+            (self.logprobs, logprob, torch.float32),
+            (self.values, value, torch.float32),
+        )
+        for column, src, dtype in columns:
+            src = src.to(column.device, dtype, non_blocking=True)
+            if isinstance(t, torch.Tensor):
+                column[rows].index_copy_(1, t, src.unsqueeze(1))
+            else:
+                column[rows, t] = src
+
+    def save_initial_state(self, rows: slice, state: State) -> None:
+        """The recurrent state the consecutive ``rows`` start from (what the update replays them from)."""
+        for saved, now in zip(self.initial_state, state, strict=True):
+            saved[rows] = now.to(saved.dtype)
+
     def _advance(self, agents: np.ndarray) -> None:
         self.pos[agents] += 1
         full = agents[self.pos[agents] == self.horizon]

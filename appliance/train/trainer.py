@@ -40,6 +40,7 @@ from appliance.train import advantage, checkpoint, engine, losses
 from appliance.train.graphs import GRAD_NORM, IMPORTANCE, LOSS_TERMS, NONFINITE, EpochScalars, MinibatchGraph
 from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State, copy_weights, inference_copy
+from appliance.train.rewards import ReturnScale, scale_and_clamp
 from appliance.train.rollout import Rollout
 from appliance.train.timings import Timings
 
@@ -69,42 +70,6 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         init=p.init,
         obs_norm={"on": True, "off": False}.get(p.obs_norm, "auto"),
     )
-
-
-class ReturnScale:
-    """Rewards times 1 / max(1, std of the discounted return), the std a running estimate.
-
-    Envs whose returns stay within about 1 (squared) are left alone (the factor stays exactly 1);
-    breakout's and target's returns do exceed it and are scaled too (for breakout this learned
-    slower in an mlp/adam test: see tests/test_learning.py). An env with
-    large returns (Gymnasium classic control: -1 a step for hundreds of steps) would otherwise ask
-    the value head for targets in the hundreds: the value loss then dominates the shared core's
-    gradient, and with ``vf_clip_coef`` the value can move only 0.2 per epoch, so advantages stay
-    noise and the policy drifts to a deterministic one (entropy 1.09 -> 0.0005 on Acrobot).
-    """
-
-    def __init__(self, num_agents: int, gamma: float) -> None:
-        self.gamma = gamma
-        self.returns = np.zeros(num_agents, np.float64)
-        self.count, self.mean, self.m2 = 0, 0.0, 0.0
-        self.scale = 1.0
-
-    def update(self, ids: np.ndarray, rewards: Any, dones: np.ndarray) -> float:
-        r = np.asarray(rewards, np.float64)
-        if not np.isfinite(r).all():
-            return self.scale  # the NaN check in train() names the epoch
-        ret = self.returns[ids] * self.gamma + r
-        self.returns[ids] = np.where(dones, 0.0, ret)
-        n = len(ret)
-        mean, var = float(ret.mean()), float(ret.var())
-        total = self.count + n
-        delta = mean - self.mean
-        self.mean += delta * n / total
-        self.m2 += var * n + delta * delta * self.count * n / total
-        self.count = total
-        std = math.sqrt(self.m2 / self.count)
-        self.scale = 1.0 / std if std > 1.0 else 1.0
-        return self.scale
 
 
 def episode_means(episodes: list[dict[str, float]]) -> dict[str, float]:
@@ -263,7 +228,7 @@ class Trainer:
                     step = self._to_device(obs, rewards, terminals, truncations, ids, masks)
                 with self.timings("forward"):
                     state = tuple(s[step.ids] for s in self.state)
-                    action, logprob, value = self._act(step.obs, state, step.ids)
+                    action, logprob, value = self.act(step.obs, state, step.ids)
                 rollout.write(
                     ids, state, step.obs, action, logprob, value, step.rewards, step.dones, step.masks
                 )
@@ -272,48 +237,61 @@ class Trainer:
                 with self.timings("env"):
                     self.vec.send(actions)
                 self.global_step += len(ids) if masks is None else int(step.masks.sum().item())
-        self._update_env_stats()
+        self.update_env_stats()
 
     def _to_device(
         self, obs: Any, rewards: Any, terminals: Any, truncations: Any, ids: np.ndarray, masks: Any
     ) -> _Step:
         """One ``recv`` on the trainer's device: rewards scaled (:class:`ReturnScale`) and clamped,
         dones = terminal or truncated."""
-        dev, clamp = self.device, self.hp.reward_clamp
+        dev = self.device
         dones = np.logical_or(terminals, truncations)
-        scale = self.return_scale.update(ids, rewards, dones) if self.return_scale else 1.0
-        rewards = torch.as_tensor(rewards).to(dev, non_blocking=True)
-        if scale != 1.0:
-            rewards = rewards * scale
+        rewards = scale_and_clamp(self.return_scale, ids, rewards, dones, self.hp.reward_clamp)
         return _Step(
             obs=torch.as_tensor(obs).to(dev, non_blocking=True),
-            rewards=rewards.clamp(-clamp, clamp),
+            rewards=rewards.to(dev, non_blocking=True),
             dones=torch.as_tensor(dones).to(dev, non_blocking=True).float(),
             masks=torch.as_tensor(np.ones(len(ids), bool) if masks is None else masks).to(dev).float(),
             ids=torch.as_tensor(ids, device=dev),
         )
 
     @torch.no_grad()
-    def _act(
+    def policy_step(
+        self,
+        obs: torch.Tensor,
+        state: State,
+        ids: torch.Tensor,
+        step: int | torch.Tensor,
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
+        """The rollout's one policy step, for the plain loop, the rollout engine and its CUDA graphs:
+        the rollout policy's forward on ``state`` and the agents ``ids``' actions drawn from it (keyed
+        on (seed, ``step``, agent id); ``step`` may be a device tensor, as in a graph). Returns
+        (action, log-prob, value, new state), written into ``out``'s (action, log-prob, value) when
+        given; the caller stores the new state."""
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
+            logits, value, new_state = self.forward_step(obs, state)
+        if self.policy.nvec is None:  # Box actions: a Gaussian from torch's generator
+            action, logprob = self.policy.sample(logits.float(), self._box_noise(ids, logits))
+            return action, logprob, value.float(), new_state
+        decoded = torch.cat([logits.float(), value.float()[:, None]], 1)  # one fused sampling kernel on a GPU
+        into = {} if out is None else dict(zip(("action", "logprob", "value"), out, strict=True))
+        action, logprob, value = kernels.sample_logits(
+            decoded, self.policy.nvec, self.hp.seed, step, ids=ids, **into
+        )
+        return action, logprob, value, new_state
+
+    @torch.no_grad()
+    def act(
         self, obs: torch.Tensor, state: State, ids: torch.Tensor, step: int | None = None
     ) -> tuple[torch.Tensor, ...]:
-        """Policy step for the agents ``ids``: sampled actions, their log-probs and the values; the
-        agents' recurrent state moves on in ``self.state``. The draws are keyed on (seed, ``step``,
-        agent id); ``step`` defaults to ``global_step`` (the rollout engine passes the step it is at)."""
+        """:meth:`policy_step` for the agents ``ids`` at ``step`` (default ``global_step``), their
+        recurrent state moved on in ``self.state``; NaN observations or log-probs end training with
+        a :class:`TrainingError` that says where they came from."""
         try:
-            with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
-                out, value, new_state = self.forward_step(obs, state)
-            if self.policy.nvec is None:  # Box actions: a Gaussian from torch's generator
-                action, logprob = self.policy.sample(out.float(), self._box_noise(ids, out))
-            else:  # logits and value side by side, one fused sampling kernel on a GPU
-                decoded = torch.cat([out.float(), value.float()[:, None]], 1)
-                action, logprob, value = kernels.sample_logits(
-                    decoded,
-                    self.policy.nvec,
-                    self.hp.seed,
-                    self.global_step if step is None else step,
-                    ids=ids,
-                )
+            action, logprob, value, new_state = self.policy_step(
+                obs, state, ids, self.global_step if step is None else step
+            )
             if not torch.isfinite(logprob).all():
                 raise ValueError("non-finite log-probabilities")
         except (ValueError, RuntimeError) as e:  # NaN logits: say where they came from
@@ -321,7 +299,7 @@ class Trainer:
                 bad = ids[~torch.isfinite(obs.reshape(len(obs), -1)).all(1)][:5].tolist()
                 raise TrainingError(
                     f"the env returned NaN or Inf observations in epoch {self.epoch} (step {self.global_step}, "
-                    f"agents {bad}); stopping; {self._kept()}"
+                    f"agents {bad}); stopping; {self.kept()}"
                 ) from e
             raise
         for s, new in zip(self.state, new_state, strict=True):
@@ -349,7 +327,7 @@ class Trainer:
             if "episode_return" in info:
                 self._episodes.append({k: float(v) for k, v in info.items() if k != "env"})
 
-    def _update_env_stats(self) -> None:
+    def update_env_stats(self) -> None:
         log = self.vec.log() if hasattr(self.vec, "log") else {}
         if log:
             self.env_stats = dict(log)
@@ -377,7 +355,7 @@ class Trainer:
             if sums.pop("nonfinite_advantages"):
                 raise TrainingError(
                     f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "
-                    "check the env's rewards and observations for NaN/Inf; " + self._kept()
+                    "check the env's rewards and observations for NaN/Inf; " + self.kept()
                 )
             self._check_loss(sums.pop("loss"))
             assert acc.last_advantages is not None
@@ -512,12 +490,12 @@ class Trainer:
     def _check_loss(self, loss: float) -> None:
         if not math.isfinite(loss):
             raise TrainingError(
-                f"loss became {loss} in epoch {self.epoch} (step {self.global_step}); stopping; {self._kept()}"
+                f"loss became {loss} in epoch {self.epoch} (step {self.global_step}); stopping; {self.kept()}"
             )
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _kept(self) -> str:
+    def kept(self) -> str:
         if self.last_checkpoint:
             return f"the last good checkpoint {self.last_checkpoint} is kept"
         return "no checkpoint was written yet"
@@ -562,7 +540,15 @@ class Trainer:
         """Agent-steps that reached the trainer per wall-clock second, end to end."""
         return (self.global_step - self._start_step) / max(1e-9, time.time() - self.start_time)
 
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        """The rollout engine's threads and the vector (its workers, shared memory); idempotent."""
         if getattr(self, "engine", None) is not None:
             self.engine.close()
+            self.engine = None
         self.vec.close()
