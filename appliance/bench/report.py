@@ -37,6 +37,7 @@ from urllib.parse import quote
 from appliance.bench.stats import summarize
 from appliance.errors import ReportError
 from appliance.report_io import read_json, write_bytes_atomic, write_bytes_exclusive
+from appliance.sysinfo import machine_facts
 
 SCHEMA = "puffer-bench/report/1"
 REQUIRED = ("schema", "created_utc", "fingerprint", "suite", "profile", "config", "seed", "metrics")
@@ -770,121 +771,7 @@ def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
     return out
 
 
-# ---------------------------------------------------------------------- fingerprint and noise (issue 17)
-
-
-def _size(n: Any) -> str | None:
-    if not isinstance(n, int | float):
-        return None
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} B"
-
-
-def _yes(value: Any) -> str | None:
-    return None if value is None else ("yes" if value else "no")
-
-
-def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
-    """The fingerprint as (label -> value), the facts that can change a speed; None = not recorded.
-
-    Shared by the report (its "Machine fingerprint" table) and ``compare`` (what differs)."""
-    cpu = fp.get("cpu") or {}
-    versions = fp.get("versions") or {}
-    isa = cpu.get("isa") or {}
-    caches = cpu.get("caches") or {}
-    group = cpu.get("cgroup") or {}
-    virt = cpu.get("virtualization") or {}
-    cal = fp.get("calibration") or {}
-    build = fp.get("build") or {}
-    fms = (
-        f"{cpu.get('vendor')} family {cpu.get('family')} model {cpu.get('model_number')} "
-        f"stepping {cpu.get('stepping')}"
-        if cpu.get("family") is not None
-        else None
-    )
-    facts: dict[str, Any] = {
-        "CPU": cpu.get("model"),
-        "CPU family/model/stepping": fms,
-        "microarchitecture": cpu.get("codename"),
-        "microcode": cpu.get("microcode"),
-        "AVX2": _yes(isa.get("avx2")),
-        "AVX-512": _yes(isa.get("avx512")),
-        "AMX": _yes(isa.get("amx")),
-        "ISA flags": " ".join(cpu["flags"]) if cpu.get("flags") is not None else None,
-        "caches": ", ".join(f"{k} {_size(v)}" for k, v in sorted(caches.items()) if v) or None,
-        "base clock MHz": cpu.get("base_mhz"),
-        "advertised clock MHz": cpu.get("advertised_mhz"),
-        "max clock MHz": cpu.get("max_mhz"),
-        "current clock MHz": round(cpu["current_mhz"]) if cpu.get("current_mhz") else None,
-        "physical cores": cpu.get("physical_cores"),
-        "logical cores": cpu.get("logical_cores"),
-        "usable cores": cpu.get("usable_cores"),
-        "SMT active": _yes(cpu.get("smt_active")),
-        "NUMA nodes": cpu.get("numa_nodes"),
-        "cgroup CPU quota (cores)": (
-            (group.get("quota_cores") or "unlimited") if group.get("quota_source") else None
-        ),
-        "cpuset": group.get("cpuset"),
-        "virtual machine": virt.get("vm") or ("hypervisor" if virt.get("hypervisor_flag") else None)
-        if virt
-        else None,
-        "container": virt.get("container"),
-        "kernel": (fp.get("os") or {}).get("release"),
-        "CPU governor": cpu.get("governor"),
-        "C envs compiler": build.get("compiler"),
-        "C envs flags": build.get("flags"),
-        "calibration int (M ops/s)": _round(cal.get("int_mops")),
-        "calibration float (GFLOP/s)": _round(cal.get("float_gflops")),
-        "calibration copy (GB/s)": _round(cal.get("copy_gbs")),
-        "calibration CPU share": cal.get("cpu_share"),
-        "RAM GiB": round(fp["ram_bytes"] / 2**30) if fp.get("ram_bytes") else None,
-    }
-    for i, g in enumerate(fp.get("gpus") or []):
-        p = f"GPU {i} "
-        facts.update(
-            {
-                p + "name": g.get("name"),
-                p + "SMs": g.get("sm_count"),
-                p + "memory": _size(g.get("memory_total_bytes")),
-                p + "SM clock MHz (current/max)": f"{g.get('sm_clock_mhz')}/{g.get('sm_clock_max_mhz')}",
-                p
-                + "memory clock MHz (current/max)": f"{g.get('mem_clock_mhz')}/{g.get('mem_clock_max_mhz')}",
-                p + "power limit W": g.get("power_limit_w"),
-                p + "ECC": _yes(g.get("ecc_enabled")),
-                p + "MIG": _yes(g.get("mig_enabled")),
-                p + "PCIe (current/max)": f"gen{g.get('pcie_gen')} x{g.get('pcie_width')} / "
-                f"gen{g.get('pcie_max_gen')} x{g.get('pcie_max_width')}",
-                p + "persistence mode": _yes(g.get("persistence_mode")),
-                p + "throttle reasons": ", ".join(g["throttle_reasons"]) or "none"
-                if g.get("throttle_reasons") is not None
-                else None,
-            }
-        )
-    facts.update(
-        {
-            "NVIDIA driver": versions.get("nvidia_driver"),
-            "CUDA runtime": versions.get("cuda_runtime"),
-            "cuDNN": versions.get("cudnn"),
-            "NCCL": versions.get("nccl"),
-            "torch": versions.get("torch"),
-            "torch CPU kernels": versions.get("torch_cpu_capability"),
-            "torch threads": versions.get("torch_threads"),
-            "cupy": versions.get("cupy"),
-            "numpy": versions.get("numpy"),
-            "python": fp.get("python"),
-            "puffer-bench": versions.get("puffer_bench"),
-            "git commit": (fp.get("git") or {}).get("commit"),
-            "host id": fp.get("host_hash"),
-            "host id derived from": ", ".join(fp.get("host_id_from") or ["hostname (older report)"]),
-        }
-    )
-    return facts
-
-
-def _round(x: Any) -> Any:
-    return round(x, 3 - len(str(int(abs(x)))) if abs(x) >= 1 else 3) if isinstance(x, int | float) else x
+# ---------------------------------------------------------------------- noise
 
 
 NOISE_COLUMNS = (
