@@ -257,7 +257,7 @@ class SuiteRunner:
         cfg = self.config(env, overrides)
         from appliance.train.trainer import resolve_device
 
-        # a GPU run's CPU clocks drop with its own load (measured on an H100 machine): no gate there
+        # a GPU run's CPU clocks drop with its own load (docs/noise.md): no gate there
         on_cpu = resolve_device(str(cfg.train.device)).type == "cpu"
         runs = [
             self.take(lambda: measure.training_speed(cfg, seconds), on_cpu, figure=lambda r: r["sps"])
