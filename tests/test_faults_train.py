@@ -555,6 +555,7 @@ def test_a_failing_measurement_still_writes_what_came_before(tmp_path, tiny_suit
 
 def test_two_reports_that_pick_one_name_at_once_both_survive(tmp_path, monkeypatch):
     from appliance.bench import report as rpt
+    from appliance.bench.report import writing
 
     report = rpt.Report({"name": "t"}, {"name": "cpu"}, {"host_hash": "h"}, {}, seed=1, repeats=1)
     first = rpt.write_new(report.data, tmp_path, "cpu", plots=False)[0]
@@ -564,7 +565,7 @@ def test_two_reports_that_pick_one_name_at_once_both_survive(tmp_path, monkeypat
         calls[0] += 1
         return first.with_suffix("") if calls[0] == 1 else real(*args)
 
-    monkeypatch.setattr(rpt, "output_stem", racing)
+    monkeypatch.setattr(writing, "output_stem", racing)
     report.data["seed"] = 2
     second = rpt.write_new(report.data, tmp_path, "cpu", plots=False)[0]
     assert second != first

@@ -110,9 +110,10 @@ def _enospc(*args, **kwargs):
 def test_a_disk_that_fills_while_the_report_is_written_keeps_the_json_and_says_so(
     tmp_path, suite, monkeypatch
 ):
+    from appliance.bench.report import writing
     from appliance.bench.run import run_suite
 
-    monkeypatch.setattr(rpt, "write_bytes_atomic", _enospc)  # the Markdown, HTML and plots after the JSON
+    monkeypatch.setattr(writing, "write_bytes_atomic", _enospc)  # the Markdown, HTML and plots after the JSON
     with pytest.raises(ApplianceError) as caught:
         run_suite(suite, "cpu", repeats=1, out_dir=tmp_path / "results", plots=False)
     (saved,) = (tmp_path / "results" / "cpu").glob("*.json")
@@ -126,9 +127,10 @@ def test_a_disk_that_fills_while_the_report_is_written_keeps_the_json_and_says_s
 def test_a_report_that_does_not_fit_at_all_goes_to_the_temp_folder(tmp_path, suite, monkeypatch):
     import tempfile
 
+    from appliance.bench.report import writing
     from appliance.bench.run import run_suite
 
-    monkeypatch.setattr(rpt, "write_bytes_exclusive", _enospc)  # not even the JSON
+    monkeypatch.setattr(writing, "write_bytes_exclusive", _enospc)  # not even the JSON
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "spare"))
     (tmp_path / "spare").mkdir()
     with pytest.raises(

@@ -414,7 +414,9 @@ def test_a_damaged_report_is_one_line_naming_file_and_field_in_every_command(tmp
 def test_a_report_larger_than_the_bound_is_refused_before_parsing(tmp_path, monkeypatch):
     path = tmp_path / "big.json"
     path.write_text(json.dumps(good_report()))
-    monkeypatch.setattr(rpt, "MAX_BYTES", 100)
+    from appliance.bench.report import schema
+
+    monkeypatch.setattr(schema, "MAX_BYTES", 100)
     one_line_error(run_cli("report", "--render", path), str(path), "larger than")
 
 
