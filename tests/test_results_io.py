@@ -25,7 +25,7 @@ Usage = namedtuple("Usage", "total used free")
 
 @pytest.fixture
 def suite(tmp_path, monkeypatch):
-    from appliance.bench import run as bench_run
+    from appliance.bench.suite import session as bench_run
 
     monkeypatch.setattr(bench_run, "SUITES_DIR", tmp_path / "suites")
     path = tmp_path / "tiny.yaml"
@@ -64,7 +64,7 @@ def _no_measuring(monkeypatch):
 
 
 def test_run_refuses_a_nearly_full_out_before_measuring(full, suite, monkeypatch):
-    from appliance.bench.run import run_suite
+    from appliance.bench.suite.session import run_suite
 
     _no_measuring(monkeypatch)
     with pytest.raises(
@@ -111,7 +111,7 @@ def test_a_disk_that_fills_while_the_report_is_written_keeps_the_json_and_says_s
     tmp_path, suite, monkeypatch
 ):
     from appliance.bench.report import writing
-    from appliance.bench.run import run_suite
+    from appliance.bench.suite.session import run_suite
 
     monkeypatch.setattr(writing, "write_bytes_atomic", _enospc)  # the Markdown, HTML and plots after the JSON
     with pytest.raises(ApplianceError) as caught:
@@ -128,7 +128,7 @@ def test_a_report_that_does_not_fit_at_all_goes_to_the_temp_folder(tmp_path, sui
     import tempfile
 
     from appliance.bench.report import writing
-    from appliance.bench.run import run_suite
+    from appliance.bench.suite.session import run_suite
 
     monkeypatch.setattr(writing, "write_bytes_exclusive", _enospc)  # not even the JSON
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "spare"))

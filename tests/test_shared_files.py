@@ -23,9 +23,10 @@ from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
 from appliance import config, vector
-from appliance.bench import readme, suite, sweep
+from appliance.bench import readme, sweep
 from appliance.bench import report as rpt
 from appliance.bench.stats import summarize
+from appliance.bench.suite import definition as suite
 from appliance.cli import cli
 from appliance.errors import ConfigError, ReportError
 from appliance.train import Trainer

@@ -108,7 +108,7 @@ def parse_variant(spec: str) -> Variant:
 
 
 def _suite_runner_class() -> type:
-    from appliance.bench.runner import SuiteRunner
+    from appliance.bench.suite.steps import SuiteRunner
 
     class VariantRunner(SuiteRunner):
         """A SuiteRunner whose env configs get the variant's config file and overrides on top."""
@@ -309,7 +309,7 @@ def run(
     execute: Callable[..., Any] = subprocess.run,
 ) -> dict[str, Any]:
     """Measure A and B in alternating rounds (A B A B ...); return the A/B result (JSON-ready)."""
-    from appliance.bench.suite import load
+    from appliance.bench.suite.definition import load
     from appliance.config import detect_profile
     from appliance.sysinfo import fingerprint
 
