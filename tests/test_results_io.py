@@ -171,7 +171,7 @@ def test_an_ab_result_keeps_its_json_when_the_markdown_does_not_fit(tmp_path, mo
 def test_a_sweep_writes_the_outputs_that_fit_and_names_the_rest(tmp_path, monkeypatch):
     from test_sweep import TINY, instant
 
-    from appliance.bench import sweep as sw
+    from appliance import sweep as sw
 
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"space": {"train.learning_rate": {"low": 0.001, "high": 0.05}}}))

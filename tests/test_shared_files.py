@@ -22,8 +22,8 @@ import yaml
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
-from appliance import config, vector
-from appliance.bench import readme, sweep
+from appliance import config, sweep, vector
+from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.stats import summarize
 from appliance.bench.suite import definition as suite
