@@ -14,7 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from appliance.bench import ab
+from appliance.bench import ab, abvariants
 from appliance.cli import cli
 from appliance.errors import ConfigError
 
@@ -73,7 +73,7 @@ def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
 
     def fake(cmd, **kw):
         calls.append((cmd, kw))
-        if ab.CLI_MAIN in cmd:  # the round: write the report the real `run` would
+        if abvariants.CLI_MAIN in cmd:  # the round: write the report the real `run` would
             from appliance.bench import report as rpt
             from appliance.sysinfo import fingerprint
 
@@ -100,7 +100,7 @@ def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
         calls[1][0][1:] == ["setup.py", "build_ext", "--inplace"] and calls[1][1]["cwd"] == side.tmp / "tree"
     )
     run_cmd, kw = calls[2]
-    assert run_cmd[1:4] == ["-c", ab.CLI_MAIN, "run"] and "--repeats" in run_cmd
+    assert run_cmd[1:4] == ["-c", abvariants.CLI_MAIN, "run"] and "--repeats" in run_cmd
     assert kw["env"]["PYTHONPATH"] == str(side.tmp / "tree")
     assert calls[3][0][-4:-1] == ["worktree", "remove", "--force"] and not side.tmp.exists()
     # the fake's value: 100 + its calls so far (prune, add, build, run)
@@ -114,7 +114,7 @@ def test_the_command_a_git_round_runs_starts_the_cli():
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-c", ab.CLI_MAIN, "run", "--help"], capture_output=True, text=True
+        [sys.executable, "-c", abvariants.CLI_MAIN, "run", "--help"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
     assert "Usage: puffer-bench run" in result.stdout
@@ -283,8 +283,8 @@ def test_sigterm_during_a_git_ab_removes_and_prunes_both_worktrees(tmp_path, mon
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.setattr(appliance.paths, "checkout_root", lambda: repo)
     # a worktree an ab run killed with SIGKILL left behind: its owner lock is free
-    abandoned = Path(tempfile.mkdtemp(prefix=ab.TMP_PREFIX))
-    (abandoned / ab.OWNER).write_text("")
+    abandoned = Path(tempfile.mkdtemp(prefix=abvariants.TMP_PREFIX))
+    (abandoned / abvariants.OWNER).write_text("")
     subprocess.run(
         ["git", "-C", str(repo), "worktree", "add", "-q", "--detach", str(abandoned / "tree")], check=True
     )
@@ -294,13 +294,13 @@ def test_sigterm_during_a_git_ab_removes_and_prunes_both_worktrees(tmp_path, mon
     def execute(cmd, **kw):
         if cmd[0] == "git":
             return subprocess.run(cmd, **kw)
-        if ab.CLI_MAIN in cmd:  # A's first round: a scheduler stops the job
+        if abvariants.CLI_MAIN in cmd:  # A's first round: a scheduler stops the job
             seen.append(len(_worktrees(repo)))
             os.kill(os.getpid(), signal.SIGTERM)
             raise AssertionError("SIGTERM was not raised here")
         return SimpleNamespace(returncode=0, stdout="", stderr="")  # the build
 
-    monkeypatch.setattr(ab, "_read_round", lambda *a: pytest.fail("no round completes"))
+    monkeypatch.setattr(abvariants, "_read_round", lambda *a: pytest.fail("no round completes"))
     result = ab.run("git:HEAD", "git:HEAD", "quick", 2, "cpu", execute=execute)
     assert result["partial"] == {"signal": "SIGTERM", "where": "in round 1/2 (A)", "runs": 0, "planned": 4}
     assert seen[0] == 3, "A and B had their worktrees; the abandoned one was gone"

@@ -11,11 +11,12 @@ import yaml
 from click.testing import CliRunner
 
 from appliance.bench import compare as cmp
-from appliance.bench import readme, suite
+from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.bottleneck import diagnose_training, roofline
-from appliance.bench.run import bench_profile
 from appliance.bench.stats import ratio_interval, summarize
+from appliance.bench.suite import definition as suite
+from appliance.bench.suite.session import bench_profile
 from appliance.cli import cli
 from appliance.config import detect_profile
 from appliance.errors import ConfigError, ReportError

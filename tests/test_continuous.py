@@ -121,7 +121,7 @@ def test_gymnasium_ids_take_their_tuned_yaml_and_profiles_still_apply():
 
 
 def test_the_learn_suite_holds_both_tasks_and_waits_out_mountain_cars_first_episodes():
-    from appliance.bench import suite
+    from appliance.bench.suite import definition as suite
     from appliance.errors import ConfigError
 
     items = {item["env"]: item for item in suite.load("learn")[0]["time_to_score"]}

@@ -491,7 +491,7 @@ TINY_SUITE = "name: tiny\nseconds: 0.05\ngate: false\nenv_sps:\n  envs: [squared
 
 @pytest.fixture
 def tiny_suite(tmp_path, monkeypatch):
-    from appliance.bench import run as bench_run
+    from appliance.bench.suite import session as bench_run
 
     monkeypatch.setattr(bench_run, "SUITES_DIR", tmp_path / "suites")
     path = tmp_path / "tiny.yaml"
@@ -500,7 +500,7 @@ def tiny_suite(tmp_path, monkeypatch):
 
 
 def _run_suite(suite, out, **kw):
-    from appliance.bench.run import run_suite
+    from appliance.bench.suite.session import run_suite
 
     return run_suite(suite, "cpu", repeats=1, out_dir=out, plots=False, **kw)
 
@@ -555,6 +555,7 @@ def test_a_failing_measurement_still_writes_what_came_before(tmp_path, tiny_suit
 
 def test_two_reports_that_pick_one_name_at_once_both_survive(tmp_path, monkeypatch):
     from appliance.bench import report as rpt
+    from appliance.bench.report import writing
 
     report = rpt.Report({"name": "t"}, {"name": "cpu"}, {"host_hash": "h"}, {}, seed=1, repeats=1)
     first = rpt.write_new(report.data, tmp_path, "cpu", plots=False)[0]
@@ -564,7 +565,7 @@ def test_two_reports_that_pick_one_name_at_once_both_survive(tmp_path, monkeypat
         calls[0] += 1
         return first.with_suffix("") if calls[0] == 1 else real(*args)
 
-    monkeypatch.setattr(rpt, "output_stem", racing)
+    monkeypatch.setattr(writing, "output_stem", racing)
     report.data["seed"] = 2
     second = rpt.write_new(report.data, tmp_path, "cpu", plots=False)[0]
     assert second != first
@@ -572,7 +573,7 @@ def test_two_reports_that_pick_one_name_at_once_both_survive(tmp_path, monkeypat
 
 
 def test_a_suite_warns_when_another_suite_runs_beside_it(tmp_path, tiny_suite):
-    from appliance.bench import run as bench_run
+    from appliance.bench.suite import session as bench_run
 
     holder = subprocess.Popen(
         [
@@ -580,7 +581,7 @@ def test_a_suite_warns_when_another_suite_runs_beside_it(tmp_path, tiny_suite):
             "-c",
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from appliance.bench import run\n"
+            "from appliance.bench.suite import session as run\n"
             f"run.SUITES_DIR = Path({str(bench_run.SUITES_DIR)!r})\n"
             "with run.registered_suite():\n"
             "    print('ready', flush=True)\n"

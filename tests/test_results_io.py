@@ -25,7 +25,7 @@ Usage = namedtuple("Usage", "total used free")
 
 @pytest.fixture
 def suite(tmp_path, monkeypatch):
-    from appliance.bench import run as bench_run
+    from appliance.bench.suite import session as bench_run
 
     monkeypatch.setattr(bench_run, "SUITES_DIR", tmp_path / "suites")
     path = tmp_path / "tiny.yaml"
@@ -64,7 +64,7 @@ def _no_measuring(monkeypatch):
 
 
 def test_run_refuses_a_nearly_full_out_before_measuring(full, suite, monkeypatch):
-    from appliance.bench.run import run_suite
+    from appliance.bench.suite.session import run_suite
 
     _no_measuring(monkeypatch)
     with pytest.raises(
@@ -110,9 +110,10 @@ def _enospc(*args, **kwargs):
 def test_a_disk_that_fills_while_the_report_is_written_keeps_the_json_and_says_so(
     tmp_path, suite, monkeypatch
 ):
-    from appliance.bench.run import run_suite
+    from appliance.bench.report import writing
+    from appliance.bench.suite.session import run_suite
 
-    monkeypatch.setattr(rpt, "write_bytes_atomic", _enospc)  # the Markdown, HTML and plots after the JSON
+    monkeypatch.setattr(writing, "write_bytes_atomic", _enospc)  # the Markdown, HTML and plots after the JSON
     with pytest.raises(ApplianceError) as caught:
         run_suite(suite, "cpu", repeats=1, out_dir=tmp_path / "results", plots=False)
     (saved,) = (tmp_path / "results" / "cpu").glob("*.json")
@@ -126,9 +127,10 @@ def test_a_disk_that_fills_while_the_report_is_written_keeps_the_json_and_says_s
 def test_a_report_that_does_not_fit_at_all_goes_to_the_temp_folder(tmp_path, suite, monkeypatch):
     import tempfile
 
-    from appliance.bench.run import run_suite
+    from appliance.bench.report import writing
+    from appliance.bench.suite.session import run_suite
 
-    monkeypatch.setattr(rpt, "write_bytes_exclusive", _enospc)  # not even the JSON
+    monkeypatch.setattr(writing, "write_bytes_exclusive", _enospc)  # not even the JSON
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "spare"))
     (tmp_path / "spare").mkdir()
     with pytest.raises(
@@ -169,7 +171,7 @@ def test_an_ab_result_keeps_its_json_when_the_markdown_does_not_fit(tmp_path, mo
 def test_a_sweep_writes_the_outputs_that_fit_and_names_the_rest(tmp_path, monkeypatch):
     from test_sweep import TINY, instant
 
-    from appliance.bench import sweep as sw
+    from appliance import sweep as sw
 
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"space": {"train.learning_rate": {"low": 0.001, "high": 0.05}}}))

@@ -22,10 +22,11 @@ import yaml
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
-from appliance import config, vector
-from appliance.bench import readme, suite, sweep
+from appliance import config, sweep, vector
+from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.stats import summarize
+from appliance.bench.suite import definition as suite
 from appliance.cli import cli
 from appliance.errors import ConfigError, ReportError
 from appliance.train import Trainer
@@ -414,7 +415,9 @@ def test_a_damaged_report_is_one_line_naming_file_and_field_in_every_command(tmp
 def test_a_report_larger_than_the_bound_is_refused_before_parsing(tmp_path, monkeypatch):
     path = tmp_path / "big.json"
     path.write_text(json.dumps(good_report()))
-    monkeypatch.setattr(rpt, "MAX_BYTES", 100)
+    from appliance.bench.report import schema
+
+    monkeypatch.setattr(schema, "MAX_BYTES", 100)
     one_line_error(run_cli("report", "--render", path), str(path), "larger than")
 
 

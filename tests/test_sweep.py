@@ -1,4 +1,4 @@
-"""Sweeps (appliance.bench.sweep): a tiny study end to end, resume, pruning, the best config."""
+"""Sweeps (appliance.sweep): a tiny study end to end, resume, pruning, the best config."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from appliance.bench import sweep as sw
+from appliance import sweep as sw
 from appliance.cli import cli
 from appliance.config import resolve
 from appliance.errors import ConfigError
@@ -130,7 +130,7 @@ def test_space_errors_are_one_line(tmp_path):
     assert space.metric == "perf" and space.target == 0.95 and "train.learning_rate" in space.params
     bad.write_text(yaml.safe_dump({"space": {"vec.num_envs": {"choices": [64, 128]}}}))
     with pytest.raises(ConfigError, match="outside the space"):  # your own space is taken as written
-        sw._baseline(resolve(env="squared"), sw.load_space("squared", bad))
+        sw.driver._baseline(resolve(env="squared"), sw.load_space("squared", bad))
 
 
 def test_a_minibatch_larger_than_the_batch_is_cut_to_it():
@@ -192,7 +192,7 @@ def test_the_shipped_space_holds_the_config_of_every_env_on_its_profile():
     for env, profile in [*((e, "cpu") for e in env_names()), ("breakout", "h100"), ("squared", "h100")]:
         base = sw.Base(env, profile)
         space = sw.load_space(env, None, base)
-        baseline = sw._baseline(base.resolve(), space)  # raised "outside the space" before
+        baseline = sw.driver._baseline(base.resolve(), space)  # raised "outside the space" before
         assert baseline["vec.num_envs"] == base.resolve().vec.num_envs, (env, profile)
     space = sw.load_space("breakout", None, sw.Base("breakout", "cpu"))
     assert space.params["vec.num_envs"]["choices"] == [1024, 2048, 4096, 8192]  # the ladder, moved
@@ -332,7 +332,7 @@ def test_a_damaged_or_foreign_study_db_is_one_line_saying_what_to_do(tmp_path, s
 def test_a_second_sweep_on_one_folder_is_refused_naming_the_first(tmp_path, space):
     out = tmp_path / "sweep"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from appliance.bench import sweep as sw\n"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from appliance import sweep as sw\n"
          "with sw.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(out)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

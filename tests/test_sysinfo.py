@@ -106,7 +106,7 @@ def test_no_driver_gives_empty_list_and_reason():
     assert fp["gpus"] == [] and "Driver Not Loaded" in fp["gpu_error"]
 
 
-# ---------------------------------------------------------------------- issue 17: a fingerprint that tells machines apart
+# ---------------------------------------------------------------------- a fingerprint that tells machines apart
 
 
 class FakeNVMLState(FakeNVML):

@@ -68,7 +68,7 @@ ENVS = {
     "go": ("puffer_go", "go"),
     "snake": ("puffer_snake", "snake"),
 }
-WINDOW = 5  # logged epochs averaged into a score, as appliance.bench.measure.SCORE_WINDOW
+WINDOW = 5  # logged epochs averaged into a score, as appliance.bench.suite.training.SCORE_WINDOW
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -8,7 +8,7 @@ figures such as phase shares show as changed or similar, never as regressions. R
 schema or with no metric in common are refused. What differs between the machines (GPU, CPU, cores,
 driver, versions, config) is listed so a ratio is never read without its context.
 
-Since issue 17 the context is the whole fingerprint (:func:`appliance.bench.report.machine_facts`):
+The context is the whole fingerprint (:func:`appliance.sysinfo.machine_facts`):
 CPU family/model/stepping and ISA, caches, clocks, quota and cpuset, virtualisation, compiler
 flags, GPU clocks, power limit, ECC, MIG, PCIe, library versions; facts one report did not record
 are named apart. The calibration ratio says how much faster one CPU ran the same fixed loops.
@@ -28,6 +28,7 @@ from rich.markup import escape
 from appliance.bench import report as rpt
 from appliance.bench.stats import ratio_interval
 from appliance.errors import ReportError
+from appliance.sysinfo import machine_facts
 
 
 def _get(obj: Any, *keys: str) -> Any:
@@ -60,7 +61,7 @@ ABSENT_IS_NONE = ("NVIDIA driver", "CUDA runtime", "cuDNN", "NCCL", "cupy")
 
 
 def _machine(fp: dict[str, Any]) -> dict[str, Any]:
-    facts = {"GPU": rpt.gpu_name(fp), **rpt.machine_facts(fp)}
+    facts = {"GPU": rpt.gpu_name(fp), **machine_facts(fp)}
     for key in ABSENT_IS_NONE:
         if facts.get(key) is None:
             facts[key] = "none"
@@ -220,7 +221,7 @@ def compare(
             if not r["fingerprint"].get("calibration"):
                 raise ReportError(
                     f"--normalize needs a calibration in every report; {path} has none "
-                    "(reports record one since issue 17: re-run it with puffer-bench run)"
+                    "(older reports lack one: re-run it with puffer-bench run)"
                 )
     busy = [_busy(r) for r in reports]
     slowed = [_slowed(r) for r in reports]

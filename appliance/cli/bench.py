@@ -24,7 +24,7 @@ from appliance.cli.common import (
 
 
 def _print_analysis(report: dict[str, Any]) -> None:
-    from appliance.bench.run import analysis_lines
+    from appliance.bench.suite.session import analysis_lines
 
     for line, err in analysis_lines(report):
         click.echo(line, err=err)
@@ -58,7 +58,7 @@ def profile_cmd(
     """
     from appliance.bench import probe
     from appliance.bench import report as rpt
-    from appliance.bench.run import probe as run_probe
+    from appliance.bench.suite.session import probe as run_probe
 
     check_out(out, "--out")
     data = run_probe(profile, env, runs, seconds)
@@ -111,7 +111,7 @@ def run_cmd(
     puffer-bench run --suite full --gpu h100
     puffer-bench run --envs breakout --repeats 5
     """
-    from appliance.bench.run import run_suite
+    from appliance.bench.suite.session import run_suite
 
     if container:
         from appliance.container import run_in_container

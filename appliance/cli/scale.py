@@ -81,7 +81,7 @@ def sweep(
     """
     from pathlib import Path
 
-    from appliance.bench import sweep as sw
+    from appliance import sweep as sw
     from appliance.train.loop import Interrupted, stop_signals
 
     env, overrides = split_env(args)

@@ -2,7 +2,7 @@
 
 Every measurement reuses the project's own benchmark code: :mod:`appliance.bench.envsps` for env
 speed, :mod:`appliance.bench.vecsps` for vector speed, :mod:`appliance.bench.probe` for the hardware
-probe, :mod:`appliance.bench.measure` (the real trainer, through the one training loop) for training
+probe, :mod:`appliance.bench.suite.training` (the real trainer, through the one training loop) for training
 speed and time-to-score. The analysis after the last step is :mod:`appliance.bench.bottleneck`'s.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.bench import measure
-from appliance.bench.suite import _env_list
+from appliance.bench.suite import training
+from appliance.bench.suite.definition import _env_list
 from appliance.errors import ConfigError, DeviceError
 
 
@@ -257,10 +257,10 @@ class SuiteRunner:
         cfg = self.config(env, overrides)
         from appliance.train.trainer import resolve_device
 
-        # a GPU run's CPU clocks drop with its own load (measured on an H100 machine): no gate there
+        # a GPU run's CPU clocks drop with its own load (docs/noise.md): no gate there
         on_cpu = resolve_device(str(cfg.train.device)).type == "cpu"
         runs = [
-            self.take(lambda: measure.training_speed(cfg, seconds), on_cpu, figure=lambda r: r["sps"])
+            self.take(lambda: training.training_speed(cfg, seconds), on_cpu, figure=lambda r: r["sps"])
             for _ in range(self.repeats)
         ]
         if label is not None:
@@ -305,7 +305,7 @@ class SuiteRunner:
         for r in range(repeats):
             cfg = self.config(item["env"], {**overrides, "train.seed": int(self.report.data["seed"]) + r})
             runs.append(
-                measure.time_to_score(
+                training.time_to_score(
                     cfg,
                     item["metric"],
                     float(item["target"]),

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from appliance.bench.sweepspace import SECTIONS, Base, Space, sections_of
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import disk_full, lock_or_refuse
+from appliance.sweep.space import SECTIONS, Base, Space, sections_of
 
 STUDY = "sweep"
 DB = "study.db"

@@ -1,7 +1,7 @@
 """What ``puffer-bench run`` and ``puffer-bench profile`` do, start to end.
 
 Pick the hardware profile (given, or detected from the GPU), start a report with the fingerprint,
-plan the suite (:class:`~appliance.bench.runner.SuiteRunner`), measure with a progress bar, analyse,
+plan the suite (:class:`~appliance.bench.suite.steps.SuiteRunner`), measure with a progress bar, analyse,
 and write JSON + Markdown + plots. The CLI only parses options and prints what comes back.
 
 Nothing measured is lost: an unwritable or nearly full ``--out`` is refused before the first
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from appliance.bench import report as rpt
-from appliance.bench.runner import Step, SuiteRunner
-from appliance.bench.suite import load, validate
+from appliance.bench.suite.definition import load, validate
+from appliance.bench.suite.steps import Step, SuiteRunner
 from appliance.config import detect_profile, gpu_matches, resolve
 from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import disk_full, unwritable, write_bytes_exclusive

@@ -1,7 +1,7 @@
 """Benchmark suites: what ``puffer-bench run`` measures, read from ``bench/suites/<name>.yaml``.
 
 A suite names the measurements; a hardware profile (``bench/profiles``) sets the sizes; the
-:class:`~appliance.bench.runner.SuiteRunner` plans and runs them. This module reads and checks
+:class:`~appliance.bench.suite.steps.SuiteRunner` plans and runs them. This module reads and checks
 suite definitions. Suite keys::
 
     name, description

@@ -1,0 +1,147 @@
+"""The speed check and the per-sample speed gate: is the CPU running at its speed right now?
+
+A machine can be slowed where /proc cannot see it (other virtual machines on the same host sharing
+its caches and memory bandwidth; no steal is reported for that). The speed check runs the
+fingerprint's calibration loops (:func:`appliance.sysinfo.calibrate`) and compares them with the
+best seen in the run; :class:`SpeedGate` takes each CPU-bound sample while the check says the CPU
+runs at its speed. What was measured that led to this design: ``docs/noise.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+SLOW_RATIO = 0.85  # a step whose speed check ran below this share of the run's best counts as slowed
+SPEED_KEYS = ("int_mops", "float_gflops", "copy_gbs")
+SPEED_RUNS = 3  # medians of 3 runs (about 0.2 s): single runs scatter too much to flag a step
+
+
+def speed_check() -> dict[str, float]:
+    """The fingerprint's calibration loops (sysinfo.calibrate), median of SPEED_RUNS: this CPU's speed now."""
+    from appliance.sysinfo import calibrate
+
+    result = calibrate(runs=SPEED_RUNS)
+    return {k: float(result[k]) for k in SPEED_KEYS}
+
+
+GATE_KEYS = ("int_mops", "float_gflops")  # the check between samples: no 64 MiB copy (~70 ms)
+GATE_RETAKES = 2  # a sample whose checks ran slow is taken again at most this often
+GATE_PATIENCE_S = 20.0  # before a sample, wait at most this long for the CPU to get its speed back
+GATE_BUDGET_S = 120.0  # waits and discarded samples over a whole run (a suite stays within its time)
+GATE_POLL_S = 1.0
+GATE_MAX_CPUS = 8  # the check visits at most this many of the usable CPUs (evenly spaced)
+
+
+def gate_check() -> list[dict[str, float]]:
+    """The integer and float calibration loops, median of SPEED_RUNS (about 70 ms), on each usable CPU
+    in turn (pinned): a host can slow one virtual CPU and not the other, and a 2-thread figure waits
+    for the slower."""
+    from appliance.sysinfo import calibrate
+
+    def once() -> dict[str, float]:
+        result = calibrate(runs=SPEED_RUNS, loops=GATE_KEYS)
+        return {k: float(result[k]) for k in GATE_KEYS}
+
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return [once()]
+    stride = max(1, -(-len(allowed) // GATE_MAX_CPUS))
+    out = []
+    try:
+        for cpu in allowed[::stride]:
+            os.sched_setaffinity(0, {cpu})
+            out.append(once())
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return out
+
+
+class SpeedGate:
+    """Takes each sample of a CPU-bound measurement while the CPU runs at its speed.
+
+    On a shared host the CPU can lose half its speed for seconds or minutes where /proc shows
+    nothing (``docs/noise.md``). Before each sample the gate
+    runs :func:`gate_check` and, while it is below ``ratio`` of the best seen in this run, waits
+    (``patience_s`` per sample); after the sample it checks again, and a sample with a slow check on
+    either side is taken again, ``retakes`` times at most. ``budget_s`` bounds what the gate adds to
+    a run, its waits and the samples it discarded together: once spent, samples are kept as they
+    come (and marked slow when their checks were). Every discarded value is kept in the report with
+    its speed ratio (``metric.noise.gate.retaken``), and a sample kept although slow (retakes or
+    budget spent) marks its metric ``slow``.
+    """
+
+    def __init__(
+        self,
+        reference: dict[str, Any] | None = None,
+        ratio: float = SLOW_RATIO,
+        retakes: int = GATE_RETAKES,
+        patience_s: float = GATE_PATIENCE_S,
+        budget_s: float = GATE_BUDGET_S,
+        check: Callable[[], list[dict[str, float]]] = gate_check,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ratio, self.retakes, self.patience_s, self.budget_s = ratio, retakes, patience_s, budget_s
+        self.check, self.sleep, self.clock = check, sleep, clock
+        self.best = {k: float(reference[k]) for k in GATE_KEYS if reference and reference.get(k)}
+        self.spent_s = 0.0  # waits and discarded samples over the run (bounded by budget_s)
+        self.step: dict[str, Any] = self._fresh()
+
+    @staticmethod
+    def _fresh() -> dict[str, Any]:
+        return {"samples": 0, "retaken": [], "slow_kept": 0, "waited_s": 0.0}
+
+    def speed(self) -> float:
+        """One check, as the lowest ratio of a loop on a CPU to the best seen in this run (1.0: at its best)."""
+        got = self.check()
+        for per_cpu in got:
+            for k, v in per_cpu.items():
+                self.best[k] = max(self.best.get(k, 0.0), v)
+        return min(
+            (c[k] / self.best[k] for c in got for k in c if self.best.get(k)),
+            default=1.0,
+        )
+
+    def _await_speed(self) -> float:
+        start = self.clock()
+        speed = self.speed()
+        while speed < self.ratio:
+            left = min(self.patience_s - (self.clock() - start), self.budget_s - self.spent_s)
+            if left <= 0:
+                break
+            pause = min(GATE_POLL_S, left)
+            self.sleep(pause)
+            self.spent_s += pause
+            self.step["waited_s"] += pause
+            speed = self.speed()
+        return speed
+
+    def take(self, sample: Callable[[], Any], figure: Callable[[Any], float] | None = None) -> Any:
+        """``sample()``'s value, taken while the CPU ran at its speed (or the last try, marked slow);
+        ``figure`` reads the number to keep of a discarded value (default: the value itself)."""
+        for attempt in range(self.retakes + 1):
+            before = self._await_speed()
+            started = self.clock()
+            value = sample()
+            took = self.clock() - started
+            speed = min(before, self.speed())
+            if speed >= self.ratio:
+                break
+            if attempt == self.retakes or self.spent_s + took > self.budget_s:
+                self.step["slow_kept"] += 1
+                break
+            kept = figure(value) if figure else value
+            self.step["retaken"].append({"value": kept, "speed_ratio": round(speed, 3)})
+            self.spent_s += took
+        self.step["samples"] += 1
+        return value
+
+    def end_step(self) -> dict[str, Any]:
+        """This step's record (samples, retaken values, slow samples kept, seconds waited); starts the next."""
+        record, self.step = self.step, self._fresh()
+        record["waited_s"] = round(record["waited_s"], 1)
+        return record

@@ -1,0 +1,161 @@
+"""The noise guard around each suite step, and its verdicts once the suite has run.
+
+:func:`watch` samples the load while a step runs (:mod:`~appliance.bench.noise.readings`), with a
+speed check before and after it (:mod:`~appliance.bench.noise.gate`), and attaches the summary to
+every metric the step added. :func:`finish` then names, in the report's analysis and warnings, the
+busy metrics, the steps whose speed check ran below ``SLOW_RATIO`` of the run's best (a warning,
+not a busy flag: a CPU's clocks also drop with its own load), the samples the speed gate took
+again, and the metrics whose repeats disagree beyond the suite's stated CV (``cv`` in the suite,
+default 3 %).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from appliance.bench.noise.gate import SLOW_RATIO, SPEED_KEYS, SpeedGate, speed_check
+from appliance.bench.noise.readings import Sampler, gpu_watch, summarize
+
+SLOWED_BY = "something slowed the CPU (other processes, or, where /proc shows none, other virtual machines on its host)"
+DEFAULT_CV = 0.03  # repeats of a headline figure should agree within this CV unless the suite says otherwise
+
+
+@contextlib.contextmanager
+def watch(
+    report: Any,
+    label: str,
+    sampler: Sampler | None = None,
+    speed: Callable[[], dict[str, float]] | None = speed_check,
+    gate: SpeedGate | None = None,
+) -> Iterator[Sampler]:
+    """Sample noise while a suite step runs, with a speed check before and after (``speed``; None:
+    none); attach the summary to every metric the step added (:func:`finish` adds the slow flags),
+    with the ``gate``'s record of the step's samples when the step took them through it."""
+    metrics = report.data["metrics"]
+    before = set(metrics)
+    sampler = sampler or Sampler(gpu=gpu_watch())
+    checks = [speed()] if speed else []
+    with sampler:
+        yield sampler
+    if speed:
+        checks.append(speed())
+    summary = summarize(sampler.readings)
+    steps = report.data.setdefault("noise", {"interval_s": sampler.interval, "steps": []})["steps"]
+    step = {"step": label, **summary, "readings": sampler.readings}
+    if checks:  # the mean of the checks before and after, loop by loop
+        step["speed"] = {k: round(sum(c[k] for c in checks) / len(checks), 4) for k in SPEED_KEYS}
+    gated = gate.end_step() if gate is not None else None
+    if gated and gated["samples"]:
+        step["gate"] = gated
+    steps.append(step)
+    for name in set(metrics) - before:
+        metrics[name]["noise"] = {"step": len(steps) - 1, **summary}
+        if gated and gated["samples"]:
+            metrics[name]["noise"]["gate"] = gated
+
+
+def flag_slow_steps(data: dict[str, Any], ratio: float = SLOW_RATIO) -> list[dict[str, Any]]:
+    """Mark the steps whose speed check ran below ``ratio`` of the run's best (over the steps and
+    the fingerprint's calibration) ``slow``, with the reason, on the step and on its metrics. Not
+    ``busy``: on a many-core GPU machine a CPU's clocks drop with its own load too
+    (``docs/noise.md``), so a slow check is a reason to look, said in a warning, not a verdict on
+    the figures."""
+    steps = (data.get("noise") or {}).get("steps", [])
+    calibration = (data.get("fingerprint") or {}).get("calibration") or {}
+    best = {
+        k: max(
+            [s["speed"][k] for s in steps if "speed" in s] + ([calibration[k]] if calibration.get(k) else [])
+        )
+        for k in SPEED_KEYS
+        if any("speed" in s for s in steps)
+    }
+    slowed = []
+    for index, s in enumerate(steps):
+        gate = s.get("gate")
+        if "speed" in s and best:
+            ratios = {k: s["speed"][k] / best[k] for k in best if best[k] > 0}
+            s["speed_ratio"] = {k: round(v, 3) for k, v in ratios.items()}
+        if gate:  # the samples went through the speed gate: it judged each one, not the step's checks
+            if not gate.get("slow_kept"):
+                continue
+            reason = (
+                f"{gate['slow_kept']} of {gate['samples']} sample(s) kept although the CPU's speed check "
+                f"ran below {100 * ratio:.0f}% of its best after {gate.get('waited_s', 0)} s of waiting and "
+                f"every retake: {SLOWED_BY}"
+            )
+        else:
+            if "speed" not in s or not best:
+                continue
+            low = {k: v for k, v in s["speed_ratio"].items() if v < ratio}
+            if not low:
+                continue
+            names = {"int_mops": "integer loop", "float_gflops": "float loop", "copy_gbs": "memory copy"}
+            reason = (
+                "the CPU ran its speed check slower than at its best in this run ("
+                + ", ".join(f"{names[k]} {100 * v:.0f}%" for k, v in sorted(low.items()))
+                + f"): {SLOWED_BY}"
+            )
+        s["slow"] = reason
+        slowed.append(s)
+        for m in data["metrics"].values():
+            noise = m.get("noise")
+            if noise and noise.get("step") == index:
+                noise["slow"] = reason
+    return slowed
+
+
+def unstable(report: dict[str, Any], cv_limit: float) -> list[tuple[str, float]]:
+    """(metric, cv) for every higher/lower-is-better figure whose repeats disagree beyond cv_limit."""
+    return [
+        (name, m["cv"])
+        for name, m in report["metrics"].items()
+        if m.get("better") != "info" and m.get("cv") is not None and m["cv"] > cv_limit
+    ]
+
+
+def finish(report: Any, cv_limit: float | None = None) -> dict[str, Any]:
+    """Name busy and unstable metrics in the report's analysis and warnings; return that analysis."""
+    data = report.data
+    cv_limit = float(cv_limit or (data.get("suite") or {}).get("definition", {}).get("cv") or DEFAULT_CV)
+    slow = flag_slow_steps(data)
+    busy = {
+        n: m["noise"]["reasons"] for n, m in data["metrics"].items() if (m.get("noise") or {}).get("busy")
+    }
+    spread = unstable(data, cv_limit)
+    analysis = {"cv_limit": cv_limit, "busy": sorted(busy), "unstable": [n for n, _ in spread]}
+    data["analysis"]["noise"] = analysis
+    if busy:
+        steps = [s for s in (data.get("noise") or {}).get("steps", []) if s.get("busy")]
+        worst = max(steps, key=lambda s: s.get("others_cores_mean", 0), default=None)
+        why = f"; worst step '{worst['step']}': {'; '.join(worst['reasons'])}" if worst else ""
+        headline = sorted(n for n in busy if data["metrics"][n].get("better") != "info")
+        report.warn(
+            f"{len(busy)} metric(s) measured while the machine was busy{why}: "
+            f"{', '.join(headline or sorted(busy))}{' (and their phase shares)' if len(headline) < len(busy) and headline else ''}; "
+            "re-run on a quiet machine (puffer-bench run --wait-quiet 600)"
+        )
+    gated = [s for s in (data.get("noise") or {}).get("steps", []) if s.get("gate")]
+    retaken = {s["step"]: len(s["gate"]["retaken"]) for s in gated if s["gate"]["retaken"]}
+    if retaken:
+        analysis["retaken"] = retaken
+        waited = sum(s["gate"].get("waited_s", 0) for s in gated)
+        report.warn(
+            f"the speed gate took {sum(retaken.values())} sample(s) again in {len(retaken)} step(s) "
+            f"({', '.join(repr(k) for k in list(retaken)[:4])}{', ...' if len(retaken) > 4 else ''}) and waited "
+            f"{waited:.0f} s for the CPU to get its speed back: it ran slowed where /proc shows nothing "
+            "(the discarded values are in each metric's noise.gate)"
+        )
+    if slow:
+        analysis["slow"] = [st["step"] for st in slow]
+        report.warn(
+            f"{len(slow)} step(s) ran their speed check below {100 * SLOW_RATIO:.0f}% of this run's best "
+            f"({', '.join(repr(st['step']) for st in slow[:4])}{', ...' if len(slow) > 4 else ''}): the CPU ran "
+            "slower then, from contention /proc cannot show (other virtual machines on the host) or its own "
+            "clocks; compare such figures with care"
+        )
+    if spread:
+        listed = ", ".join(f"{n} ({100 * cv:.1f}%)" for n, cv in spread)
+        report.warn(f"repeats disagree beyond the suite's CV of {100 * cv_limit:.0f}%: {listed}")
+    return analysis

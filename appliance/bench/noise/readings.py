@@ -1,0 +1,280 @@
+"""The noise guard's readings: the load of others, steal time and the GPUs, sampled while a figure is measured.
+
+A background thread (:class:`Sampler`) samples, every ``INTERVAL`` seconds:
+
+* ``others_cores``: CPU time used by processes outside this process tree, in cores (system busy
+  time from ``/proc/stat`` minus this process and its children, from psutil);
+* ``steal_cores``: time the hypervisor gave our virtual CPUs to someone else (``/proc/stat`` steal);
+* on GPUs (NVML): compute processes of others on the GPUs and the clock-throttle reasons.
+
+:func:`summarize` turns a measurement's readings into its summary and busy flag;
+:func:`wait_quiet` waits for a quiet machine before a run.
+
+Processes that are ours but not our children (e.g. Ray workers started by a raylet) count as
+"others"; a busy flag on a Ray measurement is therefore expected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+INTERVAL = 0.5  # seconds between readings
+# A measurement is "busy" when, on average over it, other processes used at least
+# max(0.25 cores, 5% of the machine's cores) or the hypervisor stole max(0.1 cores, 2% of them):
+# on 2 cores a quarter core of someone else's work moves figures by several %, on 64 cores it does not.
+OTHERS_BUSY_CORES, OTHERS_BUSY_SHARE = 0.25, 0.05
+STEAL_BUSY_CORES, STEAL_BUSY_SHARE = 0.10, 0.02
+
+
+def thresholds(cores: int | None = None) -> tuple[float, float]:
+    """(others, steal) mean loads in cores from which a measurement counts as busy on this machine."""
+    cores = cores or psutil.cpu_count() or 1
+    return max(OTHERS_BUSY_CORES, OTHERS_BUSY_SHARE * cores), max(STEAL_BUSY_CORES, STEAL_BUSY_SHARE * cores)
+
+
+QUIET_WINDOW = 3.0  # seconds of quiet that --wait-quiet asks for
+
+
+def read_stat(proc: Path = Path("/proc")) -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot, from the ``cpu`` line of /proc/stat."""
+    line = (proc / "stat").read_text().splitlines()[0].split()
+    values = [int(v) for v in line[1:9]] + [0] * max(0, 9 - len(line))
+    user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return (user + nice + system + irq + softirq) / hz, steal / hz
+
+
+def _descendants(pid: int) -> list[int] | None:
+    """Live descendants from /proc/PID/task/*/children (cheap); None where the kernel lacks that file."""
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        tasks = Path(f"/proc/{stack.pop()}/task")
+        try:
+            files = [t / "children" for t in tasks.iterdir()]
+        except OSError:
+            continue  # exited meanwhile
+        if files and not files[0].exists():
+            return None
+        for f in files:
+            with contextlib.suppress(OSError, ValueError):
+                kids = [int(x) for x in f.read_text().split()]
+                out += kids
+                stack += kids
+    return out
+
+
+def own_cpu_seconds(process: psutil.Process | None = None) -> float:
+    """CPU seconds used by this process, its finished children and its live descendants.
+
+    Live descendants come from /proc's children lists (about 0.1 ms a reading) rather than
+    psutil's scan of every process on the machine (a few ms), so the guard itself costs little."""
+    process = process or psutil.Process()
+    t = process.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    pids = _descendants(process.pid)
+    children = [psutil.Process(p) for p in pids] if pids is not None else process.children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            c = child.cpu_times()
+            total += c.user + c.system
+    return total
+
+
+def _own_pids() -> set[int]:
+    me = psutil.Process()
+    pids = {me.pid}
+    with contextlib.suppress(psutil.Error):
+        pids |= {c.pid for c in me.children(recursive=True)}
+    return pids
+
+
+class GpuWatch:
+    """Other processes on the GPUs and throttle reasons, via NVML (``nvml`` may be a fake)."""
+
+    def __init__(self, nvml: Any | None = None) -> None:
+        self.nvml, self.handles = nvml, []
+        try:
+            if self.nvml is None:
+                import pynvml
+
+                self.nvml = pynvml
+            self.nvml.nvmlInit()
+            self.handles = [
+                self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())
+            ]
+        except Exception:
+            self.handles = []
+
+    def read(self) -> dict[str, Any] | None:
+        if not self.handles:
+            return None
+        from appliance.sysinfo import SLOWDOWN_REASONS, gpu_throttle
+
+        ours, others, reasons = _own_pids(), 0, set()
+        for h in self.handles:
+            with contextlib.suppress(Exception):
+                pids = [getattr(p, "pid", None) for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h)]
+                # in a container NVML may report host PIDs, ours among them: count only PIDs we can see
+                others += sum(1 for pid in pids if pid not in ours and pid and psutil.pid_exists(pid))
+            reasons |= set(gpu_throttle(self.nvml, h) or [])
+        return {"gpu_other_processes": others, "gpu_slowdown": sorted(reasons & SLOWDOWN_REASONS)}
+
+    def close(self) -> None:
+        if self.handles:
+            with contextlib.suppress(Exception):
+                self.nvml.nvmlShutdown()
+            self.handles = []
+
+
+class Sampler:
+    """Readings every ``interval`` seconds in a background thread while the ``with`` block runs."""
+
+    def __init__(
+        self,
+        interval: float = INTERVAL,
+        stat: Callable[[], tuple[float, float]] = read_stat,
+        own: Callable[[], float] = own_cpu_seconds,
+        gpu: Any | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval, self.stat, self.own, self.gpu, self.clock = interval, stat, own, gpu, clock
+        self.readings: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: tuple[float, float, float, float] | None = None
+        self._t0 = 0.0
+
+    def sample(self) -> dict[str, Any] | None:
+        """One reading: load of others and steal since the previous call (None on the first call)."""
+        now = self.clock()
+        busy, steal = self.stat()
+        own = self.own()
+        last = self._last
+        if last is None:
+            self._last, self._t0 = (now, busy, steal, own), now
+            return None
+        dt = now - last[0]
+        if dt < self.interval / 4:
+            return None  # too short for /proc/stat's 10 ms ticks: wait for more time to pass
+        self._last = (now, busy, steal, own)
+        reading = {
+            "t": round(now - self._t0, 3),
+            "others_cores": round(max(0.0, (busy - last[1]) - (own - last[3])) / dt, 3),
+            "steal_cores": round(max(0.0, steal - last[2]) / dt, 3),
+            "own_cores": round(max(0.0, own - last[3]) / dt, 3),
+        }
+        if self.gpu is not None and (g := self.gpu.read()) is not None:
+            reading.update(g)
+        self.readings.append(reading)
+        return reading
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            with contextlib.suppress(Exception):  # a failed reading must never break a measurement
+                self.sample()
+
+    def __enter__(self) -> Sampler:
+        with contextlib.suppress(Exception):
+            self.sample()
+        self._thread = threading.Thread(target=self._loop, name="noise-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with contextlib.suppress(Exception):
+            self.sample()  # the tail since the last tick
+
+
+def summarize(readings: list[dict[str, Any]], cores: int | None = None) -> dict[str, Any]:
+    """Mean and max load of others and steal, GPU findings, and whether that makes the figure busy."""
+    if not readings:
+        return {"n": 0, "busy": False, "reasons": []}
+    weights = []
+    prev = 0.0
+    for r in readings:
+        weights.append(max(1e-9, r["t"] - prev))
+        prev = r["t"]
+    total = sum(weights)
+
+    def mean(key: str) -> float:
+        return sum(r[key] * w for r, w in zip(readings, weights, strict=True)) / total
+
+    out: dict[str, Any] = {
+        "n": len(readings),
+        "seconds": round(readings[-1]["t"], 3),
+        "others_cores_mean": round(mean("others_cores"), 3),
+        "others_cores_max": max(r["others_cores"] for r in readings),
+        "steal_cores_mean": round(mean("steal_cores"), 3),
+        "steal_cores_max": max(r["steal_cores"] for r in readings),
+    }
+    others_limit, steal_limit = thresholds(cores)
+    out["busy_from_cores"] = {"others": others_limit, "steal": steal_limit}
+    reasons = []
+    if out["others_cores_mean"] >= others_limit:
+        reasons.append(f"other processes used {out['others_cores_mean']:.2f} cores on average")
+    if out["steal_cores_mean"] >= steal_limit:
+        reasons.append(f"the hypervisor stole {out['steal_cores_mean']:.2f} cores on average")
+    gpu_others = max((r.get("gpu_other_processes") or 0) for r in readings)
+    slowdown = sorted({s for r in readings for s in r.get("gpu_slowdown") or []})
+    if any("gpu_other_processes" in r for r in readings):
+        out["gpu_other_processes_max"] = gpu_others
+        out["gpu_slowdown"] = slowdown
+    if gpu_others:
+        reasons.append(f"{gpu_others} other process(es) ran on the GPU")
+    if slowdown:
+        reasons.append(f"the GPU slowed its clocks ({', '.join(slowdown)})")
+    out["busy"] = bool(reasons)
+    out["reasons"] = reasons
+    return out
+
+
+_GPU: GpuWatch | None = None
+
+
+def gpu_watch() -> GpuWatch | None:
+    """One NVML session for the process (None without GPUs)."""
+    global _GPU
+    if _GPU is None:
+        _GPU = GpuWatch()
+    return _GPU if _GPU.handles else None
+
+
+def wait_quiet(
+    seconds: float,
+    window: float = QUIET_WINDOW,
+    sampler: Sampler | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_wait: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Wait up to ``seconds`` for ``window`` seconds in which others' load and steal stay below the
+    busy thresholds. Returns {quiet, waited_s, others_cores, steal_cores} of the last window."""
+    sampler = sampler or Sampler()
+    sampler.sample()
+    last: dict[str, Any] = {}
+    while True:
+        sleep(window)
+        reading = sampler.sample() or {"t": window, "others_cores": 0.0, "steal_cores": 0.0}
+        waited = reading["t"]  # seconds since the first sample
+        last = {
+            "waited_s": round(waited, 1),
+            "others_cores": reading["others_cores"],
+            "steal_cores": reading["steal_cores"],
+        }
+        others_limit, steal_limit = thresholds()
+        quiet = reading["others_cores"] < others_limit and reading["steal_cores"] < steal_limit
+        if quiet or waited >= seconds:
+            return {"quiet": quiet, **last}
+        if on_wait:
+            on_wait(last)

@@ -1,0 +1,203 @@
+"""The sweep itself: ask Optuna for trials, run them, tell it their score and seconds, resume.
+
+:func:`sweep` checks everything the user gave before anything is written (the base config, the
+whole space, the baseline inside it, the sweep folder), then holds the folder's lock and asks,
+starts and records trials until ``--trials`` are done or ``--budget-seconds`` is spent. The driver
+alone talks to the study (ask/tell), so one SQLite file is enough. A stop signal stops the running
+trials, puts them back in the queue and raises :class:`Stopped`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.config import Config
+from appliance.errors import ApplianceError, ConfigError
+from appliance.report_io import unwritable
+from appliance.sweep.results import write_outputs
+from appliance.sweep.space import Base, Space, inside, load_space, split_params, trial_overrides
+from appliance.sweep.study import (
+    DB,
+    adopt,
+    finished_trials,
+    load_study,
+    locked,
+    put_back,
+    queued,
+    record,
+    requeue_stale,
+)
+from appliance.sweep.trials import TrialRunner, failed_result, run_trial
+
+
+class Stopped(ApplianceError):
+    """A stop signal ended the sweep; the study keeps every finished trial (exit 128 + signal)."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+@dataclass
+class Options:
+    trials: int
+    parallel: int = 1
+    budget_seconds: float | None = None  # the sweep's wall time: no trial starts after it, trials stop at it
+    trial_seconds: float | None = None  # a trial stops after this much training time
+    ray_address: str | None = None
+    seed: int = 0
+    baseline: bool = True  # trial 0 is the config as given (the values the space would vary)
+    startup_trials: int | None = None  # random trials before TPE models the front (default: trials // 3)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sweep(
+    env: str,
+    out_dir: str | Path,
+    options: Options,
+    space_file: str | None = None,
+    config_file: str | None = None,
+    overrides: list[str] | None = None,
+    profile: str | None = None,
+    trial: Callable[[dict[str, Any]], dict[str, Any]] = run_trial,
+) -> Iterator[str]:
+    """Run (or resume) the sweep in ``out_dir``; yields progress lines. Outputs: see the module doc.
+
+    ``trial`` runs one trial spec (a module-level function, for the processes to import).
+    Everything the user gave is checked before anything is written: the base config, the whole
+    space, the baseline inside it, the sweep folder (writable, with room). A stop signal stops the
+    running trials, puts them back in the queue and raises :class:`Stopped`.
+    """
+    from appliance.train.loop import Interrupted, stop_signals
+
+    if options.trials < 1 or options.parallel < 1:
+        raise ConfigError("--trials and --parallel must be at least 1")
+    base = Base(
+        env, profile, str(Path(config_file).resolve()) if config_file else None, list(overrides or [])
+    )
+    cfg = base.resolve()
+    space = load_space(env, space_file, base)
+    for note in space.notes:
+        yield f"space fitted to your config: {note}"
+    baseline = _baseline(cfg, space) if options.baseline else None
+    out = Path(out_dir)
+    problem = unwritable(out)
+    if problem:
+        raise ConfigError(f"sweep folder {out}: {problem}")
+    with locked(out):
+        study = load_study(
+            out, create=True, seed=options.seed, startup=options.startup_trials or max(2, options.trials // 3)
+        )
+        adopt(study, out, base, cfg, space)
+        requeue_stale(study)
+        finished, requeued = finished_trials(study), queued(study)
+        if finished or requeued:
+            yield f"resuming {out / DB}: {len(finished)} trials done, {requeued} interrupted ones run again"
+        elif baseline is not None and not study.trials:
+            study.enqueue_trial(baseline, user_attrs={"baseline": True})
+
+        distributions = space.distributions()
+        remaining = options.trials - len(finished)
+        runner = TrialRunner(options, trial)
+        running: dict[int, Any] = {}
+        sweep_start = time.perf_counter()
+        with stop_signals() as guard:
+            try:
+                while remaining > 0 or running:
+                    left = None
+                    if options.budget_seconds is not None:
+                        left = options.budget_seconds - (time.perf_counter() - sweep_start)
+                    while remaining > 0 and len(running) < options.parallel and (left is None or left > 0):
+                        with guard.deferred():
+                            asked = study.ask(distributions)
+                            running[asked.number] = asked  # before it starts: in-process, it runs in start
+                        remaining -= 1
+                        refused = _start(runner, study, asked, base, space, options, left)
+                        if refused:
+                            running.pop(asked.number)
+                            yield refused
+                    if not running:
+                        if left is not None and left <= 0:
+                            yield f"--budget-seconds {options.budget_seconds:g} spent: no more trials start"
+                        break
+                    for number, result in runner.wait():
+                        with guard.deferred():
+                            line = record(study, running.pop(number), result)
+                        yield line
+            except Interrupted as e:
+                runner.close()
+                put_back(study, running.values(), "the sweep was stopped while it ran")
+                done = len(finished_trials(study))
+                again = f"; {len(running)} that were running run again" if running else ""
+                raise Stopped(
+                    f"interrupted ({e.name}): {done} trials done{again} when you run the same command",
+                    e.signum,
+                ) from None
+            except BaseException:
+                runner.close()
+                with contextlib.suppress(Exception):  # the study itself may be what failed
+                    put_back(study, running.values(), "the sweep failed while it ran")
+                raise
+            runner.close()
+        yield from write_outputs(study, space, out, env)
+
+
+def _start(
+    runner: TrialRunner,
+    study: Any,
+    trial: Any,
+    base: Base,
+    space: Space,
+    options: Options,
+    left: float | None,
+) -> str | None:
+    """Start ``trial``: its config from the base and its params. One whose config is refused fails at
+    once: returns its line (None when it started)."""
+    try:
+        cfg = base.resolve(trial_overrides(base.resolve(), trial.params))
+    except ConfigError as e:  # a combination of choices the config refuses (each alone was checked)
+        return record(study, trial, failed_result(f"config refused: {e}"))
+    if runner.threads and cfg.vec.num_threads == "auto":
+        cfg.data["vec"]["num_threads"] = runner.threads
+    seconds = [s for s in (options.trial_seconds, left) if s is not None]
+    # a trial stops at --trial-seconds once its score window is full; the sweep's budget is a hard
+    # bound: a trial it cuts short ends at the first epoch past it, its score over fewer epochs
+    cut = left is not None and (options.trial_seconds is None or left < options.trial_seconds)
+    runner.start(
+        trial.number,
+        {
+            "trial": trial.number,
+            "cfg": cfg,
+            "metric": space.metric,
+            "target": space.target,
+            "window": space.window,
+            "seconds": min(seconds) if seconds else None,
+            "min_epochs": 1 if cut else space.window,
+            "threads": runner.threads,
+            "reference": [t.user_attrs.get("curve", []) for t in finished_trials(study, complete=True)],
+            "warmup": space.warmup,
+            "margin": space.margin,
+            "min_trials": space.min_trials,
+        },
+    )
+    return None
+
+
+def _baseline(cfg: Config, space: Space) -> dict[str, Any]:
+    """The config as given, as values of the swept params (each must lie in the space)."""
+    params = {}
+    for section, key, spec in split_params(space.params):
+        value = cfg[section][key]
+        if not inside(spec, value):
+            shown = spec["choices"] if "choices" in spec else f"{spec['low']:g} to {spec['high']:g}"
+            raise ConfigError(
+                f"the baseline trial (your config) has {section}.{key} = {value}, outside the space of "
+                f"{space.source} ({shown}); widen the space or pass --no-baseline"
+            )
+        params[f"{section}.{key}"] = value
+    return params
