@@ -14,7 +14,7 @@ from appliance import vector
 from appliance.config import resolve
 from appliance.errors import ConfigError, DeviceError
 from appliance.testing import BusyEnv
-from appliance.train import Trainer, TrainingError
+from appliance.train import Trainer, TrainingError, losses
 from appliance.train.advantage import advantage as compute_advantages
 from appliance.train.policy import MinGRU, Policy
 from appliance.train.trainer import make_policy, resolve_device
@@ -798,3 +798,47 @@ def test_bfloat16_on_a_cpu_trains_float32_masters_and_warns_without_bf16_units(m
         assert abs(losses["importance"] - 1) < 0.5
     finally:
         trainer.close()
+
+
+# ------------------------------------------------------------------------ the loss, in one place
+
+
+def test_the_torch_loss_is_what_trains_on_the_cpu(monkeypatch):
+    """docs/architecture.md, "How to change the loss", step 1: an edit to losses.ppo_loss is what the
+    trainer minimizes here, for discrete and Box actions alike."""
+    real, seen = losses.ppo_loss, []
+
+    def edited(*args):
+        seen.append(args[0].shape)
+        return real(*args)
+
+    monkeypatch.setattr(losses, "ppo_loss", edited)
+    for env in ("squared", "MountainCarContinuous-v0"):
+        cfg = small_config(env)
+        with Trainer(cfg, vector.make_from_config(cfg)) as trainer:
+            trainer.evaluate()
+            trainer.train()
+            minibatches = trainer.hp.update_epochs * trainer.segments // trainer.mb_segments
+        assert len(seen) >= minibatches, env
+        seen.clear()
+
+
+def test_the_gpu_start_up_check_holds_the_fused_loss_to_the_edited_torch_loss(monkeypatch):
+    """Step 3: a fused kernel that still computes the old loss is refused once the torch loss
+    changes. The stand-in for the kernel here is the old loss through autograd."""
+    real, coefs = losses.ppo_loss, losses.Coefs(0.2, 0.2, 0.5, 0.01)
+
+    def stale_kernel(*args, grad_scale=1.0):
+        with monkeypatch.context() as m:
+            m.setattr(losses, "ppo_loss", real)
+            return losses.gradients(*args[:9], losses.Coefs(*args[9:]), grad_scale)
+
+    losses.check_fused(stale_kernel, [3, 4], coefs, "cpu")  # the same loss: no complaint
+
+    def edited(*args):
+        res = real(*args)
+        return res._replace(loss=res.loss + 0.1 * args[0].mean())  # a researcher's new term
+
+    monkeypatch.setattr(losses, "ppo_loss", edited)
+    with pytest.raises(TrainingError, match="fused CUDA loss differs from the torch loss .* in grad_logits"):
+        losses.check_fused(stale_kernel, [3, 4], coefs, "cpu")
