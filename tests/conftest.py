@@ -3,8 +3,32 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import pytest
+
+SMALL = (
+    "--train.device",
+    "cpu",
+    "--vec.num-envs",
+    "8",
+    "--train.bptt-horizon",
+    "8",
+    "--train.minibatch-size",
+    "64",
+)
+
+
+def small_config(env: str = "squared", *extra: str, **sections: dict[str, Any]) -> Any:
+    """A config small enough for tests on 2 cores (the CPU, 8 envs, horizon 8, minibatch 64), then
+    ``extra`` command-line overrides and ``sections`` as dicts, e.g. ``train={"seed": 1}``. Test
+    files import it: ``from conftest import small_config``."""
+    from appliance.config import resolve
+
+    dicts = [
+        f"--{section}.{key}={value}" for section, values in sections.items() for key, value in values.items()
+    ]
+    return resolve(env=env, overrides=[*SMALL, *extra, *dicts])
 
 
 @functools.cache

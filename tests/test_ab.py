@@ -171,7 +171,7 @@ def test_image_variants_run_the_suite_inside_the_image(tmp_path, monkeypatch):
     assert second["metrics"]["env_sps/squared/threads=1"]["median"] == 200.0
 
 
-# ----------------------------------------------------------------------------- issue 28: nothing lost,
+# ----------------------------------------------------------------------------- nothing lost,
 # nothing left behind
 
 

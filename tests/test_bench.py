@@ -343,7 +343,7 @@ def test_readme_skips_partial_reports(tmp_path):
     assert readme.latest_reports(tmp_path) == [complete]
 
 
-# ---------------------------------------------------------------------- compare explains (issue 17)
+# ---------------------------------------------------------------------- compare explains
 
 
 def with_machine(data, calibration, cpu=None, busy=()):

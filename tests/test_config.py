@@ -194,7 +194,7 @@ def test_section_attribute_error_suggests():
         _ = resolve().train.learning_rat
 
 
-# ----------------------------------------------------------------------------- ranges (issue 18)
+# ----------------------------------------------------------------------------- ranges
 
 
 @pytest.mark.parametrize(

@@ -99,9 +99,9 @@ def test_exploration_noise_is_standard_normal_with_the_asked_correlation(rho):
         torch.manual_seed(0)
         ids, out = torch.arange(4), torch.zeros(4, 1)
         if rho == 0:
-            assert trainer._box_noise(ids, out) is None  # white: the Gaussian head samples itself
+            assert trainer.box_noise.draw(ids, out) is None  # white: the Gaussian head samples itself
             return
-        noise = torch.stack([trainer._box_noise(ids, out) for _ in range(4000)])[100:, :, 0]
+        noise = torch.stack([trainer.box_noise.draw(ids, out) for _ in range(4000)])[100:, :, 0]
         assert abs(noise.std().item() - 1) < 0.1
         lag1 = torch.corrcoef(torch.stack([noise[:-1].reshape(-1), noise[1:].reshape(-1)]))[0, 1]
         assert abs(lag1.item() - rho) < 0.03

@@ -1,4 +1,4 @@
-"""Faults on the training and results side (issue 18): kills, signals, damaged checkpoints, busy
+"""Faults on the training and results side: kills, signals, damaged checkpoints, busy
 folders, unwritable outputs. Each test reproduces a fault that used to lose work or print a traceback."""
 
 from __future__ import annotations
@@ -11,33 +11,22 @@ import subprocess
 import sys
 import time
 
+import conftest
 import pytest
 import torch
 from click.testing import CliRunner
 
 from appliance import vector
 from appliance.cli import cli
-from appliance.config import resolve
 from appliance.errors import ConfigError
 from appliance.train import Trainer, TrainingError, checkpoint, loop
 
-SMALL = [
-    "--train.device",
-    "cpu",
-    "--vec.num-envs",
-    "8",
-    "--train.bptt-horizon",
-    "8",
-    "--train.minibatch-size",
-    "64",
-    "--policy.hidden-size",
-    "32",
-]
+SMALL = (*conftest.SMALL, "--policy.hidden-size", "32")
 EPOCH_STEPS = 64  # 8 envs x horizon 8
 
 
-def small_config(env="squared", *extra):
-    return resolve(env=env, overrides=[*SMALL, *extra])
+def small_config(env="squared", *extra, **sections):
+    return conftest.small_config(env, "--policy.hidden-size", "32", *extra, **sections)
 
 
 def make_trainer(run_dir=None, env="squared", *extra):

@@ -1,4 +1,4 @@
-"""Faults in the vector layer (issue 18): each case failed on the code before the fix.
+"""Faults in the vector layer: each case failed on the code before the fix.
 
 * zero-copy views outlive ``close``, garbage collection and a ``WorkerError`` without crashing;
 * workers die with their parent in every state, and nothing is left in /dev/shm;

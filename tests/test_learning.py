@@ -131,7 +131,7 @@ SQUARED = [
 @pytest.mark.slow
 def test_squared_defaults_learn():
     """`puffer-bench train squared` on a machine without a GPU, untouched: the default config under
-    the cpu profile solves PufferLib's squared (random play: perf 0.12) to issue 13's 0.95, the mean
+    the cpu profile solves PufferLib's squared (random play: perf 0.12) to the 0.95 its issue asked for, the mean
     perf of 5 epochs. With squared.yaml's defaults (gamma 0.999, three update epochs, learning rate
     annealed over 3.5 M steps) seeds 0-4 with one torch thread reached it at 1.44-2.44 M steps (runs
     diverge from float rounding after a few epochs, so the thread count makes another run). With

@@ -1,4 +1,4 @@
-"""Results folders (issue 28): one up-front check that a folder can take the results (writable, with
+"""Results folders: one up-front check that a folder can take the results (writable, with
 room) for run, ab, sweep, train --report and run folders; a disk that fills anyway keeps what fits."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run folders and --nproc (issues 28 and 27): one claim and lock for every entry point, default run
+"""Run folders and --nproc: one claim and lock for every entry point, default run
 ids that never collide, nothing left behind by a run that trains nothing, ranks that stop like one
 process, and every numeric option of every command checked before any work."""
 
@@ -135,7 +135,7 @@ def test_run_folders_named_from_env_specs_are_safe_in_a_shell(tmp_path):
     assert (data / "latest").read_text() == name
 
 
-# ----------------------------------------------------------------------------- numeric options (27)
+# ----------------------------------------------------------------------------- numeric options
 
 # The arguments a command needs before its options are looked at.
 ARGUMENTS = {
@@ -209,7 +209,7 @@ def test_bad_numbers_are_one_line_and_exit_2_before_any_work(command, option, ki
     assert list(tmp_path.iterdir()) == []
 
 
-# ----------------------------------------------------------------------------- stop signals (28)
+# ----------------------------------------------------------------------------- stop signals
 
 
 def send_sigint_while(monkeypatch, module, name):
@@ -261,7 +261,7 @@ def test_ctrl_c_before_any_epoch_of_a_new_run_writes_no_untrained_checkpoint(tmp
     assert folders(data) == ["good"] and (data / "latest").read_text() == "good"
 
 
-# ----------------------------------------------------------------------------- --nproc (28)
+# ----------------------------------------------------------------------------- --nproc
 
 PUFFER = [str(Path(sys.executable).parent / "puffer-bench")]
 RANKS = [
@@ -427,7 +427,7 @@ def test_ctrl_c_while_ranks_start_is_one_line_and_leaves_nothing(tmp_path, delay
     assert not alive and not scratch, (alive, scratch)
 
 
-# ----------------------------------------------------------------------------- Ctrl-C while train starts (28)
+# ----------------------------------------------------------------------------- Ctrl-C while train starts
 
 SPAWN_WINDOW = """
 import json, os, signal

@@ -1,4 +1,4 @@
-"""Files that come from another machine are hostile input (issue 28): reports, checkpoints, run
+"""Files that come from another machine are hostile input: reports, checkpoints, run
 configs, suites, config files, hardware profiles and sweep spaces.
 
 A crafted report must render as text (no markup of its own in HTML, Markdown or the README), and a

@@ -139,7 +139,7 @@ def test_a_minibatch_larger_than_the_batch_is_cut_to_it():
     assert sw.trial_overrides(cfg, params)["train"]["minibatch_size"] == 64 * 32
 
 
-# ----------------------------------------------------------------------------- issue 27/28: the
+# ----------------------------------------------------------------------------- the
 # profile and the shipped space, the whole space checked first, the study file, the folder lock,
 # changed settings on resume, crashed and stopped trials. The trial functions below stand in for
 # training where only the sweep's bookkeeping is under test (module level: trial processes import them).

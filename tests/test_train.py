@@ -8,6 +8,7 @@ import importlib
 import numpy as np
 import pytest
 import torch
+from conftest import small_config as shared_small_config
 from gymnasium import spaces
 
 from appliance import vector
@@ -16,8 +17,8 @@ from appliance.errors import ConfigError, DeviceError
 from appliance.testing import BusyEnv
 from appliance.train import Trainer, TrainingError, losses
 from appliance.train.advantage import advantage as compute_advantages
+from appliance.train.make import make_policy, resolve_device
 from appliance.train.policy import MinGRU, Policy
-from appliance.train.trainer import make_policy, resolve_device
 
 
 def gae_reference(values, rewards, dones, gamma, lam):
@@ -145,23 +146,9 @@ def test_box_actions_have_a_learned_log_std():
     assert policy.log_std.requires_grad
 
 
-def small_config(env, *extra):
-    return resolve(
-        env=env,
-        overrides=[
-            "--train.device",
-            "cpu",
-            "--train.bptt-horizon",
-            "8",
-            "--train.minibatch-size",
-            "64",
-            "--train.max-minibatch-size",
-            "32",
-            "--vec.num-envs",
-            "8",
-            *extra,
-        ],
-    )
+def small_config(env, *extra, **sections):
+    """conftest's, with minibatches in chunks of 32 (gradient accumulation on)."""
+    return shared_small_config(env, "--train.max-minibatch-size", "32", *extra, **sections)
 
 
 @pytest.mark.parametrize("core", ["mlp", "lstm", "mingru"])
@@ -252,7 +239,7 @@ def test_size_rules_and_devices():
         cfg = small_config("squared", "--train.minibatch-size", "12")
         Trainer(cfg, vector.make_from_config(cfg))
     with pytest.raises(ConfigError, match="multiple of train.bptt_horizon .8. and of train.minibatch_size"):
-        small_config("squared", "--train.batch-size", "16")  # refused by resolve, before any env starts
+        small_config("squared", train={"batch_size": 16})  # refused by resolve, before any env starts
     cfg = small_config("squared", "--train.batch-size", "64", "--vec.num-envs", "16")
     with vector.make_from_config(cfg) as vec, pytest.raises(ConfigError, match="at least num_agents"):
         Trainer(cfg, vec)
@@ -624,7 +611,7 @@ def test_ocean_episode_stats_reach_the_trainer_on_every_backend(backend):
 
 
 def test_episode_means_weigh_logs_by_their_episode_count():
-    from appliance.train.trainer import episode_means
+    from appliance.train.episodes import episode_means
 
     out = episode_means([{"perf": 1.0, "n": 3.0}, {"perf": 0.0, "n": 1.0}, {"perf": 0.5}])
     assert out == {"perf": pytest.approx(3.5 / 5), "n": 5.0}

@@ -84,7 +84,7 @@ def policy_forward(cfg: Any, device: str, runs: int, batch: int | None = None) -
     """Agent-steps/s of the configured policy's inference step (forward + sampling) at the run's batch."""
     import torch
 
-    from appliance.train.trainer import make_policy
+    from appliance.train.make import make_policy
     from appliance.vector import native
 
     with native.make(cfg.env_name, num_envs=1, seed=0, **dict(cfg.env)) as vec:

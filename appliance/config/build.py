@@ -226,3 +226,26 @@ def check_batch(train: Mapping[str, Any]) -> None:
             f"train.batch_size ({batch}) must be a multiple of train.bptt_horizon ({horizon}) and of "
             f"train.minibatch_size ({minibatch}); or 'auto' (agents x bptt_horizon)"
         )
+
+
+def batch_for_agents(train: Any, num_agents: int) -> int:
+    """The batch of a trainer with ``num_agents`` agents (``auto``: agents x horizon), after every
+    batch rule: :func:`check_batch`'s, and that each agent has a row of the batch and the minibatch
+    divides it. ``train`` is the config's train section (a mapping or its attribute view)."""
+    get = train.get if isinstance(train, Mapping) else lambda key: getattr(train, key)
+    keys = ("bptt_horizon", "minibatch_size", "max_minibatch_size", "batch_size")
+    check_batch({k: get(k) for k in keys})
+    horizon, minibatch = get("bptt_horizon"), get("minibatch_size")
+    rows = num_agents * horizon
+    batch = rows if get("batch_size") == AUTO else int(get("batch_size"))
+    if batch < rows:
+        raise ConfigError(
+            f"train.batch_size ({batch}) must be at least num_agents * bptt_horizon ({rows}) so every "
+            f"agent has a row; use 'auto' for {rows}"
+        )
+    if batch % minibatch:
+        raise ConfigError(
+            f"train.minibatch_size ({minibatch}) must divide the batch ({batch} = {num_agents} agents x "
+            f"{horizon} steps); e.g. {max(horizon, min(batch, minibatch) // horizon * horizon)}"
+        )
+    return batch

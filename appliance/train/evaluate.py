@@ -61,7 +61,7 @@ def play(
     ``on_episode(i, stats)`` is called as each episode ends.
     """
     from appliance import vector
-    from appliance.train.trainer import make_policy
+    from appliance.train.make import make_policy
 
     if episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")

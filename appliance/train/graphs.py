@@ -217,3 +217,19 @@ class RolloutGraphs:
             if r.obs.is_floating_point() and not bool(torch.isfinite(r.obs).all())
             else "logits"
         )
+
+
+def can_capture(hp: Any, device: torch.device, policy: Any, profile: bool, data_parallel: bool) -> bool:
+    """Whether the update can be one CUDA graph per minibatch: ``train.graphs`` on a CUDA device,
+    except where a graph cannot hold it: Box actions (no fused loss), observations kept on the host
+    (``cpu_offload``), ``torch.compile`` (its own graphs), per-phase profiling (it synchronizes) and
+    data-parallel ranks (the all-reduces)."""
+    return bool(
+        hp.graphs
+        and device.type == "cuda"
+        and policy.nvec is not None
+        and not hp.cpu_offload
+        and not hp.compile
+        and not profile
+        and not data_parallel
+    )

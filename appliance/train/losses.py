@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from appliance.errors import TrainingError
+from appliance.gpu import kernels
 
 STAT_NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
 FUSED_TOLERANCE = (1e-4, 1e-6)  # (relative, absolute): the fused loss against this one, in float32
@@ -154,3 +155,10 @@ def check_fused(
                 f"by up to {err:.3g} on a test minibatch: port the change to kernels/ppo_loss.cuh, or run "
                 "with PUFFER_KERNELS=reference to train with the torch loss"
             )
+
+
+def check_at_start(nvec: Sequence[int] | None, coefs: Coefs, device: torch.device) -> None:
+    """:func:`check_fused` with ``kernels.ppo_loss`` where a trainer on ``device`` will run it
+    (discrete actions, ``kernels.use_cuda``); nothing elsewhere."""
+    if nvec is not None and kernels.use_cuda(torch.zeros(1, device=device)):
+        check_fused(kernels.ppo_loss, nvec, coefs, device)

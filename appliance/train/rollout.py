@@ -8,11 +8,15 @@ GPU fast path replaces what is behind :meth:`Rollout.write` without changing its
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from appliance.train.policy import State
+from appliance.train.rewards import ReturnScale, scale_and_clamp
 
 
 class Rollout:
@@ -133,3 +137,39 @@ class Rollout:
             self.row[agent] = self.next_free if self.next_free < self.segments else -1
             self.pos[agent] = 0
             self.next_free += 1
+
+
+@dataclass
+class Step:
+    """One batch from ``recv``, on the trainer's device."""
+
+    obs: torch.Tensor
+    rewards: torch.Tensor
+    dones: torch.Tensor
+    masks: torch.Tensor
+    ids: torch.Tensor
+
+
+def recv_to_device(
+    obs: Any,
+    rewards: Any,
+    terminals: Any,
+    truncations: Any,
+    ids: np.ndarray,
+    masks: Any,
+    device: torch.device,
+    return_scale: ReturnScale | None,
+    clamp: float,
+) -> Step:
+    """One ``recv`` on the trainer's device: rewards scaled (:class:`ReturnScale`) and clamped,
+    dones = terminal or truncated."""
+    dev = device
+    dones = np.logical_or(terminals, truncations)
+    rewards = scale_and_clamp(return_scale, ids, rewards, dones, clamp)
+    return Step(
+        obs=torch.as_tensor(obs).to(dev, non_blocking=True),
+        rewards=rewards.to(dev, non_blocking=True),
+        dones=torch.as_tensor(dones).to(dev, non_blocking=True).float(),
+        masks=torch.as_tensor(np.ones(len(ids), bool) if masks is None else masks).to(dev).float(),
+        ids=torch.as_tensor(ids, device=dev),
+    )

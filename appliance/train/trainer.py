@@ -25,7 +25,6 @@ import json
 import math
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,70 +33,27 @@ import torch
 
 from appliance import sysinfo
 from appliance.config import Config
-from appliance.errors import ConfigError, DeviceError, TrainingError
+from appliance.config.build import batch_for_agents
+from appliance.errors import TrainingError
 from appliance.gpu import kernels
 from appliance.train import advantage, checkpoint, engine, losses
-from appliance.train.graphs import GRAD_NORM, IMPORTANCE, LOSS_TERMS, NONFINITE, EpochScalars, MinibatchGraph
+from appliance.train.episodes import Episodes
+from appliance.train.exploration import BoxNoise
+from appliance.train.graphs import (
+    GRAD_NORM,
+    IMPORTANCE,
+    LOSS_TERMS,
+    NONFINITE,
+    EpochScalars,
+    MinibatchGraph,
+    can_capture,
+)
+from appliance.train.make import make_policy, resolve_device
 from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State, copy_weights, inference_copy
-from appliance.train.rewards import ReturnScale, scale_and_clamp
-from appliance.train.rollout import Rollout
+from appliance.train.rewards import ReturnScale
+from appliance.train.rollout import Rollout, recv_to_device
 from appliance.train.timings import Timings
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceError(
-                "--train.device cuda was asked for, but torch sees no CUDA device "
-                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'none'}); use --train.device cpu"
-            )
-        return torch.device("cuda")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device("cpu")
-
-
-def make_policy(cfg: Config, vec: Any) -> Policy:
-    p = cfg.policy
-    return Policy(
-        vec.single_observation_space,
-        vec.single_action_space,
-        core=p.core,
-        hidden_size=p.hidden_size,
-        encoder=p.encoder,
-        obs_codec=getattr(vec, "obs_codec", None),
-        init=p.init,
-        obs_norm={"on": True, "off": False}.get(p.obs_norm, "auto"),
-    )
-
-
-def episode_means(episodes: list[dict[str, float]]) -> dict[str, float]:
-    """Mean of each stat over episodes, an entry with ``n`` counting as n episodes; ``n`` = the total."""
-    weights = np.array([e.get("n", 1.0) for e in episodes])
-    keys = [k for k in episodes[0] if k != "n"]
-    out = {
-        k: float(
-            np.average(
-                [e[k] for e in episodes if k in e],
-                weights=[w for e, w in zip(episodes, weights, strict=True) if k in e],
-            )
-        )
-        for k in keys
-    }
-    out["n"] = float(weights.sum())
-    return out
-
-
-@dataclass
-class _Step:
-    """One batch from ``recv``, on the trainer's device."""
-
-    obs: torch.Tensor
-    rewards: torch.Tensor
-    dones: torch.Tensor
-    masks: torch.Tensor
-    ids: torch.Tensor
 
 
 class Trainer:
@@ -130,21 +86,7 @@ class Trainer:
         self.forward_sequence = torch.compile(self.policy.sequence) if hp.compile else self.policy.sequence
 
         n, horizon = vec.num_agents, hp.bptt_horizon
-        batch = n * horizon if hp.batch_size == "auto" else int(hp.batch_size)
-        if batch % horizon or batch < n * horizon:
-            raise ConfigError(
-                f"train.batch_size ({batch}) must be a multiple of train.bptt_horizon ({horizon}) and at least "
-                f"num_agents * bptt_horizon ({n * horizon}) so every agent has a row; use 'auto' for {n * horizon}"
-            )
-        if hp.minibatch_size % horizon or batch % hp.minibatch_size:
-            raise ConfigError(
-                f"train.minibatch_size ({hp.minibatch_size}) must be a multiple of bptt_horizon ({horizon}) "
-                f"that divides batch_size ({batch}); e.g. {max(horizon, min(batch, hp.minibatch_size) // horizon * horizon)}"
-            )
-        if hp.max_minibatch_size % horizon:
-            raise ConfigError(
-                f"train.max_minibatch_size ({hp.max_minibatch_size}) must be a multiple of bptt_horizon ({horizon})"
-            )
+        batch = batch_for_agents(hp, n)
         self.batch_size, self.horizon = batch, horizon
         self.segments = batch // horizon
         self.mb_segments = hp.minibatch_size // horizon
@@ -164,12 +106,18 @@ class Trainer:
             pin_obs=hp.cpu_offload and self.device.type == "cuda",
         )
         self.state = self.policy.initial_state(n, self.device)
-        self._noise: torch.Tensor | None = None  # Box actions' AR(1) exploration noise (_box_noise)
+        self.box_noise = BoxNoise(n, hp.noise_corr)  # Box actions' exploration noise
 
         # the update: device work only, captured as a CUDA graph where that is possible
         self.loss_coefs = losses.Coefs(hp.clip_coef, hp.vf_clip_coef, hp.vf_coef, hp.ent_coef)
-        self._check_fused_loss()
-        capture = self._can_capture(profile)
+        losses.check_at_start(self.policy.nvec, self.loss_coefs, self.device)  # the fused loss, on a GPU
+        capture = can_capture(
+            hp,
+            self.device,
+            self.policy,
+            profile,
+            type(self)._reduce_gradients is not Trainer._reduce_gradients,
+        )
         self.optimizer = make_optimizer(self.policy, hp, graph_safe=capture)
         self.epoch_scalars = EpochScalars(self.device)
         self.update_step = MinibatchGraph(self._update_minibatch, capture)
@@ -179,28 +127,13 @@ class Trainer:
         self.start_time, self._start_step = time.time(), 0
         self.losses: dict[str, float] = {}
         self.env_stats: dict[str, float] = {}
-        self._episodes: list[dict[str, float]] = []
+        self.episodes = Episodes()
         self.run_dir = Path(run_dir) if run_dir else None
         self.last_checkpoint: Path | None = None
         self.latest_pointer: Path | None = None
         # the rollout engine (train.engine, train.buffers) for native Ocean envs; None: the plain loop below
         self.engine = engine.Engine(self) if engine.wanted(hp, vec) else None
         self.vec.async_reset(hp.seed)
-
-    def _can_capture(self, profile: bool) -> bool:
-        """``train.graphs`` on a CUDA device, except where a graph cannot hold the update: Box actions
-        (no fused loss), observations kept on the host (``cpu_offload``), ``torch.compile`` (its own
-        graphs), per-phase profiling (it synchronizes) and data-parallel ranks (the all-reduces)."""
-        hp = self.hp
-        return bool(
-            hp.graphs
-            and self.device.type == "cuda"
-            and self.policy.nvec is not None
-            and not hp.cpu_offload
-            and not hp.compile
-            and not profile
-            and type(self)._reduce_gradients is Trainer._reduce_gradients
-        )
 
     # ------------------------------------------------------------------ rollout
 
@@ -222,10 +155,20 @@ class Trainer:
             while not rollout.full:
                 with self.timings("env"):
                     obs, rewards, terminals, truncations, infos, ids, masks = self.vec.recv()
-                self._collect_infos(infos)
+                self.episodes.collect(infos)
                 ids = np.asarray(ids)
                 with self.timings("copy"):
-                    step = self._to_device(obs, rewards, terminals, truncations, ids, masks)
+                    step = recv_to_device(
+                        obs,
+                        rewards,
+                        terminals,
+                        truncations,
+                        ids,
+                        masks,
+                        self.device,
+                        self.return_scale,
+                        self.hp.reward_clamp,
+                    )
                 with self.timings("forward"):
                     state = tuple(s[step.ids] for s in self.state)
                     action, logprob, value = self.act(step.obs, state, step.ids)
@@ -238,22 +181,6 @@ class Trainer:
                     self.vec.send(actions)
                 self.global_step += len(ids) if masks is None else int(step.masks.sum().item())
         self.update_env_stats()
-
-    def _to_device(
-        self, obs: Any, rewards: Any, terminals: Any, truncations: Any, ids: np.ndarray, masks: Any
-    ) -> _Step:
-        """One ``recv`` on the trainer's device: rewards scaled (:class:`ReturnScale`) and clamped,
-        dones = terminal or truncated."""
-        dev = self.device
-        dones = np.logical_or(terminals, truncations)
-        rewards = scale_and_clamp(self.return_scale, ids, rewards, dones, self.hp.reward_clamp)
-        return _Step(
-            obs=torch.as_tensor(obs).to(dev, non_blocking=True),
-            rewards=rewards.to(dev, non_blocking=True),
-            dones=torch.as_tensor(dones).to(dev, non_blocking=True).float(),
-            masks=torch.as_tensor(np.ones(len(ids), bool) if masks is None else masks).to(dev).float(),
-            ids=torch.as_tensor(ids, device=dev),
-        )
 
     @torch.no_grad()
     def policy_step(
@@ -272,7 +199,7 @@ class Trainer:
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.amp):
             logits, value, new_state = self.forward_step(obs, state)
         if self.policy.nvec is None:  # Box actions: a Gaussian from torch's generator
-            action, logprob = self.policy.sample(logits.float(), self._box_noise(ids, logits))
+            action, logprob = self.policy.sample(logits.float(), self.box_noise.draw(ids, logits))
             return action, logprob, value.float(), new_state
         decoded = torch.cat([logits.float(), value.float()[:, None]], 1)  # one fused sampling kernel on a GPU
         into = {} if out is None else dict(zip(("action", "logprob", "value"), out, strict=True))
@@ -306,34 +233,10 @@ class Trainer:
             s[ids] = new.to(s.dtype)
         return action, logprob, value
 
-    def _box_noise(self, ids: torch.Tensor, out: torch.Tensor) -> torch.Tensor | None:
-        """Box actions' exploration noise for the agents ``ids``: with ``train.noise_corr`` rho > 0 an
-        AR(1) process per agent (rho times its last noise plus sqrt(1 - rho^2) fresh N(0, 1): still
-        N(0, 1) at each step, so the log-prob is the Gaussian head's, but pushes that last several
-        steps, as MountainCarContinuous needs); None with rho 0 (white noise)."""
-        rho = self.hp.noise_corr
-        if rho == 0:
-            return None
-        if self._noise is None:
-            self._noise = torch.zeros(self.vec.num_agents, out.shape[-1], device=out.device)
-        noise = rho * self._noise[ids] + math.sqrt(1 - rho * rho) * torch.randn(out.shape, device=out.device)
-        self._noise[ids] = noise
-        return noise
-
-    def _collect_infos(self, infos: list[dict[str, Any]]) -> None:
-        """Episode stats from infos: one episode each (emulated envs), or the means of ``n`` episodes
-        (Ocean envs on a process backend report their C log this way)."""
-        for info in infos or ():
-            if "episode_return" in info:
-                self._episodes.append({k: float(v) for k, v in info.items() if k != "env"})
-
     def update_env_stats(self) -> None:
-        log = self.vec.log() if hasattr(self.vec, "log") else {}
-        if log:
-            self.env_stats = dict(log)
-        elif self._episodes:
-            self.env_stats = episode_means(self._episodes)
-            self._episodes = []
+        """The env stats of the rollout just ended: the vector's own log, or the episodes its infos
+        reported (:class:`~appliance.train.episodes.Episodes`)."""
+        self.env_stats = self.episodes.stats(self.vec, self.env_stats)
 
     # ------------------------------------------------------------------ update
 
@@ -386,10 +289,8 @@ class Trainer:
             hp.vtrace_c_clip,
         )
         acc.sums[NONFINITE] += (~torch.isfinite(adv)).any()
-        # distinct segments by priority, drawn on the device (exponential keys and a top-k). The
-        # uniforms come from torch's generator, not the kernel's Philox stream: with Philox-keyed
-        # draws g2048's defaults learned to about half the score (1.6-1.8 K vs 3.1-4.1 K at 1 M
-        # steps, seeds 0 and 1, every other piece the same), a difference not yet explained.
+        # distinct segments by priority, drawn on the device (exponential keys and a top-k), from
+        # torch's generator's uniforms (docs/notes.md: why not the kernel's Philox stream)
         u = torch.rand(
             adv.shape[0], generator=self.generator if adv.device.type == "cpu" else None,
             dtype=torch.float64, device=adv.device,
@@ -453,7 +354,7 @@ class Trainer:
         share of the minibatch); returns the loss terms and the new ratios, on the device. Where the
         fused CUDA loss runs (discrete actions, ``kernels.use_cuda``) it gives the same terms and the
         gradients with respect to the logits and values in one kernel, checked against the torch loss
-        when the trainer starts (:meth:`_check_fused_loss`)."""
+        when the trainer starts (:func:`losses.check_at_start`)."""
         b = self.rollout
         if self.policy.nvec is not None and kernels.use_cuda(out):
             n = value.numel()
@@ -480,12 +381,6 @@ class Trainer:
         with self.timings("learn"):
             (res.loss * weight).backward()
         return res.stats, res.ratio
-
-    def _check_fused_loss(self) -> None:
-        """On a GPU where the fused loss will run, compare it with the torch loss on one minibatch."""
-        probe = torch.zeros(1, device=self.device)
-        if self.policy.nvec is not None and kernels.use_cuda(probe):
-            losses.check_fused(kernels.ppo_loss, self.policy.nvec, self.loss_coefs, self.device)
 
     def _check_loss(self, loss: float) -> None:
         if not math.isfinite(loss):

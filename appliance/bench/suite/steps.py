@@ -255,7 +255,7 @@ class SuiteRunner:
         """Training speed on ``env``; a suite variant (``label`` and its config ``overrides``) adds
         ``train_sps/<env>/<label>`` and no phase shares or diagnosis (those describe the env's config)."""
         cfg = self.config(env, overrides)
-        from appliance.train.trainer import resolve_device
+        from appliance.train.make import resolve_device
 
         # a GPU run's CPU clocks drop with its own load (docs/noise.md): no gate there
         on_cpu = resolve_device(str(cfg.train.device)).type == "cpu"

@@ -1,0 +1,38 @@
+"""What a trainer is made of, from a config: the torch device and the policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from appliance.config import Config
+from appliance.errors import DeviceError
+from appliance.train.policy import Policy
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(
+                "--train.device cuda was asked for, but torch sees no CUDA device "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'none'}); use --train.device cpu"
+            )
+        return torch.device("cuda")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device("cpu")
+
+
+def make_policy(cfg: Config, vec: Any) -> Policy:
+    p = cfg.policy
+    return Policy(
+        vec.single_observation_space,
+        vec.single_action_space,
+        core=p.core,
+        hidden_size=p.hidden_size,
+        encoder=p.encoder,
+        obs_codec=getattr(vec, "obs_codec", None),
+        init=p.init,
+        obs_norm={"on": True, "off": False}.get(p.obs_norm, "auto"),
+    )
