@@ -19,7 +19,7 @@ import torch
 
 from appliance import vector
 from appliance.config import resolve
-from appliance.train import checkpoint, distributed
+from appliance.train import checkpoint, distributed, runs
 from appliance.train.trainer import Trainer
 
 PUFFER = [str(Path(sys.executable).parent / "puffer-bench")]
@@ -203,13 +203,13 @@ def test_two_ranks_learn_squared_and_resume(tmp_path):
     assert last["sps/rank0"] > 0 and last["sps/rank1"] > 0 and last["time/allreduce"] > 0
     # metrics.jsonl gets a record at most once a second, so a fast machine writes only a few in this run
     assert len(perf) >= 3 and np.mean(perf[-3:]) >= 0.75 > _random_perf() + 0.3, perf
-    state = checkpoint.read(tmp_path / "dp" / checkpoint.MODEL)["state"]
+    state = checkpoint.read(tmp_path / "dp" / runs.MODEL)["state"]
     assert state["global_step"] >= 120000  # the steps of both ranks
     # --resume: every rank starts from the checkpoint and the run goes on to the new total
     proc = _train(tmp_path, "dp", "--resume", "dp", "--train.total-timesteps", "130000")
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
-    resumed = checkpoint.read(tmp_path / "dp" / checkpoint.MODEL)["state"]
+    resumed = checkpoint.read(tmp_path / "dp" / runs.MODEL)["state"]
     assert resumed["global_step"] >= 130000 and resumed["epoch"] > state["epoch"]
     assert np.mean(_perf(tmp_path / "dp")[-2:]) >= 0.7  # resumed from the trained weights, not anew
 

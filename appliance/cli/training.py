@@ -179,8 +179,8 @@ def evaluate(
     import numpy as np
 
     from appliance.config import resolve
-    from appliance.train.checkpoint import find_checkpoint
     from appliance.train.evaluate import play
+    from appliance.train.runs import find_checkpoint
 
     env, overrides = split_env(args)
     if env is None:

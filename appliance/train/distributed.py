@@ -21,7 +21,7 @@ machines exactly as with ``torchrun``. Every rank runs :func:`_train_rank`:
   the learning-rate schedule and the stop rule agree on every rank;
 * rank 0 alone writes the run folder (checkpoints, ``metrics.jsonl``, config, ``latest``) and draws
   the dashboard; its SPS is the aggregate, and ``sps/rank<i>`` gives each rank's. Node 0's launcher
-  holds the run folder (:func:`checkpoint.claim`: the lock, a named folder never overwritten);
+  holds the run folder (:func:`runs.claim`: the lock, a named folder never overwritten);
 * a stop signal (Ctrl-C to the process group, SIGTERM or SIGHUP to the launcher) ends the run as
   it ends one process's: the ranks agree at the next exchange (:class:`RankStop`), drop a rollout
   cut short, and rank 0 writes a checkpoint; a second signal kills the ranks at once.
@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 
 from appliance.errors import ApplianceError, ConfigError
-from appliance.train import checkpoint, loop, session
+from appliance.train import loop, runs, session
 from appliance.train.trainer import Trainer
 
 
@@ -520,12 +520,10 @@ def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[s
     run = None
     try:
         if where.node_rank == 0:
-            with checkpoint.claim(cfg.train.data_dir, cfg.env_name, options.run_id, options.resume) as run:
+            with runs.claim(cfg.train.data_dir, cfg.env_name, options.run_id, options.resume) as run:
                 yield from _launch(cfg, options, where, run.run_dir, run.resume_from)
         else:  # the other machines need the folder only to resume, from their own copy
-            resume_from = (
-                checkpoint.find_checkpoint(cfg.train.data_dir, options.resume) if options.resume else None
-            )
+            resume_from = runs.find_checkpoint(cfg.train.data_dir, options.resume) if options.resume else None
             yield from _launch(cfg, options, where, None, resume_from)
     except _NothingTrained as e:
         message = session.nothing_trained(signal.Signals(e.signum).name, run.resume_from if run else None)
@@ -578,13 +576,13 @@ def _train_rank(
                 trainer.reseed()
             elif options.load_model_path:
                 trainer.load_checkpoint(
-                    checkpoint.find_checkpoint(cfg.train.data_dir, options.load_model_path), resume=False
+                    runs.find_checkpoint(cfg.train.data_dir, options.load_model_path), resume=False
                 )
             trainer.broadcast_weights()
             writers = session._writers(options, cfg, run_dir) if lead and run_dir else []
             if lead and run_dir is not None:
-                checkpoint.start_run(base, run_dir)  # the config as given: train.seed is rank 0's
-                trainer.latest_pointer = Path(base.train.data_dir) / checkpoint.LATEST  # as one process
+                runs.start_run(base, run_dir)  # the config as given: train.seed is rank 0's
+                trainer.latest_pointer = Path(base.train.data_dir) / runs.LATEST  # as one process
             reporter = Reporter(trainer, cfg.env_name, live=options.dashboard) if lead else None
             try:
                 result = loop.run(
@@ -622,7 +620,7 @@ def _summary(
         try:
             session._write_report(options.report, cfg, trainer, result)
         except OSError as e:  # the checkpoint is saved; say so in one line
-            raise checkpoint.CheckpointWriteError(
+            raise runs.CheckpointWriteError(
                 f"cannot write --report {options.report}: {e.strerror or e}; saved {result.checkpoint}"
             ) from None
         lines.append((f"wrote {options.report}", False))

@@ -500,20 +500,35 @@ class Trainer:
             return f"the last good checkpoint {self.last_checkpoint} is kept"
         return "no checkpoint was written yet"
 
+    def train_state(self) -> checkpoint.TrainState:
+        """What a checkpoint saves of this trainer and restores into it."""
+        return checkpoint.TrainState(
+            policy=self.policy,
+            optimizer=self.optimizer,
+            generator=self.generator,
+            config=self.config,
+            device=self.device,
+            epoch=self.epoch,
+            global_step=self.global_step,
+        )
+
     def save_checkpoint(self) -> Path | None:
         """Weights and trainer state into the run folder (see :mod:`appliance.train.checkpoint`);
         ``latest_pointer`` (set by the train command) then names this run."""
         if self.run_dir is None:
             return None
-        self.last_checkpoint = checkpoint.save(self, self.run_dir, latest=self.latest_pointer)
+        self.last_checkpoint = checkpoint.save(
+            self.train_state(), self.run_dir, latest=self.latest_pointer, previous=self.last_checkpoint
+        )
         return self.last_checkpoint
 
     def load_checkpoint(self, path: Path, resume: bool = True) -> None:
         """From a checkpoint file or a run folder's newest; ``resume`` also restores optimizer and counters."""
-        path = checkpoint.load(self, path, resume)
+        loaded = checkpoint.load(self.train_state(), path, resume)
         if resume:
+            self.global_step, self.epoch = loaded.global_step, loaded.epoch
             self._start_step = self.global_step
-            self.last_checkpoint = path
+            self.last_checkpoint = loaded.path
 
     def log_metrics(self) -> dict[str, Any]:
         """One metrics record (also appended to metrics.jsonl in the run folder)."""
