@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from appliance.cli import cli
 from appliance.errors import ConfigError
-from appliance.train import checkpoint, distributed, runs
+from appliance.train import checkpoint, launcher, runs
 
 SMALL = [
     "--no-dashboard", "--train.device", "cpu", "--vec.num-envs", "8", "--train.bptt-horizon", "8",
@@ -268,15 +268,15 @@ RANKS = [
     "--nproc", "2", "--policy.core", "mlp", "--train.optimizer", "adam", "--vec.num-envs", "8",
     "--train.bptt-horizon", "8", "--train.minibatch-size", "64", "--policy.hidden-size", "32",
 ]  # fmt: skip
-needs_two_cores = pytest.mark.skipif(distributed.local_rank_cap()[0] < 2, reason="needs 2 usable cores")
+needs_two_cores = pytest.mark.skipif(launcher.local_rank_cap()[0] < 2, reason="needs 2 usable cores")
 
 
 def test_more_ranks_than_this_machine_can_run_is_refused_naming_the_cap():
-    cap, _per = distributed.local_rank_cap()
+    cap, _per = launcher.local_rank_cap()
     with pytest.raises(
         ConfigError, match=rf"--nproc {cap + 1}: at most {cap} ranks on this machine, one per"
     ):
-        distributed.Launch(nproc=cap + 1).check()
+        launcher.Launch(nproc=cap + 1).check()
     result = cli_run("train", "squared", "--nproc", "100000")
     assert result.exit_code == 2 and f"pass --nproc {cap} or fewer" in one_line(result)
 
@@ -289,10 +289,10 @@ def test_a_master_port_in_use_is_refused_before_any_rank_starts(tmp_path):
         with pytest.raises(
             ConfigError, match=rf"--master-port {port} cannot be used here .*or 0 for a free one"
         ):
-            distributed.Launch(nproc=1, master_port=port).check()
+            launcher.Launch(nproc=1, master_port=port).check()
         with pytest.raises(ConfigError, match="another port, the same on every machine"):
-            distributed.Launch(nproc=1, nnodes=2, master_port=port).check()
-        if distributed.local_rank_cap()[0] >= 2:
+            launcher.Launch(nproc=1, nnodes=2, master_port=port).check()
+        if launcher.local_rank_cap()[0] >= 2:
             result = train(tmp_path / "exp", *RANKS, "--master-port", str(port))
             assert result.exit_code == 2 and f"--master-port {port} cannot be used" in one_line(result)
             assert folders(tmp_path / "exp") == []

@@ -146,9 +146,9 @@ def _train(
         stop_steps=stop_steps,
     )
     if nproc > 1 or nnodes > 1:
-        from appliance.train import distributed
+        from appliance.train import distributed, launcher
 
-        where = distributed.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
+        where = launcher.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
         lines = distributed.train(cfg, options, where)
     else:
         lines = session.train(cfg, options)
