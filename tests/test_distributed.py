@@ -1,5 +1,5 @@
 """Data-parallel training on the CPU with gloo: the update is the big-batch update, it learns, and a
-failed rank ends the job cleanly (appliance.train.distributed)."""
+failed rank ends the job cleanly (appliance.train.launcher, rank and distributed)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ import torch
 
 from appliance import vector
 from appliance.config import resolve
-from appliance.train import checkpoint, distributed
+from appliance.errors import ConfigError
+from appliance.train import checkpoint, launcher, runs
+from appliance.train.rank import RankTrainer, merge_stats
 from appliance.train.trainer import Trainer
 
 PUFFER = [str(Path(sys.executable).parent / "puffer-bench")]
@@ -64,10 +66,10 @@ def _grads(trainer):
 def _rank_update(data_path: str) -> dict:
     """One rank: rank 0 takes the reference weights (the others start from their own seed's), each
     rank gets its half of the reference buffer, draws its segments, and runs one update."""
-    rank, _, _ = distributed.init()
+    rank, _, _ = launcher.init()
     data = torch.load(data_path, weights_only=False)
     cfg = _config(HALF, seed=rank)
-    trainer = distributed.RankTrainer(cfg, vector.make_from_config(cfg))
+    trainer = RankTrainer(cfg, vector.make_from_config(cfg))
     try:
         if rank == 0:
             trainer.policy.load_state_dict(data["weights"])
@@ -109,7 +111,7 @@ def test_two_ranks_compute_the_gradient_of_one_process_holding_all_agents(tmp_pa
     finally:
         ref.close()
 
-    ranks = distributed.launch(_rank_update, (str(tmp_path / "data.pt"),), distributed.Launch(nproc=2))
+    ranks = launcher.launch(_rank_update, (str(tmp_path / "data.pt"),), launcher.Launch(nproc=2))
     for rank in (0, 1):
         for w, start in zip(weights, ranks[rank]["before"], strict=True):
             np.testing.assert_array_equal(start, w)  # rank 1 built other weights; it took rank 0's
@@ -121,7 +123,7 @@ def test_two_ranks_compute_the_gradient_of_one_process_holding_all_agents(tmp_pa
 
 
 def _fail_on_rank_one() -> None:
-    distributed.init()
+    launcher.init()
     if int(os.environ["RANK"]) == 1:
         raise ValueError("rank one cannot go on")
     torch.distributed.barrier()  # rank 0 waits here for a rank that will never come
@@ -134,26 +136,24 @@ def test_a_rank_that_raises_ends_the_job_with_its_rank_and_error():
         return {p.name for pattern in ("torchelastic_*", "pytorch-errorfile-*") for p in tmp.glob(pattern)}
 
     before, default_tempdir, start = scratch(), tempfile.tempdir, time.time()
-    with pytest.raises(
-        distributed.DistributedError, match=r"rank 1 failed: ValueError: rank one cannot go on"
-    ):
-        distributed.launch(_fail_on_rank_one, (), distributed.Launch(nproc=2))
+    with pytest.raises(launcher.DistributedError, match=r"rank 1 failed: ValueError: rank one cannot go on"):
+        launcher.launch(_fail_on_rank_one, (), launcher.Launch(nproc=2))
     assert time.time() - start < 60
     assert scratch() - before == set()  # the ranks' logs and error files went with the launch
     assert tempfile.tempdir == default_tempdir  # the launch's own temp dir is not left as the default
 
 
 def test_launch_options_are_checked():
-    with pytest.raises(distributed.ConfigError, match="--node-rank"):
-        distributed.Launch(nproc=2, nnodes=2, node_rank=2, master_port=29500).check()
-    with pytest.raises(distributed.ConfigError, match="--master-port"):
-        distributed.Launch(nproc=1, nnodes=2).check()
+    with pytest.raises(ConfigError, match="--node-rank"):
+        launcher.Launch(nproc=2, nnodes=2, node_rank=2, master_port=29500).check()
+    with pytest.raises(ConfigError, match="--master-port"):
+        launcher.Launch(nproc=1, nnodes=2).check()
 
 
 def test_episode_stats_of_the_ranks_merge_weighted_by_episode_count():
-    merged = distributed.merge_stats([{"perf": 1.0, "n": 3.0}, {}, {"perf": 0.0, "n": 1.0}])
+    merged = merge_stats([{"perf": 1.0, "n": 3.0}, {}, {"perf": 0.0, "n": 1.0}])
     assert merged == {"perf": 0.75, "n": 4.0}
-    assert distributed.merge_stats([{}, {}]) == {}
+    assert merge_stats([{}, {}]) == {}
 
 
 # ----------------------------------------------------------------------------- the train command
@@ -203,13 +203,13 @@ def test_two_ranks_learn_squared_and_resume(tmp_path):
     assert last["sps/rank0"] > 0 and last["sps/rank1"] > 0 and last["time/allreduce"] > 0
     # metrics.jsonl gets a record at most once a second, so a fast machine writes only a few in this run
     assert len(perf) >= 3 and np.mean(perf[-3:]) >= 0.75 > _random_perf() + 0.3, perf
-    state = checkpoint.read(tmp_path / "dp" / checkpoint.MODEL)["state"]
+    state = checkpoint.read(tmp_path / "dp" / runs.MODEL)["state"]
     assert state["global_step"] >= 120000  # the steps of both ranks
     # --resume: every rank starts from the checkpoint and the run goes on to the new total
     proc = _train(tmp_path, "dp", "--resume", "dp", "--train.total-timesteps", "130000")
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
-    resumed = checkpoint.read(tmp_path / "dp" / checkpoint.MODEL)["state"]
+    resumed = checkpoint.read(tmp_path / "dp" / runs.MODEL)["state"]
     assert resumed["global_step"] >= 130000 and resumed["epoch"] > state["epoch"]
     assert np.mean(_perf(tmp_path / "dp")[-2:]) >= 0.7  # resumed from the trained weights, not anew
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from appliance import vector
 from appliance.cli import cli
 from appliance.errors import ConfigError
-from appliance.train import Trainer, TrainingError, checkpoint, loop
+from appliance.train import Trainer, TrainingError, checkpoint, loop, runs
 
 SMALL = (*conftest.SMALL, "--policy.hidden-size", "32")
 EPOCH_STEPS = 64  # 8 envs x horizon 8
@@ -113,7 +113,7 @@ def test_a_kill_at_any_rename_leaves_weights_and_counters_of_one_epoch(tmp_path,
 def test_temporaries_of_a_killed_write_are_removed_when_the_run_folder_is_taken(trained_run):
     stale = trained_run / ".model.pt.k1ll3d.tmp"
     stale.write_bytes(b"\0" * 1000)
-    with checkpoint.locked(trained_run):
+    with runs.locked(trained_run):
         assert not stale.exists()
     assert (trained_run / "model.pt").is_file()
 
@@ -128,32 +128,41 @@ def test_a_checkpoint_is_one_file_and_its_snapshot_loads_on_its_own(trained_run)
         trainer.close()
 
 
-def test_previous_layout_loads_and_a_mixed_one_is_refused(tmp_path, trained_run):
-    """The previous layout wrote weights (model.pt, model_<epoch>.pt) and trainer_state.pt apart."""
-    from appliance.train.checkpoint import _torch_bytes
+def _state(cfg, seed=0, epoch=0, global_step=0):
+    torch.manual_seed(seed)
+    policy = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(policy.parameters())
+    policy(torch.ones(1, 3)).sum().backward()
+    optimizer.step()  # an optimizer with state to save
+    generator = torch.Generator().manual_seed(seed)
+    return checkpoint.TrainState(policy, optimizer, generator, cfg, torch.device("cpu"), epoch, global_step)
 
-    ckpt = torch.load(trained_run / "model.pt", weights_only=True)
-    old = tmp_path / "exp" / "old"
-    old.mkdir()
-    state = {k: ckpt[k] for k in ("optimizer", "global_step", "epoch", "torch_rng", "generator")}
-    (old / "model.pt").write_bytes(_torch_bytes(ckpt["model"]))
-    (old / "model_000002.pt").write_bytes(_torch_bytes(ckpt["model"]))
-    (old / "trainer_state.pt").write_bytes(_torch_bytes(state))
-    (old / "config.yaml").write_text(small_config().to_yaml())
-    result = cli_run("eval", "squared", "--load-model-path", str(old), "--episodes", "1", *SMALL)
-    assert result.exit_code == 0, result.output
-    trainer = make_trainer(old)
-    try:
-        trainer.load_checkpoint(old, resume=True)
-        assert trainer.epoch == 2
-        # killed between the renames: model.pt of epoch 2, trainer_state.pt of epoch 1
-        first = torch.load(trained_run / "model_000001.pt", weights_only=True)
-        (old / "model_000001.pt").write_bytes(_torch_bytes(first["model"]))
-        (old / "trainer_state.pt").write_bytes(_torch_bytes({**state, "epoch": 1}))
-        with pytest.raises(checkpoint.CheckpointError, match="different checkpoints"):
-            trainer.load_checkpoint(old, resume=True)
-    finally:
-        trainer.close()
+
+def test_a_checkpoint_saves_and_loads_a_train_state_not_a_trainer(tmp_path):
+    cfg = small_config()
+    saved = _state(cfg, seed=1, epoch=3, global_step=300)
+    path = checkpoint.save(saved, tmp_path / "r1")
+    assert path == tmp_path / "r1" / "model.pt" and (tmp_path / "r1" / "model_000003.pt").is_file()
+    fresh = _state(cfg, seed=2)
+    loaded = checkpoint.load(fresh, tmp_path / "r1", resume=True)
+    assert (loaded.path, loaded.epoch, loaded.global_step) == (path, 3, 300)
+    assert fresh.epoch == 0 and fresh.global_step == 0  # the counters come back in what load returns
+    assert same(fresh.policy.state_dict(), saved.policy.state_dict())
+    assert torch.equal(fresh.generator.get_state(), saved.generator.get_state())
+    weights_only = _state(cfg, seed=3, epoch=5)
+    loaded = checkpoint.load(weights_only, path, resume=False)
+    assert (loaded.epoch, loaded.global_step) == (5, 0)  # the state's own counters
+    assert same(weights_only.policy.state_dict(), saved.policy.state_dict())
+
+
+def test_a_file_of_weights_only_loads_but_does_not_resume(tmp_path):
+    cfg = small_config()
+    saved = _state(cfg, seed=1)
+    path = tmp_path / "weights.pt"
+    torch.save(saved.policy.state_dict(), path)
+    checkpoint.load(_state(cfg, seed=2), path, resume=False)
+    with pytest.raises(checkpoint.CheckpointError, match="holds weights only: it cannot be resumed"):
+        checkpoint.load(_state(cfg, seed=2), path, resume=True)
 
 
 # ----------------------------------------------------------------------------- 7: bad checkpoints
@@ -174,7 +183,7 @@ def _eval(path):
 def test_a_damaged_checkpoint_is_one_line_naming_it_and_the_intact_snapshot(trained_run, damage, what):
     model = trained_run / "model.pt"
     data = model.read_bytes()
-    model.unlink()  # a new file, as a write of the previous layout or a copy would leave it
+    model.unlink()  # a new file, as a copy would leave it
     model.write_bytes(data)
     damage(model)
     result = _eval(model)
@@ -255,7 +264,7 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_latest_alone(tmp_pa
 def test_a_run_folder_in_use_is_refused_naming_the_holder(tmp_path):
     data = tmp_path / "exp"
     assert _train(data, "--run-id", "r1").exit_code == 0
-    with checkpoint.locked(data / "r1"):
+    with runs.locked(data / "r1"):
         result = _train(data, "--resume", "latest", "--train.total-timesteps", "256")
     assert result.exit_code == 2, result.output
     assert f"run folder {data / 'r1'} is in use by process {os.getpid()}" in result.output
@@ -472,7 +481,7 @@ def test_exclusive_report_names(tmp_path):
 
 def test_unknown_run_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="no run or checkpoint 'nope'"):
-        checkpoint.find_checkpoint(tmp_path, "nope")
+        runs.find_checkpoint(tmp_path, "nope")
 
 
 TINY_SUITE = "name: tiny\nseconds: 0.05\ngate: false\nenv_sps:\n  envs: [squared, pong]\n  threads: [1]\n"

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from appliance.cli import cli
 from appliance.errors import ConfigError
-from appliance.train import checkpoint, distributed
+from appliance.train import checkpoint, launcher, runs
 
 SMALL = [
     "--no-dashboard", "--train.device", "cpu", "--vec.num-envs", "8", "--train.bptt-horizon", "8",
@@ -44,7 +44,7 @@ def one_line(result) -> str:
 
 
 def metric_steps(run) -> list[int]:
-    return [json.loads(line)["global_step"] for line in (run / checkpoint.METRICS).read_text().splitlines()]
+    return [json.loads(line)["global_step"] for line in (run / runs.METRICS).read_text().splitlines()]
 
 
 def folders(data) -> list[str]:
@@ -58,24 +58,24 @@ def test_a_named_run_folder_that_holds_a_run_is_refused_and_left_as_it_was(tmp_p
     data = tmp_path / "exp"
     assert train(data, "--run-id", "r1").exit_code == 0
     run = data / "r1"
-    before = {p.name: p.read_bytes() for p in run.iterdir() if p.name != checkpoint.LOCK}
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.name != runs.LOCK}
     result = train(data, "--run-id", "r1")
     assert result.exit_code == 2
     assert one_line(result) == (
         f"error: {run} holds a run (epoch 2); pass --resume r1 to continue it or another --run-id"
     )
-    assert {p.name: p.read_bytes() for p in run.iterdir() if p.name != checkpoint.LOCK} == before
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.name != runs.LOCK} == before
     assert train(data, "--resume", "r1", "--train.total-timesteps", "192").exit_code == 0  # as it says
 
 
 def test_a_named_folder_with_metrics_but_no_checkpoint_is_refused_too(tmp_path):
     run = tmp_path / "exp" / "r1"
     run.mkdir(parents=True)
-    (run / checkpoint.METRICS).write_text('{"epoch": 1}\n')
+    (run / runs.METRICS).write_text('{"epoch": 1}\n')
     result = train(tmp_path / "exp", "--run-id", "r1")
     assert result.exit_code == 2
     assert "holds a run that wrote no checkpoint (metrics.jsonl)" in one_line(result)
-    assert (run / checkpoint.METRICS).read_text() == '{"epoch": 1}\n'
+    assert (run / runs.METRICS).read_text() == '{"epoch": 1}\n'
 
 
 @pytest.mark.parametrize("run_id", ["a/b", "../up", "latest", ".hidden", "x:y"])
@@ -88,12 +88,12 @@ def test_a_run_id_that_is_not_one_safe_folder_name_is_refused(tmp_path, run_id):
 @pytest.fixture
 def same_second(monkeypatch):
     """Every default run id made in the test gets the same UTC second."""
-    monkeypatch.setattr(checkpoint.time, "strftime", lambda fmt, t=None: "20260101-000000")
+    monkeypatch.setattr(runs.time, "strftime", lambda fmt, t=None: "20260101-000000")
 
 
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, same_second):
     data = tmp_path / "exp"
-    with checkpoint.locked(data / "squared-20260101-000000"):  # a run that is still starting
+    with runs.locked(data / "squared-20260101-000000"):  # a run that is still starting
         second = train(data)
         assert second.exit_code == 0, second.output
         third = train(data)
@@ -118,12 +118,12 @@ def test_a_named_empty_folder_is_used_and_tidied_when_nothing_trained(tmp_path):
     assert train(tmp_path / "exp", "--run-id", "mine", "--train.minibatch-size", "7").exit_code == 2
     assert run.is_dir() and list(run.iterdir()) == []  # the user's folder stays, empty as it was
     assert train(tmp_path / "exp", "--run-id", "mine").exit_code == 0
-    assert (run / checkpoint.MODEL).is_file()
+    assert (run / runs.MODEL).is_file()
 
 
 def test_run_folders_named_from_env_specs_are_safe_in_a_shell(tmp_path):
-    assert checkpoint.run_name("spread:make") == "spread-make"
-    assert checkpoint.run_name("ALE/Pong-v5") == "ALE-Pong-v5"
+    assert runs.run_name("spread:make") == "spread-make"
+    assert runs.run_name("ALE/Pong-v5") == "ALE-Pong-v5"
     data = tmp_path / "exp"
     result = train(
         data, "--vec.backend", "serial", "--vec.num-envs", "2", "--train.minibatch-size", "16",
@@ -268,15 +268,15 @@ RANKS = [
     "--nproc", "2", "--policy.core", "mlp", "--train.optimizer", "adam", "--vec.num-envs", "8",
     "--train.bptt-horizon", "8", "--train.minibatch-size", "64", "--policy.hidden-size", "32",
 ]  # fmt: skip
-needs_two_cores = pytest.mark.skipif(distributed.local_rank_cap()[0] < 2, reason="needs 2 usable cores")
+needs_two_cores = pytest.mark.skipif(launcher.local_rank_cap()[0] < 2, reason="needs 2 usable cores")
 
 
 def test_more_ranks_than_this_machine_can_run_is_refused_naming_the_cap():
-    cap, _per = distributed.local_rank_cap()
+    cap, _per = launcher.local_rank_cap()
     with pytest.raises(
         ConfigError, match=rf"--nproc {cap + 1}: at most {cap} ranks on this machine, one per"
     ):
-        distributed.Launch(nproc=cap + 1).check()
+        launcher.Launch(nproc=cap + 1).check()
     result = cli_run("train", "squared", "--nproc", "100000")
     assert result.exit_code == 2 and f"pass --nproc {cap} or fewer" in one_line(result)
 
@@ -289,10 +289,10 @@ def test_a_master_port_in_use_is_refused_before_any_rank_starts(tmp_path):
         with pytest.raises(
             ConfigError, match=rf"--master-port {port} cannot be used here .*or 0 for a free one"
         ):
-            distributed.Launch(nproc=1, master_port=port).check()
+            launcher.Launch(nproc=1, master_port=port).check()
         with pytest.raises(ConfigError, match="another port, the same on every machine"):
-            distributed.Launch(nproc=1, nnodes=2, master_port=port).check()
-        if distributed.local_rank_cap()[0] >= 2:
+            launcher.Launch(nproc=1, nnodes=2, master_port=port).check()
+        if launcher.local_rank_cap()[0] >= 2:
             result = train(tmp_path / "exp", *RANKS, "--master-port", str(port))
             assert result.exit_code == 2 and f"--master-port {port} cannot be used" in one_line(result)
             assert folders(tmp_path / "exp") == []
@@ -302,7 +302,7 @@ def test_a_master_port_in_use_is_refused_before_any_rank_starts(tmp_path):
 def test_ranks_take_the_same_run_folder_lock_as_one_process(tmp_path):
     data = tmp_path / "exp"
     assert train(data, "--run-id", "shared").exit_code == 0
-    with checkpoint.locked(data / "shared"):  # a single-process --resume shared, training
+    with runs.locked(data / "shared"):  # a single-process --resume shared, training
         result = train(data, *RANKS, "--resume", "shared", "--train.total-timesteps", "256")
     assert result.exit_code == 2 and f"run folder {data / 'shared'} is in use by process" in one_line(result)
 
@@ -362,7 +362,7 @@ def scratch_folders():
 
 
 def last_metrics_epoch(run):
-    return json.loads((run / checkpoint.METRICS).read_text().splitlines()[-1])["epoch"]
+    return json.loads((run / runs.METRICS).read_text().splitlines()[-1])["epoch"]
 
 
 @pytest.mark.slow
@@ -373,13 +373,13 @@ def test_a_stop_signal_to_ranks_saves_like_one_process_and_exits_0_promptly(tmp_
     proc = start_ranks(data, "--run-id", "dp", "--train.total-timesteps", "1e9")
     group = how.startswith("ctrl-c")
     seconds, out, err = stop_after(
-        proc, data / "dp" / checkpoint.METRICS, signal.SIGINT if group else signal.SIGTERM, group
+        proc, data / "dp" / runs.METRICS, signal.SIGINT if group else signal.SIGTERM, group
     )
     name = "SIGINT" if group else "SIGTERM"
     assert proc.returncode == 0, err
     assert seconds < 25, seconds  # the update in progress, a checkpoint, torch exiting (was 31 s: killed)
     assert f"interrupted ({name}): saved a checkpoint" in err and "Traceback" not in err, err
-    saved = checkpoint.read(data / "dp" / checkpoint.MODEL)["state"]
+    saved = checkpoint.read(data / "dp" / runs.MODEL)["state"]
     assert saved["epoch"] >= 1 and saved["epoch"] == last_metrics_epoch(
         data / "dp"
     )  # nothing trained is lost

@@ -146,9 +146,9 @@ def _train(
         stop_steps=stop_steps,
     )
     if nproc > 1 or nnodes > 1:
-        from appliance.train import distributed
+        from appliance.train import distributed, launcher
 
-        where = distributed.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
+        where = launcher.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
         lines = distributed.train(cfg, options, where)
     else:
         lines = session.train(cfg, options)
@@ -179,8 +179,8 @@ def evaluate(
     import numpy as np
 
     from appliance.config import resolve
-    from appliance.train.checkpoint import find_checkpoint
     from appliance.train.evaluate import play
+    from appliance.train.runs import find_checkpoint
 
     env, overrides = split_env(args)
     if env is None:

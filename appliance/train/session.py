@@ -14,7 +14,7 @@ from typing import Any
 
 from appliance.errors import ConfigError
 from appliance.report_io import unwritable
-from appliance.train import checkpoint, loop
+from appliance.train import loop, runs
 
 
 @dataclass
@@ -39,7 +39,7 @@ def stop_rule(cfg: Any, options: Options) -> loop.Stop:
 def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
     """Train with ``cfg``; yields (line, to stderr) for the caller to print.
 
-    The run folder is claimed and locked for the whole session (:func:`checkpoint.claim`). An
+    The run folder is claimed and locked for the whole session (:func:`runs.claim`). An
     unwritable ``--report`` or ``--profile-trace`` is refused before the claim, and a run folder
     that is unwritable or nearly full by the claim before it locks it, so a refusal leaves nothing
     behind and no env has started. A stop signal before the first epoch has ended (while envs
@@ -51,7 +51,7 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
     run = None
     with loop.stop_signals():
         try:
-            with checkpoint.claim(t.data_dir, cfg.env_name, options.run_id, options.resume) as run:
+            with runs.claim(t.data_dir, cfg.env_name, options.run_id, options.resume) as run:
                 yield from _train(cfg, options, run.run_dir, run.resume_from)
         except KeyboardInterrupt as e:
             signum = getattr(e, "signum", signal.SIGINT)
@@ -91,11 +91,9 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
         if resume_from:
             trainer.load_checkpoint(resume_from, resume=True)
         elif options.load_model_path:
-            trainer.load_checkpoint(
-                checkpoint.find_checkpoint(t.data_dir, options.load_model_path), resume=False
-            )
-        checkpoint.start_run(cfg, run_dir)
-        trainer.latest_pointer = Path(t.data_dir) / checkpoint.LATEST  # moves at the first checkpoint
+            trainer.load_checkpoint(runs.find_checkpoint(t.data_dir, options.load_model_path), resume=False)
+        runs.start_run(cfg, run_dir)
+        trainer.latest_pointer = Path(t.data_dir) / runs.LATEST  # moves at the first checkpoint
         yield header(cfg, trainer), False
         if options.profile_trace:
             yield _profile(trainer, options.profile_trace), False
@@ -121,7 +119,7 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
             try:
                 _write_report(options.report, cfg, trainer, result)
             except OSError as e:  # the checkpoint is saved; say so in one line
-                raise checkpoint.CheckpointWriteError(
+                raise runs.CheckpointWriteError(
                     f"cannot write --report {options.report}: {e.strerror or e}; saved {result.checkpoint}"
                 ) from None
             yield f"wrote {options.report}", False

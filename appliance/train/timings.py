@@ -85,3 +85,15 @@ class Timings:
         """Seconds and share of total for every section."""
         total = sum(self.phase_totals.values()) or 1e-12
         return {k: {"seconds": v, "share": v / total} for k, v in self.totals.items()}
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics record's ``time/`` fields: seconds per phase, and per rollout-engine buffer the
+        seconds in its policy step, waiting for the GIL and stepping envs."""
+        return {
+            **{f"time/{k}": v["seconds"] for k, v in self.breakdown().items()},
+            **{
+                f"time/buffer{b}/{part}": seconds
+                for b, parts in enumerate(self.buffers)
+                for part, seconds in parts.items()
+            },
+        }

@@ -36,18 +36,9 @@ from appliance.config import Config
 from appliance.config.build import batch_for_agents
 from appliance.errors import TrainingError
 from appliance.gpu import kernels
-from appliance.train import advantage, checkpoint, engine, losses
+from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
 from appliance.train.episodes import Episodes
 from appliance.train.exploration import BoxNoise
-from appliance.train.graphs import (
-    GRAD_NORM,
-    IMPORTANCE,
-    LOSS_TERMS,
-    NONFINITE,
-    EpochScalars,
-    MinibatchGraph,
-    can_capture,
-)
 from appliance.train.make import make_policy, resolve_device
 from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State, copy_weights, inference_copy
@@ -111,7 +102,7 @@ class Trainer:
         # the update: device work only, captured as a CUDA graph where that is possible
         self.loss_coefs = losses.Coefs(hp.clip_coef, hp.vf_clip_coef, hp.vf_coef, hp.ent_coef)
         losses.check_at_start(self.policy.nvec, self.loss_coefs, self.device)  # the fused loss, on a GPU
-        capture = can_capture(
+        capture = graphs.can_capture(
             hp,
             self.device,
             self.policy,
@@ -119,8 +110,8 @@ class Trainer:
             type(self)._reduce_gradients is not Trainer._reduce_gradients,
         )
         self.optimizer = make_optimizer(self.policy, hp, graph_safe=capture)
-        self.epoch_scalars = EpochScalars(self.device)
-        self.update_step = MinibatchGraph(self._update_minibatch, capture)
+        self.epoch_scalars = graphs.EpochScalars(self.device)
+        self.update_step = graphs.MinibatchGraph(self._update_minibatch, capture)
         self.return_scale = ReturnScale(n, hp.gamma) if hp.reward_norm else None
         self.timings = Timings(sync=profile)
         self.global_step, self.epoch = 0, 0
@@ -260,7 +251,10 @@ class Trainer:
                     f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "
                     "check the env's rewards and observations for NaN/Inf; " + self.kept()
                 )
-            self._check_loss(sums.pop("loss"))
+            if not math.isfinite(loss := sums.pop("loss")):
+                raise TrainingError(
+                    f"loss became {loss} in epoch {self.epoch} (step {self.global_step}); {self.kept()}"
+                )
             assert acc.last_advantages is not None
             returns = acc.last_advantages + b.values
             var = returns.var()
@@ -288,7 +282,7 @@ class Trainer:
             hp.vtrace_rho_clip,
             hp.vtrace_c_clip,
         )
-        acc.sums[NONFINITE] += (~torch.isfinite(adv)).any()
+        acc.sums[graphs.NONFINITE] += (~torch.isfinite(adv)).any()
         # distinct segments by priority, drawn on the device (exponential keys and a top-k), from
         # torch's generator's uniforms (docs/notes.md: why not the kernel's Philox stream)
         u = torch.rand(
@@ -306,13 +300,15 @@ class Trainer:
         self._minibatch(idx, norm_adv, mb_returns)
         with self.timings("learn"):
             self._reduce_gradients()
-            acc.sums[GRAD_NORM] += torch.nn.utils.clip_grad_norm_(self.policy.parameters(), hp.max_grad_norm)
+            acc.sums[graphs.GRAD_NORM] += torch.nn.utils.clip_grad_norm_(
+                self.policy.parameters(), hp.max_grad_norm
+            )
             self.optimizer.step()
-        acc.sums[IMPORTANCE] += importance.mean()
+        acc.sums[graphs.IMPORTANCE] += importance.mean()
         acc.step += 1
         acc.last_advantages = adv
 
-    # Data-parallel hooks (appliance.train.distributed.RankTrainer): one process needs neither.
+    # Data-parallel hooks (appliance.train.rank.RankTrainer): one process needs neither.
 
     def _advantage_stats(self, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std that normalize a minibatch's advantages (across ranks when data-parallel)."""
@@ -339,7 +335,7 @@ class Trainer:
             with torch.no_grad():  # fresh ratios and values for the next minibatch's V-trace advantages
                 b.ratios[rows] = ratio.reshape(len(rows), -1)
                 b.values[rows] = new_value.detach()
-                self.epoch_scalars.sums[LOSS_TERMS] += terms * weight
+                self.epoch_scalars.sums[graphs.LOSS_TERMS] += terms * weight
 
     def _loss(
         self,
@@ -382,12 +378,6 @@ class Trainer:
             (res.loss * weight).backward()
         return res.stats, res.ratio
 
-    def _check_loss(self, loss: float) -> None:
-        if not math.isfinite(loss):
-            raise TrainingError(
-                f"loss became {loss} in epoch {self.epoch} (step {self.global_step}); stopping; {self.kept()}"
-            )
-
     # ------------------------------------------------------------------ checkpoints
 
     def kept(self) -> str:
@@ -395,20 +385,35 @@ class Trainer:
             return f"the last good checkpoint {self.last_checkpoint} is kept"
         return "no checkpoint was written yet"
 
+    def train_state(self) -> checkpoint.TrainState:
+        """What a checkpoint saves of this trainer and restores into it."""
+        return checkpoint.TrainState(
+            self.policy,
+            self.optimizer,
+            self.generator,
+            self.config,
+            self.device,
+            self.epoch,
+            self.global_step,
+        )
+
     def save_checkpoint(self) -> Path | None:
         """Weights and trainer state into the run folder (see :mod:`appliance.train.checkpoint`);
         ``latest_pointer`` (set by the train command) then names this run."""
         if self.run_dir is None:
             return None
-        self.last_checkpoint = checkpoint.save(self, self.run_dir, latest=self.latest_pointer)
+        self.last_checkpoint = checkpoint.save(
+            self.train_state(), self.run_dir, latest=self.latest_pointer, previous=self.last_checkpoint
+        )
         return self.last_checkpoint
 
     def load_checkpoint(self, path: Path, resume: bool = True) -> None:
         """From a checkpoint file or a run folder's newest; ``resume`` also restores optimizer and counters."""
-        path = checkpoint.load(self, path, resume)
+        loaded = checkpoint.load(self.train_state(), path, resume)
         if resume:
+            self.global_step, self.epoch = loaded.global_step, loaded.epoch
             self._start_step = self.global_step
-            self.last_checkpoint = path
+            self.last_checkpoint = loaded.path
 
     def log_metrics(self) -> dict[str, Any]:
         """One metrics record (also appended to metrics.jsonl in the run folder)."""
@@ -419,15 +424,10 @@ class Trainer:
             "uptime": time.time() - self.start_time,
             **{f"loss/{k}": v for k, v in self.losses.items()},
             **{f"env/{k}": v for k, v in self.env_stats.items()},
-            **{f"time/{k}": v["seconds"] for k, v in self.timings.breakdown().items()},
-            **{  # the rollout engine's buffers: seconds in the policy step, waiting for the GIL, stepping envs
-                f"time/buffer{b}/{part}": seconds
-                for b, parts in enumerate(self.timings.buffers)
-                for part, seconds in parts.items()
-            },
+            **self.timings.metrics(),
         }
         if self.run_dir is not None:
-            checkpoint.append_metrics(self.run_dir, json.dumps(record) + "\n")
+            runs.append_metrics(self.run_dir, json.dumps(record) + "\n")
         return record
 
     @property

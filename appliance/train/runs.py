@@ -1,0 +1,295 @@
+"""Run folders: where a run lives, who holds it, and which run is the newest.
+
+A run folder (``train.data_dir/<run id>``) holds ``model.pt`` (the newest checkpoint),
+``model_<epoch>.pt`` snapshots, ``config.yaml`` and ``metrics.jsonl``; ``train.data_dir/latest``
+names the newest run that has a checkpoint. Every run takes its folder through :func:`claim`:
+locked (``.lock``, fcntl) while it trains, never one that holds another run, named from the env
+spec with characters safe in a shell, and removed again if the run trains nothing. What goes into
+a checkpoint file, and how it is read back, is :mod:`appliance.train.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ApplianceError, ConfigError
+from appliance.report_io import lock_or_refuse, remove_stale_temps, require_room, write_bytes_atomic
+
+MODEL, LATEST, LOCK, METRICS = "model.pt", "latest", ".lock", "metrics.jsonl"
+SNAPSHOT = re.compile(r"model_(\d+)\.pt$")
+
+
+class CheckpointError(ApplianceError, ValueError):
+    """A checkpoint cannot be used: unreadable, from another run shape, or its folder is busy."""
+
+    exit_code = 2
+
+
+class CheckpointWriteError(ApplianceError, OSError):
+    """A checkpoint or metrics record cannot be written (disk full, read-only folder)."""
+
+
+def epoch_of(path: Path) -> int | None:
+    """The epoch in a snapshot's name (``model_<epoch>.pt``), else None."""
+    m = SNAPSHOT.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+# Characters a run folder name may hold: safe in a shell, a ``docker run -v`` spec and a URL.
+NAME_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def run_name(spec: str) -> str:
+    """A folder name from an env spec: ``spread:make`` gives ``spread-make`` and ``ALE/Pong-v5``
+    gives ``ALE-Pong-v5`` (a run of anything but letters, digits, ``.``, ``_`` and ``-`` is one ``-``)."""
+    return "-".join(NAME_CHARS.findall(spec)).strip(".-") or "run"
+
+
+def check_run_id(run_id: str) -> None:
+    """A ``--run-id`` is one folder name of :data:`NAME_CHARS`, not hidden and not ``latest``."""
+    if not NAME_CHARS.fullmatch(run_id) or run_id.startswith(".") or run_id == LATEST:
+        raise ConfigError(
+            f"--run-id {run_id!r} is not a run folder name: use letters, digits, '.', '_' and '-' "
+            f"(not starting with '.', and not '{LATEST}')"
+        )
+
+
+def find_checkpoint(data_dir: str | Path, which: str) -> Path:
+    """A checkpoint file from 'latest', a run id, a run folder, or a path to a checkpoint file."""
+    data_dir = Path(data_dir)
+    if which == LATEST:
+        pointer = data_dir / LATEST
+        if not pointer.is_file():
+            raise ConfigError(
+                f"no 'latest' run in {data_dir}/ yet: train first, or pass a run folder or model.pt"
+            )
+        which = str(data_dir / _pointer_target(pointer))
+    path = Path(which)
+    if path.is_file():
+        return path
+    if not path.is_dir() and (data_dir / which).is_dir():
+        path = data_dir / which
+    if not (path / MODEL).is_file():
+        if path.is_dir():
+            raise ConfigError(f"no {MODEL} in {path}: the run wrote no checkpoint")
+        raise ConfigError(f"no run or checkpoint {which!r} (looked in . and {data_dir}/)")
+    return path / MODEL
+
+
+def _pointer_target(pointer: Path) -> str:
+    """The run the ``latest`` pointer names: one line of text, or a one-line error naming it."""
+    try:
+        with open(pointer, "rb") as f:
+            target = f.read(4097).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        target = ""
+    if not target or len(target) > 4096 or not target.isprintable():
+        raise ConfigError(
+            f"the 'latest' pointer {pointer} is damaged (not the name of a run): pass a run folder or "
+            "model.pt, or train again to rewrite it"
+        )
+    return target
+
+
+def find_run(data_dir: str | Path, which: str) -> Path:
+    """The run folder of :func:`find_checkpoint`'s checkpoint."""
+    return find_checkpoint(data_dir, which).parent
+
+
+def start_run(cfg: Any, run_dir: Path) -> None:
+    """Create the folder and write the resolved config (``latest`` moves at the first checkpoint)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(run_dir / "config.yaml", cfg.to_yaml().encode())
+    except OSError as e:
+        raise CheckpointWriteError(f"cannot write into the run folder {run_dir}: {e.strerror or e}") from None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The run folder a run trains into, and the checkpoint it resumes from (None for a new run)."""
+
+    run_dir: Path
+    resume_from: Path | None = None
+
+
+@contextlib.contextmanager
+def claim(
+    data_dir: str | Path, env_name: str, run_id: str | None = None, resume: str | None = None
+) -> Iterator[Claim]:
+    """Take the run folder of a new run or a resumed one, locked for the whole run.
+
+    Every entry point that trains into a run folder (``train``, ``train --nproc``, ``--resume``)
+    comes through here. ``resume`` (a run id, folder, checkpoint or ``latest``) takes the folder
+    that holds it. A ``run_id`` must name an empty or new folder: one that holds a run is refused,
+    naming its epoch and ``--resume``. Without either, the folder is ``<env>-<UTC time>``, created
+    exclusively (``mkdir`` fails if it exists), so runs started in the same second get ``-2``,
+    ``-3`` ... When a new run ends with no metrics and no checkpoint in its folder (it failed or was
+    stopped before its first epoch), the lock and config go, and so does the folder if it made it.
+    A folder that cannot be written or is nearly full (:func:`report_io.require_room`) is refused
+    before it is locked; a folder made for the run goes again.
+    """
+    data_dir = Path(data_dir)
+    if resume:
+        resume_from = find_checkpoint(data_dir, resume)
+        require_room(resume_from.parent, "run folder", ConfigError)  # writable, with room: before the lock
+        with locked(resume_from.parent):
+            yield Claim(resume_from.parent, resume_from)
+        return
+    if run_id is not None:
+        check_run_id(run_id)
+        run_dir, created = data_dir / run_id, _make_folder(data_dir / run_id, exclusive=False)
+    else:
+        run_dir, created = _new_folder(data_dir, run_name(env_name))
+    try:
+        require_room(run_dir, "run folder", ConfigError)
+        with locked(run_dir, tidy=True, created=created):
+            if not created:
+                _refuse_if_it_holds_a_run(run_dir, run_id or run_dir.name)
+            yield Claim(run_dir)
+    except BaseException:  # e.g. Ctrl-C between the mkdir and the lock
+        if created:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
+
+
+def _make_folder(folder: Path, exclusive: bool) -> bool:
+    """``mkdir``; True if this call created it. ``exclusive``: FileExistsError if it was there."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir()
+        return True
+    except FileExistsError:
+        if exclusive:
+            raise
+        if not folder.is_dir():
+            raise CheckpointWriteError(
+                f"cannot create the run folder {folder}: a file has that name"
+            ) from None
+        return False
+    except OSError as e:
+        raise CheckpointWriteError(f"cannot create the run folder {folder}: {e.strerror or e}") from None
+
+
+def _new_folder(data_dir: Path, name: str) -> tuple[Path, bool]:
+    """``data_dir/<name>-<UTC time>``, or with ``-2``, ``-3`` ... when that is taken (the time has one-second
+    resolution, so runs started together would otherwise share a folder)."""
+    stem = f"{name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    for n in range(1, 10_000):
+        folder = data_dir / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            return folder, _make_folder(folder, exclusive=True)
+        except FileExistsError:
+            continue
+    raise CheckpointWriteError(f"cannot create a run folder {stem}-N in {data_dir}: all names are taken")
+
+
+# what a run folder holds before its run trains (a run killed while starting leaves these too)
+_STARTING = {LOCK, "config.yaml"}
+
+
+def _run_files(run_dir: Path) -> list[str]:
+    """The files in ``run_dir`` that belong to a run that trained (not the lock, config, temp files or
+    the probe file of another process's :func:`report_io.unwritable` check)."""
+    try:
+        names = [p.name for p in run_dir.iterdir()]
+    except OSError:
+        return []
+    return sorted(
+        n
+        for n in names
+        if n not in _STARTING
+        and not (n.startswith(".") and n.endswith(".tmp"))
+        and not n.startswith(".puffer-bench-probe.")
+    )
+
+
+def _refuse_if_it_holds_a_run(run_dir: Path, run_id: str) -> None:
+    held = _run_files(run_dir)
+    if not held:
+        return
+    epochs = [e for e in (epoch_of(run_dir / n) for n in held) if e is not None]
+    if epochs or MODEL in held:
+        epoch = f"epoch {max(epochs)}" if epochs else "a checkpoint"
+        raise CheckpointError(
+            f"{run_dir} holds a run ({epoch}); pass --resume {run_id} to continue it or another --run-id"
+        )
+    shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+    raise CheckpointError(
+        f"{run_dir} holds a run that wrote no checkpoint ({shown}); remove the folder or pass another --run-id"
+    )
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path, tidy: bool = False, created: bool = False) -> Iterator[None]:
+    """Hold the run folder for this process; a second trainer gets a one-line error naming the first.
+
+    With the lock held, temp files a killed write left behind are removed. ``tidy``: on the way out,
+    if the folder holds no run's files (metrics, checkpoints), remove the lock and config, and the
+    folder too if this run ``created`` it (all while still locked).
+    """
+    while True:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            f = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held open for the lock's lifetime)
+        except OSError as e:
+            raise CheckpointWriteError(
+                f"cannot write into the run folder {run_dir}: {e.strerror or e}"
+            ) from None
+        lock_or_refuse(
+            f, f"run folder {run_dir}", "wait for it to end, or train into another run", CheckpointError
+        )
+        try:  # the holder before us may have removed the folder (unused) between our open and our lock
+            if os.stat(run_dir / LOCK).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except OSError:
+            pass
+        f.close()
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} ({' '.join(['puffer-bench', *sys.argv[1:]])})\n")
+        f.flush()
+        remove_stale_temps(run_dir)
+        yield
+    finally:
+        try:
+            if tidy and not _run_files(run_dir):
+                for name in [*_STARTING, *(p.name for p in run_dir.glob(".*.tmp"))]:
+                    with contextlib.suppress(OSError):
+                        (run_dir / name).unlink()
+                if created:
+                    with contextlib.suppress(OSError):
+                        run_dir.rmdir()
+            else:
+                with contextlib.suppress(OSError):
+                    f.truncate(0)
+        finally:
+            f.close()  # closing releases the lock
+
+
+def point_latest(pointer: Path, run_dir: Path) -> None:
+    """``latest`` names ``run_dir`` (by name when it sits beside the pointer)."""
+    target = run_dir.name if run_dir.parent.resolve() == pointer.parent.resolve() else str(run_dir.resolve())
+    with contextlib.suppress(OSError):
+        if pointer.read_text().strip() == target:
+            return
+    write_bytes_atomic(pointer, target.encode())
+
+
+def append_metrics(run_dir: Path, line: str) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / METRICS, "a") as f:
+            f.write(line)
+    except OSError as e:
+        raise CheckpointWriteError(f"cannot write {METRICS} into {run_dir}: {e.strerror or e}") from None
