@@ -20,7 +20,7 @@ from appliance.errors import ConfigError, DeviceError
 from appliance.gpu import kernels, reference
 from appliance.paths import data_dir
 from appliance.train import advantage, losses
-from appliance.train.policy import MinGRU
+from appliance.train.cores import MinGRU
 
 HERE = __import__("pathlib").Path(__file__).resolve().parent
 
@@ -281,7 +281,7 @@ def test_mingru_step_matches_policy(host: Host, storage: str) -> None:
     done = (torch.rand(batch) < 0.3).float()
     with torch.no_grad():
         kv = core.linear(x)
-        want = core.step(x, torch.where(done.bool()[:, None], 0.5, h))
+        want, _ = core.step(x, (torch.where(done.bool()[:, None], 0.5, h),))
     if storage == "bf16":
         kv = kv.to(torch.bfloat16)
     ref = reference.mingru_step(kv, h, done)
@@ -321,7 +321,8 @@ def test_mingru_scan_forward_backward_match_reference(host: Host) -> None:
     x, h0 = torch.randn(b, t, hidden) * 2, torch.rand(b, hidden) + 0.05
     with torch.no_grad():
         kv = core.linear(x)
-        torch.testing.assert_close(reference.mingru_scan(kv, h0), core.scan(x, h0))  # the policy's scan
+        scanned = core.sequence(x, (h0,))  # the policy's scan
+        torch.testing.assert_close(reference.mingru_scan(kv, h0), scanned)
     kv_r, h0_r = kv.clone().requires_grad_(), h0.clone().requires_grad_()
     kv_k, h0_k = kv.clone().requires_grad_(), h0.clone().requires_grad_()
     want = reference.mingru_scan(kv_r, h0_r)

@@ -17,8 +17,9 @@ from appliance.errors import ConfigError, DeviceError
 from appliance.testing import BusyEnv
 from appliance.train import Trainer, TrainingError, losses
 from appliance.train.advantage import advantage as compute_advantages
+from appliance.train.cores import MinGRU
 from appliance.train.make import make_policy, resolve_device
-from appliance.train.policy import MinGRU, Policy
+from appliance.train.policy import Policy
 
 
 def gae_reference(values, rewards, dones, gamma, lam):
@@ -91,10 +92,10 @@ def test_mingru_scan_equals_stepwise_recurrence():
     core = MinGRU(16)
     x = torch.randn(5, 40, 16)
     h0 = torch.rand(5, 16) + 0.05
-    scanned = core.scan(x, h0)
-    h, steps = h0, []
+    scanned = core.sequence(x, (h0,))
+    state, steps = (h0,), []
     for t in range(40):
-        h = core.step(x[:, t], h)
+        h, state = core.step(x[:, t], state)
         steps.append(h)
     torch.testing.assert_close(scanned, torch.stack(steps, dim=1), rtol=1e-5, atol=1e-5)
 

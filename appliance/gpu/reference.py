@@ -115,8 +115,8 @@ def lstm_step(
     c_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """LSTM gate math after the GEMMs: ``gx = x W_ih^T + b_ih``, ``gh = h W_hh^T + b_hh`` ``[B, 4H]``
-    (i, f, g, o), ``c [B, H]`` -> (h, c) in float32, as ``nn.LSTMCell`` computes them (Policy.step's
-    ``self.cell``). Rows with ``done`` start from h = c = 0: gh is replaced by b_hh (needed then)."""
+    (i, f, g, o), ``c [B, H]`` -> (h, c) in float32, as ``nn.LSTMCell`` computes them (the LSTM core's
+    ``cell``, appliance/train/cores/lstm.py). Rows with ``done`` start from h = c = 0: gh is replaced by b_hh (needed then)."""
     if done is not None and b_hh is None:
         raise ValueError("lstm_step with done needs b_hh (the hidden bias a reset row's gates keep)")
     gates = gx.float() + gh.float()
@@ -144,8 +144,8 @@ def mingru_step(
 
 
 def mingru_scan(kv: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
-    """MinGRU.scan after its GEMM: ``kv [B, T, 2H]``, ``h0 [B, H]`` -> h ``[B, T, H]``, the log-space
-    parallel scan of appliance/train/policy.py (differentiable through torch autograd)."""
+    """MinGRU.sequence after its GEMM: ``kv [B, T, 2H]``, ``h0 [B, H]`` -> h ``[B, T, H]``, the log-space
+    parallel scan of appliance/train/cores/mingru.py (differentiable through torch autograd)."""
     k, v = kv.chunk(2, dim=-1)
     log_coeff = -torch.nn.functional.softplus(k)
     log_g = torch.where(v >= 0, torch.log(torch.relu(v) + 0.5), -torch.nn.functional.softplus(-v))

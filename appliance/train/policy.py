@@ -2,9 +2,8 @@
 
 * Encoder: observations to floats (restoring emulated structure, scaling by the space's bounds),
   then Linear + GELU, or a small CNN for image-like (H, W, C) observations.
-* Core: ``mlp``; ``lstm`` (an ``nn.LSTM`` for whole sequences in training and an ``nn.LSTMCell``
-  that shares its weights for per-step inference); ``mingru`` (minimal GRU: a parallel log-space scan
-  over time for training, the same recurrence one step at a time for inference).
+* Core: ``mlp``, ``lstm`` or ``mingru``, each a small module of :mod:`appliance.train.cores` with
+  the same three methods (``initial_state``, ``step``, ``sequence``), which the policy composes.
 * Heads: Discrete and MultiDiscrete logits, or a Gaussian for Box actions with a learned
   state-independent log-std; Box samples are clipped to the bounds only when sent to the env
   (:meth:`Policy.env_actions`), and Box-action policies normalize observations by running
@@ -23,7 +22,6 @@ reproduces the rollout's exactly (ratios start at 1).
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 import numpy as np
@@ -32,17 +30,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from appliance.gpu import kernels, reference
+from appliance.train.cores import CORES, LSTM, Core, State, layer_init
 from appliance.train.normalize import RunningNorm
-
-State = tuple[torch.Tensor, ...]
-
-
-def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias)
-    return layer
-
 
 _TORCH_DTYPES = {
     np.dtype(k): v
@@ -131,31 +120,6 @@ class ObsToFloat(nn.Module):
         return obs.flatten(-self.obs_ndim).float() * self.inv_scale
 
 
-class MinGRU(nn.Module):
-    """Minimal GRU: h_t = (1 - z_t) * h_{t-1} + z_t * g(W_h x_t), z_t = sigmoid(W_z x_t).
-
-    g(x) = x + 0.5 for x >= 0, sigmoid(x) otherwise, keeps h positive so training can run the
-    recurrence as a log-space parallel scan (a cumulative logsumexp) instead of a loop over time.
-    """
-
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(size, 2 * size)
-
-    def step(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """One step: x [B, H], h [B, H] (positive) -> new h (``kernels.mingru_step``: fused on CUDA
-        in inference; the torch reference, which autograd follows, elsewhere)."""
-        kv = self.linear(x)
-        if torch.is_grad_enabled():
-            return reference.mingru_step(kv, h)
-        return kernels.mingru_step(kv.contiguous(), h.float().contiguous())
-
-    def scan(self, x: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
-        """All steps at once: x [B, T, H], h0 [B, H] -> h [B, T, H] via log-space cumulative sums
-        (``kernels.mingru_scan``: a fused forward and backward on CUDA)."""
-        return kernels.mingru_scan(self.linear(x), h0)
-
-
 class Policy(nn.Module):
     def __init__(
         self,
@@ -169,11 +133,11 @@ class Policy(nn.Module):
         obs_norm: bool | str = "auto",
     ) -> None:
         super().__init__()
-        if core not in ("mlp", "lstm", "mingru"):
+        if core not in CORES:
             raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
         if init not in ("pufferlib", "cleanrl"):
             raise ValueError(f"unknown policy init {init!r}; choose pufferlib or cleanrl")
-        self.core_kind, self.hidden_size = core, hidden_size
+        self.hidden_size = hidden_size
         image = len(obs_space.shape) == 3 and min(obs_space.shape[:2]) >= 8
         onehot = encoder == "onehot" or (
             encoder == "auto" and not image and categories(obs_space, obs_codec) is not None
@@ -201,16 +165,9 @@ class Policy(nn.Module):
         else:
             self.image_shape = None
             self.encoder = nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), nn.GELU())
-        if core == "mlp":
-            self.core = nn.Sequential(layer_init(nn.Linear(hidden_size, hidden_size)), nn.GELU())
-        elif core == "lstm":
-            self.core = nn.LSTM(hidden_size, hidden_size, batch_first=True)
-            self.cell = nn.LSTMCell(hidden_size, hidden_size)
-            # one set of weights: the cell's parameters are the LSTM's
-            self.cell.weight_ih, self.cell.weight_hh = self.core.weight_ih_l0, self.core.weight_hh_l0
-            self.cell.bias_ih, self.cell.bias_hh = self.core.bias_ih_l0, self.core.bias_hh_l0
-        else:
-            self.core = MinGRU(hidden_size)
+        self.core: Core = CORES[core](hidden_size)
+        if isinstance(self.core, LSTM):  # its step cell, whose weights checkpoints name cell.* too
+            self.cell = self.core.cell
         self.action_space = action_space
         if isinstance(action_space, spaces.Discrete):
             self.nvec: list[int] | None = [int(action_space.n)]
@@ -229,7 +186,7 @@ class Policy(nn.Module):
                          for b in (action_space.low, action_space.high))  # fmt: skip
             self.register_buffer("action_low", low, persistent=False)
             self.register_buffer("action_high", high, persistent=False)
-        if init == "pufferlib" and core == "mlp":  # PufferLib's Default policy alone: torch's encoder init
+        if init == "pufferlib" and not self.core.recurrent:  # PufferLib's Default: torch's encoder init
             for layer in self.encoder.modules():
                 if isinstance(layer, (nn.Linear, nn.Conv2d)):
                     layer.reset_parameters()
@@ -244,16 +201,7 @@ class Policy(nn.Module):
     # ------------------------------------------------------------------ state
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
-        if self.core_kind == "lstm":
-            return (
-                torch.zeros(batch, self.hidden_size, device=device),
-                torch.zeros(batch, self.hidden_size, device=device),
-            )
-        if self.core_kind == "mingru":
-            return (
-                torch.full((batch, self.hidden_size), 0.5, device=device),
-            )  # g(0): inside the positive range
-        return ()
+        return self.core.initial_state(batch, device)
 
     # ------------------------------------------------------------------ forward
 
@@ -269,37 +217,12 @@ class Policy(nn.Module):
 
     def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """Inference for one step: obs [B, ...] -> (logits or mean [B, A], value [B], state)."""
-        x = self.encode(obs)
-        if self.core_kind == "lstm":
-            h, c = self._lstm_step(x, state)
-            x, state = h, (h, c)
-        elif self.core_kind == "mingru":
-            h = self.core.step(x, state[0])
-            x, state = h, (h,)
-        else:
-            x = self.core(x)
+        x, state = self.core.step(self.encode(obs), state)
         return self.decoder(x), self.value(x).squeeze(-1), state
-
-    def _lstm_step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor]:
-        """``nn.LSTMCell``, or on CUDA in inference its two GEMMs and ``kernels.lstm_step`` (the gate
-        math fused into one kernel; the reference is tested equal to the cell)."""
-        if not (kernels.use_cuda(x) and not torch.is_grad_enabled()):
-            return self.cell(x, state)
-        h, c = state
-        gx = F.linear(x, self.cell.weight_ih, self.cell.bias_ih)
-        gh = F.linear(h.to(gx.dtype), self.cell.weight_hh, self.cell.bias_hh)
-        return kernels.lstm_step(gx.contiguous(), gh.contiguous(), c.float().contiguous())
 
     def sequence(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor]:
         """Training over segments: obs [B, T, ...] from initial state [B, H] -> ([B, T, A], [B, T])."""
-        x = self.encode(obs)
-        if self.core_kind == "lstm":
-            h0, c0 = state
-            x, _ = self.core(x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
-        elif self.core_kind == "mingru":
-            x = self.core.scan(x, state[0])
-        else:
-            x = self.core(x)
+        x = self.core.sequence(self.encode(obs), state)
         return self.decoder(x), self.value(x).squeeze(-1)
 
     # ------------------------------------------------------------------ distributions
