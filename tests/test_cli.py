@@ -6,6 +6,7 @@ import json
 
 import yaml
 from click.testing import CliRunner
+from conftest import SMALL
 
 import appliance
 from appliance.cli import cli
@@ -124,20 +125,7 @@ def test_envs_sps_rejects_unknown_env_and_bad_threads():
 
 def test_train_then_eval_then_resume(tmp_path):
     data = str(tmp_path / "exp")
-    common = [
-        "--train.device",
-        "cpu",
-        "--vec.num-envs",
-        "8",
-        "--train.bptt-horizon",
-        "8",
-        "--train.minibatch-size",
-        "64",
-        "--train.data-dir",
-        data,
-        "--policy.hidden-size",
-        "32",
-    ]
+    common = [*SMALL, "--train.data-dir", data, "--policy.hidden-size", "32"]
     result = run(
         "train", "squared", "--run-id", "r1", "--no-dashboard", "--train.total-timesteps", "256", *common
     )
