@@ -53,6 +53,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGCHLD")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A test run started in the background by a shell (``make test &``, nohup) inherits SIGINT
+    ignored, and every process a test starts would inherit that too: the Ctrl-C tests need the
+    usual handler, as in a terminal."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _signal_state() -> tuple:
     import signal
 

@@ -9,6 +9,8 @@ Ray is optional: ``pip install 'puffer-bench[ray]'``.
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,10 @@ from appliance.vector.buffers import allocate
 from appliance.vector.groups import EnvStepError, make_group
 from appliance.vector.sizes import Sizes
 from appliance.vector.sources import EnvSource
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 class _Worker:
@@ -68,6 +74,9 @@ class RayVector(Vector):
         self.recv_timeout = float(recv_timeout)
         self._owns_runtime = not ray.is_initialized()
         if self._owns_runtime:
+            # ray.init installs its own SIGTERM handler in this process: put back the one the training
+            # loop (or the shell) had, so a SIGTERM still saves a checkpoint and ends the run as usual
+            sigterm = signal.getsignal(signal.SIGTERM) if _main_thread() else None
             ray.init(
                 address=address or None,
                 include_dashboard=False,
@@ -75,6 +84,8 @@ class RayVector(Vector):
                 configure_logging=False,
                 ignore_reinit_error=True,
             )
+            if sigterm is not None:
+                signal.signal(signal.SIGTERM, sigterm)
         cpus = ray.cluster_resources().get("CPU", 0)
         if sizes.num_workers > cpus and not overwork:
             self._shutdown()
