@@ -57,7 +57,7 @@ def scale_and_clamp(
     ``[-clamp, clamp]``, as a float32 tensor on the CPU."""
     out = torch.as_tensor(np.asarray(rewards, np.float32))
     if scale is not None:
-        steps = out.reshape(-1, len(ids)).shape[0]
+        steps = out.numel() // len(ids)
         r, d = np.reshape(rewards, (steps, len(ids))), np.reshape(dones, (steps, len(ids)))
         factors = np.array([scale.update(ids, r[t], d[t]) for t in range(steps)], np.float32)
         if (factors != 1.0).any():

@@ -163,8 +163,7 @@ def recv_to_device(
 ) -> Step:
     """One ``recv`` on the trainer's device: rewards scaled (:class:`ReturnScale`) and clamped,
     dones = terminal or truncated."""
-    dev = device
-    dones = np.logical_or(terminals, truncations)
+    dev, dones = device, np.logical_or(terminals, truncations)
     rewards = scale_and_clamp(return_scale, ids, rewards, dones, clamp)
     return Step(
         obs=torch.as_tensor(obs).to(dev, non_blocking=True),
