@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
 W, PADDLE_W, BALL = 576.0, 62.0, 32.0
 ROWS, COLS = 6, 18
 
@@ -38,7 +37,9 @@ ROWS, COLS = 6, 18
 def make_env(side: str, n: int, seed: int) -> Any:
     """(reset(), step(actions) -> obs, rewards, terminals, truncations) for one side."""
     if side == "ours":
-        sys.path.insert(0, str(REPO))
+        from pufferlib_peer import use_our_package  # this script's folder is first on sys.path
+
+        use_our_package()
         from appliance import vector
 
         vec = vector.make("breakout", num_envs=n, num_threads=1, seed=seed, frameskip=4)
@@ -113,7 +114,6 @@ def ks(a: np.ndarray, b: np.ndarray) -> float:
 def peer_python() -> tuple[str, dict[str, str], Path]:
     """The peer's interpreter, its environment and the folder to run it in (importing PufferLib
     links a ``resources`` folder into the working directory, so it runs in the cache)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pufferlib_peer import VERSION, default_cache
 
     cache = default_cache()

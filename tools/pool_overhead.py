@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -34,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if importlib.util.find_spec("appliance") is None:  # the installed package first (it has the extension)
+    sys.path.append(str(ROOT))
 
 from appliance.bench import noise  # noqa: E402
 from appliance.bench.stats import ratio_interval  # noqa: E402

@@ -72,6 +72,15 @@ WINDOW = 5  # logged epochs averaged into a score, as appliance.bench.suite.trai
 REPO = Path(__file__).resolve().parent.parent
 
 
+def use_our_package() -> None:
+    """Make ``appliance`` importable: the installed one when there is one (it has the compiled
+    extension; a checkout's tree may not), else this checkout's, appended so nothing is shadowed."""
+    import importlib.util
+
+    if importlib.util.find_spec("appliance") is None and str(REPO) not in sys.path:
+        sys.path.append(str(REPO))
+
+
 class PeerError(Exception):
     """A one-line reason the harness cannot go on."""
 
@@ -345,7 +354,7 @@ def score_at(curve: dict[str, list[float]], step: float) -> float | None:
 
 def make_report(system: str, env: str, metric: str, target: float, rows: list[dict[str, float]],
                 config: dict[str, Any], command: str, seed: int | None, at: list[float]) -> dict[str, Any]:  # fmt: skip
-    sys.path.insert(0, str(REPO))
+    use_our_package()
     from appliance.bench.report import Report
     from appliance.sysinfo import fingerprint
 
@@ -595,7 +604,7 @@ def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out
     import shutil
     import tempfile
 
-    sys.path.insert(0, str(REPO))
+    use_our_package()
     from appliance.bench import noise
     from appliance.bench.report import Report
     from appliance.sysinfo import fingerprint
@@ -698,7 +707,7 @@ def serial_vec_envs(vec: dict[str, Any]) -> int:
 
 def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
     """PufferLib's config for ``env`` on our keys, and the PufferLib keys left out (with why)."""
-    sys.path.insert(0, str(REPO))
+    use_our_package()
     from appliance import ocean
 
     ini = ini_config(cache, env)
