@@ -79,3 +79,17 @@ def test_pufferlibs_rollouts_after_training_are_not_on_the_curve(peer, tmp_path)
               "train": {"total_timesteps": 1_200_000, "bptt_horizon": 64}}  # fmt: skip
     assert [r["steps"] for r in peer.peer_rows(path, config)] == steps[:5]
     assert len(peer.peer_rows(path, {})) == 6  # without a config nothing is cut
+
+
+def test_the_means_average_each_setups_seeds_at_each_step_count(peer, tmp_path):
+    a = _report(peer, tmp_path, "ours-4096-breakout-s0", "puffer-bench", [0.2] * 8)
+    b = _report(peer, tmp_path, "ours-4096-breakout-s1", "puffer-bench", [0.4] * 4)
+    c = _report(peer, tmp_path, "pufferlib-breakout-s42", "pufferlib-3.0.0", [0.5] * 8)
+    lines = peer.means([a, b, c], (3e6, 6e6)).splitlines()
+    rows = {line.split("|")[2].strip(): [cell.strip() for cell in line.split("|")[3:6]] for line in lines[2:]}
+    # seed 1 stopped at 4 M: it counts at 3 M and not at 6 M
+    assert rows["ours-4096-breakout"] == ["2", "0.300 (0.200-0.400, n=2)", "0.200 (0.200-0.200, n=1)"]
+    assert rows["pufferlib-breakout"] == ["1", "0.500 (0.500-0.500, n=1)", "0.500 (0.500-0.500, n=1)"]
+    with pytest.raises(peer.PeerError, match="needs --at"):
+        peer.means([a], ())
+    assert peer.main(["table", str(a), str(c), "--at", "3e6", "--means"]) == 0

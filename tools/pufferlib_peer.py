@@ -551,6 +551,44 @@ def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] 
     return "\n".join(lines) + "\n"
 
 
+def seed_group(stem: str) -> str:
+    """A report's name without its seed suffix (``ours-4096-breakout-s2`` -> ``ours-4096-breakout``):
+    the runs of one setup that differ only in their seed."""
+    import re
+
+    return re.sub(r"-s\d+$", "", stem)
+
+
+def means(reports: list[Path], at: tuple[float, ...]) -> str:
+    """Markdown: per env and per setup (reports grouped by ``seed_group``), how many runs, the mean
+    (min-max) windowed score at each of ``at``, over the runs that got that far."""
+    if not at:
+        raise PeerError("--means needs --at: the agent-steps at which to average the runs' scores")
+    groups: dict[tuple[str, str], list[dict[str, list[float]]]] = {}
+    for path in reports:
+        try:
+            curves = json.loads(path.read_text())["analysis"]["learning_curves"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise PeerError(f"{path}: not a learning-curve report from train or ours ({e!r})") from None
+        for env, entry in curves.items():
+            groups.setdefault((env, seed_group(path.stem)), []).append(entry["runs"][0])
+    lines = [
+        "| env | setup | runs |" + "".join(f" mean (min-max) at {x / 1e6:g} M |" for x in at),
+        "|---|---|---|" + "---|" * len(at),
+    ]
+    for (env, group), runs in groups.items():
+        cells = []
+        for x in at:
+            values = [v for curve in runs if (v := score_at(curve, x)) is not None]
+            cells.append(
+                f" {sum(values) / len(values):.3f} ({min(values):.3f}-{max(values):.3f}, n={len(values)}) |"
+                if values
+                else " - |"
+            )
+        lines.append(f"| {env} | {group} | {len(runs)} |" + "".join(cells))
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------- speed
 
 
@@ -811,6 +849,10 @@ def main(argv: list[str] | None = None) -> int:
     tb.add_argument(
         "--links", default="", help="a prefix for the links to the reports, e.g. results/cpu/parity/"
     )
+    tb.add_argument(
+        "--means", action="store_true",
+        help="a second table: per setup (reports named alike but for their -sN seed suffix), the mean score at each --at",
+    )  # fmt: skip
     tb.add_argument("--out", type=Path, default=None, help="write the table here too")
     pl = sub.add_parser("plot", help="the reports' curves in one figure")
     pl.add_argument("reports", type=Path, nargs="+")
@@ -842,7 +884,10 @@ def main(argv: list[str] | None = None) -> int:
                     raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9") from None
                 if not sep:
                     raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9")
-            text = table(a.reports, targets, tuple(float(x) for x in a.at.split(",") if x), a.links)
+            at_steps = tuple(float(x) for x in a.at.split(",") if x)
+            text = table(a.reports, targets, at_steps, a.links)
+            if a.means:
+                text += "\n" + means(a.reports, at_steps)
             print(text, end="")
             if a.out:
                 a.out.parent.mkdir(parents=True, exist_ok=True)
