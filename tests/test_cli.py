@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from click.testing import CliRunner
 from conftest import SMALL
@@ -179,3 +180,38 @@ def test_profile_trace_writes_a_chrome_trace(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "traceEvents" in trace.read_text()[:2000]
+
+
+def test_ctrl_c_during_an_import_is_taken_once_the_import_is_over(tmp_path, monkeypatch):
+    """torch's and numpy's C++ start-up calls back into Python, and a KeyboardInterrupt raised there
+    leaves numpy half-imported or aborts the process (seen in the Ctrl-C-at-0.5-s train test): the
+    command line's handler holds a Ctrl-C until the import in progress has finished."""
+    import importlib
+    import signal
+    import sys
+    import time
+
+    from appliance.cli import interrupts
+
+    (tmp_path / "slow_module_for_ctrl_c.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\nDONE = True\n"
+    )
+    monkeypatch.syspath_prepend(tmp_path)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupts.hold_during_imports()
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        interrupted_in = None
+        try:
+            importlib.import_module("slow_module_for_ctrl_c")
+            time.sleep(5)  # the held Ctrl-C comes back within RETRY_S
+        except KeyboardInterrupt:
+            interrupted_in = "import" if "slow_module_for_ctrl_c" not in sys.modules else "after"
+        assert interrupted_in == "after"
+        assert sys.modules["slow_module_for_ctrl_c"].DONE
+        with pytest.raises(KeyboardInterrupt):  # outside an import: at once, as Python's own handler
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sys.modules.pop("slow_module_for_ctrl_c", None)

@@ -12,12 +12,14 @@ import sys
 
 from appliance.cli import bench, machine, scale, training  # noqa: F401  (each module registers its commands)
 from appliance.cli.common import cli
+from appliance.cli.interrupts import hold_during_imports
 
 __all__ = ["cli", "main"]
 
 
 def main() -> None:
     """Console-script entry point."""
+    hold_during_imports()
     cli.main(prog_name="puffer-bench")
 
 
