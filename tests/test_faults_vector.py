@@ -407,6 +407,20 @@ def test_a_dev_shm_filled_meanwhile_is_named_not_a_bus_error(monkeypatch):
     assert shm_segments(f"puffer_{os.getpid()}_") - before == set()
 
 
+def test_a_ctrl_c_while_the_block_is_created_leaves_no_name_in_dev_shm(monkeypatch):
+    """Registering the block may start the resource tracker's process (milliseconds): a Ctrl-C then,
+    as in a train stopped in its first second, left an empty segment in /dev/shm for good."""
+
+    def interrupted(name, rtype):
+        raise KeyboardInterrupt
+
+    before = shm_segments(f"puffer_{os.getpid()}_")
+    monkeypatch.setattr(shm.resource_tracker, "register", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        vector.make("squared", backend="multiprocessing", num_envs=4, num_workers=2)
+    assert shm_segments(f"puffer_{os.getpid()}_") - before == set()
+
+
 def test_a_worker_killed_by_sigbus_names_dev_shm():
     with vector.make(BusErrorEnv, backend="multiprocessing", num_envs=2, num_workers=2) as vec:
         vec.reset(0)

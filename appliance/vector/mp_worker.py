@@ -24,7 +24,7 @@ import numpy as np
 
 from appliance.errors import EnvContractError
 from appliance.vector.groups import EnvStepError, make_group
-from appliance.vector.shm import FLAG_STRIDE, _array, _attach, _views
+from appliance.vector.shm import FLAG_STRIDE, STOP_SIGNALS, _array, _attach, _views
 from appliance.vector.sizes import Sizes
 from appliance.vector.sources import EnvSource
 
@@ -93,9 +93,6 @@ def _die_with_parent(parent_pid: int, shm_name: str, pdeathsig: bool, direct: bo
     threading.Thread(
         target=_watch_parent, args=(parent_alive, shm_name), name="puffer-parent-watch", daemon=True
     ).start()
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager

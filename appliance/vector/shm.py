@@ -8,6 +8,7 @@ import contextlib
 import errno
 import mmap
 import os
+import signal
 from multiprocessing import resource_tracker
 from typing import Any
 
@@ -16,6 +17,12 @@ import numpy as np
 from appliance.errors import ConfigError
 from appliance.vector.buffers import Buffers, buffer_layout
 from appliance.vector.sources import EnvSource
+
+STOP_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+)  # what stops a run: Ctrl-C, kill, a closed terminal
 
 SHM_DIR = "/dev/shm"
 FLAG_STRIDE = 64  # one cache line per worker flag: no false sharing between spinning workers
@@ -77,38 +84,48 @@ def _shm_full(size: int, free: int | None = None) -> ConfigError:
 
 def _create_block(name: str, size: int) -> mmap.mmap:
     """Create, size and map the segment. Its pages are reserved now (posix_fallocate), so a full
-    /dev/shm is a clear error here rather than a SIGBUS in whichever process first touches a page."""
+    /dev/shm is a clear error here rather than a SIGBUS in whichever process first touches a page.
+    A stop signal (Ctrl-C) waits while the name is created and handed to the resource tracker (which
+    may start the tracker's process first), so whatever it interrupts finds the clean-up in place."""
     import _posixshmem
 
     state = shm_state()
     if state is not None and size > state[0]:
         raise _shm_full(size, state[0])
-    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
-    # until every worker has mapped it, the resource tracker unlinks it should this process be killed
-    resource_tracker.register("/" + name, "shared_memory")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
+        fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        registered = False
         try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as e:
-            if e.errno == errno.ENOSPC:
-                raise _shm_full(size) from None
-            if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
-                raise
-            os.ftruncate(fd, size)  # a file system without fallocate: sparse, as before
-        return mmap.mmap(fd, size)
-    except BaseException:
-        _unlink_block(name)
-        raise
+            # until every worker has mapped it, the tracker unlinks it should this process be killed
+            resource_tracker.register("/" + name, "shared_memory")
+            registered = True
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                if e.errno == errno.ENOSPC:
+                    raise _shm_full(size) from None
+                if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+                os.ftruncate(fd, size)  # a file system without fallocate: sparse, as before
+            return mmap.mmap(fd, size)
+        except BaseException:
+            _unlink_block(name, registered)
+            raise
+        finally:
+            os.close(fd)
     finally:
-        os.close(fd)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _unlink_block(name: str) -> None:
+def _unlink_block(name: str, registered: bool = True) -> None:
     import _posixshmem
 
     with contextlib.suppress(FileNotFoundError):
         _posixshmem.shm_unlink("/" + name)
-    resource_tracker.unregister("/" + name, "shared_memory")
+    if registered:
+        resource_tracker.unregister("/" + name, "shared_memory")
 
 
 def _attach(name: str, size: int) -> mmap.mmap:
