@@ -509,19 +509,27 @@ def first_reach(curve: dict[str, list[float]], target: float) -> tuple[float, fl
     return None
 
 
+def curve_entries(reports: list[Path]) -> list[tuple[Path, str, dict[str, Any]]]:
+    """(report, env, its learning-curve entry) for every env of every report, or a PeerError naming
+    the file that is not a learning-curve report."""
+    out = []
+    for path in reports:
+        try:
+            curves = json.loads(path.read_text())["analysis"]["learning_curves"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise PeerError(f"{path}: not a learning-curve report from train or ours ({e!r})") from None
+        out.extend((path, env, entry) for env, entry in curves.items())
+    return out
+
+
 def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] = (), links: str = "") -> str:
     """Markdown: per env, each report's agent-steps and seconds to a target score. The target is
     ``targets[env]`` where given, else the lowest final score among that env's PufferLib reports (so
     "PufferLib's final score": every PufferLib run reaches it by its end); ``at``: agent-step counts
     at which each run's windowed score is shown too; ``links``: a prefix for the reports' links."""
     by_env: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
-    for path in reports:
-        try:
-            curves = json.loads(path.read_text())["analysis"]["learning_curves"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise PeerError(f"{path}: not a learning-curve report from train or ours ({e!r})") from None
-        for env, entry in curves.items():
-            by_env.setdefault(env, []).append((path, entry))
+    for path, env, entry in curve_entries(reports):
+        by_env.setdefault(env, []).append((path, entry))
     extra = "".join(f" score at {x / 1e6:g} M |" for x in at)
     lines = [
         "| env | target | run | agent-steps to target | seconds to target | steps run | final score |"
@@ -565,13 +573,8 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
     if not at:
         raise PeerError("--means needs --at: the agent-steps at which to average the runs' scores")
     groups: dict[tuple[str, str], list[dict[str, list[float]]]] = {}
-    for path in reports:
-        try:
-            curves = json.loads(path.read_text())["analysis"]["learning_curves"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise PeerError(f"{path}: not a learning-curve report from train or ours ({e!r})") from None
-        for env, entry in curves.items():
-            groups.setdefault((env, seed_group(path.stem)), []).append(entry["runs"][0])
+    for path, env, entry in curve_entries(reports):
+        groups.setdefault((env, seed_group(path.stem)), []).append(entry["runs"][0])
     lines = [
         "| env | setup | runs |" + "".join(f" mean (min-max) at {x / 1e6:g} M |" for x in at),
         "|---|---|---|" + "---|" * len(at),
