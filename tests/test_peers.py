@@ -85,11 +85,24 @@ def test_the_means_average_each_setups_seeds_at_each_step_count(peer, tmp_path):
     a = _report(peer, tmp_path, "ours-4096-breakout-s0", "puffer-bench", [0.2] * 8)
     b = _report(peer, tmp_path, "ours-4096-breakout-s1", "puffer-bench", [0.4] * 4)
     c = _report(peer, tmp_path, "pufferlib-breakout-s42", "pufferlib-3.0.0", [0.5] * 8)
-    lines = peer.means([a, b, c], (3e6, 6e6)).splitlines()
+    first, versus = peer.means([a, b, c], (3e6, 6e6)).split("\n\n")
+    lines = first.splitlines()
     rows = {line.split("|")[2].strip(): [cell.strip() for cell in line.split("|")[3:6]] for line in lines[2:]}
     # seed 1 stopped at 4 M: it counts at 3 M and not at 6 M
     assert rows["ours-4096-breakout"] == ["2", "0.300 (0.200-0.400, n=2)", "0.200 (0.200-0.200, n=1)"]
     assert rows["pufferlib-breakout"] == ["1", "0.500 (0.500-0.500, n=1)", "0.500 (0.500-0.500, n=1)"]
+    # 2 vs 1 at 3 M: the pooled 0.2, 0.4, 0.5 split three ways (-0.2, -0.05, +0.25): two as far from 0
+    assert versus.splitlines()[2].endswith("| 2 vs 1 | -0.200 (0.67) | -0.300 (1.00) |")
     with pytest.raises(peer.PeerError, match="needs --at"):
         peer.means([a], ())
     assert peer.main(["table", str(a), str(c), "--at", "3e6", "--means"]) == 0
+
+
+def test_the_permutation_p_counts_every_split_of_the_pooled_runs(peer, tmp_path):
+    # 3 vs 3 far apart: only the observed split and its mirror are as extreme, 2 of C(6, 3) = 20
+    assert peer.permutation_p([0.1, 0.11, 0.12], [0.9, 0.91, 0.92]) == 2 / 20
+    assert peer.permutation_p([0.5, 0.6], [0.5, 0.6]) == 1.0
+    a = _report(peer, tmp_path, "ours-4096-breakout-s0", "puffer-bench", [0.2] * 8)
+    b = _report(peer, tmp_path, "pufferlib-breakout-s1", "pufferlib-3.0.0", [0.5] * 8)
+    lines = peer.means([a, b], (3e6,)).splitlines()
+    assert lines[-1] == "| breakout | ours-4096-breakout | pufferlib-breakout | 1 vs 1 | -0.300 (1.00) |"

@@ -569,7 +569,9 @@ def seed_group(stem: str) -> str:
 
 def means(reports: list[Path], at: tuple[float, ...]) -> str:
     """Markdown: per env and per setup (reports grouped by ``seed_group``), how many runs, the mean
-    (min-max) windowed score at each of ``at``, over the runs that got that far."""
+    (min-max) windowed score at each of ``at``, over the runs that got that far; then each of our
+    setups against each PufferLib setup of the env: the difference of means and its two-sided
+    permutation p (:func:`permutation_p`)."""
     if not at:
         raise PeerError("--means needs --at: the agent-steps at which to average the runs' scores")
     groups: dict[tuple[str, str], list[dict[str, list[float]]]] = {}
@@ -589,7 +591,59 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
                 else " - |"
             )
         lines.append(f"| {env} | {group} | {len(runs)} |" + "".join(cells))
+    versus = [
+        (env, group, peer)
+        for (env, group) in groups
+        if not group.startswith("pufferlib")
+        for (peer_env, peer) in groups
+        if peer_env == env and peer.startswith("pufferlib")
+    ]
+    if versus:
+        lines += [
+            "",
+            "| env | setup | against | runs |"
+            + "".join(f" difference of means at {x / 1e6:g} M (p) |" for x in at),
+            "|---|---|---|---|" + "---|" * len(at),
+        ]
+    for env, group, peer in versus:
+        cells = []
+        for x in at:
+            ours = [v for curve in groups[(env, group)] if (v := score_at(curve, x)) is not None]
+            theirs = [v for curve in groups[(env, peer)] if (v := score_at(curve, x)) is not None]
+            if not ours or not theirs:
+                cells.append(" - |")
+                continue
+            diff = sum(ours) / len(ours) - sum(theirs) / len(theirs)
+            cells.append(f" {diff:+.3f} ({permutation_p(ours, theirs):.2f}) |")
+        lines.append(
+            f"| {env} | {group} | {peer} | {len(groups[(env, group)])} vs {len(groups[(env, peer)])} |"
+            + "".join(cells)
+        )
     return "\n".join(lines) + "\n"
+
+
+def permutation_p(a: list[float], b: list[float]) -> float:
+    """Two-sided p of the difference of means of ``a`` and ``b`` under exchangeability: the share of
+    all ways to split the pooled runs into groups of their sizes (exact; random splits past 100,000)
+    whose difference is at least as far from zero as the one observed."""
+    import itertools
+    import math
+    import random
+
+    pooled, k = a + b, len(a)
+    observed = abs(sum(a) / len(a) - sum(b) / len(b)) - 1e-12
+    total = sum(pooled)
+
+    def far(chosen: tuple[int, ...]) -> bool:
+        first = sum(pooled[i] for i in chosen)
+        return abs(first / k - (total - first) / (len(pooled) - k)) >= observed
+
+    if math.comb(len(pooled), k) <= 100_000:
+        splits = list(itertools.combinations(range(len(pooled)), k))
+    else:
+        rng = random.Random(0)
+        splits = [tuple(rng.sample(range(len(pooled)), k)) for _ in range(100_000)]
+    return sum(map(far, splits)) / len(splits)
 
 
 # ---------------------------------------------------------------------- speed
