@@ -93,19 +93,23 @@ def signals_left_as_found():
 
 @pytest.fixture(autouse=True)
 def sys_path_left_as_found():
-    """A test that puts a folder in front of sys.path changes which ``appliance`` the workers spawned
-    by every later test import (spawn hands them the parent's sys.path): in an image that installs the
-    package and keeps its source tree for the tests, they then import the tree, which has no compiled
-    extension. Fail the test that put a folder before the old entries or took one out, and put sys.path
-    back."""
+    """A test that puts a folder holding another ``appliance`` in front of sys.path changes which
+    ``appliance`` the workers spawned by every later test import (spawn hands them the parent's
+    sys.path): in an image that installs the package and keeps its source tree for the tests, they
+    then import the tree, which has no compiled extension. Fail the test that did it, and put
+    sys.path back. A library's own folders (Ray puts ``ray/thirdparty_files`` first) shadow nothing."""
     import sys
+    from pathlib import Path
 
     before = list(sys.path)
     yield
-    if sys.path[: len(before)] != before:  # appended folders (Ray adds its own) shadow nothing
-        added = [p for p in sys.path if p not in before]
+    shadowing = [
+        p for p in sys.path[: sys.path.index(before[0]) if before and before[0] in sys.path else 0]
+        if (Path(p or ".") / "appliance").is_dir()
+    ]  # fmt: skip
+    if shadowing:
         sys.path[:] = before
         pytest.fail(
-            f"the test left sys.path changed before its old entries (added {added}); spawned workers "
-            "would import from there"
+            f"the test put {shadowing} before sys.path's old entries: spawned workers would import "
+            "appliance from there"
         )
