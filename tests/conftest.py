@@ -103,10 +103,8 @@ def sys_path_left_as_found():
 
     before = list(sys.path)
     yield
-    shadowing = [
-        p for p in sys.path[: sys.path.index(before[0]) if before and before[0] in sys.path else 0]
-        if (Path(p or ".") / "appliance").is_dir()
-    ]  # fmt: skip
+    first_old = sys.path.index(before[0]) if before and before[0] in sys.path else 0
+    shadowing = [p for p in sys.path[:first_old] if (Path(p or ".") / "appliance").is_dir()]
     if shadowing:
         sys.path[:] = before
         pytest.fail(

@@ -163,12 +163,12 @@ def recv_to_device(
 ) -> Step:
     """One ``recv`` on the trainer's device: rewards scaled (:class:`ReturnScale`) and clamped,
     dones = terminal or truncated."""
-    dev, dones = device, np.logical_or(terminals, truncations)
+    dones = np.logical_or(terminals, truncations)
     rewards = scale_and_clamp(return_scale, ids, rewards, dones, clamp)
     return Step(
-        obs=torch.as_tensor(obs).to(dev, non_blocking=True),
-        rewards=rewards.to(dev, non_blocking=True),
-        dones=torch.as_tensor(dones).to(dev, non_blocking=True).float(),
-        masks=torch.as_tensor(np.ones(len(ids), bool) if masks is None else masks).to(dev).float(),
-        ids=torch.as_tensor(ids, device=dev),
+        obs=torch.as_tensor(obs).to(device, non_blocking=True),
+        rewards=rewards.to(device, non_blocking=True),
+        dones=torch.as_tensor(dones).to(device, non_blocking=True).float(),
+        masks=torch.as_tensor(np.ones(len(ids), bool) if masks is None else masks).to(device).float(),
+        ids=torch.as_tensor(ids, device=device),
     )

@@ -23,10 +23,6 @@ from appliance.vector.sizes import Sizes
 from appliance.vector.sources import EnvSource
 
 
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
 class _Worker:
     """One actor: ``count`` envs from global index ``offset``, in its own buffers."""
 
@@ -76,7 +72,11 @@ class RayVector(Vector):
         if self._owns_runtime:
             # ray.init installs its own SIGTERM handler in this process: put back the one the training
             # loop (or the shell) had, so a SIGTERM still saves a checkpoint and ends the run as usual
-            sigterm = signal.getsignal(signal.SIGTERM) if _main_thread() else None
+            sigterm = (
+                signal.getsignal(signal.SIGTERM)
+                if threading.current_thread() is threading.main_thread()
+                else None
+            )
             ray.init(
                 address=address or None,
                 include_dashboard=False,

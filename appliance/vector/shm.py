@@ -18,11 +18,8 @@ from appliance.errors import ConfigError
 from appliance.vector.buffers import Buffers, buffer_layout
 from appliance.vector.sources import EnvSource
 
-STOP_SIGNALS = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-)  # what stops a run: Ctrl-C, kill, a closed terminal
+# what stops a run: Ctrl-C, kill, a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 SHM_DIR = "/dev/shm"
 FLAG_STRIDE = 64  # one cache line per worker flag: no false sharing between spinning workers
@@ -85,8 +82,8 @@ def _shm_full(size: int, free: int | None = None) -> ConfigError:
 def _create_block(name: str, size: int) -> mmap.mmap:
     """Create, size and map the segment. Its pages are reserved now (posix_fallocate), so a full
     /dev/shm is a clear error here rather than a SIGBUS in whichever process first touches a page.
-    A stop signal (Ctrl-C) waits while the name is created and handed to the resource tracker (which
-    may start the tracker's process first), so whatever it interrupts finds the clean-up in place."""
+    Stop signals (Ctrl-C) wait while the segment is made: registering it may start the resource
+    tracker's process, and an interrupt anywhere in between would leave the name behind."""
     import _posixshmem
 
     state = shm_state()
@@ -100,7 +97,6 @@ def _create_block(name: str, size: int) -> mmap.mmap:
             # until every worker has mapped it, the tracker unlinks it should this process be killed
             resource_tracker.register("/" + name, "shared_memory")
             registered = True
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             try:
                 os.posix_fallocate(fd, 0, size)
             except OSError as e:
@@ -116,7 +112,7 @@ def _create_block(name: str, size: int) -> mmap.mmap:
         finally:
             os.close(fd)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a stop signal held meanwhile arrives now
 
 
 def _unlink_block(name: str, registered: bool = True) -> None:
