@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,6 +67,13 @@ def test_the_parity_configs_count_the_envs_pufferlibs_serial_backend_steps(peer)
     assert peer.serial_vec_envs({"num_envs": 8}) == 8
     text = (ROOT / "bench" / "parity" / "breakout.yaml").read_text()
     assert "num_envs: 4096" in text
+
+
+def test_the_parity_configs_zero_the_recurrent_state_at_each_rollout_as_pufferlib():
+    """PufferLib 3.0's trainer starts every rollout (and every trained segment) from a zero LSTM state;
+    the configs its runs are compared with (made by the harness's config command) say so."""
+    for path in (ROOT / "bench" / "parity").glob("*.yaml"):
+        assert yaml.safe_load(path.read_text())["train"]["reset_state"] is True, path
 
 
 def test_pufferlibs_rollouts_after_training_are_not_on_the_curve(peer, tmp_path):

@@ -816,8 +816,9 @@ def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
         "policy": {"core": "lstm", "hidden_size": int(ini.get("rnn", {}).get("hidden_size", 128)),
                    "encoder": "linear", "init": "pufferlib"},
     }  # fmt: skip
-    # PufferLib only clamps rewards; its Default policy is Linear + GELU over the raw observation floats
-    out["train"].update(reward_clamp=1.0, reward_norm=False)
+    # PufferLib only clamps rewards, and zeroes every agent's LSTM state at the start of each rollout
+    # (and each trained segment); its Default policy is Linear + GELU over the raw observation floats
+    out["train"].update(reward_clamp=1.0, reward_norm=False, reset_state=True)
     left = [f"env.{k}" for k in pe if k not in params and k != "num_envs"]
     left += [f"train.{k}" for k in pt if k not in TRAIN_KEYS and k not in out["train"]]
     return out, left
@@ -833,9 +834,9 @@ def write_config(cache: Path, env: str, out: Path) -> None:
         f"# `python tools/pufferlib_peer.py config {env}` for the learning-parity runs of docs/learning.md:\n"
         f"# `puffer-bench train {env} --config {shown}`. Our vec.num_envs are the games its Serial backend\n"
         "# steps: env.num_envs x the vector envs Serial makes (half of vec.num_envs, as its batch_size auto);\n"
-        "# its policy (Default: Linear + GELU encoder, LSTM 128, PufferLib's init) and reward handling (clamp\n"
-        "# to [-1, 1], no scaling) are spelled out. Not carried over (no counterpart on our side, or the\n"
-        f"# run's bookkeeping): {', '.join(left) or 'nothing'}.\n"
+        "# its policy (Default: Linear + GELU encoder, LSTM 128, PufferLib's init), reward handling (clamp\n"
+        "# to [-1, 1], no scaling) and recurrent state (zeroed at each rollout) are spelled out.\n"
+        f"# Not carried over (no counterpart on our side, or the run's bookkeeping): {', '.join(left) or 'nothing'}.\n"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(head + yaml.safe_dump(cfg, sort_keys=False, width=120))
