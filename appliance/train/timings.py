@@ -59,14 +59,18 @@ class Timings:
 
     @contextmanager
     def __call__(self, section: str) -> Iterator[None]:
-        """``with timings("env"):`` inside a phase."""
+        """``with timings("env"):`` inside a phase; the seconds count in the phase it began in (a section
+        whose exit comes after its phase ended, as when a signal interrupts the ``with`` statement and
+        the section is closed later by the garbage collector, still counts there)."""
+        phase = self._phase
         self._sync()
         start = time.perf_counter()
         try:
             yield
         finally:
             self._sync()
-            self.totals[f"{self._phase}.{section}"] += time.perf_counter() - start
+            if phase is not None:
+                self.totals[f"{phase}.{section}"] += time.perf_counter() - start
 
     def add_buffers(self, times: list[dict[str, float]]) -> None:
         """One horizon of the rollout engine: per buffer ``policy`` (including ``copy``), ``gil`` and ``env`` seconds."""
