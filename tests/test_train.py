@@ -284,6 +284,20 @@ def test_checkpoint_resume_restores_counters_and_weights(tmp_path):
     assert not list(tmp_path.glob("*.tmp")), "no temp files left by atomic writes"
 
 
+def test_a_timing_section_closed_after_its_phase_ended_counts_there_and_raises_nothing():
+    """A SIGTERM between a section's start and its ``with`` taking hold leaves the section to the
+    garbage collector, which closed it after its phase had ended: it raised KeyError 'None.env'
+    ("Exception ignored in ... Timings.__call__") in the interrupted run's output."""
+    from appliance.train.timings import Timings
+
+    t = Timings()
+    with t.phase("evaluate"):
+        section = t("env")
+        section.__enter__()
+    section.__exit__(None, None, None)
+    assert t.totals["evaluate.env"] > 0 and "None.env" not in t.totals
+
+
 def test_timings_cover_every_phase():
     cfg = small_config("squared")
     trainer = Trainer(cfg, vector.make_from_config(cfg))
@@ -784,6 +798,32 @@ def test_bfloat16_on_a_cpu_trains_float32_masters_and_warns_without_bf16_units(m
             losses = trainer.train()
         assert np.isfinite([losses["policy_loss"], losses["value_loss"]]).all()
         assert abs(losses["importance"] - 1) < 0.5
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_precision_auto_is_bfloat16_exactly_where_the_cpu_has_bf16_units(monkeypatch, has_bf16):
+    """train.precision auto (breakout's on the cpu profile): bfloat16 on a CPU with AVX512-BF16 or
+    AMX, float32 on one without (where bf16 would be slower); an explicit precision is kept either
+    way, and the trainer says which it resolved to."""
+    from appliance import sysinfo
+    from appliance.config import resolve
+    from appliance.train.make import resolve_precision
+
+    real = sysinfo.cpu_details
+    monkeypatch.setattr(
+        sysinfo, "cpu_details", lambda: {**real(), "isa": {**real()["isa"], "bf16": has_bf16}}
+    )
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu) == ("bfloat16" if has_bf16 else "float32")
+    assert resolve_precision("float32", cpu) == "float32"
+    assert resolve(env="breakout", profile="cpu").train.precision == "auto"
+    cfg = small_config("squared", "--train.precision", "auto")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        assert trainer.precision == ("bfloat16" if has_bf16 else "float32")
+        assert trainer.amp == has_bf16
     finally:
         trainer.close()
 

@@ -20,7 +20,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("vec", "backend"): ("native", "serial", "multiprocessing", "ray"),
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "optimizer"): ("adam", "muon"),
-    ("train", "precision"): ("float32", "bfloat16"),
+    ("train", "precision"): ("auto", "float32", "bfloat16"),
     ("train", "engine"): ("auto", "on", "off"),
     ("policy", "core"): ("mlp", "lstm", "mingru"),
     ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),

@@ -24,6 +24,21 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+def resolve_precision(name: str, device: torch.device) -> str:
+    """``train.precision``: ``auto`` is bfloat16 where the device does bfloat16 arithmetic in hardware
+    (a CUDA GPU with native bf16, compute capability 8.0 or newer; a CPU with AVX512-BF16 or AMX) and
+    float32 elsewhere; the others are themselves."""
+    if name != "auto":
+        return name
+    if device.type == "cuda":
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+    else:
+        from appliance import sysinfo
+
+        native = bool(sysinfo.cpu_details()["isa"]["bf16"])
+    return "bfloat16" if native else "float32"
+
+
 def make_policy(cfg: Config, vec: Any) -> Policy:
     p = cfg.policy
     return Policy(

@@ -139,7 +139,7 @@ def header(cfg: Any, trainer: Any) -> str:
     made_for = f"sizes for a {gpu} GPU" if gpu else "CPU sizes"
     return (
         f"train {cfg.env_name}: profile '{cfg.profile}' ({made_for}; --gpu NAME to change), "
-        f"device {trainer.device}, {trainer.vec.num_agents} agents, batch {trainer.batch_size}, "
+        f"device {trainer.device} ({trainer.precision}), {trainer.vec.num_agents} agents, batch {trainer.batch_size}, "
         f"{cfg.policy.core} core, {cfg.train.optimizer}"
     )
 
@@ -156,6 +156,7 @@ def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> Non
             "fingerprint": fingerprint(),
             "config": cfg.to_dict(),
             "device": str(trainer.device),
+            "precision": trainer.precision,
             "global_step": trainer.global_step,
             "epochs": trainer.epoch,
             "steps": result.steps,  # this session's (a resumed run's global_step counts earlier ones)

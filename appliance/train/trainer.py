@@ -39,7 +39,7 @@ from appliance.gpu import kernels
 from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
 from appliance.train.episodes import Episodes
 from appliance.train.exploration import BoxNoise
-from appliance.train.make import make_policy, resolve_device
+from appliance.train.make import make_policy, resolve_device, resolve_precision
 from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State, copy_weights, inference_copy
 from appliance.train.rewards import ReturnScale
@@ -62,7 +62,8 @@ class Trainer:
         torch.manual_seed(hp.seed)
         self.generator = torch.Generator(device="cpu").manual_seed(hp.seed)
         self.policy = (policy or make_policy(config, vec)).to(self.device)
-        self.amp = hp.precision == "bfloat16"
+        self.precision = resolve_precision(hp.precision, self.device)  # auto: bf16 where the hardware has it
+        self.amp = self.precision == "bfloat16"
         if self.amp and self.device.type == "cpu" and not sysinfo.cpu_details()["isa"]["bf16"]:
             warnings.warn(
                 "train.precision bfloat16 on a CPU without bfloat16 instructions (AVX512-BF16 or AMX): "
