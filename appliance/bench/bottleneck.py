@@ -94,8 +94,8 @@ def diagnose_training(
         fact = f"; the policy forward alone runs at {_rate(fwd)}agent-steps/s" if fwd else ""
         suggestions.append(
             f"forward-bound: policy forward passes took {pct['forward']}{fact}; raise vec.num_envs "
-            f"(now {vec.get('num_envs')}) for bigger batches, use train.precision bfloat16 on a GPU, "
-            f"or train.compile true"
+            f"(now {vec.get('num_envs')}) for bigger batches, use train.precision auto (bfloat16 on a GPU "
+            f"or a CPU with AVX512-BF16/AMX), or train.compile true"
         )
     elif top == "copy":
         suggestions.append(
@@ -107,7 +107,7 @@ def diagnose_training(
         suggestions.append(
             f"learn-bound: backward passes and optimizer steps took {pct['learn']} (minibatch "
             f"{train.get('minibatch_size')}, {train.get('update_epochs')} update epochs); use train.precision "
-            f"bfloat16 or train.compile true on a GPU, fewer train.update_epochs or a larger minibatch"
+            f"auto (bfloat16 on a GPU or a CPU with AVX512-BF16/AMX), train.compile true on a GPU, fewer train.update_epochs or a larger minibatch"
         )
     elif top == "overhead":
         suggestions.append(
