@@ -223,6 +223,9 @@ def test_training_diagnosis_suggests_the_knob(shares, top, knob):
         "breakout", shares, 1e6, {"vec": {"num_threads": 2}, "train": {}}, {"env_sps_single": 5e6}
     )
     assert d["bottleneck"] == top and knob in d["suggestions"][0]
+    if top in ("forward", "learn"):  # bf16 is no knob where the run already has it (or auto chose)
+        cfg = {"vec": {}, "train": {"precision": "auto"}}
+        assert "precision" not in diagnose_training("breakout", shares, 1e6, cfg, {})["suggestions"][0]
     memory = diagnose_training("b", shares, 1e6, {}, {"memory_peak": 79 * 2**30, "memory_total": 80 * 2**30})
     assert memory["bottleneck"] == "memory" and "cpu_offload" in memory["suggestions"][0]
 
