@@ -84,7 +84,8 @@ def policy_forward(cfg: Any, device: str, runs: int, batch: int | None = None) -
     """Agent-steps/s of the configured policy's inference step (forward + sampling) at the run's batch."""
     import torch
 
-    from appliance.train.make import make_policy
+    from appliance.train.make import make_policy, resolve_precision
+    from appliance.train.policy import inference_copy
     from appliance.vector import native
 
     with native.make(cfg.env_name, num_envs=1, seed=0, **dict(cfg.env)) as vec:
@@ -94,12 +95,17 @@ def policy_forward(cfg: Any, device: str, runs: int, batch: int | None = None) -
     obs = torch.as_tensor(obs_np, device=device)
     state = policy.initial_state(rows, device)
     cuda = device.startswith("cuda")
-    bf16 = cuda and cfg.train.precision == "bfloat16"
+    # the precision the trainer's rollout would step in (auto: bf16 where the hardware has it)
+    precision = resolve_precision(str(cfg.train.precision), torch.device(device))
+    bf16 = precision == "bfloat16"
+    # as the trainer's rollout: a bf16 copy of the weights steps, the float32 policy samples
+    stepper = inference_copy(policy, torch.bfloat16) if bf16 else policy
 
     def step() -> None:
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            out, _, _ = policy.step(obs, state)
-            policy.sample(out)
+        with torch.no_grad():
+            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+                out, _, _ = stepper.step(obs, state)
+            policy.sample(out.float())
 
     seconds = timed(step, runs, cuda=cuda, target_s=0.05)
     label = "gpu" if cuda else "cpu"
@@ -107,7 +113,13 @@ def policy_forward(cfg: Any, device: str, runs: int, batch: int | None = None) -
         f"probe/{label}/policy_forward/{cfg.env_name}",
         [rows / s for s in seconds],
         "agent-steps/s",
-        labels={"env": cfg.env_name, "batch": rows, "core": cfg.policy.core, "device": label},
+        labels={
+            "env": cfg.env_name,
+            "batch": rows,
+            "core": cfg.policy.core,
+            "device": label,
+            "precision": precision,
+        },
     )
 
 
