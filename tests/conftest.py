@@ -31,6 +31,14 @@ def small_config(env: str = "squared", *extra: str, **sections: dict[str, Any]) 
     return resolve(env=env, overrides=[*SMALL, *extra, *dicts])
 
 
+def fake_cpu_bf16(monkeypatch: pytest.MonkeyPatch, has_bf16: bool) -> None:
+    """Make ``sysinfo.cpu_details`` say this CPU has (or lacks) bfloat16 units (AVX512-BF16/AMX)."""
+    from appliance import sysinfo
+
+    real = sysinfo.cpu_details()
+    monkeypatch.setattr(sysinfo, "cpu_details", lambda: {**real, "isa": {**real["isa"], "bf16": has_bf16}})
+
+
 @functools.cache
 def cuda_available() -> bool:
     try:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import fake_cpu_bf16
 
 from appliance.bench import compare as cmp
 from appliance.bench import readme
@@ -234,14 +235,10 @@ def test_training_diagnosis_suggests_the_knob(shares, top, knob):
 def test_the_policy_forward_probe_steps_in_the_precision_the_rollout_would(monkeypatch, has_bf16):
     """The roofline's policy-forward limit is the trainer's rollout step: breakout's cpu profile says
     precision auto, bf16 on a CPU with AVX512-BF16/AMX; the probe measured float32 there."""
-    from appliance import sysinfo
     from appliance.bench.probe import policy_forward
     from appliance.config import resolve
 
-    real = sysinfo.cpu_details
-    monkeypatch.setattr(
-        sysinfo, "cpu_details", lambda: {**real(), "isa": {**real()["isa"], "bf16": has_bf16}}
-    )
+    fake_cpu_bf16(monkeypatch, has_bf16)
     cfg = resolve(env="breakout", profile="cpu")
     figure = policy_forward(cfg, "cpu", runs=2, batch=64)
     assert figure.labels["precision"] == ("bfloat16" if has_bf16 else "float32")

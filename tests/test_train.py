@@ -8,6 +8,7 @@ import importlib
 import numpy as np
 import pytest
 import torch
+from conftest import fake_cpu_bf16
 from conftest import small_config as shared_small_config
 from gymnasium import spaces
 
@@ -778,12 +779,7 @@ def test_bfloat16_on_a_cpu_trains_float32_masters_and_warns_without_bf16_units(m
     update under bf16 autocast; a CPU without AVX512-BF16/AMX gets a warning (bf16 is slower there)."""
     import warnings
 
-    from appliance import sysinfo
-
-    real = sysinfo.cpu_details
-    monkeypatch.setattr(
-        sysinfo, "cpu_details", lambda: {**real(), "isa": {**real()["isa"], "bf16": has_bf16}}
-    )
+    fake_cpu_bf16(monkeypatch, has_bf16)
     cfg = small_config("squared", "--train.precision", "bfloat16")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -807,14 +803,10 @@ def test_precision_auto_is_bfloat16_exactly_where_the_cpu_has_bf16_units(monkeyp
     """train.precision auto (breakout's on the cpu profile): bfloat16 on a CPU with AVX512-BF16 or
     AMX, float32 on one without (where bf16 would be slower); an explicit precision is kept either
     way, and the trainer says which it resolved to."""
-    from appliance import sysinfo
     from appliance.config import resolve
     from appliance.train.make import resolve_precision
 
-    real = sysinfo.cpu_details
-    monkeypatch.setattr(
-        sysinfo, "cpu_details", lambda: {**real(), "isa": {**real()["isa"], "bf16": has_bf16}}
-    )
+    fake_cpu_bf16(monkeypatch, has_bf16)
     cpu = torch.device("cpu")
     assert resolve_precision("auto", cpu) == ("bfloat16" if has_bf16 else "float32")
     assert resolve_precision("float32", cpu) == "float32"

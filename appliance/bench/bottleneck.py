@@ -73,7 +73,11 @@ def diagnose_training(
     breakdown = ", ".join(f"{k} {pct[k]}" for k in sorted(totals, key=lambda k: -totals[k]))
     suggestions: list[str] = []
     # bf16 is a knob only where the run is float32 (auto already picks bf16 where the hardware has it)
-    bf16 = train.get("precision", "float32") == "float32"
+    bf16_hint = (
+        "use train.precision auto (bfloat16 on a GPU or a CPU with AVX512-BF16/AMX), "
+        if train.get("precision", "float32") == "float32"
+        else ""
+    )
     mem_peak, mem_total = figures.get("memory_peak"), figures.get("memory_total")
     if mem_peak and mem_total and mem_peak / mem_total > MEMORY_BOUND:
         top = "memory"
@@ -96,9 +100,7 @@ def diagnose_training(
         fact = f"; the policy forward alone runs at {_rate(fwd)}agent-steps/s" if fwd else ""
         suggestions.append(
             f"forward-bound: policy forward passes took {pct['forward']}{fact}; raise vec.num_envs "
-            f"(now {vec.get('num_envs')}) for bigger batches, "
-            + ("use train.precision auto (bfloat16 on a GPU or a CPU with AVX512-BF16/AMX), " if bf16 else "")
-            + "or train.compile true"
+            f"(now {vec.get('num_envs')}) for bigger batches, " + bf16_hint + "or train.compile true"
         )
     elif top == "copy":
         suggestions.append(
@@ -110,7 +112,7 @@ def diagnose_training(
         suggestions.append(
             f"learn-bound: backward passes and optimizer steps took {pct['learn']} (minibatch "
             f"{train.get('minibatch_size')}, {train.get('update_epochs')} update epochs); "
-            + ("use train.precision auto (bfloat16 on a GPU or a CPU with AVX512-BF16/AMX), " if bf16 else "")
+            + bf16_hint
             + "train.compile true on a GPU, fewer train.update_epochs or a larger minibatch"
         )
     elif top == "overhead":

@@ -94,16 +94,17 @@ def policy_forward(cfg: Any, device: str, runs: int, batch: int | None = None) -
         obs_np = _random_obs(vec, rows)
     obs = torch.as_tensor(obs_np, device=device)
     state = policy.initial_state(rows, device)
-    cuda = device.startswith("cuda")
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
     # the precision the trainer's rollout would step in (auto: bf16 where the hardware has it)
-    precision = resolve_precision(str(cfg.train.precision), torch.device(device))
+    precision = resolve_precision(str(cfg.train.precision), dev)
     bf16 = precision == "bfloat16"
     # as the trainer's rollout: a bf16 copy of the weights steps, the float32 policy samples
     stepper = inference_copy(policy, torch.bfloat16) if bf16 else policy
 
     def step() -> None:
         with torch.no_grad():
-            with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
                 out, _, _ = stepper.step(obs, state)
             policy.sample(out.float())
 

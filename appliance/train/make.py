@@ -24,19 +24,22 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` does bfloat16 arithmetic in hardware: a CUDA GPU with native bf16 (compute
+    capability 8.0 or newer), a CPU with AVX512-BF16 or AMX."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    from appliance import sysinfo
+
+    return bool(sysinfo.cpu_details()["isa"]["bf16"])
+
+
 def resolve_precision(name: str, device: torch.device) -> str:
-    """``train.precision``: ``auto`` is bfloat16 where the device does bfloat16 arithmetic in hardware
-    (a CUDA GPU with native bf16, compute capability 8.0 or newer; a CPU with AVX512-BF16 or AMX) and
-    float32 elsewhere; the others are themselves."""
+    """``train.precision``: ``auto`` is bfloat16 where :func:`native_bf16` and float32 elsewhere; the
+    others are themselves."""
     if name != "auto":
         return name
-    if device.type == "cuda":
-        native = torch.cuda.is_bf16_supported(including_emulation=False)
-    else:
-        from appliance import sysinfo
-
-        native = bool(sysinfo.cpu_details()["isa"]["bf16"])
-    return "bfloat16" if native else "float32"
+    return "bfloat16" if native_bf16(device) else "float32"
 
 
 def make_policy(cfg: Config, vec: Any) -> Policy:

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from appliance import sysinfo
 from appliance.config import Config
 from appliance.config.build import batch_for_agents
 from appliance.errors import TrainingError
@@ -39,7 +38,7 @@ from appliance.gpu import kernels
 from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
 from appliance.train.episodes import Episodes
 from appliance.train.exploration import BoxNoise
-from appliance.train.make import make_policy, resolve_device, resolve_precision
+from appliance.train.make import make_policy, native_bf16, resolve_device, resolve_precision
 from appliance.train.optim import make_optimizer, set_lr
 from appliance.train.policy import Policy, State, copy_weights, inference_copy
 from appliance.train.rewards import ReturnScale
@@ -64,7 +63,8 @@ class Trainer:
         self.policy = (policy or make_policy(config, vec)).to(self.device)
         self.precision = resolve_precision(hp.precision, self.device)  # auto: bf16 where the hardware has it
         self.amp = self.precision == "bfloat16"
-        if self.amp and self.device.type == "cpu" and not sysinfo.cpu_details()["isa"]["bf16"]:
+        # auto only picks bf16 where it is native: an explicit bfloat16 on a CPU may not be
+        if hp.precision == "bfloat16" and self.device.type == "cpu" and not native_bf16(self.device):
             warnings.warn(
                 "train.precision bfloat16 on a CPU without bfloat16 instructions (AVX512-BF16 or AMX): "
                 "each bf16 op is converted to float32 and back, so this trains slower than float32",
