@@ -361,6 +361,54 @@ def test_readme_skips_partial_reports(tmp_path):
     assert readme.latest_reports(tmp_path) == [complete]
 
 
+def peer_speed_report(ours, theirs, flags, created="2026-11-24T21:00:00Z"):
+    """A report as ``tools/pufferlib_peer.py speed`` writes it: both trainers' rounds and their ratios."""
+    suite = {"name": "parity-speed-breakout", "definition": {"env": "breakout", "ours_set": flags}}
+    r = rpt.Report(suite, {"name": "cpu"}, json.loads(json.dumps(FP)), {}, seed=0, repeats=len(ours))
+    r.add("train_sps/breakout/puffer-bench", ours, "agent-steps/s", "higher", env="breakout")
+    r.add("train_sps/breakout/pufferlib-3.0.0", theirs, "agent-steps/s", "higher", env="breakout")
+    ratios = [b / a for a, b in zip(theirs, ours, strict=True)]
+    r.add("train_sps_ratio/breakout/puffer-bench_over_pufferlib-3.0.0", ratios, "x", "higher", env="breakout")
+    r.data["created_utc"] = created
+    return r.data
+
+
+def test_readme_puts_the_newest_peer_speed_report_beside_the_results(tmp_path):
+    results = tmp_path / "results"
+    (results / "cpu" / "parity").mkdir(parents=True)
+    (results / "cpu" / "quick.json").write_text(
+        json.dumps(make_report({"train_sps/breakout": (noisy(1e5), "higher")}))
+    )
+    parity = results / "cpu" / "parity"
+    older = peer_speed_report([90e3, 91e3, 92e3], [80e3, 80e3, 80e3], [], created="2026-11-01T00:00:00Z")
+    (parity / "old.json").write_text(json.dumps(older))
+    newest = peer_speed_report(
+        [150e3, 120e3, 126e3], [75e3, 80e3, 60e3], ["--train.precision", "<b>bf16|</b>"]
+    )
+    (parity / "speed.json").write_text(json.dumps(newest))
+    # a learning report in the same folder (no ratio metric) is not a speed comparison
+    learning = make_report({"learn/breakout": (noisy(0.5), "higher")}, name="parity-learn")
+    learning["created_utc"] = "2099-01-01T00:00:00Z"
+    (parity / "learning.json").write_text(json.dumps(learning))
+    readme_path = tmp_path / "README.md"
+    readme_path.write_text(f"# x\n{readme.BEGIN}\n{readme.END}\n")
+
+    assert readme.latest_peer_reports(results) == [parity / "speed.json"]
+    readme.update_readme(readme_path, readme.latest_reports(results), results)
+    text = readme_path.read_text()
+    row = next(line for line in text.splitlines() if "`pufferlib-3.0.0`" in line)
+    cells = [c.strip() for c in row.split(" | ")]
+    # ours' median 126 K, the peer's 75 K; the rounds' ratios 2.0, 1.5 and 2.1: median 2 (range 1.5-2.1)
+    assert cells[2:7] == ["126 K", "`pufferlib-3.0.0`", "75 K", "2x (1.5-2.1)", "3"], row
+    assert "<b>" not in text and "&lt;b>bf16\\|&lt;/b>" in row, "a report's flags cannot add HTML or cells"
+    assert "(results/cpu/parity/speed.json)" in row
+
+    (parity / "speed.json").unlink()
+    (parity / "old.json").unlink()
+    readme.update_readme(readme_path, readme.latest_reports(results), results)
+    assert "pufferlib" not in readme_path.read_text(), "no peer report: no peer table"
+
+
 # ---------------------------------------------------------------------- compare explains
 
 
