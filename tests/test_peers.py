@@ -76,6 +76,15 @@ def test_the_parity_configs_zero_the_recurrent_state_at_each_rollout_as_pufferli
         assert yaml.safe_load(path.read_text())["train"]["reset_state"] is True, path
 
 
+def test_the_parity_configs_feed_the_raw_observation_floats_as_pufferlibs_default_policy():
+    """PufferLib's Default policy reads the observation floats as they are; ours divides by the
+    declared bounds unless policy.obs_scale is none (go's captures: bound 147)."""
+    paths = list((ROOT / "bench" / "parity").glob("*.yaml"))
+    assert paths
+    for path in paths:
+        assert yaml.safe_load(path.read_text())["policy"]["obs_scale"] == "none", path
+
+
 def test_pufferlibs_rollouts_after_training_are_not_on_the_curve(peer, tmp_path):
     """pufferl.train logs 32 rollouts without updates after its last epoch; the curve stops before."""
     path = tmp_path / "curve.jsonl"

@@ -388,6 +388,24 @@ def test_small_range_integer_observations_are_one_hot_encoded():
         Policy(spaces.Box(-1.0, 1.0, (4,), np.float32), spaces.Discrete(2), encoder="onehot")
 
 
+def test_obs_scale_none_feeds_the_raw_floats_as_pufferlib_and_go_says_so():
+    """go's capture counts are declared up to 3 x 49 = 147: divided by that bound they reach the
+    encoder as about 0.01 per capture, and go's parity run fell from score 1 to -4 where PufferLib's
+    Default policy (raw floats) reached 5.6 (docs/learning.md); with the raw counts ours reached it."""
+    from appliance.config import resolve
+
+    space = spaces.Box(0.0, np.array([1.0, 1.0, 147.0], np.float32), dtype=np.float32)
+    obs = torch.tensor([[1.0, 0.0, 3.0]])
+    scaled = Policy(space, spaces.Discrete(2), core="mlp", encoder="linear")
+    raw = Policy(space, spaces.Discrete(2), core="mlp", encoder="linear", obs_scale="none")
+    assert torch.allclose(scaled.to_float(obs), torch.tensor([[1.0, 0.0, 3.0 / 147.0]]))
+    assert torch.equal(raw.to_float(obs), obs)
+    with pytest.raises(ValueError, match="obs_scale 'raw'; choose bounds or none"):
+        Policy(space, spaces.Discrete(2), core="mlp", obs_scale="raw")
+    assert resolve(env="go").policy.obs_scale == "none"
+    assert resolve(env="breakout").policy.obs_scale == "bounds"  # the default elsewhere
+
+
 # ----------------------------------------------------------------------------- prioritized segments
 
 

@@ -814,10 +814,11 @@ def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
         "env": {k: v for k, v in pe.items() if k in params},
         "train": {"device": "cpu", **{k: pt[k] for k in TRAIN_KEYS if k in pt}},
         "policy": {"core": "lstm", "hidden_size": int(ini.get("rnn", {}).get("hidden_size", 128)),
-                   "encoder": "linear", "init": "pufferlib"},
+                   "encoder": "linear", "init": "pufferlib", "obs_scale": "none"},
     }  # fmt: skip
     # PufferLib only clamps rewards, and zeroes every agent's LSTM state at the start of each rollout
     # (and each trained segment); its Default policy is Linear + GELU over the raw observation floats
+    # (obs_scale none: not divided by the declared bounds, as ours does by default)
     out["train"].update(reward_clamp=1.0, reward_norm=False, reset_state=True)
     left = [f"env.{k}" for k in pe if k not in params and k != "num_envs"]
     left += [f"train.{k}" for k in pt if k not in TRAIN_KEYS and k not in out["train"]]
@@ -834,8 +835,9 @@ def write_config(cache: Path, env: str, out: Path) -> None:
         f"# `python tools/pufferlib_peer.py config {env}` for the learning-parity runs of docs/learning.md:\n"
         f"# `puffer-bench train {env} --config {shown}`. Our vec.num_envs are the games its Serial backend\n"
         "# steps: env.num_envs x the vector envs Serial makes (half of vec.num_envs, as its batch_size auto);\n"
-        "# its policy (Default: Linear + GELU encoder, LSTM 128, PufferLib's init), reward handling (clamp\n"
-        "# to [-1, 1], no scaling) and recurrent state (zeroed at each rollout) are spelled out.\n"
+        "# its policy (Default: Linear + GELU encoder over the raw observation floats, LSTM 128, PufferLib's\n"
+        "# init), reward handling (clamp to [-1, 1], no scaling) and recurrent state (zeroed at each rollout)\n"
+        "# are spelled out.\n"
         f"# Not carried over (no counterpart on our side, or the run's bookkeeping): {', '.join(left) or 'nothing'}.\n"
     )
     out.parent.mkdir(parents=True, exist_ok=True)

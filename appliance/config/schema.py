@@ -26,6 +26,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
     ("policy", "init"): ("pufferlib", "cleanrl"),
     ("policy", "obs_norm"): ("auto", "on", "off"),
+    ("policy", "obs_scale"): ("bounds", "none"),
     ("bench", "suite"): ("quick", "full"),
 }
 

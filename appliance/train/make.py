@@ -53,4 +53,5 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         obs_codec=getattr(vec, "obs_codec", None),
         init=p.init,
         obs_norm={"on": True, "off": False}.get(p.obs_norm, "auto"),
+        obs_scale=p.obs_scale,
     )

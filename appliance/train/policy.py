@@ -1,6 +1,7 @@
 """Policies: encoder -> core -> action head + value head, shared by every agent row.
 
-* Encoder: observations to floats (restoring emulated structure, scaling by the space's bounds),
+* Encoder: observations to floats (restoring emulated structure, scaling by the space's bounds
+  unless ``policy.obs_scale`` is ``none``),
   then Linear + GELU, or a small CNN for image-like (H, W, C) observations.
 * Core: ``mlp``, ``lstm`` or ``mingru``, each a small module of :mod:`appliance.train.cores` with
   the same three methods (``initial_state``, ``step``, ``sequence``), which the policy composes.
@@ -72,10 +73,13 @@ def categories(obs_space: spaces.Box, codec: Any = None) -> tuple[int, int] | No
 
 
 class ObsToFloat(nn.Module):
-    """Flat observations (any dtype, or emulated bytes) to float features scaled to about [-1, 1],
-    or, with ``onehot``, small-range integer observations to one-hot codes (``size * count`` features)."""
+    """Flat observations (any dtype, or emulated bytes) to float features scaled to about [-1, 1]
+    by the space's bounds (``scale="none"``: as they are), or, with ``onehot``, small-range integer
+    observations to one-hot codes (``size * count`` features)."""
 
-    def __init__(self, obs_space: spaces.Box, codec: Any = None, onehot: bool = False) -> None:
+    def __init__(
+        self, obs_space: spaces.Box, codec: Any = None, onehot: bool = False, scale: str = "bounds"
+    ) -> None:
         super().__init__()
         self.obs_ndim = max(1, len(obs_space.shape))
         self.slices: list[tuple[int, int, torch.dtype, int]] = []
@@ -99,6 +103,8 @@ class ObsToFloat(nn.Module):
                 np.abs(np.broadcast_to(obs_space.high, obs_space.shape)),
             )
             high = np.where(np.isfinite(high) & (high > 1), high, 1.0).reshape(-1)
+            if scale == "none":
+                high = np.ones_like(high)
             scale = torch.as_tensor(high, dtype=torch.float32)
         self.register_buffer("inv_scale", 1.0 / scale, persistent=False)
         if self.onehot is not None:
@@ -131,18 +137,21 @@ class Policy(nn.Module):
         obs_codec: Any = None,
         init: str = "pufferlib",
         obs_norm: bool | str = "auto",
+        obs_scale: str = "bounds",
     ) -> None:
         super().__init__()
         if core not in CORES:
             raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
         if init not in ("pufferlib", "cleanrl"):
             raise ValueError(f"unknown policy init {init!r}; choose pufferlib or cleanrl")
+        if obs_scale not in ("bounds", "none"):
+            raise ValueError(f"unknown policy obs_scale {obs_scale!r}; choose bounds or none")
         self.hidden_size = hidden_size
         image = len(obs_space.shape) == 3 and min(obs_space.shape[:2]) >= 8
         onehot = encoder == "onehot" or (
             encoder == "auto" and not image and categories(obs_space, obs_codec) is not None
         )
-        self.to_float = ObsToFloat(obs_space, obs_codec, onehot=onehot)
+        self.to_float = ObsToFloat(obs_space, obs_codec, onehot=onehot, scale=obs_scale)
         box = isinstance(action_space, spaces.Box)
         if obs_norm == "auto":  # the continuous-control default: Box actions and plain numeric observations
             obs_norm = box and not onehot and not image and encoder in ("auto", "linear")
