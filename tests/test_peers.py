@@ -123,3 +123,16 @@ def test_the_permutation_p_counts_every_split_of_the_pooled_runs(peer, tmp_path)
     b = _report(peer, tmp_path, "pufferlib-breakout-s1", "pufferlib-3.0.0", [0.5] * 8)
     lines = peer.means([a, b], (3e6,)).splitlines()
     assert lines[-1] == "| breakout | ours-4096-breakout | pufferlib-breakout | 1 vs 1 | -0.300 (1.00) |"
+
+
+def test_stars_per_step_of_pufferlibs_trainer_on_our_target_reads_our_episode_length(peer):
+    """A train --our-env run logs our target's episodes (stars eaten per max_ticks-step episode), but
+    its config is PufferLib's ini, which has no max_ticks: the derivation takes our env's default
+    (it failed with "needs 'max_ticks'" after a 30 M-step run)."""
+    ini = {"env": {"num_envs": 512, "num_agents": 8, "num_goals": 4}, "train": {}}
+    rows = [{"steps": 1e6, "seconds": 1.0, "score": 2.56}]
+    with pytest.raises(peer.PeerError, match="max_ticks"):
+        peer.derive([dict(r) for r in rows], "stars_per_step", "ours", ini)
+    config = peer.on_our_env(ini, "target")
+    assert config["env"]["max_ticks"] == 512 and config["env"]["num_agents"] == 8
+    assert peer.derive(rows, "stars_per_step", "ours", config)[0]["stars_per_step"] == 2.56 / 512

@@ -400,6 +400,16 @@ DERIVED = {
 }
 
 
+def on_our_env(config: dict[str, Any], env: str) -> dict[str, Any]:
+    """PufferLib's config for a run on our env: its ``[env]`` keys, and our env's defaults for the
+    parameters the ini does not set (the adapter makes our env with those; target's ``max_ticks``)."""
+    use_our_package()
+    from appliance import ocean
+
+    ours = {k: v for k, v in ocean.describe(env)["params"].items() if k not in config.get("env", {})}
+    return {**config, "env": {**ours, **config.get("env", {})}}
+
+
 def derive(
     rows: list[dict[str, float]], metric: str, side: str, config: dict[str, Any]
 ) -> list[dict[str, float]]:
@@ -878,6 +888,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("curve", type=Path)
             p.add_argument("--env", required=True)
+            p.add_argument("--our-env", action="store_true", help="the curve is of a train --our-env run")
         p.add_argument("--metric", default="perf", help=f"a logged stat, or one of {', '.join(DERIVED)}")
         p.add_argument("--target", type=float, default=0.9)
         p.add_argument(
@@ -965,15 +976,17 @@ def main(argv: list[str] | None = None) -> int:
                     peer_rows(jsonl, info["config"]),
                     a.metric,
                     "ours" if a.our_env else "pufferlib",
-                    info["config"],
+                    on_our_env(info["config"], a.env) if a.our_env else info["config"],
                 )
                 system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
                 data = make_report(system, a.env, a.metric, a.target, rows, info["config"],
                                    info["command"], a.seed, at)  # fmt: skip
             elif a.cmd == "report":
                 ini = ini_config(a.cache, a.env)
-                rows = derive(peer_rows(a.curve, ini), a.metric, "pufferlib", ini)
-                data = make_report(f"pufferlib-{VERSION}", a.env, a.metric, a.target, rows, ini_config(a.cache, a.env),
+                side = "ours" if a.our_env else "pufferlib"
+                rows = derive(peer_rows(a.curve, ini), a.metric, side, on_our_env(ini, a.env) if a.our_env else ini)
+                system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
+                data = make_report(system, a.env, a.metric, a.target, rows, ini_config(a.cache, a.env),
                                    f"PufferLib's curve {a.curve}", None, at)  # fmt: skip
             else:
                 rows, config = our_rows(a.run_dir)
