@@ -8,6 +8,7 @@ import importlib
 import numpy as np
 import pytest
 import torch
+import yaml
 from conftest import fake_cpu_bf16
 from conftest import small_config as shared_small_config
 from gymnasium import spaces
@@ -880,3 +881,19 @@ def test_the_gpu_start_up_check_holds_the_fused_loss_to_the_edited_torch_loss(mo
     monkeypatch.setattr(losses, "ppo_loss", edited)
     with pytest.raises(TrainingError, match="fused CUDA loss differs from the torch loss .* in grad_logits"):
         losses.check_fused(stale_kernel, [3, 4], coefs, "cpu")
+
+
+def test_a_run_saved_before_obs_scale_is_evaluated_on_the_observations_it_trained_on(tmp_path):
+    """go's defaults now feed raw observations; a go run saved before policy.obs_scale existed was
+    trained on them divided by their bounds, and eval must rebuild that policy, not today's."""
+    from appliance.config import resolve
+    from appliance.train.evaluate import config_of_run
+
+    old = {"policy": {"core": "lstm", "hidden_size": 128, "encoder": "auto", "init": "pufferlib"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    assert config_of_run(resolve(env="go"), tmp_path).policy.obs_scale == "bounds"
+    new = {"policy": {**old["policy"], "obs_scale": "none"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(new))
+    assert config_of_run(resolve(env="go"), tmp_path).policy.obs_scale == "none"
+    (tmp_path / "config.yaml").unlink()  # no saved config: the command's own settings
+    assert config_of_run(resolve(env="go"), tmp_path).policy.obs_scale == "none"
