@@ -62,6 +62,10 @@ def latest_reports(results: Path) -> list[Path]:
     return out
 
 
+RATIO = "train_sps_ratio/"  # the per-round ratios a trainer-speed comparison holds
+OURS = "puffer-bench"
+
+
 def latest_peer_reports(results: Path) -> list[Path]:
     """Per profile folder, the newest complete report under its ``parity/`` folder that compares two
     trainers' speed (a ``train_sps_ratio/`` metric); none is fine: the peer is optional."""
@@ -88,16 +92,12 @@ def latest_peer_reports(results: Path) -> list[Path]:
     return out
 
 
-RATIO = "train_sps_ratio/"
-OURS = "puffer-bench"
-
-
 def peer_table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
     """One row per env and peer of each trainer-speed report: both medians, the median of the
     per-round ratios with its range, the rounds, and the flags our side ran with."""
     md = rpt.md_format
     lines = [
-        "| machine | env | puffer-bench | peer | the peer | puffer-bench / peer: median of rounds (range) | rounds | puffer-bench's extra flags | report |",
+        "| machine | env | puffer-bench's speed | peer | the peer's speed | puffer-bench / peer: median of rounds (range) | rounds | puffer-bench's extra flags | report |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r, path in zip(reports, paths, strict=True):
