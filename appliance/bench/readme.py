@@ -40,23 +40,31 @@ HEADLINE = (
 )
 
 
+def newest_report(folder: Path, wanted: Any = lambda data: True) -> Path | None:
+    """The newest complete puffer-bench/report/1 JSON in ``folder`` for which ``wanted(data)`` holds
+    (other JSON files live there too, and partial reports of interrupted suites are skipped)."""
+    best: tuple[str, Path] | None = None
+    for path in folder.glob("*.json"):
+        try:
+            data = read_json(path, "report", ReportError, rpt.MAX_BYTES, rpt.MAX_DEPTH)
+        except ReportError:
+            continue  # not a report (or not readable)
+        if (
+            isinstance(data, dict)
+            and data.get("schema") == rpt.SCHEMA
+            and not data.get("partial")
+            and wanted(data)
+        ):
+            key = str(data.get("created_utc"))
+            if best is None or key > best[0]:
+                best = (key, path)
+    return best[1] if best else None
+
+
 def latest_reports(results: Path) -> list[Path]:
-    """The newest complete puffer-bench/report/1 JSON in each profile folder (other JSON files, and
-    partial reports of interrupted suites, are skipped)."""
-    out = []
-    for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
-        best: tuple[str, Path] | None = None
-        for path in folder.glob("*.json"):
-            try:
-                data = read_json(path, "report", ReportError, rpt.MAX_BYTES, rpt.MAX_DEPTH)
-            except ReportError:
-                continue  # not a report (or not readable): other JSON files live here too
-            if isinstance(data, dict) and data.get("schema") == rpt.SCHEMA and not data.get("partial"):
-                key = str(data.get("created_utc"))
-                if best is None or key > best[0]:
-                    best = (key, path)
-        if best:
-            out.append(best[1])
+    """The newest complete report in each profile folder."""
+    folders = sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
+    out = [path for path in map(newest_report, folders) if path]
     if not out:
         raise ReportError(f"no {rpt.SCHEMA} reports under {results}/<profile>/; run puffer-bench run first")
     return out
@@ -66,30 +74,17 @@ RATIO = "train_sps_ratio/"  # the per-round ratios a trainer-speed comparison ho
 OURS = "puffer-bench"
 
 
+def compares_speed(data: dict[str, Any]) -> bool:
+    metrics = data.get("metrics")
+    return isinstance(metrics, dict) and any(str(n).startswith(RATIO) for n in metrics)
+
+
 def latest_peer_reports(results: Path) -> list[Path]:
-    """Per profile folder, the newest complete report under its ``parity/`` folder that compares two
-    trainers' speed (a ``train_sps_ratio/`` metric); none is fine: the peer is optional."""
-    out = []
-    for folder in sorted(p for p in results.glob("*/parity") if p.is_dir()) if results.is_dir() else []:
-        best: tuple[str, Path] | None = None
-        for path in folder.glob("*.json"):
-            try:
-                data = read_json(path, "report", ReportError, rpt.MAX_BYTES, rpt.MAX_DEPTH)
-            except ReportError:
-                continue  # the parity folder also holds learning curves and their reports
-            if (
-                isinstance(data, dict)
-                and data.get("schema") == rpt.SCHEMA
-                and not data.get("partial")
-                and isinstance(data.get("metrics"), dict)
-                and any(str(n).startswith(RATIO) for n in data["metrics"])
-            ):
-                key = str(data.get("created_utc"))
-                if best is None or key > best[0]:
-                    best = (key, path)
-        if best:
-            out.append(best[1])
-    return out
+    """Per profile folder, the newest report under its ``parity/`` folder that compares two trainers'
+    speed (a ``train_sps_ratio/`` metric; the folder also holds learning curves); none is fine: the
+    peer is optional."""
+    folders = sorted(p for p in results.glob("*/parity") if p.is_dir()) if results.is_dir() else []
+    return [path for path in (newest_report(f, compares_speed) for f in folders) if path]
 
 
 def peer_table(reports: list[dict[str, Any]], paths: list[Path]) -> str:

@@ -74,11 +74,11 @@ def categories(obs_space: spaces.Box, codec: Any = None) -> tuple[int, int] | No
 
 class ObsToFloat(nn.Module):
     """Flat observations (any dtype, or emulated bytes) to float features scaled to about [-1, 1]
-    by the space's bounds (``scale="none"``: as they are), or, with ``onehot``, small-range integer
+    by the space's bounds (``obs_scale="none"``: as they are), or, with ``onehot``, small-range integer
     observations to one-hot codes (``size * count`` features)."""
 
     def __init__(
-        self, obs_space: spaces.Box, codec: Any = None, onehot: bool = False, scale: str = "bounds"
+        self, obs_space: spaces.Box, codec: Any = None, onehot: bool = False, obs_scale: str = "bounds"
     ) -> None:
         super().__init__()
         self.obs_ndim = max(1, len(obs_space.shape))
@@ -102,9 +102,8 @@ class ObsToFloat(nn.Module):
                 np.abs(np.broadcast_to(obs_space.low, obs_space.shape)),
                 np.abs(np.broadcast_to(obs_space.high, obs_space.shape)),
             )
-            high = np.where(np.isfinite(high) & (high > 1), high, 1.0).reshape(-1)
-            if scale == "none":
-                high = np.ones_like(high)
+            scaled = np.isfinite(high) & (high > 1) & (obs_scale == "bounds")
+            high = np.where(scaled, high, 1.0).reshape(-1)
             scale = torch.as_tensor(high, dtype=torch.float32)
         self.register_buffer("inv_scale", 1.0 / scale, persistent=False)
         if self.onehot is not None:
@@ -151,7 +150,7 @@ class Policy(nn.Module):
         onehot = encoder == "onehot" or (
             encoder == "auto" and not image and categories(obs_space, obs_codec) is not None
         )
-        self.to_float = ObsToFloat(obs_space, obs_codec, onehot=onehot, scale=obs_scale)
+        self.to_float = ObsToFloat(obs_space, obs_codec, onehot=onehot, obs_scale=obs_scale)
         box = isinstance(action_space, spaces.Box)
         if obs_norm == "auto":  # the continuous-control default: Box actions and plain numeric observations
             obs_norm = box and not onehot and not image and encoder in ("auto", "linear")
