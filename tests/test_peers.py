@@ -136,3 +136,31 @@ def test_stars_per_step_of_pufferlibs_trainer_on_our_target_reads_our_episode_le
     config = peer.on_our_env(ini, "target")
     assert config["env"]["max_ticks"] == 512 and config["env"]["num_agents"] == 8
     assert peer.derive(rows, "stars_per_step", "ours", config)[0]["stars_per_step"] == 2.56 / 512
+
+
+def test_crossplay_counts_reward_per_agent_step_per_game_after_the_warmup_and_zeroes_state_each_horizon(peer):
+    """peer_crossplay.py's yardstick for two envs whose logs differ: reward per agent-step from the
+    rewards themselves, per game (agents of a game are one row group), the warm-up left out."""
+    spec = importlib.util.spec_from_file_location("peer_crossplay", ROOT / "tools" / "peer_crossplay.py")
+    crossplay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(crossplay)
+    t = {"now": 0, "zeroed": []}
+
+    def reset():
+        t["now"] = 0
+        return [0.0] * 4
+
+    def step(actions):
+        t["now"] += 1
+        # game 0 (rows 0-1): a reward on every step of its first agent, 10 during the warm-up;
+        # game 1 (rows 2-3): one reward every fourth step on each agent
+        first = 10.0 if t["now"] <= 3 else 1.0
+        every4 = 1.0 if t["now"] % 4 == 0 else 0.0
+        return [0.0] * 4, [first, 0.0, every4, every4]
+
+    cell = crossplay.play(step, reset, lambda obs: [0] * 4, lambda: t["zeroed"].append(t["now"]),
+                          agents_per_game=2, steps=8, warmup=3, reset_every=4)  # fmt: skip
+    assert cell["games"] == 2
+    assert cell["mean"] == pytest.approx(((8 / 16) + (4 / 16)) / 2)  # game 0: 8 of 16 agent-steps
+    assert cell["stderr"] == pytest.approx(0.125)
+    assert t["zeroed"] == [0, 4, 8]  # before the steps 0, 4 and 8 of the 11 played

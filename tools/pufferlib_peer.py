@@ -57,6 +57,7 @@ PEER_REQUIREMENTS = [
     "psutil",
     "setuptools",
     "wheel",
+    "pyyaml",  # not PufferLib's: our run configs, read when peer_crossplay.py loads our policy here
 ]
 # our env name -> PufferLib's (its ini's env_name) and the folder of its binding
 ENVS = {
@@ -276,17 +277,30 @@ if our_env:  # PufferLib's trainer on our env: a PufferEnv whose buffers our nat
             self.vec.close()
     vecenv = pufferlib.vector.make(OurEnv, env_kwargs=args["env"], **args["vec"])
 print(json.dumps({"config": {k: v for k, v in args.items() if isinstance(v, dict) and k != "sweep"}}), flush=True)
+trainers = []  # the trainer pl.train makes, so that its weights can be saved where the run stops
+_init = pl.PuffeRL.__init__
+def _keep(self, *a, **k):
+    _init(self, *a, **k)
+    trainers.append(self)
+pl.PuffeRL.__init__ = _keep
 try:
     pl.train(env_name, args=args, vecenv=vecenv, logger=JsonLogger())
 except Stop:
     pass
+model = os.environ.get("PEER_MODEL")
+if model and trainers:
+    import torch
+    torch.save(trainers[-1].uncompiled_policy.state_dict(), model + ".tmp")
+    os.replace(model + ".tmp", model)
+    print(json.dumps({"model": model, "epoch": trainers[-1].epoch}), file=sys.stderr, flush=True)
 sys.stdout.flush()
 os._exit(0)  # PufferLib's utilization monitor is a non-daemon thread that only close() stops
 """
 
 
 def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: int | None,
-          extra: list[str], jsonl: Path, our_env: bool = False) -> dict[str, Any]:  # fmt: skip
+          extra: list[str], jsonl: Path, our_env: bool = False,
+          save_model: Path | None = None) -> dict[str, Any]:  # fmt: skip
     src = cache / f"pufferlib-{VERSION}"
     py = cache / "venv" / "bin" / "python"
     if not py.exists() or not (src / "pufferlib").exists():
@@ -309,6 +323,7 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
         "PEER_STOP_STEPS": str(stop_steps),
         "PEER_STOP_SECONDS": str(stop_seconds),
         "PEER_OUT": str(jsonl),
+        "PEER_MODEL": str(save_model.resolve()) if save_model else "",
     }
     cmd = [str(py), "-W", "ignore::DeprecationWarning", str(driver), ENVS[env][0], *args]
     log("$ " + shlex.join(cmd))
@@ -881,6 +896,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="a PufferLib option, e.g. --set=--train.learning-rate=0.01")  # fmt: skip
             p.add_argument("--our-env", action="store_true",
                            help="train on our env (appliance.vector, this checkout) through an adapter")  # fmt: skip
+            p.add_argument("--save-model", type=Path, default=None, metavar="PATH",
+                           help="write the policy's weights here where the run stops (for peer_crossplay.py)")  # fmt: skip
         elif name == "ours":
             p.add_argument("run_dir", type=Path)
             p.add_argument("--env", required=True)
@@ -971,7 +988,10 @@ def main(argv: list[str] | None = None) -> int:
                         raise PeerError("--stop-steps and --stop-seconds must be positive")
                 jsonl = a.out.resolve().with_suffix(".jsonl")  # the trainer runs in the cache folder
                 extra = [s for item in a.set for s in item.split("=", 1)]
-                info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env)
+                if a.save_model:
+                    a.save_model.parent.mkdir(parents=True, exist_ok=True)
+                info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env,
+                             a.save_model)  # fmt: skip
                 rows = derive(
                     peer_rows(jsonl, info["config"]),
                     a.metric,
