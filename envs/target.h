@@ -6,8 +6,9 @@
  *            (held in [-20, 20]). Positions are held inside the field.
  *   reward   1 for coming within 32 px of a star, which reappears at random. A puffer that has gone
  *            512 steps without one is moved to a random spot (every 512 steps until it eats).
- *   episode  PufferLib's target never ends; here every agent is truncated after max_ticks steps (and
- *            the field is dealt anew), and an episode's score is its stars eaten.
+ *   episode  never ends, as PufferLib's (no terminal, no truncation: the field is never dealt anew).
+ *            Every log_ticks steps each agent's stars in that window are logged as one record (score
+ *            = stars eaten, episode_length = log_ticks), and its count starts again.
  *   perf     stars per step / 0.1, capped at 1.
  */
 #include "vecenv.h"
@@ -31,7 +32,7 @@ typedef struct Target {
     float* rewards;
     uint8_t* terminals;
     uint8_t* truncations;
-    int num_agents, num_goals, max_ticks, tick, obs_size;
+    int num_agents, num_goals, log_ticks, tick, obs_size;
     float x[TARGET_MAX_AGENTS], y[TARGET_MAX_AGENTS], heading[TARGET_MAX_AGENTS], speed[TARGET_MAX_AGENTS];
     int since_reward[TARGET_MAX_AGENTS];
     float goals[TARGET_MAX_AGENTS];
@@ -41,7 +42,7 @@ typedef struct Target {
 static const ParamSpec target_params[] = {
     {"num_agents", PARAM_INT, 8, 1, TARGET_MAX_AGENTS},
     {"num_goals", PARAM_INT, 4, 1, TARGET_MAX_GOALS},
-    {"max_ticks", PARAM_INT, 512, 16, 100000}, /* our episode cut (PufferLib's never ends) */
+    {"log_ticks", PARAM_INT, 512, 16, 100000}, /* steps per logged window (the env never ends) */
     {NULL, 0, 0, 0, 0},
 };
 
@@ -56,7 +57,7 @@ static void target_init(Target* env, const double* p, Buffers b, Rng rng) {
     OCEAN_BIND(env, b, rng);
     env->num_agents = (int)PARAM(p, 0);
     env->num_goals = (int)PARAM(p, 1);
-    env->max_ticks = (int)PARAM(p, 2);
+    env->log_ticks = (int)PARAM(p, 2);
     env->obs_size = 2 * (env->num_agents + env->num_goals) + 4;
 }
 
@@ -131,17 +132,13 @@ static void target_step(Target* env) {
         env->terminals[i] = 0;
         env->truncations[i] = 0;
     }
-    if (env->tick >= env->max_ticks) {
+    if (env->tick >= env->log_ticks) { /* a logged window, not an episode's end */
         for (int i = 0; i < env->num_agents; i++) {
             float perf = env->goals[i] / (0.1f * env->tick);
             OCEAN_LOG_EPISODE(env->log, perf > 1 ? 1 : perf, env->goals[i], env->goals[i], (float)env->tick);
+            env->goals[i] = 0;
         }
-        float rewards[TARGET_MAX_AGENTS];
-        memcpy(rewards, env->rewards, sizeof(float) * (size_t)env->num_agents);
-        target_reset(env);
-        memcpy(env->rewards, rewards, sizeof(float) * (size_t)env->num_agents);
-        for (int i = 0; i < env->num_agents; i++) env->truncations[i] = 1;
-        return;
+        env->tick = 0;
     }
     target_observe(env);
 }

@@ -125,17 +125,18 @@ def test_the_permutation_p_counts_every_split_of_the_pooled_runs(peer, tmp_path)
     assert lines[-1] == "| breakout | ours-4096-breakout | pufferlib-breakout | 1 vs 1 | -0.300 (1.00) |"
 
 
-def test_stars_per_step_of_pufferlibs_trainer_on_our_target_reads_our_episode_length(peer):
-    """A train --our-env run logs our target's episodes (stars eaten per max_ticks-step episode), but
-    its config is PufferLib's ini, which has no max_ticks: the derivation takes our env's default
-    (it failed with "needs 'max_ticks'" after a 30 M-step run)."""
+def test_stars_per_step_of_pufferlibs_trainer_on_our_target_reads_our_logged_window(peer):
+    """A train --our-env run logs our target's windows (stars eaten per log_ticks steps), but its
+    config is PufferLib's ini, which has no such key (the derivation failed with "needs 'max_ticks'"
+    after a 30 M-step run): the window's length is read from the log itself, which also holds for
+    runs from before the key's rename (their episode_length was max_ticks)."""
     ini = {"env": {"num_envs": 512, "num_agents": 8, "num_goals": 4}, "train": {}}
-    rows = [{"steps": 1e6, "seconds": 1.0, "score": 2.56}]
-    with pytest.raises(peer.PeerError, match="max_ticks"):
-        peer.derive([dict(r) for r in rows], "stars_per_step", "ours", ini)
+    rows = [{"steps": 1e6, "seconds": 1.0, "score": 2.56, "episode_length": 512.0},
+            {"steps": 2e6, "seconds": 2.0, "score": 8.0, "episode_length": 2048.0}]  # fmt: skip
+    derived = peer.derive([dict(r) for r in rows], "stars_per_step", "ours", ini)
+    assert [r["stars_per_step"] for r in derived] == [2.56 / 512, 8.0 / 2048]
     config = peer.on_our_env(ini, "target")
-    assert config["env"]["max_ticks"] == 512 and config["env"]["num_agents"] == 8
-    assert peer.derive(rows, "stars_per_step", "ours", config)[0]["stars_per_step"] == 2.56 / 512
+    assert config["env"]["log_ticks"] == 512 and config["env"]["num_agents"] == 8
 
 
 def test_crossplay_counts_reward_per_agent_step_per_game_after_the_warmup_and_zeroes_state_each_horizon(peer):

@@ -236,7 +236,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"PufferLib is not built in {a.cache}: run `python tools/pufferlib_peer.py build --envs {a.env}` first"
             )
         env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(peer.REPO)])}
-        given = argv if argv is not None else sys.argv[1:]
+        given, rest = [], list(argv if argv is not None else sys.argv[1:])
+        while rest:  # the user's --out is passed on resolved, once
+            x = rest.pop(0)
+            if x == "--out":
+                rest = rest[1:]
+            elif not x.startswith("--out="):
+                given.append(x)
         # paths resolved here: the worker runs in PufferLib's folder, where it finds its resources
         given = [str(Path(x).resolve()) if not x.startswith("-") and Path(x).exists() else x for x in given]
         cmd = [str(py), "-W", "ignore::DeprecationWarning", str(Path(__file__).resolve()), *given,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -402,22 +403,23 @@ def make_report(system: str, env: str, metric: str, target: float, rows: list[di
 
 # Metrics that need each side's own log semantics to mean the same thing. target: PufferLib's env
 # never ends an episode and logs every star eaten as a one-star "episode" (perf and score always 1);
-# ``n`` is the stars one vector env's agents ate in the 128 steps between logs. Ours logs each
-# agent's max_ticks-step episode with the stars it ate as its score. Both become stars per agent-step.
+# ``n`` is the stars one vector env's agents ate in the 128 steps between logs. Ours logs each agent's
+# stars in a window of steps (its score; the window's length as episode_length: log_ticks, or
+# max_ticks in runs from before our target stopped ending). Both become stars per agent-step.
 PEER_LOG_INTERVAL = 128  # steps between PufferLib's Ocean env logs (its envs' log_interval default)
 DERIVED = {
     "stars_per_step": {
         "pufferlib": lambda r, c: (
             r["n"] / (PEER_LOG_INTERVAL * c["env"]["num_envs"] * c["env"]["num_agents"]) if "n" in r else None
         ),
-        "ours": lambda r, c: r["score"] / c["env"]["max_ticks"] if "score" in r else None,
+        "ours": lambda r, c: r["score"] / r["episode_length"] if "score" in r else None,
     },
 }
 
 
 def on_our_env(config: dict[str, Any], env: str) -> dict[str, Any]:
     """PufferLib's config for a run on our env: its ``[env]`` keys, and our env's defaults for the
-    parameters the ini does not set (the adapter makes our env with those; target's ``max_ticks``)."""
+    parameters the ini does not set (the adapter makes our env with those; target's ``log_ticks``)."""
     use_our_package()
     from appliance import ocean
 
@@ -570,6 +572,7 @@ def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] 
         else:
             raise PeerError(f"{env}: no PufferLib report among the reports and no --target {env}=VALUE")
         metric = entries[0][1]["metric"]
+        d = decimals([v for _, e in entries for v in e["runs"][0]["score"]])
         for path, entry in entries:
             curve = entry["runs"][0]
             hit = first_reach(curve, target)
@@ -579,9 +582,16 @@ def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] 
             lines.append(
                 f"| {env} | {metric} {target:.3g} | [{path.stem}]({links}{path.name}) | {steps} | {seconds} "
                 f"| {curve['steps'][-1] / 1e6:.1f} M | {curve['score'][-1]:.3g} |"
-                + "".join(f" {'-' if (v := score_at(curve, x)) is None else f'{v:.3f}'} |" for x in at)
+                + "".join(f" {'-' if (v := score_at(curve, x)) is None else f'{v:.{d}f}'} |" for x in at)
             )
     return "\n".join(lines) + "\n"
+
+
+def decimals(values: list[float]) -> int:
+    """Decimals that show three significant digits of the largest of ``values`` (at least 3): a
+    perf near 1 keeps 3, target's stars per agent-step near 0.007 gets 5."""
+    top = max((abs(v) for v in values if v), default=1.0)
+    return max(3, 2 - math.floor(math.log10(top)))
 
 
 def seed_group(stem: str) -> str:
@@ -606,12 +616,17 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
         "| env | setup | runs |" + "".join(f" mean (min-max) at {x / 1e6:g} M |" for x in at),
         "|---|---|---|" + "---|" * len(at),
     ]
+    places = {
+        env: decimals([v for (e, _), runs in groups.items() if e == env for curve in runs for v in curve["score"]])
+        for env, _ in groups
+    }
     for (env, group), runs in groups.items():
         cells = []
+        d = places[env]
         for x in at:
             values = [v for curve in runs if (v := score_at(curve, x)) is not None]
             cells.append(
-                f" {sum(values) / len(values):.3f} ({min(values):.3f}-{max(values):.3f}, n={len(values)}) |"
+                f" {sum(values) / len(values):.{d}f} ({min(values):.{d}f}-{max(values):.{d}f}, n={len(values)}) |"
                 if values
                 else " - |"
             )
@@ -639,7 +654,7 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
                 cells.append(" - |")
                 continue
             diff = sum(ours) / len(ours) - sum(theirs) / len(theirs)
-            cells.append(f" {diff:+.3f} ({permutation_p(ours, theirs):.2f}) |")
+            cells.append(f" {diff:+.{places[env]}f} ({permutation_p(ours, theirs):.2f}) |")
         lines.append(
             f"| {env} | {group} | {peer} | {len(groups[(env, group)])} vs {len(groups[(env, peer)])} |"
             + "".join(cells)
