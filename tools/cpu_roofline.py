@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""How close the trainer's matrix work runs to what this CPU can do: GFLOP/s of a large GEMM (the
+machine's practical ceiling) beside the same torch calls the breakout parity settings make.
+
+    python tools/cpu_roofline.py [--dtype bfloat16] [--seconds 2] [--out results/cpu/roofline.json]
+
+Shapes are those of bench/parity/breakout.yaml (LSTM 128, 4,096 agents a rollout step, minibatches
+of 32,768 agent-steps as 512 segments of 64): the rollout's one policy step (encoder, LSTM cell,
+heads) and the update's LSTM over a minibatch, forward and backward. Each is timed for
+``--seconds`` after a warm-up, all threads torch has; FLOPs are counted as 2 per multiply-add of the
+matrix products only (element-wise gate math is not counted), so the figures are a lower bound on
+the work done. docs/cpu-speed.md reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HIDDEN, OBS, ACTIONS = 128, 118, 3
+AGENTS, SEGMENTS, HORIZON = 4096, 512, 64
+
+
+def timed(fn, seconds: float) -> float:
+    """Seconds per call of ``fn``: a warm-up of three calls, then as many as ``seconds`` holds."""
+    for _ in range(3):
+        fn()
+    n, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or n < 3:
+        fn()
+        n += 1
+    return elapsed / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    if not a.seconds > 0:
+        print("error: --seconds must be positive", file=sys.stderr)
+        return 2
+    dtype = getattr(torch, a.dtype)
+    torch.manual_seed(0)
+    rows: dict[str, dict[str, float]] = {}
+
+    def record(name: str, flops: float, fn) -> None:
+        s = timed(fn, a.seconds)
+        rows[name] = {"seconds_per_call": s, "gflop_per_call": flops / 1e9, "gflop_per_s": flops / s / 1e9}
+        print(f"{name:<40} {s * 1e3:9.2f} ms  {flops / s / 1e9:8.1f} GFLOP/s", flush=True)
+
+    with torch.no_grad():
+        big_a = torch.randn(4096, 4096, dtype=dtype)
+        big_b = torch.randn(4096, 4096, dtype=dtype)
+        record("gemm 4096x4096x4096 (ceiling)", 2 * 4096**3, lambda: big_a @ big_b)
+        gx = torch.randn(AGENTS * 8, HIDDEN, dtype=dtype)
+        w = torch.randn(4 * HIDDEN, HIDDEN, dtype=dtype)
+        record("gemm 32768x128 @ 128x512", 2 * AGENTS * 8 * HIDDEN * 4 * HIDDEN, lambda: gx @ w.T)
+
+        encoder = nn.Sequential(nn.Linear(OBS, HIDDEN), nn.GELU()).to(dtype)
+        cell = nn.LSTMCell(HIDDEN, HIDDEN).to(dtype)
+        heads = nn.Linear(HIDDEN, ACTIONS + 1).to(dtype)
+        obs = torch.rand(AGENTS, OBS, dtype=dtype)
+        h = torch.zeros(AGENTS, HIDDEN, dtype=dtype)
+        c = torch.zeros(AGENTS, HIDDEN, dtype=dtype)
+        step_macs = AGENTS * (OBS * HIDDEN + 2 * HIDDEN * 4 * HIDDEN + HIDDEN * (ACTIONS + 1))
+        record("rollout step: encoder, LSTM cell, heads", 2 * step_macs, lambda: heads(cell(encoder(obs), (h, c))[0]))
+        record("rollout step: LSTM cell alone", 2 * AGENTS * 2 * HIDDEN * 4 * HIDDEN, lambda: cell(h, (h, c)))
+
+    lstm = nn.LSTM(HIDDEN, HIDDEN, batch_first=True)
+    x = torch.randn(SEGMENTS, HORIZON, HIDDEN, requires_grad=True)
+    state = (torch.zeros(1, SEGMENTS, HIDDEN), torch.zeros(1, SEGMENTS, HIDDEN))
+    seq_macs = SEGMENTS * HORIZON * 2 * HIDDEN * 4 * HIDDEN
+    autocast = torch.autocast("cpu", torch.bfloat16, enabled=dtype == torch.bfloat16)
+
+    def forward():
+        with torch.no_grad(), autocast:
+            lstm(x, state)
+
+    def forward_backward():
+        with autocast:
+            out, _ = lstm(x, state)
+        out.float().sum().backward()
+
+    record("update LSTM forward (a minibatch)", 2 * seq_macs, forward)
+    record("update LSTM forward+backward", 3 * 2 * seq_macs, forward_backward)
+
+    data = {
+        "dtype": a.dtype,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "command": "python tools/cpu_roofline.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "rows": rows,
+    }
+    ceiling = rows["gemm 4096x4096x4096 (ceiling)"]["gflop_per_s"]
+    for row in rows.values():
+        row["share_of_ceiling"] = row["gflop_per_s"] / ceiling
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = a.out.with_suffix(a.out.suffix + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
