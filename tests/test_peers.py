@@ -98,6 +98,15 @@ def test_pufferlibs_rollouts_after_training_are_not_on_the_curve(peer, tmp_path)
     assert len(peer.peer_rows(path, {})) == 6  # without a config nothing is cut
 
 
+def test_the_tables_show_three_significant_digits_of_small_scores(peer):
+    """target's stars per agent-step (about 0.007) read 0.007 at three fixed decimals, which hid a
+    25 % gap between two setups; perf near 1 keeps its three decimals, and NaN does not break it."""
+    assert peer.decimals([0.0072, 0.0061, float("nan"), 0.0]) == 5
+    assert peer.decimals([0.92, 0.31]) == 3
+    assert peer.decimals([5.61, -3.8]) == 3
+    assert peer.decimals([]) == 3
+
+
 def test_the_means_average_each_setups_seeds_at_each_step_count(peer, tmp_path):
     a = _report(peer, tmp_path, "ours-4096-breakout-s0", "puffer-bench", [0.2] * 8)
     b = _report(peer, tmp_path, "ours-4096-breakout-s1", "puffer-bench", [0.4] * 4)

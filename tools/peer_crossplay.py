@@ -73,6 +73,7 @@ def worker(a: argparse.Namespace) -> dict[str, Any]:
     import pufferlib.pufferl as pl
     import pufferlib.pytorch
 
+    from appliance import ocean
     from appliance import vector as our_vector
     from appliance.config import resolve
     from appliance.train import checkpoint
@@ -102,7 +103,11 @@ def worker(a: argparse.Namespace) -> dict[str, Any]:
     cfg = config_of_run(cfg, run_dir, saved)
     ckpt = checkpoint.read(model)
     check_env(cfg, model, ckpt["meta"], saved)
-    env_params = {k: v for k, v in (saved.get("env") or {}).items()}
+    known = ocean.describe(a.env)["params"]
+    env_params = {k: v for k, v in (saved.get("env") or {}).items() if k in known}
+    dropped = sorted(set(saved.get("env") or {}) - set(known))
+    if dropped:  # e.g. target's max_ticks, from before it stopped ending
+        peer.log(f"our run's env keys {', '.join(dropped)} are no longer {a.env}'s; played with its defaults")
     our_vec = our_vector.make(a.env, num_envs=a.games, num_threads=1, seed=a.seed, **env_params)
     per_game_ours = our_vec.num_agents // a.games
     ours_reset_state = bool((saved.get("train") or {}).get("reset_state", False))

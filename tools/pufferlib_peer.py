@@ -590,7 +590,7 @@ def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] 
 def decimals(values: list[float]) -> int:
     """Decimals that show three significant digits of the largest of ``values`` (at least 3): a
     perf near 1 keeps 3, target's stars per agent-step near 0.007 gets 5."""
-    top = max((abs(v) for v in values if v), default=1.0)
+    top = max((abs(v) for v in values if v and math.isfinite(v)), default=1.0)
     return max(3, 2 - math.floor(math.log10(top)))
 
 
