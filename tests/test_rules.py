@@ -95,7 +95,9 @@ def test_target_never_ends_and_keeps_its_field_across_a_logged_window():
         obs, _ = vec.reset(0)
         before = None
         for t in range(1, 600):
-            obs, _, term, trunc, _ = vec.step(rng.integers(0, [9, 5], size=(vec.num_agents, 2), dtype=np.int32))
+            obs, _, term, trunc, _ = vec.step(
+                rng.integers(0, [9, 5], size=(vec.num_agents, 2), dtype=np.int32)
+            )
             assert not term.any() and not trunc.any(), f"an episode ended at step {t}"
             if t == 511:
                 before = obs[:, heading].copy()
