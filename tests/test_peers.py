@@ -174,3 +174,29 @@ def test_crossplay_counts_reward_per_agent_step_per_game_after_the_warmup_and_ze
     assert cell["mean"] == pytest.approx(((8 / 16) + (4 / 16)) / 2)  # game 0: 8 of 16 agent-steps
     assert cell["stderr"] == pytest.approx(0.125)
     assert t["zeroed"] == [0, 4, 8]  # before the steps 0, 4 and 8 of the 11 played
+
+
+def test_train_builds_the_env_it_is_asked_for_where_its_binding_is_missing(peer, tmp_path, monkeypatch):
+    # `build` with no --envs compiles breakout only; `train go` then failed deep inside PufferLib's
+    # import of go's binding instead of compiling it
+    calls = []
+
+    class Built(Exception):
+        pass
+
+    def fake_build(cache, envs):
+        calls.append((cache, envs))
+        raise Built
+
+    monkeypatch.setattr(peer, "build", fake_build)
+    folder = tmp_path / f"pufferlib-{peer.VERSION}" / "pufferlib" / "ocean"
+    (folder / "breakout").mkdir(parents=True)
+    (folder / "breakout" / "binding.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").write_text("")
+    assert peer.built(tmp_path, "breakout") and not peer.built(tmp_path, "go")
+    with pytest.raises(Built):
+        peer.train(tmp_path, "go", 1e6, 60, None, [], tmp_path / "go.jsonl")
+    assert calls == [(tmp_path, ["go"])]
+    with pytest.raises(peer.PeerError, match="no PufferLib counterpart known for nosuchenv"):
+        peer.train(tmp_path, "nosuchenv", 1e6, 60, None, [], tmp_path / "x.jsonl")

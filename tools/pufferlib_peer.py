@@ -161,6 +161,13 @@ def torch_requirement() -> str:
         return "torch"
 
 
+def built(cache: Path, env: str) -> bool:
+    """Whether ``env``'s PufferLib binding (and so the venv and sources it needs) is in ``cache``."""
+    src = cache / f"pufferlib-{VERSION}"
+    folder = src / "pufferlib" / "ocean" / ENVS[env][1]
+    return (cache / "venv" / "bin" / "python").exists() and any(folder.glob("binding.*.so"))
+
+
 def build(cache: Path, envs: list[str]) -> None:
     unknown = [e for e in envs if e not in ENVS]
     if unknown:
@@ -304,12 +311,11 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
           save_model: Path | None = None) -> dict[str, Any]:  # fmt: skip
     src = cache / f"pufferlib-{VERSION}"
     py = cache / "venv" / "bin" / "python"
-    if not py.exists() or not (src / "pufferlib").exists():
-        raise PeerError(
-            f"PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build --envs {env}` first"
-        )
     if env not in ENVS:
         raise PeerError(f"no PufferLib counterpart known for {env}; known: {', '.join(ENVS)}")
+    if not built(cache, env):
+        log(f"PufferLib's {env} is not built in {cache}: building it first")
+        build(cache, [env])
     args = ["--train.device", "cpu", "--vec.backend", "Serial"]
     if seed is not None:
         args += ["--train.seed", str(seed), "--vec.seed", str(seed)]
