@@ -155,10 +155,12 @@ const EnvSpec* ocean_get(int index);
     } while (0)
 
 /* End a single-agent step: after a finished episode (log it first) auto-reset and raise the flag that
- * ended it, else clear both flags and write the next observation; the reward goes in last, since a
- * reset clears it. */
+ * ended it, else clear both flags and write the next observation. reward_ is read before the reset
+ * (it may name a field the reset zeroes, as go's does) and written last, since a reset clears the
+ * rewards buffer. */
 #define OCEAN_END_STEP(env_, done_, truncated_, reward_, reset_, observe_) \
     do {                                                                   \
+        const float reward_now_ = (reward_);                               \
         if ((done_) || (truncated_)) {                                     \
             reset_(env_);                                                  \
             (env_)->terminals[0] = (uint8_t)(done_);                       \
@@ -168,7 +170,7 @@ const EnvSpec* ocean_get(int index);
             (env_)->truncations[0] = 0;                                    \
             observe_(env_);                                                \
         }                                                                  \
-        (env_)->rewards[0] = (reward_);                                    \
+        (env_)->rewards[0] = reward_now_;                                  \
     } while (0)
 
 /* Read a parameter in the order of the env's ParamSpec table. */

@@ -151,3 +151,30 @@ def test_connect4_opening_book_answers_the_centre():
         vec.reset(1)
         obs, *_ = vec.step(np.full(8, 4, dtype=np.int32))
         assert (obs[:, 4 * 6] == 1).all() and (obs[:, 3 * 6] == -1).all()
+
+
+@pytest.mark.parametrize("name", ["breakout", "pong", "squared", "connect4", "snake", "go", "g2048"])
+def test_the_rewards_handed_back_add_up_to_the_logged_episode_return(name):
+    """What the trainer is handed per episode is what the env logs as its return. go's game result
+    (+1/-1) was logged but never handed back: its step read the reward from a field its reset had
+    just zeroed, so a policy learnt only from the shaped rewards (docs/learning.md, "go")."""
+    steps = {"connect4": 600, "go": 600, "g2048": 600}.get(name, 1500)
+    vec = native.make(name, num_envs=64, num_threads=1, seed=0, **resolve(env=name).env)
+    with vec:
+        space = vec.single_action_space
+        nvec = np.atleast_1d(getattr(space, "nvec", getattr(space, "n", None)))
+        rng = np.random.default_rng(0)
+        vec.reset(0)
+        vec.log()
+        running = np.zeros(vec.num_agents)
+        ended = []
+        for _ in range(steps):
+            actions = rng.integers(0, nvec, size=(vec.num_agents, len(nvec)), dtype=np.int32)
+            _, rew, term, trunc, _ = vec.step(actions[:, 0].copy() if len(nvec) == 1 else actions)
+            running += rew
+            done = np.logical_or(term, trunc)
+            ended.extend(running[done].tolist())
+            running[done] = 0
+        stats = vec.log()
+    assert len(ended) == stats["n"] > 50
+    assert np.mean(ended) == pytest.approx(stats["episode_return"], rel=1e-4, abs=1e-4)
