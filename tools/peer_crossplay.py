@@ -113,16 +113,18 @@ def worker(a: argparse.Namespace) -> dict[str, Any]:
     ours_reset_state = bool((saved.get("train") or {}).get("reset_state", False))
     our_horizon = int((saved.get("train") or {}).get("bptt_horizon", horizon))
 
+    our_actions = (our_vec.num_agents, *(our_vec.single_action_space.shape or ()))
     envs = {
         "pufferlib": (
             lambda: pl_vec.reset(seed=a.seed)[0],
-            lambda act: pl_vec.step(act)[:2],
+            # each env's own joint shape: PufferLib's go wants (agents,), its target (agents, 2)
+            lambda act: pl_vec.step(np.asarray(act).reshape(pl_vec.action_space.shape))[:2],
             per_game_pl,
             pl_vec.num_agents,
         ),
         "ours": (
             lambda: our_vec.reset(a.seed)[0],
-            lambda act: our_vec.step(np.asarray(act, dtype=np.int32))[:2],
+            lambda act: our_vec.step(np.asarray(act, dtype=np.int32).reshape(our_actions))[:2],
             per_game_ours,
             our_vec.num_agents,
         ),
