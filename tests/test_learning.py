@@ -161,12 +161,13 @@ def test_squared_learns_to_reach_the_target_mlp_adam():
     baseline = random_score("squared", "perf")
     history = train(
         "squared",
-        [*MLP_ADAM, *SQUARED, "--train.total-timesteps", "2000000"],
+        [*MLP_ADAM, *SQUARED, "--train.total-timesteps", "3000000"],
         target=("perf", 0.6),
         min_epochs=20,
     )
     # PufferLib's squared (off the grid: -1) is harder for this small mlp than the old walled grid:
-    # 0.54-0.59 after 1.4-1.6 M steps here (random play 0.12)
+    # 0.54-0.59 after 1.4-1.6 M steps here (random play 0.12); on an AVX2-only CPU 0.432 after 2 M,
+    # hence 3 M (it stops early once the target is reached)
     assert len(history) >= 20 and recent(history, "perf") >= 0.45 > baseline + 0.3
 
 
@@ -194,8 +195,10 @@ TARGET = [
 @pytest.mark.parametrize("machinery", ["default", "mlp_adam"])
 def test_target_reward_rises_well_above_random(machinery):
     baseline = random_score("target", "episode_return", steps=1000)
-    extra = MLP_ADAM if machinery == "mlp_adam" else []
-    history = train("target", [*extra, *TARGET], target=("episode_return", 3 * baseline))
+    # on an AVX2-only CPU (no AVX-512) the mlp ended TARGET's 600 K steps at random play (0.301
+    # against 0.313) where the AVX-512 machine's run passed: it gets 1.2 M (passed there in 2026-11)
+    extra = [*MLP_ADAM, "--train.total-timesteps", "1200000"] if machinery == "mlp_adam" else []
+    history = train("target", [*TARGET, *extra], target=("episode_return", 3 * baseline))
     final = recent(history, "episode_return")
     # PufferLib's target (stars eaten per 512-step episode): random play 0.31; in these 600 K steps the
     # last-5-epoch mean was 0.61 (default machinery, pytest) and the last epoch 1.16 (default, CLI) and
