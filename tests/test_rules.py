@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from appliance.bench.envsps import random_actions
 from appliance.config import resolve
 from appliance.vector import native
 
@@ -161,16 +162,13 @@ def test_the_rewards_handed_back_add_up_to_the_logged_episode_return(name):
     steps = {"connect4": 600, "go": 600, "g2048": 600}.get(name, 1500)
     vec = native.make(name, num_envs=64, num_threads=1, seed=0, **resolve(env=name).env)
     with vec:
-        space = vec.single_action_space
-        nvec = np.atleast_1d(getattr(space, "nvec", getattr(space, "n", None)))
-        rng = np.random.default_rng(0)
+        actions = random_actions(vec, count=64)
         vec.reset(0)
         vec.log()
         running = np.zeros(vec.num_agents)
         ended = []
-        for _ in range(steps):
-            actions = rng.integers(0, nvec, size=(vec.num_agents, len(nvec)), dtype=np.int32)
-            _, rew, term, trunc, _ = vec.step(actions[:, 0].copy() if len(nvec) == 1 else actions)
+        for i in range(steps):
+            _, rew, term, trunc, _ = vec.step(actions[i % 64])
             running += rew
             done = np.logical_or(term, trunc)
             ended.extend(running[done].tolist())

@@ -117,7 +117,7 @@ def worker(a: argparse.Namespace) -> dict[str, Any]:
     envs = {
         "pufferlib": (
             lambda: pl_vec.reset(seed=a.seed)[0],
-            # each env's own joint shape: PufferLib's go wants (agents,), its target (agents, 2)
+            # each env's own joint action shape: PufferLib's go refuses (agents, 1) for (agents,)
             lambda act: pl_vec.step(np.asarray(act).reshape(pl_vec.action_space.shape))[:2],
             per_game_pl,
             pl_vec.num_agents,
