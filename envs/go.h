@@ -42,7 +42,7 @@ typedef struct Go {
     float komi, r_pass, r_invalid, r_valid, r_player_capture, r_opponent_capture;
     float reward, episode_return, score;
     int captures[2];
-    int game_over;
+    int game_over, terminal_at_game_end;
     uint16_t stamp;
     uint16_t visited[GO_MAX_CELLS]; /* == stamp: visited in the current search */
     int8_t board[GO_MAX_CELLS], previous[GO_MAX_CELLS], temp[GO_MAX_CELLS];
@@ -58,6 +58,9 @@ static const ParamSpec go_params[] = {
     {"reward_move_valid", PARAM_FLOAT, 0, -1, 1},
     {"reward_player_capture", PARAM_FLOAT, 0.42122681325442923, -1, 1},
     {"reward_opponent_capture", PARAM_FLOAT, -0.3152783593705354, -1, 1},
+    /* 1: a game's end raises the terminal flag; 0: the board is reset without it, as PufferLib 3.0's
+     * go does (its trainer then bootstraps values across games) */
+    {"terminal_at_game_end", PARAM_INT, 1, 0, 1},
     {NULL, 0, 0, 0, 0},
 };
 
@@ -81,6 +84,7 @@ static void go_init(Go* env, const double* p, Buffers b, Rng rng) {
     env->r_valid = (float)PARAM(p, 4);
     env->r_player_capture = (float)PARAM(p, 5);
     env->r_opponent_capture = (float)PARAM(p, 6);
+    env->terminal_at_game_end = (int)PARAM(p, 7);
 }
 
 /* A fresh search: nothing visited (a stamp, not a clear of the array). */
@@ -377,6 +381,7 @@ static void go_step(Go* env) {
         OCEAN_LOG_EPISODE(env->log, env->score > 0 ? 1.0f : 0.0f, env->score, env->episode_return, (float)env->tick);
     }
     OCEAN_END_STEP(env, done, 0, env->reward, go_reset, go_observe);
+    if (!env->terminal_at_game_end) env->terminals[0] = 0;
 }
 
 static void go_render(Go* env, uint8_t* rgb) {

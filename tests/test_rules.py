@@ -176,3 +176,30 @@ def test_the_rewards_handed_back_add_up_to_the_logged_episode_return(name):
         stats = vec.log()
     assert len(ended) == stats["n"] > 50
     assert np.mean(ended) == pytest.approx(stats["episode_return"], rel=1e-4, abs=1e-4)
+
+
+def test_go_can_hide_the_games_end_as_pufferlib_does():
+    """`terminal_at_game_end: 0` resets the board at a game's end without raising the terminal flag
+    (PufferLib 3.0's go never shows one, so its trainer bootstraps across games): the same stream of
+    rewards, observations and logged games as with the flag, and no terminal."""
+    streams = {}
+    for flag in (1, 0):
+        params = dict(resolve(env="go").env, terminal_at_game_end=flag)
+        with native.make("go", num_envs=32, num_threads=1, seed=3, **params) as vec:
+            actions = random_actions(vec, count=64)
+            vec.reset(0)
+            vec.log()
+            rewards, obs, terminals = [], [], 0
+            for i in range(600):
+                o, rew, term, trunc, _ = vec.step(actions[i % 64])
+                rewards.append(rew.copy())
+                obs.append(o.copy())
+                terminals += int(term.sum() + trunc.sum())
+            streams[flag] = (np.array(rewards), np.array(obs), terminals, vec.log())
+    with_flag, without = streams[1], streams[0]
+    assert with_flag[2] == with_flag[3]["n"] > 50  # every game ended with the flag
+    assert without[2] == 0
+    assert without[3]["n"] == with_flag[3]["n"]
+    np.testing.assert_array_equal(without[0], with_flag[0])
+    np.testing.assert_array_equal(without[1], with_flag[1])
+    assert (without[0] == -1).any()  # the lost games' results still arrive
