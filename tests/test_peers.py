@@ -200,3 +200,27 @@ def test_train_builds_the_env_it_is_asked_for_where_its_binding_is_missing(peer,
     assert calls == [(tmp_path, ["go"])]
     with pytest.raises(peer.PeerError, match="no PufferLib counterpart known for nosuchenv"):
         peer.train(tmp_path, "nosuchenv", 1e6, 60, None, [], tmp_path / "x.jsonl")
+
+
+def test_train_on_our_env_takes_our_env_params_checked_before_anything_starts(peer, tmp_path, monkeypatch):
+    """`--our-env-param` sets one of our env's params for PufferLib's trainer on our env (go's
+    terminal_at_game_end=0 shows our go as PufferLib's does); an unknown name, a missing value or a
+    param without --our-env stops with one line before the trainer starts."""
+    seen = []
+
+    class Started(Exception):
+        pass
+
+    def fake_train(*args):
+        seen.append(args[-1])
+        raise Started
+
+    monkeypatch.setattr(peer, "train", fake_train)
+    out = str(tmp_path / "r.json")
+    with pytest.raises(Started):
+        peer.main(["train", "go", "--our-env", "--our-env-param", "terminal_at_game_end=0", "--out", out])
+    assert seen == [{"terminal_at_game_end": 0}] and type(seen[0]["terminal_at_game_end"]) is int
+    for args in (["--our-env", "--our-env-param", "nope=1"], ["--our-env", "--our-env-param", "komi"],
+                 ["--our-env-param", "komi=6.5"]):  # fmt: skip
+        assert peer.main(["train", "go", *args, "--out", out]) != 0
+    assert len(seen) == 1

@@ -265,6 +265,7 @@ if our_env:  # PufferLib's trainer on our env: a PufferEnv whose buffers our nat
     class OurEnv(pufferlib.PufferEnv):
         def __init__(self, num_envs=1, buf=None, seed=0, frameskip=None, **ignored):
             params = {} if frameskip is None else {"frameskip": int(frameskip)}
+            params.update(json.loads(os.environ.get("PEER_OUR_ENV_PARAMS") or "{}"))
             self.vec = our_vector.make(our_env, num_envs=num_envs, num_threads=1, seed=seed, **params)
             self.single_observation_space = self.vec.single_observation_space
             self.single_action_space = self.vec.single_action_space
@@ -308,7 +309,7 @@ os._exit(0)  # PufferLib's utilization monitor is a non-daemon thread that only 
 
 def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: int | None,
           extra: list[str], jsonl: Path, our_env: bool = False,
-          save_model: Path | None = None) -> dict[str, Any]:  # fmt: skip
+          save_model: Path | None = None, our_env_params: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     src = cache / f"pufferlib-{VERSION}"
     py = cache / "venv" / "bin" / "python"
     if env not in ENVS:
@@ -327,6 +328,7 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(src), *([str(REPO)] if our_env else [])]),
         "PEER_OUR_ENV": env if our_env else "",
+        "PEER_OUR_ENV_PARAMS": json.dumps(our_env_params or {}),
         "PEER_STOP_STEPS": str(stop_steps),
         "PEER_STOP_SECONDS": str(stop_seconds),
         "PEER_OUT": str(jsonl),
@@ -348,7 +350,8 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
     if rc:
         raise PeerError(f"PufferLib's trainer exited with code {rc}; see {jsonl.with_suffix('.log')}")
     config = json.loads(first)["config"] if first.startswith("{") else {}
-    command = shlex.join(cmd) + (f" (PEER_OUR_ENV={env}: on our env through the adapter)" if our_env else "")
+    on = f"PEER_OUR_ENV={env}" + (f", env params {json.dumps(our_env_params)}" if our_env_params else "")
+    command = shlex.join(cmd) + (f" ({on}: on our env through the adapter)" if our_env else "")
     return {"config": config, "command": command, "wall_s": time.time() - start}
 
 
@@ -917,6 +920,8 @@ def main(argv: list[str] | None = None) -> int:
                            help="a PufferLib option, e.g. --set=--train.learning-rate=0.01")  # fmt: skip
             p.add_argument("--our-env", action="store_true",
                            help="train on our env (appliance.vector, this checkout) through an adapter")  # fmt: skip
+            p.add_argument("--our-env-param", action="append", default=[], metavar="KEY=VALUE",
+                           help="with --our-env: one of our env's params, e.g. terminal_at_game_end=0")  # fmt: skip
             p.add_argument("--save-model", type=Path, default=None, metavar="PATH",
                            help="write the policy's weights here where the run stops (for peer_crossplay.py)")  # fmt: skip
         elif name == "ours":
@@ -1011,8 +1016,26 @@ def main(argv: list[str] | None = None) -> int:
                 extra = [s for item in a.set for s in item.split("=", 1)]
                 if a.save_model:
                     a.save_model.parent.mkdir(parents=True, exist_ok=True)
+                if a.our_env_param and not a.our_env:
+                    raise PeerError("--our-env-param needs --our-env")
+                our_params = {}
+                for item in a.our_env_param:
+                    key, eq, value = item.partition("=")
+                    if not eq or not key:
+                        raise PeerError(f"--our-env-param wants KEY=VALUE, got {item!r}")
+                    our_params[key] = float(value)
+                if our_params:
+                    use_our_package()
+                    from appliance import ocean
+
+                    known = ocean.params(a.env)
+                    for key, value in our_params.items():
+                        if key not in known:
+                            raise PeerError(f"{a.env} has no param {key!r}; its params: {', '.join(known)}")
+                        if known[key].type is int:
+                            our_params[key] = int(value)
                 info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env,
-                             a.save_model)  # fmt: skip
+                             a.save_model, our_params)  # fmt: skip
                 rows = derive(
                     peer_rows(jsonl, info["config"]),
                     a.metric,
