@@ -849,6 +849,11 @@ def serial_vec_envs(vec: dict[str, Any]) -> int:
     return n if batch in (None, "None") else int(batch)
 
 
+# Our env params that make an env show the trainer what PufferLib's does where our default differs
+# (go: PufferLib's reset at a game's end clears the terminal flag; docs/learning.md, "go")
+AS_PUFFERLIB: dict[str, dict[str, Any]] = {"go": {"terminal_at_game_end": 0}}
+
+
 def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
     """PufferLib's config for ``env`` on our keys, and the PufferLib keys left out (with why)."""
     use_our_package()
@@ -860,7 +865,7 @@ def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
     envs = int(pe.get("num_envs", 1)) * serial_vec_envs(pv)
     out: dict[str, Any] = {
         "vec": {"num_envs": envs},
-        "env": {k: v for k, v in pe.items() if k in params},
+        "env": {**{k: v for k, v in pe.items() if k in params}, **AS_PUFFERLIB.get(env, {})},
         "train": {"device": "cpu", **{k: pt[k] for k in TRAIN_KEYS if k in pt}},
         "policy": {"core": "lstm", "hidden_size": int(ini.get("rnn", {}).get("hidden_size", 128)),
                    "encoder": "linear", "init": "pufferlib", "obs_scale": "none"},
@@ -886,7 +891,10 @@ def write_config(cache: Path, env: str, out: Path) -> None:
         "# steps: env.num_envs x the vector envs Serial makes (half of vec.num_envs, as its batch_size auto);\n"
         "# its policy (Default: Linear + GELU encoder over the raw observation floats, LSTM 128, PufferLib's\n"
         "# init), reward handling (clamp to [-1, 1], no scaling) and recurrent state (zeroed at each rollout)\n"
-        "# are spelled out.\n"
+        "# are spelled out"
+        + (f", and so are our env params that show what PufferLib's env shows: {', '.join(f'env.{k}' for k in AS_PUFFERLIB[env])}"
+           if env in AS_PUFFERLIB else "")
+        + ".\n"
         f"# Not carried over (no counterpart on our side, or the run's bookkeeping): {', '.join(left) or 'nothing'}.\n"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
