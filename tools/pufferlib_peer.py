@@ -849,6 +849,30 @@ def serial_vec_envs(vec: dict[str, Any]) -> int:
     return n if batch in (None, "None") else int(batch)
 
 
+def parse_our_env_params(env: str, items: list[str]) -> dict[str, int | float]:
+    """``--our-env-param KEY=VALUE`` items as our env's params, checked by the env's own ParamSpec
+    (names, ranges, whole numbers) before anything starts."""
+    raw: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            raw[key] = float(value)  # a missing "=VALUE" is "" here, which float refuses
+        except ValueError:
+            raise PeerError(f"--our-env-param wants KEY=NUMBER, got {item!r}") from None
+    if not raw:
+        return {}
+    use_our_package()
+    from appliance import ocean
+    from appliance.errors import ConfigError
+
+    try:
+        ocean.describe(env, **raw)
+    except ConfigError as e:
+        raise PeerError(str(e)) from None
+    known = ocean.params(env)
+    return {k: known[k].type(v) for k, v in raw.items()}
+
+
 # Our env params that make an env show the trainer what PufferLib's does where our default differs
 # (go: PufferLib's reset at a game's end clears the terminal flag; docs/learning.md, "go")
 AS_PUFFERLIB: dict[str, dict[str, Any]] = {"go": {"terminal_at_game_end": 0}}
@@ -1026,22 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
                     a.save_model.parent.mkdir(parents=True, exist_ok=True)
                 if a.our_env_param and not a.our_env:
                     raise PeerError("--our-env-param needs --our-env")
-                our_params = {}
-                for item in a.our_env_param:
-                    key, eq, value = item.partition("=")
-                    if not eq or not key:
-                        raise PeerError(f"--our-env-param wants KEY=VALUE, got {item!r}")
-                    our_params[key] = float(value)
-                if our_params:
-                    use_our_package()
-                    from appliance import ocean
-
-                    known = ocean.params(a.env)
-                    for key, value in our_params.items():
-                        if key not in known:
-                            raise PeerError(f"{a.env} has no param {key!r}; its params: {', '.join(known)}")
-                        if known[key].type is int:
-                            our_params[key] = int(value)
+                our_params = parse_our_env_params(a.env, a.our_env_param)
                 info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env,
                              a.save_model, our_params)  # fmt: skip
                 rows = derive(
