@@ -224,3 +224,16 @@ def test_train_on_our_env_takes_our_env_params_checked_before_anything_starts(pe
                  ["--our-env-param", "komi=6.5"]):  # fmt: skip
         assert peer.main(["train", "go", *args, "--out", out]) != 0
     assert len(seen) == 1
+
+
+def test_a_resumed_runs_seconds_go_on_from_its_checkpoint_and_its_retrained_epochs_replace_the_old(peer, tmp_path):
+    # the first process logged 5 epochs and was stopped; --resume took the checkpoint of epoch 3,
+    # so its process (uptime from 0 again) trained epochs 4 and 5 again and then 6
+    first = [(e * 1e6, 10.0 * e, 0.1 * e) for e in range(1, 6)]
+    again = [(e * 1e6, 2.0 + 10.0 * (e - 3), 0.2 * e) for e in range(4, 7)]
+    lines = [json.dumps({"global_step": s, "uptime": u, "env/perf": p}) for s, u, p in first + again]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    rows, _ = peer.our_rows(tmp_path)
+    assert [r["steps"] for r in rows] == [1e6, 2e6, 3e6, 4e6, 5e6, 6e6]
+    assert [r["seconds"] for r in rows] == [10.0, 20.0, 30.0, 42.0, 52.0, 62.0]
+    assert [r["perf"] for r in rows][3:] == pytest.approx([0.8, 1.0, 1.2])

@@ -480,13 +480,22 @@ def peer_rows(jsonl: Path, config: dict[str, Any]) -> list[dict[str, float]]:
 
 
 def our_rows(run_dir: Path) -> tuple[list[dict[str, float]], dict[str, Any]]:
+    """A run folder's curve and config. A resumed run's seconds go on from its checkpoint's epoch
+    (each process logs its own uptime), and the epochs it trained again after that replace the old."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         raise PeerError(f"{path} does not exist: name one of our run folders (experiments/<run>)")
-    rows = []
+    rows: list[dict[str, float]] = []
+    offset, last_uptime = 0.0, -1.0
     for line in path.read_text().splitlines():
         r = json.loads(line)
-        row = {"steps": float(r["global_step"]), "seconds": float(r["uptime"])}
+        steps, uptime = float(r["global_step"]), float(r["uptime"])
+        if uptime < last_uptime:  # a --resume: its process counts its uptime from 0 again
+            while rows and rows[-1]["steps"] >= steps:  # epochs after its checkpoint, trained again
+                rows.pop()
+            offset = rows[-1]["seconds"] if rows else 0.0
+        last_uptime = uptime
+        row = {"steps": steps, "seconds": offset + uptime}
         row.update({k.split("/", 1)[1]: v for k, v in r.items() if k.startswith("env/")})
         rows.append(row)
     config: dict[str, Any] = {}
