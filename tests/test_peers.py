@@ -226,7 +226,7 @@ def test_train_on_our_env_takes_our_env_params_checked_before_anything_starts(pe
     assert len(seen) == 1
 
 
-def test_a_resumed_runs_seconds_go_on_from_its_checkpoint_and_its_retrained_epochs_replace_the_old(peer, tmp_path):
+def test_a_resumed_runs_seconds_go_on_from_its_checkpoint_and_retrained_epochs_replace_old(peer, tmp_path):
     # the first process logged 5 epochs and was stopped; --resume took the checkpoint of epoch 3,
     # so its process (uptime from 0 again) trained epochs 4 and 5 again and then 6
     first = [(e * 1e6, 10.0 * e, 0.1 * e) for e in range(1, 6)]
