@@ -11,7 +11,7 @@ EXTRAS      ?= dev,ray,docker
 SYSTEM_SITE ?= 0
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
-SOURCES     := pyproject.toml setup.py $(wildcard envs/*.c envs/*.h)
+SOURCES     := pyproject.toml setup.py $(wildcard envs/*.c envs/*.h kernels/*.cpp kernels/*.cuh)
 
 .PHONY: bench test lint install clean env-debug readme-results kernels-check docker-test
 

@@ -1,6 +1,7 @@
 """Build glue that pyproject.toml cannot express: the C extension and the shipped data trees.
 
-* ``appliance._ocean`` is compiled from ``envs/`` with ``-O3``. Builds are portable by default;
+* ``appliance._ocean`` is compiled from ``envs/`` with ``-O3``; ``appliance._hostkernels`` from
+  ``kernels/host.cpp``, the fused kernels' bodies for the CPU trainer. Builds are portable by default;
   set ``PUFFER_NATIVE=1`` to add ``-march=native`` for a machine-tuned local build.
 * ``envs/``, ``kernels/`` and ``bench/`` live at the top of the checkout (DESIGN.md). ``package_dir``
   maps each to ``appliance/_data/<name>`` in a wheel, with the files ``DATA`` lists as package
@@ -57,6 +58,18 @@ ocean = Extension(
     libraries=["dl"],  # the engine resolves the CUDA driver at run time (dlopen), never at link time
 )
 
+# The kernels' bodies (kernels/*.cuh) compiled for the CPU: appliance/gpu/host.py calls them.
+hostkernels = Extension(
+    "appliance._hostkernels",
+    sources=["kernels/host.cpp"],
+    include_dirs=["kernels"],
+    depends=[str(p.relative_to(ROOT)) for p in sorted((ROOT / "kernels").glob("*.cuh"))],
+    extra_compile_args=["-O3", "-std=c++17", "-Wall", "-frecord-gcc-switches"]
+    + (["-march=native"] if os.environ.get("PUFFER_NATIVE", "0") not in ("", "0") else []),
+    extra_link_args=["-pthread"],
+    language="c++",
+)
+
 setup(
     packages=find_packages(include=["appliance", "appliance.*"]) + [f"appliance._data.{n}" for n in DATA],
     package_dir={f"appliance._data.{n}": n for n in DATA},
@@ -64,6 +77,6 @@ setup(
         "appliance": ["defaults/*.yaml", "defaults/envs/*.yaml", "defaults/gymnasium/*.yaml"],
         **{f"appliance._data.{n}": globs for n, globs in DATA.items()},
     },
-    ext_modules=[ocean],
+    ext_modules=[ocean, hostkernels],
     cmdclass={"build_py": BuildPyWithCubins},
 )

@@ -12,11 +12,11 @@ ARG WHEELS=puffer-bench-wheels:cpu
 
 FROM ${WHEELS} AS wheels
 
-# ---------------------------------------------------------------- base: compiler (tests build C), tini, user
+# ---------------------------------------------------------------- base: compilers (the build and tests compile C and C++), tini, user
 FROM ${BASE} AS base
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INDEX=1
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev make tini \
+    && apt-get install -y --no-install-recommends gcc g++ libc6-dev make tini \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --create-home --uid 1000 puffer
 

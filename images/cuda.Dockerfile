@@ -18,7 +18,7 @@ FROM ${WHEELS} AS wheels
 FROM ${BASE} AS base
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INDEX=1
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev make tini \
+    && apt-get install -y --no-install-recommends gcc g++ libc6-dev make tini \
     && if ! python3 -c 'import ensurepip, sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_path("include") + "/Python.h"))'; then \
         apt-get install -y --no-install-recommends python3-venv python3-dev; fi \
     && rm -rf /var/lib/apt/lists/* \

@@ -126,8 +126,14 @@ def test_mingru_core_is_the_minimal_gru(grad):
         h, (h_next,) = core.step(x[:, 0], (h0,))
         torch.testing.assert_close(h, (1 - z) * h0 + z * g)
         assert h is h_next
-        assert torch.equal(h, reference.mingru_step(core.linear(x[:, 0]), h0))
-        assert torch.equal(core.sequence(x, (h0,)), reference.mingru_scan(core.linear(x), h0))
+        # the step and the scan are the kernels' ops (on the CPU their bodies compiled for it, which
+        # agree with the torch references to float32 rounding: tests/test_host_kernels.py)
+        if not grad:  # inference steps through the kernels' op, training through the reference
+            assert torch.equal(h, kernels.mingru_step(core.linear(x[:, 0]), h0))
+        torch.testing.assert_close(h, reference.mingru_step(core.linear(x[:, 0]), h0))
+        seq = core.sequence(x, (h0,))
+        assert torch.equal(seq, kernels.mingru_scan(core.linear(x), h0))
+        torch.testing.assert_close(seq, reference.mingru_scan(core.linear(x), h0))
 
 
 @pytest.mark.parametrize("core", ["mlp", "lstm", "mingru"])

@@ -4,7 +4,9 @@ For CUDA tensors each op launches its cupy kernel (``kernels/<op>.cu``) on torch
 (``cupy.cuda.ExternalStream``) with raw pointers: no DLPack conversion and, when the caller passes
 the output buffers, no allocation (scratch space is allocated once per shape and kept). Everywhere
 else (CPU tensors, no cupy) it runs the torch reference of :mod:`appliance.gpu.reference`, which has
-the same signature; ``advantage`` and ``ppo_loss`` have no reference here: they accelerate the
+the same signature, or for float32 CPU tensors the same kernel bodies compiled for the CPU where they
+beat torch (:mod:`appliance.gpu.host`: mingru_step, mingru_scan, the priorities of prio_sample, the
+advantage); ``advantage`` and ``ppo_loss`` have no reference here: they accelerate the
 trainer's own torch code (``appliance.train.advantage``, ``appliance.train.losses``), which the
 trainer runs itself where the kernels do not. ``PUFFER_KERNELS=reference`` forces the reference, ``PUFFER_KERNELS=cuda`` the
 kernels (an error, in one line, where they cannot run).
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 
 from appliance.errors import ConfigError, DeviceError
-from appliance.gpu import reference
+from appliance.gpu import host, reference
 from appliance.gpu.launch import (  # noqa: F401  (ENV, MODES, mode, _Modules, _MODULES: callers use them from here)
     _MODULES,
     ENV,
@@ -166,6 +168,9 @@ def mingru_step(
     kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = None, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     if not use_cuda(kv):
+        if host.use_host(kv, h) and not torch.is_grad_enabled():
+            h_new = host.mingru_step(kv, h, done)
+            return h_new if out is None else out.copy_(h_new)
         return reference.mingru_step(kv, h, done, out=out)
     batch, hidden = h.shape
     out = out if out is not None else h.new_empty(batch, hidden, dtype=torch.float32)
@@ -205,7 +210,8 @@ class CudaScan:
 
 class MinGRUScan(torch.autograd.Function):
     """h = scan(kv, h0) with the kernels' analytic backward; ``backend`` runs the two passes (CudaScan
-    on the GPU; the CPU tests pass the g++-compiled bodies)."""
+    on the GPU, :class:`appliance.gpu.host.Scan` on the CPU; the CPU tests also pass their own g++
+    build of the bodies)."""
 
     @staticmethod
     def forward(ctx: Any, kv: torch.Tensor, h0: torch.Tensor, backend: Any) -> torch.Tensor:
@@ -227,6 +233,8 @@ class MinGRUScan(torch.autograd.Function):
 
 def mingru_scan(kv: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
     if not use_cuda(kv):
+        if host.use_host(kv, h0):
+            return MinGRUScan.apply(kv, h0, host.Scan)
         return reference.mingru_scan(kv, h0)
     return MinGRUScan.apply(kv.float(), h0.float(), CudaScan)
 
@@ -300,6 +308,12 @@ def prio_sample(
     idx: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if uniform is not None and host.use_host(adv):  # the CPU trainer's draw: its generator's uniforms
+        reference._check_samples(samples, adv.shape[0], floor)
+        prio, key = host.prio_keys(adv, uniform, alpha, floor)
+        k = key.topk(samples).indices
+        w = (adv.shape[0] * prio[k] / prio.sum()).pow(-beta).float()
+        return reference._into(idx, k), reference._into(weight, w)
     if not use_cuda(adv) or uniform is not None:  # given uniforms: torch ops on the device, no kernel
         return reference.prio_sample(
             adv, alpha, beta, samples, seed, step, floor=floor, uniform=uniform, idx=idx, weight=weight

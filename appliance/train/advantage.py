@@ -10,14 +10,15 @@ action t-1). So action t's outcome is (r_{t+1}, d_{t+1}) and, backward over t:
 with A_{T-1} = 0 (its outcome is not in the row). With rho = 1 this is exactly GAE(gamma, lambda).
 
 :func:`advantage` is the definition; :func:`compute` is what the trainer calls: the fused CUDA
-kernel (``kernels.advantage``, the same recursion) for CUDA tensors, this function everywhere else.
+kernel (``kernels.advantage``, the same recursion) for CUDA tensors, its body compiled for the CPU
+(``appliance.gpu.host``) for float32 CPU tensors, this function everywhere else.
 """
 
 from __future__ import annotations
 
 import torch
 
-from appliance.gpu import kernels
+from appliance.gpu import host, kernels
 
 
 def advantage(
@@ -54,6 +55,12 @@ def compute(
     rho_clip: float = 1.0,
     c_clip: float = 1.0,
 ) -> torch.Tensor:
-    """:func:`advantage`, by the fused kernel where ``kernels.use_cuda`` says it runs."""
-    fn = kernels.advantage if kernels.use_cuda(values) else advantage
+    """:func:`advantage`, by the fused kernel where ``kernels.use_cuda`` says it runs, and by the same
+    kernel body compiled for the CPU for float32 CPU tensors (:mod:`appliance.gpu.host`)."""
+    if kernels.use_cuda(values):
+        fn = kernels.advantage
+    elif host.use_host(values, rewards, dones, ratios):
+        fn = host.advantage
+    else:
+        fn = advantage
     return fn(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip)

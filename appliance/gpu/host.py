@@ -1,0 +1,134 @@
+"""The kernels' bodies compiled for the CPU (``kernels/host.cpp``, the extension
+``appliance._hostkernels``): what :mod:`appliance.gpu.kernels` runs for CPU tensors.
+
+The CUDA kernels run one thread per row; here the same C++ bodies loop over the rows, split over
+torch's intra-op thread count, called through ctypes (which releases the GIL for the call). They
+replace torch ops that cost the CPU trainer more than their arithmetic: the advantage's loop over the
+horizon (a dozen small strided ops a step), and the minimal GRU's log-space scan. Each agrees with
+:mod:`appliance.gpu.reference` to float32 rounding (tests/test_host_kernels.py).
+
+``available()`` is False where the extension was not built (then callers use the torch
+reference); ``PUFFER_KERNELS=reference`` makes :func:`use_host` False too, so the torch reference
+runs everywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+import torch
+
+from appliance.gpu.launch import mode
+
+_P, _I, _F, _D = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_double
+SIGNATURES = {
+    "pb_host_advantage": [_P, _P, _P, _P, _P, _I, _I, _F, _F, _F, _F, _I],
+    "pb_host_prio_keys_uniform": [_P, _P, _I, _I, _D, _D, _P, _P, _I],
+    "pb_host_mingru_step": [_P, _P, _P, _I, _I, _P, _I],
+    "pb_host_mingru_scan_fwd": [_P, _P, _P, _I, _I, _I, _I],
+    "pb_host_mingru_scan_bwd": [_P, _P, _P, _P, _P, _P, _I, _I, _I, _I],
+}
+
+
+@functools.cache
+def _lib() -> ctypes.CDLL | None:
+    try:
+        from appliance import _hostkernels
+    except ImportError:
+        return None
+    lib = ctypes.CDLL(_hostkernels.__file__)
+    for name, argtypes in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, None
+    return lib
+
+
+def available() -> bool:
+    """Whether the extension is built and loadable."""
+    return _lib() is not None
+
+
+def use_host(*tensors: torch.Tensor) -> bool:
+    """Whether an op on these tensors runs here: float32 CPU tensors, the extension built, and
+    ``PUFFER_KERNELS`` not ``reference``."""
+    return (
+        mode() != "reference"
+        and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+        and available()
+    )
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _call(name: str, *args: Any) -> None:
+    lib = _lib()
+    assert lib is not None, "host kernels called without the extension (check use_host first)"
+    getattr(lib, name)(*args, torch.get_num_threads())
+
+
+def advantage(
+    values: torch.Tensor,
+    rewards: torch.Tensor,
+    dones: torch.Tensor,
+    ratios: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    rho_clip: float = 1.0,
+    c_clip: float = 1.0,
+) -> torch.Tensor:
+    """:func:`appliance.train.advantage.advantage` for float32 CPU tensors ``[rows, horizon]``."""
+    values, rewards, dones, ratios = (t.contiguous() for t in (values, rewards, dones, ratios))
+    rows, horizon = values.shape
+    out = torch.empty_like(values)
+    _call(
+        "pb_host_advantage", _ptr(values), _ptr(rewards), _ptr(dones), _ptr(ratios), _ptr(out),
+        rows, horizon, gamma, gamma * gae_lambda, rho_clip, c_clip,
+    )  # fmt: skip
+    return out
+
+
+def prio_keys(
+    adv: torch.Tensor, uniform: torch.Tensor, alpha: float, floor: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Segment priorities ``(sum_t |A| + floor)^alpha`` and their keys ``log(1 - u) / prio`` (float64),
+    as :func:`appliance.gpu.reference.prio_sample` computes them from given uniforms."""
+    adv, uniform = adv.contiguous(), uniform.to(torch.float64).contiguous()
+    segments, horizon = adv.shape
+    prio = torch.empty(segments, dtype=torch.float64)
+    key = torch.empty(segments, dtype=torch.float64)
+    _call(
+        "pb_host_prio_keys_uniform", _ptr(adv), _ptr(uniform), segments, horizon, alpha, floor,
+        _ptr(prio), _ptr(key),
+    )  # fmt: skip
+    return prio, key
+
+
+def mingru_step(kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`appliance.gpu.reference.mingru_step` (inference: no gradient) for float32 CPU tensors."""
+    kv, h = kv.contiguous(), h.contiguous()
+    done = None if done is None else done.float().contiguous()
+    batch, hidden = h.shape
+    out = torch.empty_like(h)
+    _call("pb_host_mingru_step", _ptr(kv), _ptr(h), _ptr(done), batch, hidden, _ptr(out))
+    return out
+
+
+class Scan:
+    """The mingru_scan bodies as a backend of :class:`appliance.gpu.kernels.MinGRUScan`."""
+
+    @staticmethod
+    def forward(kv: torch.Tensor, h0: torch.Tensor, h: torch.Tensor) -> None:
+        b, t, hidden = h.shape
+        _call("pb_host_mingru_scan_fwd", _ptr(kv), _ptr(h0), _ptr(h), b, t, hidden)
+
+    @staticmethod
+    def backward(kv, h0, h, grad_h, grad_kv, grad_h0) -> None:  # type: ignore[no-untyped-def]
+        b, t, hidden = h.shape
+        _call(
+            "pb_host_mingru_scan_bwd", _ptr(kv), _ptr(h0), _ptr(h), _ptr(grad_h), _ptr(grad_kv),
+            _ptr(grad_h0), b, t, hidden,
+        )  # fmt: skip

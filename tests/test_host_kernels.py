@@ -1,0 +1,110 @@
+"""The kernels' bodies compiled for the CPU as the extension appliance._hostkernels (kernels/host.cpp):
+what the CPU trainer runs for the advantage, the segment priorities and the minimal GRU, against the
+torch definitions they replace, at every thread split, and the dispatch that picks them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from appliance.gpu import host, kernels, reference
+from appliance.train import advantage
+
+pytestmark = pytest.mark.skipif(
+    not host.available() and not os.environ.get("CI"),
+    reason="appliance._hostkernels is not built (pip install -e . builds it)",
+)
+
+
+@pytest.fixture(params=[1, 2, 3], ids=lambda n: f"{n}threads")
+def threads(request: pytest.FixtureRequest):
+    """Each case at 1, 2 and 3 threads: rows split unevenly must give the same numbers."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_the_extension_is_built() -> None:
+    assert host.available(), "appliance._hostkernels did not load: the CPU trainer would fall back to torch"
+
+
+def rollout_like(segments: int, horizon: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    values = torch.randn(segments, horizon, generator=g)
+    rewards = torch.randn(segments, horizon, generator=g)
+    dones = (torch.rand(segments, horizon, generator=g) < 0.05).float()
+    ratios = torch.rand(segments, horizon, generator=g) + 0.5
+    return values, rewards, dones, ratios
+
+
+@pytest.mark.parametrize("segments", [1, 7, 2049])
+def test_advantage_matches_the_torch_definition(threads: int, segments: int) -> None:
+    v, r, d, rho = rollout_like(segments, 33)
+    want = advantage.advantage(v, r, d, rho, 0.9997, 0.75, 0.79, 2.88)
+    got = host.advantage(v, r, d, rho, 0.9997, 0.75, 0.79, 2.88)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_trainer_reaches_the_host_advantage_and_reference_mode_turns_it_off(monkeypatch) -> None:
+    calls = []
+    real = host.advantage
+    monkeypatch.setattr(host, "advantage", lambda *a: calls.append(1) or real(*a))
+    v, r, d, rho = rollout_like(16, 8)
+    advantage.compute(v, r, d, rho, 0.99, 0.95)
+    assert calls == [1]
+    monkeypatch.setenv("PUFFER_KERNELS", "reference")
+    advantage.compute(v, r, d, rho, 0.99, 0.95)
+    assert calls == [1]
+    # bfloat16 or float64 tensors are not the kernels' storage: the torch definition takes them
+    monkeypatch.delenv("PUFFER_KERNELS")
+    advantage.compute(v.double(), r.double(), d.double(), rho.double(), 0.99, 0.95)
+    assert calls == [1]
+
+
+def test_prioritized_draw_matches_the_reference_from_the_same_uniforms(threads: int) -> None:
+    adv = advantage.advantage(*rollout_like(4096, 16), 0.99, 0.9)
+    uniform = torch.rand(4096, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    want_idx, want_w = reference.prio_sample(adv, 0.8, 0.3, 512, 0, 0, uniform=uniform)
+    got_idx, got_w = kernels.prio_sample(adv, 0.8, 0.3, 512, 0, 0, uniform=uniform)
+    assert torch.equal(got_idx, want_idx)
+    torch.testing.assert_close(got_w, want_w, rtol=1e-6, atol=0)
+    # outputs into the caller's buffers, as the trainer's CUDA-graph path passes them
+    idx, w = torch.empty(512, dtype=torch.int64), torch.empty(512)
+    kernels.prio_sample(adv, 0.8, 0.3, 512, 0, 0, uniform=uniform, idx=idx, weight=w)
+    assert torch.equal(idx, want_idx)
+
+
+def test_prioritized_draw_keeps_the_references_checks() -> None:
+    adv = torch.zeros(8, 4)
+    with pytest.raises(ValueError):
+        kernels.prio_sample(adv, 0.8, 0.3, 9, 0, 0, uniform=torch.rand(8, dtype=torch.float64))
+
+
+def test_mingru_scan_forward_and_gradients_match_the_log_space_reference(threads: int) -> None:
+    g = torch.Generator().manual_seed(2)
+    kv = (3 * torch.randn(37, 20, 2 * 24, generator=g)).requires_grad_()
+    h0 = (torch.rand(37, 24, generator=g) + 0.05).requires_grad_()
+    want = reference.mingru_scan(kv, h0)
+    got = kernels.mingru_scan(kv, h0)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    grad = torch.randn(want.shape, generator=g)
+    want_grads = torch.autograd.grad(want, (kv, h0), grad)
+    got_grads = torch.autograd.grad(got, (kv, h0), grad)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_mingru_step_matches_the_reference_with_and_without_resets(threads: int) -> None:
+    g = torch.Generator().manual_seed(3)
+    kv, h = 3 * torch.randn(300, 2 * 16, generator=g), torch.rand(300, 16, generator=g)
+    done = (torch.rand(300, generator=g) < 0.3).float()
+    with torch.no_grad():
+        for d in (None, done):
+            torch.testing.assert_close(
+                kernels.mingru_step(kv, h, d), reference.mingru_step(kv, h, d), rtol=1e-6, atol=1e-6
+            )
+        out = torch.empty(300, 16)
+        assert kernels.mingru_step(kv, h, done, out=out) is out
