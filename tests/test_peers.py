@@ -237,3 +237,27 @@ def test_a_resumed_runs_seconds_go_on_from_its_checkpoint_and_retrained_epochs_r
     assert [r["steps"] for r in rows] == [1e6, 2e6, 3e6, 4e6, 5e6, 6e6]
     assert [r["seconds"] for r in rows] == [10.0, 20.0, 30.0, 42.0, 52.0, 62.0]
     assert [r["perf"] for r in rows][3:] == pytest.approx([0.8, 1.0, 1.2])
+
+
+def test_speed_runs_our_side_on_the_parity_config_or_on_our_defaults(peer, tmp_path, monkeypatch):
+    # `speed --ours-defaults` times `puffer-bench train ENV` as a user runs it (no --config), so the
+    # main job's speed can be put beside PufferLib's on its own settings
+    commands = []
+
+    class Done:
+        def __init__(self, cmd, **kwargs):
+            commands.append(cmd)
+            run_dir = Path(cmd[cmd.index("--train.data-dir") + 1]) / cmd[cmd.index("--run-id") + 1]
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "metrics.jsonl").write_text('{"uptime": 1.0, "global_step": 10}\n')
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(peer.subprocess, "Popen", Done)
+    assert peer.ours_for(tmp_path, "breakout", 1.0, tmp_path / "a", ["--train.seed", "1"]) == [(1.0, 10.0)]
+    assert peer.ours_for(tmp_path, "breakout", 1.0, tmp_path / "b", [], defaults=True) == [(1.0, 10.0)]
+    parity, defaults = commands
+    assert parity[parity.index("--config") + 1] == str(ROOT / "bench" / "parity" / "breakout.yaml")
+    assert parity[-2:] == ["--train.seed", "1"]
+    assert "--config" not in defaults and defaults[defaults.index("train") + 1] == "breakout"

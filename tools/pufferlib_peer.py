@@ -718,16 +718,20 @@ def steady_sps(points: list[tuple[float, float]], warmup: float) -> float | None
 
 
 def ours_for(
-    cache: Path, env: str, seconds: float, run_dir: Path, ours_set: list[str]
+    cache: Path, env: str, seconds: float, run_dir: Path, ours_set: list[str], defaults: bool = False
 ) -> list[tuple[float, float]]:
-    """Our trainer on ``env`` at PufferLib's settings (bench/parity/ENV.yaml) for ``seconds``, ended by
-    SIGINT (it saves and exits); its (uptime, global_step) per epoch."""
+    """Our trainer on ``env`` for ``seconds``, ended by SIGINT (it saves and exits); its (uptime,
+    global_step) per epoch. At PufferLib's settings (bench/parity/ENV.yaml), or with ``defaults`` on
+    our own defaults for the env, as ``puffer-bench train ENV`` runs with no flags."""
     import signal
 
-    config = REPO / "bench" / "parity" / f"{env}.yaml"
-    if not config.exists():
-        write_config(cache, env, config)
-    cmd = [sys.executable, "-c", "from appliance.cli import main; main()", "train", env, "--config", str(config),
+    config: list[str] = []
+    if not defaults:
+        path = REPO / "bench" / "parity" / f"{env}.yaml"
+        if not path.exists():
+            write_config(cache, env, path)
+        config = ["--config", str(path)]
+    cmd = [sys.executable, "-c", "from appliance.cli import main; main()", "train", env, *config,
            "--run-id", run_dir.name, "--train.data-dir", str(run_dir.parent), "--no-dashboard", *ours_set]  # fmt: skip
     log("$ " + shlex.join(cmd[3:]))
     with open(run_dir.parent / f"{run_dir.name}.log", "w") as out:
@@ -751,9 +755,10 @@ def peer_for(cache: Path, env: str, seconds: float, jsonl: Path) -> list[tuple[f
 
 
 def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out: Path,
-          ours_set: list[str]) -> dict[str, Any]:  # fmt: skip
-    """Both trainers at PufferLib's settings, interleaved (A B, B A, ...) on this machine: each round
-    one window of each, the per-CPU speed check (the noise guard's) before and after each window."""
+          ours_set: list[str], ours_defaults: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Both trainers interleaved (A B, B A, ...) on this machine: each round one window of each, the
+    per-CPU speed check (the noise guard's) before and after each window. PufferLib always on its own
+    config; ours at the same settings, or with ``ours_defaults`` on its own defaults for the env."""
     import shutil
     import tempfile
 
@@ -775,7 +780,7 @@ def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out
                 if side == system:
                     points = peer_for(cache, env, seconds, scratch / f"peer-{r}.jsonl")
                 else:
-                    points = ours_for(cache, env, seconds, scratch / f"ours-{r}", ours_set)
+                    points = ours_for(cache, env, seconds, scratch / f"ours-{r}", ours_set, ours_defaults)
                 load = sampler.sample() or {}
                 sps = steady_sps(points, warmup)
                 samples[side].append(sps)
@@ -786,7 +791,8 @@ def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     suite = {"name": f"parity-speed-{env}", "path": None, "definition": {"env": env, "rounds": rounds,
-             "seconds": seconds, "warmup": warmup, "ours_set": ours_set}}  # fmt: skip
+             "seconds": seconds, "warmup": warmup, "ours_set": ours_set,
+             "ours_config": "defaults" if ours_defaults else "parity"}}  # fmt: skip
     command = "python tools/pufferlib_peer.py " + shlex.join(sys.argv[1:])
     report = Report(
         suite, {"name": "cpu", "gpu": ""}, fingerprint(), ini_config(cache, env), 0, rounds, command
@@ -981,13 +987,15 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--out", type=Path, required=True, help="the report (.json); the raw curve goes beside it"
         )
-    sp = sub.add_parser("speed", help="both trainers at PufferLib's settings for ENV, interleaved windows")
+    sp = sub.add_parser("speed", help="both trainers at PufferLib's settings for ENV (or ours on its defaults), interleaved windows")
     sp.add_argument("env")
     sp.add_argument("--rounds", type=int, default=3)
     sp.add_argument("--seconds", type=float, default=120.0, help="each window (default: %(default)s)")
     sp.add_argument("--warmup", type=float, default=30.0, help="seconds left out of each window's figure")
     sp.add_argument("--ours", action="append", default=[], metavar="--KEY=VALUE",
                     help="an option for our side, e.g. --ours=--train.precision=bfloat16")  # fmt: skip
+    sp.add_argument("--ours-defaults", action="store_true",
+                    help="our side on its own defaults for ENV (puffer-bench train ENV), not bench/parity/ENV.yaml")  # fmt: skip
     sp.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("config", help="PufferLib's config for ENV on our keys, as bench/parity/ENV.yaml")
     c.add_argument("env")
@@ -1026,7 +1034,9 @@ def main(argv: list[str] | None = None) -> int:
             if a.rounds < 1 or not a.seconds > a.warmup >= 0:
                 raise PeerError("--rounds must be at least 1 and --seconds more than --warmup (>= 0)")
             ours_set = [x for item in a.ours for x in item.split("=", 1)]
-            write_report(speed(a.cache, a.env, a.rounds, a.seconds, a.warmup, a.out, ours_set), a.out)
+            write_report(
+                speed(a.cache, a.env, a.rounds, a.seconds, a.warmup, a.out, ours_set, a.ours_defaults), a.out
+            )
         elif a.cmd == "plot":
             plot(a.reports, a.out)
         elif a.cmd == "table":
