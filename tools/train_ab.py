@@ -1,0 +1,124 @@
+"""Training speed of two variants of one build, interleaved (A B, B A, ...) on this machine.
+
+A variant is a set of environment variables and train options, e.g. the CPU kernels against the
+torch reference they replace:
+
+    python tools/train_ab.py breakout --a PUFFER_KERNELS=reference --b PUFFER_KERNELS=auto \\
+        --rounds 3 --stop-steps 3.2e6 --out results/cpu/speed/host-kernels-breakout.json
+
+Each window is `puffer-bench train ENV --stop-steps N` on the env's defaults (plus `--train-arg`s,
+the same for both), timed from its second logged epoch to its last (start-up and the first epoch's
+allocation left out), with the noise guard's per-CPU speed check before and after it and the load of
+other processes during it. Writes the agent-steps/s of each window, the time each phase took, the
+per-round ratios B/A and their median. Compare variants only within one report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def parse_variant(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: a variant is NAME=VALUE environment settings, got {item!r}")
+        env[key] = value
+    return env
+
+
+def window(
+    env_name: str, variant: dict[str, str], steps: str, train_args: list[str], scratch: Path
+) -> dict[str, Any]:
+    """One training run of the variant; its steady agent-steps/s and phase seconds."""
+    from appliance.bench import noise
+
+    run = scratch / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    cmd = [sys.executable, "-c", "from appliance.cli import main; main()", "train", env_name, "--no-dashboard",
+           "--run-id", run.name, "--train.data-dir", str(scratch), "--stop-steps", steps, *train_args]  # fmt: skip
+    before, sampler = noise.gate_check(), noise.Sampler()
+    sampler.sample()
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, **variant}, capture_output=True, text=True)
+    load = sampler.sample() or {}
+    if proc.returncode != 0:
+        raise SystemExit(f"error: the training run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    if len(rows) < 3:
+        raise SystemExit(f"error: {len(rows)} epochs logged; ask for more --stop-steps (at least 3 epochs)")
+    first, last = rows[1], rows[-1]
+    sps = (last["global_step"] - first["global_step"]) / (last["uptime"] - first["uptime"])
+    phases = {
+        k.removeprefix("time/"): last[k] - first[k]
+        for k in last
+        if k.startswith("time/") and "/buffer" not in k
+    }
+    return {"sps": sps, "epochs": len(rows) - 1, "phases_s": phases, "check_before": before,
+            "check_after": noise.gate_check(), "others_cores": load.get("others_cores"),
+            "steal_cores": load.get("steal_cores")}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("env")
+    ap.add_argument("--a", action="append", default=[], metavar="NAME=VALUE", help="variant A's environment")
+    ap.add_argument("--b", action="append", default=[], metavar="NAME=VALUE", help="variant B's environment")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stop-steps", default="3.2e6", help="agent-steps per window (at least 3 epochs)")
+    ap.add_argument("--train-arg", action="append", default=[], metavar="ARG",
+                    help="a train option for both sides, e.g. --train-arg=--policy.hidden-size=64")  # fmt: skip
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    if a.rounds < 1:
+        raise SystemExit("error: --rounds must be at least 1")
+    sys.path.insert(0, str(REPO))
+    from appliance.bench.noise import thresholds
+    from appliance.sysinfo import fingerprint
+
+    variants = {"A": parse_variant(a.a), "B": parse_variant(a.b)}
+    train_args = [x for item in a.train_arg for x in item.split("=", 1)]
+    windows: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+    scratch = Path(tempfile.mkdtemp(prefix="train-ab-"))
+    try:
+        for r in range(a.rounds):
+            for side in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                w = window(a.env, variants[side], a.stop_steps, train_args, scratch)
+                windows[side].append(w)
+                print(f"round {r + 1}/{a.rounds} {side}: {w['sps']:,.0f} agent-steps/s "
+                      f"(others' load {w['others_cores'] or 0:.2f} cores)", flush=True)  # fmt: skip
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    ratios = [b["sps"] / a_["sps"] for a_, b in zip(windows["A"], windows["B"], strict=True)]
+    others = [w["others_cores"] for ws in windows.values() for w in ws if w["others_cores"] is not None]
+    busy = bool(others) and max(others) > thresholds()[0]
+    result = {
+        "command": "python tools/train_ab.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "env": a.env, "variants": variants, "train_args": train_args, "stop_steps": a.stop_steps,
+        "fingerprint": fingerprint(), "windows": windows,
+        "median_sps": {s: statistics.median(w["sps"] for w in ws) for s, ws in windows.items()},
+        "ratios_b_over_a": ratios, "median_ratio": statistics.median(ratios),
+        "busy": busy,
+    }  # fmt: skip
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = a.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    tmp.replace(a.out)
+    print(f"B/A per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['median_ratio']:.3f}"
+          f"{' (other processes were busy: not an idle figure)' if busy else ''}; wrote {a.out}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
