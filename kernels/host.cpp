@@ -33,7 +33,12 @@ void split_rows(i64 rows, int threads, i64 min_rows, F body) {
   const i64 step = (rows + parts - 1) / parts;
   for (i64 p = 0; p + 1 < parts; ++p) {
     const i64 lo = p * step, hi = lo + step < rows ? lo + step : rows;
-    if (lo < hi) pool.emplace_back(body, lo, hi);
+    if (lo >= hi) continue;
+    try {
+      pool.emplace_back(body, lo, hi);
+    } catch (...) {  // no thread to be had (a process limit): this part on the calling thread
+      body(lo, hi);
+    }
   }
   const i64 lo = (parts - 1) * step;
   if (lo < rows) body(lo, rows);
