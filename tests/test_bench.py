@@ -361,9 +361,14 @@ def test_readme_skips_partial_reports(tmp_path):
     assert readme.latest_reports(tmp_path) == [complete]
 
 
-def peer_speed_report(ours, theirs, flags, created="2026-11-24T21:00:00Z"):
+def peer_speed_report(ours, theirs, flags, created="2026-11-24T21:00:00Z", ours_config=None):
     """A report as ``tools/pufferlib_peer.py speed`` writes it: both trainers' rounds and their ratios."""
-    suite = {"name": "parity-speed-breakout", "definition": {"env": "breakout", "ours_set": flags}}
+    definition = {
+        "env": "breakout",
+        "ours_set": flags,
+        **({"ours_config": ours_config} if ours_config else {}),
+    }
+    suite = {"name": "parity-speed-breakout", "definition": definition}
     r = rpt.Report(suite, {"name": "cpu"}, json.loads(json.dumps(FP)), {}, seed=0, repeats=len(ours))
     r.add("train_sps/breakout/puffer-bench", ours, "agent-steps/s", "higher", env="breakout")
     r.add("train_sps/breakout/pufferlib-3.0.0", theirs, "agent-steps/s", "higher", env="breakout")
@@ -402,6 +407,16 @@ def test_readme_puts_the_newest_peer_speed_report_beside_the_results(tmp_path):
     assert cells[2:7] == ["126 K", "`pufferlib-3.0.0`", "75 K", "2x (1.5-2.1)", "3"], row
     assert "<b>" not in text and "&lt;b>bf16\\|&lt;/b>" in row, "a report's flags cannot add HTML or cells"
     assert "(results/cpu/parity/speed.json)" in row
+    assert "the peer's, extra flags: --train.precision" in row, "ours ran the peer's settings"
+    # a speed report of our defaults against the peer's: the row says the work was not the same
+    (parity / "speed.json").write_text(
+        json.dumps(
+            peer_speed_report([150e3], [75e3], [], created="2026-11-25T00:00:00Z", ours_config="defaults")
+        )
+    )
+    readme.update_readme(readme_path, readme.latest_reports(results), results)
+    row = next(line for line in readme_path.read_text().splitlines() if "`pufferlib-3.0.0`" in line)
+    assert "its own defaults, extra flags: none" in row
 
     (parity / "speed.json").unlink()
     (parity / "old.json").unlink()

@@ -89,10 +89,11 @@ def latest_peer_reports(results: Path) -> list[Path]:
 
 def peer_table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
     """One row per env and peer of each trainer-speed report: both medians, the median of the
-    per-round ratios with its range, the rounds, and the flags our side ran with."""
+    per-round ratios with its range, the rounds, and the settings our side ran with (the peer's, or
+    our defaults for the env) and its extra flags."""
     md = rpt.md_format
     lines = [
-        "| machine | env | puffer-bench's speed | peer | the peer's speed | puffer-bench / peer: median of rounds (range) | rounds | puffer-bench's extra flags | report |",
+        "| machine | env | puffer-bench's speed | peer | the peer's speed | puffer-bench / peer: median of rounds (range) | rounds | puffer-bench's settings | report |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r, path in zip(reports, paths, strict=True):
@@ -100,6 +101,10 @@ def peer_table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
         machine = (r["profile"].get("name"), rpt.gpu_label(r["fingerprint"]), cores)
         definition = (r.get("suite") or {}).get("definition") or {}
         flags = " ".join(str(f) for f in definition.get("ours_set") or []) or "none"
+        # the peer always runs its own config; ours ran the peer's values (bench/parity/ENV.yaml) or
+        # its own defaults for the env (`speed --ours-defaults`): unequal work, which the row must say
+        settings = "its own defaults" if definition.get("ours_config") == "defaults" else "the peer's"
+        settings = f"{settings}, extra flags: {flags}"
         for name, ratio in r["metrics"].items():
             parts = name.split("/")
             if not name.startswith(RATIO) or len(parts) != 3 or not parts[2].startswith(OURS + "_over_"):
@@ -112,7 +117,7 @@ def peer_table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
             lines.append(
                 md("| {!c}: {}, {} cores | {!c} | {} | {!c} | {} | {}x ({}) | {} | {!c} | [{}]", *machine, env,
                    rpt.fmt(ours.get("median"), unit), peer, rpt.fmt(theirs.get("median"), unit),
-                   rpt.fmt(ratio.get("median")), spread, ratio.get("n"), flags, path.name)
+                   rpt.fmt(ratio.get("median")), spread, ratio.get("n"), settings, path.name)
                 + f"({quote(path.as_posix())}) |"
             )  # fmt: skip
     return "\n".join(lines)
