@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The GPU checks the CPU cannot make, in one call on a lent GPU machine (docs/notes.md, "A lent GPU").
+# Run from the repository root on that machine, with the wheels of the packages its image lacks in .whl/
+# (gymnasium, farama-notifications, pettingzoo, optuna and its needs, heavyball). Steps run in order of
+# importance, each under its own time limit, and a step is skipped when fewer seconds are left than it
+# needs; reports are collected flat in $OUT (the tool brings back at most 8 files), the rest in a tarball.
+#   OUT=/tmp/out BUDGET_S=540 bash tools/gpu_owed.sh
+set -u
+OUT=${OUT:-/tmp/gpu-owed}
+BUDGET_S=${BUDGET_S:-540}
+WORK=/tmp/gpu-owed-work
+mkdir -p "$OUT" "$WORK"
+export PYTHONUNBUFFERED=1
+START=$(date +%s)
+LOG="$OUT/log.txt"
+exec > >(tee -a "$LOG") 2>&1
+
+left() { echo $((BUDGET_S - ($(date +%s) - START))); }
+# step NAME NEEDS_S LIMIT_S COMMAND...: run COMMAND under LIMIT_S seconds if NEEDS_S are left.
+step() {
+    local name=$1 needs=$2 limit=$3
+    shift 3
+    if [ "$(left)" -lt "$needs" ]; then
+        echo "== skipped $name: $(left) s left, needs $needs"
+        return 0
+    fi
+    echo "== $(date -u +%T) $name (limit ${limit} s, $(left) s left)"
+    local t0
+    t0=$(date +%s)
+    timeout --signal=INT --kill-after=15 "$limit" "$@"
+    echo "== $name: exit $?, $(($(date +%s) - t0)) s"
+}
+
+echo "== $(date -u +%FT%TZ) git $(git rev-parse HEAD 2>/dev/null || echo '?')"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+nproc
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+t0=$(date +%s)
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$WORK/install.log" 2>&1 \
+    || { tail -40 "$WORK/install.log"; exit 1; }
+echo "== installed in $(($(date +%s) - t0)) s"
+PB="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/puffer-bench"
+[ -x "$PB" ] || PB=puffer-bench
+
+# 1. every fused kernel against its reference, the graphed update against the called one
+step gpu-check 60 120 "$PB" gpu-check --out "$WORK/kernels"
+# 2. breakout's time to perf 0.9 on the h100 profile (engine, graphs, bfloat16), beside the engine's speeds
+step engine 200 330 "$PB" run --suite engine --gpu h100 --repeats 2 --out "$WORK/engine" --no-plots
+# 3. the native pool's scaling, 1 to 16 threads: breakout and squared (the best and the worst scaling before)
+step threads 60 150 "$PB" run --suite threads --gpu h100 --envs breakout,squared --out "$WORK/threads" --no-plots
+# 4. the GPU tests
+step tests-gpu 60 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu
+# 5. two quick-suite reports (what `compare` says of two runs on one machine), in the tarball
+step quick-1 150 140 "$PB" run --suite quick --gpu h100 --out "$WORK/quick-1" --no-plots
+step quick-2 150 140 "$PB" run --suite quick --gpu h100 --out "$WORK/quick-2" --no-plots
+
+n=0
+for f in "$WORK"/kernels/*/*.json "$WORK"/kernels/*/*.md "$WORK"/engine/*/*.json "$WORK"/engine/*/*.md \
+    "$WORK"/threads/*/*.json "$WORK"/threads/*/*.md; do
+    [ -f "$f" ] || continue
+    dir=$(basename "$(dirname "$(dirname "$f")")")
+    cp "$f" "$OUT/$dir-$(basename "$f")"
+    n=$((n + 1))
+done
+tar czf "$OUT/rest.tgz" -C "$WORK" .
+echo "== $n reports in $OUT, $(($(date +%s) - START)) s in all"
+ls -la "$OUT"
