@@ -1,6 +1,7 @@
 """tools/pufferlib_peer.py's reading of curves (no PufferLib needed: the reports are made here)."""
 
 import importlib.util
+import io
 import json
 import sys
 from pathlib import Path
@@ -184,7 +185,7 @@ def test_train_builds_the_env_it_is_asked_for_where_its_binding_is_missing(peer,
     class Built(Exception):
         pass
 
-    def fake_build(cache, envs):
+    def fake_build(cache, envs, **options):
         calls.append((cache, envs))
         raise Built
 
@@ -211,8 +212,8 @@ def test_train_on_our_env_takes_our_env_params_checked_before_anything_starts(pe
     class Started(Exception):
         pass
 
-    def fake_train(*args):
-        seen.append(args[-1])
+    def fake_train(cache, env, stop_steps, stop_seconds, seed, extra, jsonl, our_env, model, params, *device):
+        seen.append(params)
         raise Started
 
     monkeypatch.setattr(peer, "train", fake_train)
@@ -261,3 +262,79 @@ def test_speed_runs_our_side_on_the_parity_config_or_on_our_defaults(peer, tmp_p
     assert parity[parity.index("--config") + 1] == str(ROOT / "bench" / "parity" / "breakout.yaml")
     assert parity[-2:] == ["--train.seed", "1"]
     assert "--config" not in defaults and defaults[defaults.index("train") + 1] == "breakout"
+
+
+def _fake_build_tree(peer, cache, extension=None):
+    """A cache whose venv and breakout binding exist (what `built` looks for), with PufferLib's
+    torch extension compiled for ``extension`` ("cpu", "cuda") or not stamped (None)."""
+    folder = cache / f"pufferlib-{peer.VERSION}" / "pufferlib"
+    (folder / "ocean" / "breakout").mkdir(parents=True)
+    (folder / "ocean" / "breakout" / "binding.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    (folder / "_C.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    if extension:
+        (folder / peer.EXTENSION_STAMP).write_text(extension)
+    (cache / "venv" / "bin").mkdir(parents=True)
+    (cache / "venv" / "bin" / "python").write_text("")
+
+
+def test_train_on_a_gpu_needs_the_cuda_build_and_takes_the_configs_backend(peer, tmp_path, monkeypatch):
+    # PufferLib on a GPU beside ours (same machine, same window): `train --device cuda` runs its
+    # trainer on cuda with its config's vec backend, and refuses, in one line, a build without its
+    # CUDA kernels (an extension from before the stamp was kept is the CPU one)
+    _fake_build_tree(peer, tmp_path)
+    assert peer.extension_kind(tmp_path) == "cpu"
+    with pytest.raises(peer.PeerError, match="built without its CUDA kernels.*build --cuda"):
+        peer.train(tmp_path, "breakout", 1e6, 60, None, [], tmp_path / "b.jsonl", device="cuda")
+    (tmp_path / f"pufferlib-{peer.VERSION}" / "pufferlib" / peer.EXTENSION_STAMP).write_text("cuda")
+    commands = []
+
+    class Ran:
+        def __init__(self, cmd, **kwargs):
+            commands.append(cmd)
+            self.stdout = io.StringIO('{"config": {}}\n')
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(peer.subprocess, "Popen", Ran)
+    peer.train(tmp_path, "breakout", 1e6, 60, 3, [], tmp_path / "g.jsonl", device="cuda")
+    peer.train(tmp_path, "breakout", 1e6, 60, 3, [], tmp_path / "c.jsonl")
+    gpu, cpu = commands
+    assert gpu[gpu.index("--train.device") + 1] == "cuda" and "--vec.backend" not in gpu
+    assert cpu[cpu.index("--train.device") + 1] == "cpu" and cpu[cpu.index("--vec.backend") + 1] == "Serial"
+    with pytest.raises(SystemExit):  # argparse: a device other than cpu or cuda, in one line
+        peer.main(["train", "breakout", "--device", "tpu", "--out", str(tmp_path / "x.json")])
+
+
+def test_the_cuda_build_compiles_pufferlibs_kernels_and_needs_nvcc(peer, tmp_path, monkeypatch):
+    cpu, gpu = peer.extension_setup(False), peer.extension_setup(True)
+    for script in (cpu, gpu):
+        compile(script, "setup", "exec")  # the script the venv's python runs is valid Python
+    assert "CppExtension(" in cpu and ".cu" not in cpu
+    assert "CUDAExtension(" in gpu and "pufferlib/extensions/cuda/pufferlib.cu" in gpu
+    monkeypatch.setattr(peer.shutil, "which", lambda name: None)
+    with pytest.raises(peer.PeerError, match="needs nvcc"):
+        peer.build(tmp_path, ["breakout"], cuda=True)
+    with pytest.raises(peer.PeerError, match="no such folder"):
+        peer.build(tmp_path, ["breakout"], wheels=tmp_path / "missing")
+
+
+def test_the_sources_that_travel_are_the_sdists_tree_without_its_art(peer, tmp_path):
+    # a GPU machine has no package index and the working tree that travels is 64 MiB at most: the
+    # sdist is 61 MB, 72 MB of it unpacked the envs' art under pufferlib/resources
+    import tarfile
+
+    sdist = tmp_path / "sdist.tar.gz"
+    root = f"pufferlib-{peer.VERSION}"
+    with tarfile.open(sdist, "w:gz") as tar:
+        for name in ("setup.py", "pufferlib/ocean/breakout/binding.c", "pufferlib/resources/breakout/ball.png",
+                     "pufferlib/resources_note.txt"):  # fmt: skip
+            data = name.encode()
+            info = tarfile.TarInfo(f"{root}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    peer.trim_sdist(sdist, tmp_path / "sources.tar.gz")
+    with tarfile.open(tmp_path / "sources.tar.gz") as tar:
+        kept = {m.name: tar.extractfile(m).read() for m in tar}
+    assert kept == {f"{root}/{n}": n.encode() for n in ("setup.py", "pufferlib/ocean/breakout/binding.c",
+                                                         "pufferlib/resources_note.txt")}  # fmt: skip

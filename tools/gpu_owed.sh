@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks the CPU cannot make, in one call on a lent GPU machine (docs/notes.md, "A lent GPU").
 # Run from the repository root on that machine, with the wheels of the packages its image lacks in .whl/
-# (gymnasium, farama-notifications, pettingzoo, optuna and its needs, heavyball). Steps run in order of
+# (gymnasium, farama-notifications, pettingzoo, optuna and its needs, heavyball) and, for PufferLib
+# beside ours, its sources and packages in .whl/peer (`tools/pufferlib_peer.py wheels`). Steps run in order of
 # importance, each under its own time limit, and a step is skipped when fewer seconds are left than it
 # needs; reports are collected flat in $OUT (the tool brings back at most 8 files), the rest in a tarball.
 #   OUT=/tmp/out BUDGET_S=540 bash tools/gpu_owed.sh
@@ -50,20 +51,27 @@ PB="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/puffer-bench"
 step gpu-check 60 120 "$PB" gpu-check --out "$WORK/kernels"
 # 2. breakout's time to perf 0.9 on the h100 profile (engine, graphs, bfloat16), beside the engine's speeds
 step engine 200 330 "$PB" run --suite engine --gpu h100 --repeats 2 --out "$WORK/engine" --no-plots
-# 3. the native pool's scaling, 1 to 16 threads: breakout and squared (the best and the worst scaling before)
-step threads 60 150 "$PB" run --suite threads --gpu h100 --envs breakout,squared --out "$WORK/threads" --no-plots
-# 4. the GPU tests
+# 3. PufferLib 3.0's trainer on breakout on the same machine, in the same window (the peer harness's
+#    CUDA build from .whl/peer, filled here by `python tools/pufferlib_peer.py wheels --out .whl/peer`)
+if [ -d .whl/peer ]; then
+    step peer-build 300 300 python3 tools/pufferlib_peer.py --cache /tmp/peer build --envs breakout \
+        --cuda --system-torch --wheels .whl/peer
+    step peer-train 150 240 python3 tools/pufferlib_peer.py --cache /tmp/peer train breakout --device cuda \
+        --stop-steps 90e6 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer/pufferlib-breakout.json"
+fi
+# 4. the native pool's scaling, 1 to 16 threads: pong and snake (breakout and squared: results/h100/threads/)
+step threads 60 150 "$PB" run --suite threads --gpu h100 --envs pong,snake --out "$WORK/threads" --no-plots
+# 5. the GPU tests
 step tests-gpu 60 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu
-# 5. two quick-suite reports (what `compare` says of two runs on one machine), in the tarball
+# 6. two quick-suite reports (what `compare` says of two runs on one machine), in the tarball
 step quick-1 150 140 "$PB" run --suite quick --gpu h100 --out "$WORK/quick-1" --no-plots
 step quick-2 150 140 "$PB" run --suite quick --gpu h100 --out "$WORK/quick-2" --no-plots
 
-n=0
-for f in "$WORK"/kernels/*/*.json "$WORK"/kernels/*/*.md "$WORK"/engine/*/*.json "$WORK"/engine/*/*.md \
-    "$WORK"/threads/*/*.json "$WORK"/threads/*/*.md; do
+n=0  # the reports' JSON (`puffer-bench report --render` makes their Markdown again); all else in the tarball
+for f in "$WORK"/kernels/*/*.json "$WORK"/engine/*/*.json "$WORK"/threads/*/*.json "$WORK"/peer/*.json; do
     [ -f "$f" ] || continue
-    dir=$(basename "$(dirname "$(dirname "$f")")")
-    cp "$f" "$OUT/$dir-$(basename "$f")"
+    rel=${f#"$WORK"/}
+    cp "$f" "$OUT/${rel%%/*}-$(basename "$f")"
     n=$((n + 1))
 done
 tar czf "$OUT/rest.tgz" -C "$WORK" .

@@ -34,6 +34,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -123,10 +124,19 @@ def index_url() -> str:
     return url.rstrip("/")
 
 
-def fetch_sdist(dest: Path) -> Path:
-    """pufferlib-3.0.0.tar.gz from the index's project page (PEP 691 JSON), sha256-checked."""
+def fetch_sdist(dest: Path, local: Path | None = None) -> Path:
+    """pufferlib-3.0.0.tar.gz from ``local`` (a folder, e.g. one ``wheels`` filled) or the index's
+    project page (PEP 691 JSON), sha256-checked either way."""
     path = dest / SDIST
     if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == SDIST_SHA256:
+        return path
+    if local is not None and (local / SDIST).exists():
+        data = (local / SDIST).read_bytes()
+        if hashlib.sha256(data).hexdigest() != SDIST_SHA256:
+            raise PeerError(
+                f"{local / SDIST} does not have {SDIST}'s sha256 {SDIST_SHA256}: refusing to build it"
+            )
+        path.write_bytes(data)
         return path
     page = f"{index_url()}/pufferlib/"
     req = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
@@ -168,23 +178,37 @@ def built(cache: Path, env: str) -> bool:
     return (cache / "venv" / "bin" / "python").exists() and any(folder.glob("binding.*.so"))
 
 
-def build(cache: Path, envs: list[str]) -> None:
+def build(cache: Path, envs: list[str], cuda: bool = False, wheels: Path | None = None,
+          system_torch: bool = False) -> None:  # fmt: skip
+    """The source tree, its venv and the named envs in ``cache``. ``cuda``: PufferLib's torch
+    extension with its CUDA kernels (nvcc needed), for ``train --device cuda``. ``wheels``: install the
+    venv's packages from that folder only (a machine without a package index; ``wheels`` fills it).
+    ``system_torch``: the venv sees this machine's packages and takes its torch (a GPU machine's CUDA
+    build) instead of installing this project's version."""
     unknown = [e for e in envs if e not in ENVS]
     if unknown:
         raise PeerError(f"no PufferLib counterpart known for {', '.join(unknown)}; known: {', '.join(ENVS)}")
+    if cuda and not shutil.which("nvcc"):
+        raise PeerError("--cuda compiles PufferLib's CUDA kernels and needs nvcc (CUDA's compiler) on PATH")
+    if wheels is not None and not wheels.is_dir():
+        raise PeerError(
+            f"--wheels {wheels}: no such folder (fill one with `pufferlib_peer.py wheels --out DIR`)"
+        )
     cache.mkdir(parents=True, exist_ok=True)
     src = cache / f"pufferlib-{VERSION}"
     if not (src / "setup.py").exists():
-        with tarfile.open(fetch_sdist(cache)) as tar:
+        local = wheels / SOURCES if wheels is not None else None
+        with tarfile.open(local if local and local.exists() else fetch_sdist(cache, wheels)) as tar:
             tar.extractall(cache, filter="data")
     venv = cache / "venv"
     py = venv / "bin" / "python"
     stamp = venv / ".requirements"
-    wanted = "\n".join([torch_requirement(), *PEER_REQUIREMENTS])
+    wanted = "\n".join([*([] if system_torch else [torch_requirement()]), *PEER_REQUIREMENTS])
     if not py.exists():
-        run([sys.executable, "-m", "venv", str(venv)])
+        run([sys.executable, "-m", "venv", *(["--system-site-packages"] if system_torch else []), str(venv)])
     if not stamp.exists() or stamp.read_text() != wanted:
-        run([str(py), "-m", "pip", "install", "--quiet", *wanted.split("\n")])
+        offline = ["--no-index", "--find-links", str(wheels)] if wheels is not None else []
+        run([str(py), "-m", "pip", "install", "--quiet", *offline, *wanted.split("\n")])
         stamp.write_text(wanted)
     suffix = subprocess.check_output(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"], text=True
@@ -210,22 +234,125 @@ def build(cache: Path, envs: list[str]) -> None:
              *[f"-I{i}" for i in includes], f"-I{raylib / 'include'}", str(folder / "binding.c"),
              str(raylib / "lib" / "libraylib.a"), "-lm", "-lpthread", "-ldl", "-o", str(target)],
         )  # fmt: skip
-    if not list((src / "pufferlib").glob(f"_C{suffix}")):
-        log("compiling PufferLib's CPU torch extension (about a minute)")
-        setup = (
-            "from setuptools import setup\n"
-            "from torch.utils.cpp_extension import CppExtension, BuildExtension\n"
-            "setup(name='pufferlib-C', packages=[], py_modules=[], cmdclass={'build_ext': BuildExtension},\n"
-            "      ext_modules=[CppExtension('pufferlib._C', ['pufferlib/extensions/pufferlib.cpp'],\n"
-            "                                extra_compile_args=['-O3'])],\n"
-            "      script_args=['-q', 'build_ext', '--inplace'])\n"
-        )
-        run([str(py), "-c", setup], cwd=src)
+    kind = "cuda" if cuda else "cpu"
+    if not list((src / "pufferlib").glob(f"_C{suffix}")) or extension_kind(cache) != kind:
+        log(f"compiling PufferLib's {kind.upper()} torch extension (a minute or more)")
+        run([str(py), "-c", extension_setup(cuda)], cwd=src)
+        (src / "pufferlib" / EXTENSION_STAMP).write_text(kind)
     check = "import pufferlib.pufferl; " + "; ".join(
         f"import pufferlib.ocean.{ENVS[e][1]}.binding" for e in envs
     )
     run([str(py), "-W", "ignore", "-c", check], cwd=src, env={**os.environ, "PYTHONPATH": str(src)})
     log(f"PufferLib {VERSION} ready in {src}")
+
+
+EXTENSION_STAMP = ".extension-kind"  # beside pufferlib/_C*.so: "cpu" or "cuda", what it was built with
+
+
+def extension_kind(cache: Path) -> str:
+    """What PufferLib's torch extension in ``cache`` was compiled for: "cpu", "cuda" or "" (none, or
+    built before the harness kept a stamp, which was always the CPU one)."""
+    folder = cache / f"pufferlib-{VERSION}" / "pufferlib"
+    stamp = folder / EXTENSION_STAMP
+    if stamp.exists():
+        return stamp.read_text().strip()
+    return "cpu" if any(folder.glob("_C.*.so")) else ""
+
+
+def extension_setup(cuda: bool) -> str:
+    """The setup script that compiles ``pufferlib._C`` in place: PufferLib's own sources, as its
+    setup.py builds them (with nvcc, its CUDA kernels too), without the web downloads of its setup.py."""
+    sources = [
+        "pufferlib/extensions/pufferlib.cpp",
+        *(["pufferlib/extensions/cuda/pufferlib.cu"] if cuda else []),
+    ]
+    kind = "CUDAExtension" if cuda else "CppExtension"
+    return (
+        "from setuptools import setup\n"
+        f"from torch.utils.cpp_extension import {kind}, BuildExtension\n"
+        "setup(name='pufferlib-C', packages=[], py_modules=[], cmdclass={'build_ext': BuildExtension},\n"
+        f"      ext_modules=[{kind}('pufferlib._C', {sources!r},\n"
+        "                   extra_compile_args={'cxx': ['-O3'], 'nvcc': ['-O3']})],\n"
+        "      script_args=['-q', 'build_ext', '--inplace'])\n"
+    )
+
+
+# The peer venv's own packages (PEER_REQUIREMENTS and what they need, torch's tree left out), with
+# the versions installed there: what a machine that has torch but no package index must be given.
+CLOSURE = r"""
+import json, re, sys
+from importlib import metadata
+from packaging.requirements import Requirement
+todo = [Requirement(r).name for r in sys.argv[1:]]
+seen = {}
+while todo:
+    name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+    if name in seen or name == "torch":
+        continue
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        continue
+    seen[name] = dist.version
+    for text in dist.requires or []:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            todo.append(req.name)
+print(json.dumps(seen))
+"""
+
+
+# The sdist's tree without pufferlib/resources (72 MB of the 90 MB unpacked: the envs' art, read
+# only to render), small enough to travel to a machine with no package index.
+SOURCES = f"pufferlib-{VERSION}-sources.tar.gz"
+
+
+def trim_sdist(sdist: Path, out: Path) -> None:
+    skip = f"pufferlib-{VERSION}/pufferlib/resources/"
+    tmp = out.with_name(out.name + ".part")
+    with tarfile.open(sdist) as src, tarfile.open(tmp, "w:gz") as dst:
+        for member in src:
+            if not (member.name + "/").startswith(skip):
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    tmp.replace(out)
+
+
+def wheels(cache: Path, out: Path, python_version: str, platforms: list[str]) -> list[str]:
+    """Fill ``out`` with what ``build --wheels out --system-torch`` needs on an offline machine of
+    that Python and platform: the checked sdist's tree without its art (SOURCES) and a wheel of every package in the peer venv
+    here apart from torch and its own needs (those come from that machine's torch). Packages without
+    a wheel for that target are built here into a wheel, which must then be pure Python."""
+    py = cache / "venv" / "bin" / "python"
+    if not py.exists():
+        raise PeerError(
+            f"PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build` first"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    trim_sdist(fetch_sdist(cache), out / SOURCES)
+    names = [r.split(";")[0] for r in PEER_REQUIREMENTS]
+    found = json.loads(subprocess.check_output([str(py), "-c", CLOSURE, *names], text=True))
+    pins = [f"{name}=={version}" for name, version in sorted(found.items())]
+    target = ["--python-version", python_version, "--implementation", "cp"]
+    for platform in platforms:
+        target += ["--platform", platform]
+    for pin in pins:
+        got = subprocess.run(
+            [str(py), "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", *target,
+             "-d", str(out), pin], capture_output=True, text=True,
+        )  # fmt: skip
+        if got.returncode == 0:
+            continue
+        log(f"no wheel of {pin} for Python {python_version}: building one here")
+        before = set(out.glob("*.whl"))
+        run([str(py), "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), pin])
+        for wheel in set(out.glob("*.whl")) - before:
+            if not wheel.name.endswith("-py3-none-any.whl") and not wheel.name.endswith(
+                "-py2.py3-none-any.whl"
+            ):
+                wheel.unlink()
+                raise PeerError(f"{pin} has no wheel for Python {python_version} and is not pure Python")
+    log(f"{len(pins)} packages and {SOURCES} in {out}")
+    return pins
 
 
 # ---------------------------------------------------------------------- train
@@ -309,15 +436,26 @@ os._exit(0)  # PufferLib's utilization monitor is a non-daemon thread that only 
 
 def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: int | None,
           extra: list[str], jsonl: Path, our_env: bool = False,
-          save_model: Path | None = None, our_env_params: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+          save_model: Path | None = None, our_env_params: dict[str, Any] | None = None,
+          device: str = "cpu", backend: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """PufferLib's trainer on ``env``: on the CPU with the Serial backend unless ``backend`` says
+    otherwise; on ``device`` cuda with the backend of its config (default.ini: Multiprocessing)."""
     src = cache / f"pufferlib-{VERSION}"
     py = cache / "venv" / "bin" / "python"
     if env not in ENVS:
         raise PeerError(f"no PufferLib counterpart known for {env}; known: {', '.join(ENVS)}")
+    if device not in ("cpu", "cuda"):
+        raise PeerError(f"--device {device!r}: cpu or cuda")
     if not built(cache, env):
         log(f"PufferLib's {env} is not built in {cache}: building it first")
-        build(cache, [env])
-    args = ["--train.device", "cpu", "--vec.backend", "Serial"]
+        build(cache, [env], cuda=device == "cuda")
+    if device == "cuda" and extension_kind(cache) != "cuda":
+        raise PeerError(
+            f"PufferLib in {cache} was built without its CUDA kernels: "
+            "run `python tools/pufferlib_peer.py build --cuda` on this GPU machine first"
+        )
+    backend = backend or ("Serial" if device == "cpu" else None)
+    args = ["--train.device", device, *(["--vec.backend", backend] if backend else [])]
     if seed is not None:
         args += ["--train.seed", str(seed), "--vec.seed", str(seed)]
     args += extra
@@ -378,7 +516,8 @@ def score_at(curve: dict[str, list[float]], step: float) -> float | None:
 
 
 def make_report(system: str, env: str, metric: str, target: float, rows: list[dict[str, float]],
-                config: dict[str, Any], command: str, seed: int | None, at: list[float]) -> dict[str, Any]:  # fmt: skip
+                config: dict[str, Any], command: str, seed: int | None, at: list[float],
+                device: str = "cpu") -> dict[str, Any]:  # fmt: skip
     use_our_package()
     from appliance.bench.report import Report
     from appliance.sysinfo import fingerprint
@@ -390,7 +529,12 @@ def make_report(system: str, env: str, metric: str, target: float, rows: list[di
         )
     hit = next((i for i, s in enumerate(curve["score"]) if s >= target), None)
     suite = {"name": f"parity-{system}", "path": None, "definition": {"system": system, "env": env}}
-    report = Report(suite, {"name": "cpu", "gpu": ""}, fingerprint(), config, seed or 0, 1, command)
+    machine = fingerprint()
+    gpus = machine.get("gpus") or [{}]
+    profile = (
+        {"name": "cpu", "gpu": ""} if device == "cpu" else {"name": device, "gpu": gpus[0].get("name", "")}
+    )
+    report = Report(suite, profile, machine, config, seed or 0, 1, command)
     name = f"time_to_score/{env}/{metric}>={target}"
     labels = {"env": env, "metric": metric, "target": target, "system": system}
     report.add(name + "/seconds", [None if hit is None else curve["seconds"][hit]], "s", "lower", **labels)
@@ -635,7 +779,9 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
         "|---|---|---|" + "---|" * len(at),
     ]
     places = {
-        env: decimals([v for (e, _), runs in groups.items() if e == env for curve in runs for v in curve["score"]])
+        env: decimals(
+            [v for (e, _), runs in groups.items() if e == env for curve in runs for v in curve["score"]]
+        )
         for env, _ in groups
     }
     for (env, group), runs in groups.items():
@@ -931,8 +1077,11 @@ def write_config(cache: Path, env: str, out: Path) -> None:
         "# its policy (Default: Linear + GELU encoder over the raw observation floats, LSTM 128, PufferLib's\n"
         "# init), reward handling (clamp to [-1, 1], no scaling) and recurrent state (zeroed at each rollout)\n"
         "# are spelled out"
-        + (f", and so are our env params that show what PufferLib's env shows: {', '.join(f'env.{k}' for k in AS_PUFFERLIB[env])}"
-           if env in AS_PUFFERLIB else "")
+        + (
+            f", and so are our env params that show what PufferLib's env shows: {', '.join(f'env.{k}' for k in AS_PUFFERLIB[env])}"
+            if env in AS_PUFFERLIB
+            else ""
+        )
         + ".\n"
         f"# Not carried over (no counterpart on our side, or the run's bookkeeping): {', '.join(left) or 'nothing'}.\n"
     )
@@ -952,6 +1101,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="fetch, install and compile PufferLib into the cache")
     b.add_argument("--envs", default="breakout", help="comma-separated env names (default: breakout)")
+    b.add_argument(
+        "--cuda", action="store_true", help="PufferLib's torch extension with its CUDA kernels (needs nvcc)"
+    )
+    b.add_argument("--wheels", type=Path, default=None, metavar="DIR",
+                   help="install the venv's packages from DIR only, no package index (see `wheels`)")  # fmt: skip
+    b.add_argument("--system-torch", action="store_true",
+                   help="the venv takes this machine's torch (and its other packages) instead of installing ours")  # fmt: skip
+    w = sub.add_parser(
+        "wheels", help="a folder with what `build --wheels DIR --system-torch` needs on an offline machine"
+    )
+    w.add_argument("--out", type=Path, required=True)
+    w.add_argument("--python-version", default="3.12", help="that machine's Python (default: %(default)s)")
+    w.add_argument("--platform", action="append", default=[], metavar="TAG",
+                   help="its wheel platform tags (default: manylinux 2.17 to 2.28, x86_64)")  # fmt: skip
     helps = {"train": "PufferLib's trainer on ENV", "ours": "a report from our run folder",
              "report": "a report from a PufferLib curve (.jsonl) written by train"}  # fmt: skip
     for name in ("train", "ours", "report"):
@@ -971,6 +1134,10 @@ def main(argv: list[str] | None = None) -> int:
                            help="with --our-env: one of our env's params, e.g. terminal_at_game_end=0")  # fmt: skip
             p.add_argument("--save-model", type=Path, default=None, metavar="PATH",
                            help="write the policy's weights here where the run stops (for peer_crossplay.py)")  # fmt: skip
+            p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                           help="cuda: on a GPU, after `build --cuda` (default: %(default)s)")  # fmt: skip
+            p.add_argument("--backend", default=None,
+                           help="PufferLib's vec backend (default: Serial on the CPU, its config's on cuda)")  # fmt: skip
         elif name == "ours":
             p.add_argument("run_dir", type=Path)
             p.add_argument("--env", required=True)
@@ -987,7 +1154,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--out", type=Path, required=True, help="the report (.json); the raw curve goes beside it"
         )
-    sp = sub.add_parser("speed", help="both trainers at PufferLib's settings for ENV (or ours on its defaults), interleaved windows")
+    sp = sub.add_parser(
+        "speed",
+        help="both trainers at PufferLib's settings for ENV (or ours on its defaults), interleaved windows",
+    )
     sp.add_argument("env")
     sp.add_argument("--rounds", type=int, default=3)
     sp.add_argument("--seconds", type=float, default=120.0, help="each window (default: %(default)s)")
@@ -1023,7 +1193,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.cmd == "build":
-            build(a.cache, [e for e in a.envs.split(",") if e])
+            build(a.cache, [e for e in a.envs.split(",") if e], a.cuda, a.wheels, a.system_torch)
+        elif a.cmd == "wheels":
+            platforms = a.platform or [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28)] + [
+                "manylinux2014_x86_64"
+            ]
+            wheels(a.cache, a.out, a.python_version, platforms)
         elif a.cmd == "config":
             if a.env not in ENVS:
                 raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
@@ -1071,7 +1246,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise PeerError("--our-env-param needs --our-env")
                 our_params = parse_our_env_params(a.env, a.our_env_param)
                 info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env,
-                             a.save_model, our_params)  # fmt: skip
+                             a.save_model, our_params, a.device, a.backend)  # fmt: skip
                 rows = derive(
                     peer_rows(jsonl, info["config"]),
                     a.metric,
@@ -1080,11 +1255,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
                 data = make_report(system, a.env, a.metric, a.target, rows, info["config"],
-                                   info["command"], a.seed, at)  # fmt: skip
+                                   info["command"], a.seed, at, a.device)  # fmt: skip
             elif a.cmd == "report":
                 ini = ini_config(a.cache, a.env)
                 side = "ours" if a.our_env else "pufferlib"
-                rows = derive(peer_rows(a.curve, ini), a.metric, side, on_our_env(ini, a.env) if a.our_env else ini)
+                rows = derive(
+                    peer_rows(a.curve, ini), a.metric, side, on_our_env(ini, a.env) if a.our_env else ini
+                )
                 system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
                 data = make_report(system, a.env, a.metric, a.target, rows, ini_config(a.cache, a.env),
                                    f"PufferLib's curve {a.curve}", None, at)  # fmt: skip
