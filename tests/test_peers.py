@@ -338,3 +338,21 @@ def test_the_sources_that_travel_are_the_sdists_tree_without_its_art(peer, tmp_p
         kept = {m.name: tar.extractfile(m).read() for m in tar}
     assert kept == {f"{root}/{n}": n.encode() for n in ("setup.py", "pufferlib/ocean/breakout/binding.c",
                                                          "pufferlib/resources_note.txt")}  # fmt: skip
+
+
+def test_a_system_torch_venv_imports_the_torch_of_the_python_running_the_harness(peer, tmp_path):
+    # the GPU machine's python3 is itself a venv, where `venv --system-site-packages` would show the
+    # base interpreter's packages (no torch) instead of that venv's
+    import subprocess
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    assert subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode != 0
+    peer.see_our_packages(py)
+    import torch
+
+    out = subprocess.check_output(
+        [str(py), "-c", "import sys, torch; print(torch.__version__, sys.prefix)"], text=True
+    )
+    assert out.split() == [torch.__version__, str(venv)]

@@ -183,8 +183,8 @@ def build(cache: Path, envs: list[str], cuda: bool = False, wheels: Path | None 
     """The source tree, its venv and the named envs in ``cache``. ``cuda``: PufferLib's torch
     extension with its CUDA kernels (nvcc needed), for ``train --device cuda``. ``wheels``: install the
     venv's packages from that folder only (a machine without a package index; ``wheels`` fills it).
-    ``system_torch``: the venv sees this machine's packages and takes its torch (a GPU machine's CUDA
-    build) instead of installing this project's version."""
+    ``system_torch``: the venv sees the packages of the Python running this script (behind its own)
+    and takes its torch (a GPU machine's CUDA build) instead of installing this project's version."""
     unknown = [e for e in envs if e not in ENVS]
     if unknown:
         raise PeerError(f"no PufferLib counterpart known for {', '.join(unknown)}; known: {', '.join(ENVS)}")
@@ -205,7 +205,9 @@ def build(cache: Path, envs: list[str], cuda: bool = False, wheels: Path | None 
     stamp = venv / ".requirements"
     wanted = "\n".join([*([] if system_torch else [torch_requirement()]), *PEER_REQUIREMENTS])
     if not py.exists():
-        run([sys.executable, "-m", "venv", *(["--system-site-packages"] if system_torch else []), str(venv)])
+        run([sys.executable, "-m", "venv", str(venv)])
+    if system_torch:
+        see_our_packages(py)
     if not stamp.exists() or stamp.read_text() != wanted:
         offline = ["--no-index", "--find-links", str(wheels)] if wheels is not None else []
         run([str(py), "-m", "pip", "install", "--quiet", *offline, *wanted.split("\n")])
@@ -244,6 +246,25 @@ def build(cache: Path, envs: list[str], cuda: bool = False, wheels: Path | None 
     )
     run([str(py), "-W", "ignore", "-c", check], cwd=src, env={**os.environ, "PYTHONPATH": str(src)})
     log(f"PufferLib {VERSION} ready in {src}")
+
+
+def see_our_packages(py: Path) -> None:
+    """Let the venv of ``py`` import what the Python running this script has (its torch above all),
+    after its own packages: a .pth file naming our site folders. ``venv --system-site-packages``
+    would not do where this Python is itself a venv (the GPU machine's is): it adds the base
+    interpreter's folders, not ours."""
+    import sysconfig
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise PeerError(f"--system-torch takes the torch of {sys.executable}, which has none") from None
+    paths = sysconfig.get_paths()
+    ours = list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+    site = subprocess.check_output(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+    ).strip()
+    (Path(site) / "_peer_system_packages.pth").write_text("\n".join(ours) + "\n")
 
 
 EXTENSION_STAMP = ".extension-kind"  # beside pufferlib/_C*.so: "cpu" or "cuda", what it was built with
