@@ -367,9 +367,7 @@ def wheels(cache: Path, out: Path, python_version: str, platforms: list[str]) ->
         before = set(out.glob("*.whl"))
         run([str(py), "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), pin])
         for wheel in set(out.glob("*.whl")) - before:
-            if not wheel.name.endswith("-py3-none-any.whl") and not wheel.name.endswith(
-                "-py2.py3-none-any.whl"
-            ):
+            if not wheel.name.endswith(("-py3-none-any.whl", "-py2.py3-none-any.whl")):
                 wheel.unlink()
                 raise PeerError(f"{pin} has no wheel for Python {python_version} and is not pure Python")
     log(f"{len(pins)} packages and {SOURCES} in {out}")
@@ -926,7 +924,6 @@ def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out
     """Both trainers interleaved (A B, B A, ...) on this machine: each round one window of each, the
     per-CPU speed check (the noise guard's) before and after each window. PufferLib always on its own
     config; ours at the same settings, or with ``ours_defaults`` on its own defaults for the env."""
-    import shutil
     import tempfile
 
     use_our_package()
