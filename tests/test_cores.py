@@ -21,7 +21,7 @@ CORE_KEYS = {
         *("core.weight_ih_l0", "core.weight_hh_l0", "core.bias_ih_l0", "core.bias_hh_l0"),
         *("cell.weight_ih", "cell.weight_hh", "cell.bias_ih", "cell.bias_hh"),  # the same tensors
     ],
-    "mingru": ["core.linear.weight", "core.linear.bias"],
+    "mingru": ["core.layers.0.weight"],
 }
 
 
@@ -45,7 +45,7 @@ def test_checkpoint_keys_and_parameter_order_are_pinned(core):
     [
         ("mlp", lambda n: nn.Sequential(layer_init(nn.Linear(n, n)), nn.GELU())),
         ("lstm", lambda n: (nn.LSTM(n, n, batch_first=True), nn.LSTMCell(n, n))[0]),
-        ("mingru", lambda n: nn.Linear(n, 2 * n)),
+        ("mingru", lambda n: nn.Linear(n, 3 * n, bias=False)),
     ],
 )
 def test_cores_init_draws_what_torch_modules_draw(core, by_hand):
@@ -113,27 +113,77 @@ def test_lstm_core_kernel_path_is_the_cell(monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("grad", [True, False])
-def test_mingru_core_is_the_minimal_gru(grad):
+def puffernet_by_hand(core: MinGRU, x: torch.Tensor, state: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """PufferNet written out step by step in float64: per layer k, v, p = x W^T; the minimal GRU
+    h = (1 - sigmoid(k)) h + sigmoid(k) g(v); the highway y = sigmoid(p) out + (1 - sigmoid(p)) x,
+    out = h W_o^T (h itself with expansion factor 1); y feeds the next layer."""
+    hs, ys = [s.double() for s in state], []
+    for t in range(x.shape[1]):
+        y = x[:, t].double()
+        for i, layer in enumerate(core.layers):
+            k, v, p = (y @ layer.weight.double().T).split((core.inner, core.inner, core.size), -1)
+            g = torch.where(v >= 0, v + 0.5, torch.sigmoid(v))
+            hs[i] = (1 - torch.sigmoid(k)) * hs[i] + torch.sigmoid(k) * g
+            out = hs[i] if core.out is None else hs[i] @ core.out[i].weight.double().T
+            y = torch.sigmoid(p) * out + (1 - torch.sigmoid(p)) * y
+        ys.append(y)
+    return torch.stack(ys, 1)
+
+
+@pytest.mark.parametrize(("layers", "factor"), [(1, 1), (2, 1), (3, 2)])
+def test_mingru_core_is_puffernet(layers, factor):
+    """Steps, the scan over a sequence and its gradients equal PufferNet written out by hand, for
+    one layer, PufferLib 4.0's breakout shape (two) and an expanded state; each layer's state starts
+    at zero and holds that layer's h."""
     torch.manual_seed(0)
-    core = MinGRU(8)
-    x, h0 = torch.randn(3, 5, 8), torch.rand(3, 8) + 0.05
-    (start,) = core.initial_state(3)
-    assert torch.equal(start, torch.full((3, 8), 0.5))
-    with torch.set_grad_enabled(grad):
-        k, v = core.linear(x[:, 0]).chunk(2, -1)
-        z, g = torch.sigmoid(k), torch.where(v >= 0, v + 0.5, torch.sigmoid(v))
-        h, (h_next,) = core.step(x[:, 0], (h0,))
-        torch.testing.assert_close(h, (1 - z) * h0 + z * g)
-        assert h is h_next
-        # the step and the scan are the kernels' ops (on the CPU their bodies compiled for it, which
-        # agree with the torch references to float32 rounding: tests/test_host_kernels.py)
-        if not grad:  # inference steps through the kernels' op, training through the reference
-            assert torch.equal(h, kernels.mingru_step(core.linear(x[:, 0]), h0))
-        torch.testing.assert_close(h, reference.mingru_step(core.linear(x[:, 0]), h0))
-        seq = core.sequence(x, (h0,))
-        assert torch.equal(seq, kernels.mingru_scan(core.linear(x), h0))
-        torch.testing.assert_close(seq, reference.mingru_scan(core.linear(x), h0))
+    core = MinGRU(8, num_layers=layers, expansion_factor=factor)
+    assert [s.shape for s in core.initial_state(3)] == [(3, 8 * factor)] * layers
+    assert not any(s.any() for s in core.initial_state(3))
+    x = torch.randn(3, 5, 8, requires_grad=True)
+    state = tuple(torch.rand(3, 8 * factor) + 0.05 for _ in range(layers))
+    want = puffernet_by_hand(core, x, state)
+    seq = core.sequence(x, state)  # the host build of the scan kernel on a CPU
+    torch.testing.assert_close(seq.double(), want, rtol=1e-5, atol=1e-5)
+    weights = torch.randn(3, 5, 8)
+    got_grads = torch.autograd.grad((seq * weights).sum(), [x, *core.parameters()])
+    want_grads = torch.autograd.grad((want * weights.double()).sum(), [x, *core.parameters()])
+    for got, expected in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(got.double(), expected.double(), rtol=1e-4, atol=1e-5)
+    for grad in (True, False):  # training steps through the reference, inference through the kernel op
+        with torch.set_grad_enabled(grad):
+            s, steps = state, []
+            for t in range(5):
+                y, s = core.step(x[:, t], s)
+                steps.append(y)
+        torch.testing.assert_close(torch.stack(steps, 1).double(), want, rtol=1e-5, atol=1e-5)
+    # the state steps hand on is each layer's h: a scan from it goes on where the steps stopped
+    with torch.no_grad():
+        s = state
+        for t in range(2):
+            _, s = core.step(x[:, t], s)
+        rest = core.sequence(x[:, 2:], s)
+    torch.testing.assert_close(rest.double(), want[:, 2:], rtol=1e-5, atol=1e-5)
+
+
+def test_mingru_core_from_zero_state_has_finite_gradients():
+    """The zero initial state (log 0 in the scan's log space) gives finite values and gradients."""
+    torch.manual_seed(0)
+    core = MinGRU(8, num_layers=2)
+    x = torch.randn(4, 6, 8, requires_grad=True)
+    y = core.sequence(x, core.initial_state(4))
+    y.square().sum().backward()
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in core.parameters())
+
+
+def test_layer_options_are_refused_where_a_core_has_none():
+    obs, act = spaces.Box(-1, 1, (6,), np.float32), spaces.Discrete(3)
+    with pytest.raises(ValueError, match="lstm core has one layer"):
+        Policy(obs, act, core="lstm", hidden_size=8, num_layers=2)
+    with pytest.raises(ValueError, match="only the mingru core"):
+        Policy(obs, act, core="mlp", hidden_size=8, expansion_factor=2)
+    mlp = Policy(obs, act, core="mlp", hidden_size=8, num_layers=3)
+    assert sum(isinstance(m, nn.Linear) for m in mlp.core) == 3
 
 
 @pytest.mark.parametrize("core", ["mlp", "lstm", "mingru"])

@@ -897,3 +897,47 @@ def test_a_run_saved_before_obs_scale_is_evaluated_on_the_observations_it_traine
     assert config_of_run(resolve(env="go"), tmp_path).policy.obs_scale == "none"
     (tmp_path / "config.yaml").unlink()  # no saved config: the command's own settings
     assert config_of_run(resolve(env="go"), tmp_path).policy.obs_scale == "none"
+
+
+@pytest.mark.parametrize(
+    ("ratio", "epochs", "want"), [("auto", 2, 8), ("1.5", 1, 6), ("1.5", 3, 6), ("0.1", 1, 1)]
+)
+def test_replay_ratio_is_fractional_passes_over_the_batch(ratio, epochs, want):
+    """train.replay_ratio (PufferLib 4.0's): int(ratio x batch / minibatch) minibatches an epoch, at
+    least one; auto keeps update_epochs' whole passes. Here the batch is four minibatches."""
+    cfg = small_config(
+        "squared",
+        "--train.minibatch-size",
+        "16",
+        "--train.replay-ratio",
+        ratio,
+        "--train.update-epochs",
+        str(epochs),
+    )
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    steps = []
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda: steps.append(1) or step()
+    try:
+        assert trainer.segments // trainer.mb_segments == 4
+        trainer.evaluate()
+        trainer.train()
+        assert len(steps) == want
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("floor", [0.0, 0.25])
+def test_the_learning_rate_anneals_down_to_min_lr_ratio(floor):
+    """The cosine schedule ends at learning_rate x train.min_lr_ratio (PufferLib 4.0's), and starts
+    at the learning rate."""
+    cfg = small_config("squared", "--train.min-lr-ratio", str(floor), "--train.learning-rate", "0.01")
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        assert trainer.train()["learning_rate"] == pytest.approx(0.01)
+        trainer.global_step = cfg.train.total_timesteps
+        trainer.evaluate()
+        assert trainer.train()["learning_rate"] == pytest.approx(0.01 * floor)
+    finally:
+        trainer.close()

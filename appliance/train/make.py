@@ -54,4 +54,6 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         init=p.init,
         obs_norm={"on": True, "off": False}.get(p.obs_norm, "auto"),
         obs_scale=p.obs_scale,
+        num_layers=p.num_layers,
+        expansion_factor=p.expansion_factor,
     )

@@ -3,8 +3,9 @@
 * Encoder: observations to floats (restoring emulated structure, scaling by the space's bounds
   unless ``policy.obs_scale`` is ``none``),
   then Linear + GELU, or a small CNN for image-like (H, W, C) observations.
-* Core: ``mlp``, ``lstm`` or ``mingru``, each a small module of :mod:`appliance.train.cores` with
-  the same three methods (``initial_state``, ``step``, ``sequence``), which the policy composes.
+* Core: ``mlp``, ``lstm`` or ``mingru`` (PufferNet: ``num_layers`` minimal GRUs with highway
+  connections, ``expansion_factor``), each a small module of :mod:`appliance.train.cores` with the
+  same three methods (``initial_state``, ``step``, ``sequence``), which the policy composes.
 * Heads: Discrete and MultiDiscrete logits, or a Gaussian for Box actions with a learned
   state-independent log-std; Box samples are clipped to the bounds only when sent to the env
   (:meth:`Policy.env_actions`), and Box-action policies normalize observations by running
@@ -137,10 +138,18 @@ class Policy(nn.Module):
         init: str = "pufferlib",
         obs_norm: bool | str = "auto",
         obs_scale: str = "bounds",
+        num_layers: int = 1,
+        expansion_factor: int = 1,
     ) -> None:
         super().__init__()
         if core not in CORES:
             raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
+        if num_layers != 1 and core == "lstm":
+            raise ValueError(
+                f"policy.num_layers {num_layers}: the lstm core has one layer; use mingru or mlp"
+            )
+        if expansion_factor != 1 and core != "mingru":
+            raise ValueError(f"policy.expansion_factor {expansion_factor}: only the mingru core has one")
         if init not in ("pufferlib", "cleanrl"):
             raise ValueError(f"unknown policy init {init!r}; choose pufferlib or cleanrl")
         if obs_scale not in ("bounds", "none"):
@@ -173,7 +182,9 @@ class Policy(nn.Module):
         else:
             self.image_shape = None
             self.encoder = nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), nn.GELU())
-        self.core: Core = CORES[core](hidden_size)
+        layers = {"num_layers": num_layers} if core != "lstm" else {}
+        factor = {"expansion_factor": expansion_factor} if core == "mingru" else {}
+        self.core: Core = CORES[core](hidden_size, **layers, **factor)
         if isinstance(self.core, LSTM):  # its step cell, whose weights checkpoints name cell.* too
             self.cell = self.core.cell
         self.action_space = action_space

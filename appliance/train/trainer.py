@@ -83,6 +83,9 @@ class Trainer:
         self.segments = batch // horizon
         self.mb_segments = hp.minibatch_size // horizon
         self.chunk_segments = min(self.mb_segments, hp.max_minibatch_size // horizon)
+        # minibatches an epoch: train.replay_ratio passes over the batch (auto: update_epochs), at least one
+        passes = hp.update_epochs if hp.replay_ratio == "auto" else hp.replay_ratio
+        self.minibatches = max(1, int(passes * self.segments / self.mb_segments))
 
         # ---- preallocated experience: one row per segment
         obs_device = torch.device("cpu") if hp.cpu_offload else self.device
@@ -238,9 +241,10 @@ class Trainer:
         the NaN checks are read back once, at the end."""
         hp, b, acc = self.hp, self.rollout, self.epoch_scalars
         progress = min(1.0, self.global_step / max(1, hp.total_timesteps))
-        lr_scale = 0.5 * (1 + math.cos(math.pi * progress)) if hp.anneal_lr else 1.0
+        cosine = 0.5 * (1 + math.cos(math.pi * progress))
+        lr_scale = hp.min_lr_ratio + (1 - hp.min_lr_ratio) * cosine if hp.anneal_lr else 1.0
         lr = set_lr(self.optimizer, lr_scale)
-        minibatches = hp.update_epochs * self.segments // self.mb_segments
+        minibatches = self.minibatches
         with self.timings.phase("train"):
             b.ratios.fill_(1.0)
             acc.begin(self.epoch * minibatches, hp.prio_beta0 + (1 - hp.prio_beta0) * progress)

@@ -1,4 +1,4 @@
-"""The ``mlp`` core: Linear + GELU, with no state."""
+"""The ``mlp`` core: ``num_layers`` times Linear + GELU, with no state."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ from appliance.train.cores.base import State, layer_init
 class MLP(nn.Sequential):
     recurrent = False
 
-    def __init__(self, size: int) -> None:
-        super().__init__(layer_init(nn.Linear(size, size)), nn.GELU())
+    def __init__(self, size: int, num_layers: int = 1) -> None:
+        if num_layers < 1:
+            raise ValueError(f"the mlp core needs num_layers >= 1, got {num_layers}")
+        layers: list[nn.Module] = []
+        for _ in range(num_layers):
+            layers += [layer_init(nn.Linear(size, size)), nn.GELU()]
+        super().__init__(*layers)
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> State:
         return ()
