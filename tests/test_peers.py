@@ -356,3 +356,53 @@ def test_a_system_torch_venv_imports_the_torch_of_the_python_running_the_harness
         [str(py), "-c", "import sys, torch; print(torch.__version__, sys.prefix)"], text=True
     )
     assert out.split() == [torch.__version__, str(venv)]
+
+
+def test_out_never_overwrites_a_runs_own_files(peer, tmp_path, capsys, monkeypatch):
+    """`--out x.json` writes x.jsonl and x.log beside the report: a train run refuses where they exist
+    (another run's record), `ours` replaces only an earlier copy of the same metrics.jsonl, and an
+    --out that is not a .json, or a file that is not a report, is refused; one line each."""
+    monkeypatch.setattr(peer, "train", lambda *a, **k: pytest.fail("trained although --out was taken"))
+    line = '{"agent_steps": 1, "seconds": 1.0, "environment/perf": 0.5}\n'
+    curve = tmp_path / "pufferlib-breakout-s1.jsonl"
+    curve.write_text(line)
+    out = str(tmp_path / "pufferlib-breakout-s1.json")
+    assert peer.main(["train", "breakout", "--stop-seconds", "1", "--out", out]) == 2
+    assert "it is a run's record" in capsys.readouterr().err
+    assert peer.main(["train", "breakout", "--out", str(tmp_path / "metrics.jsonl")]) == 2
+    assert ".json file" in capsys.readouterr().err
+    assert curve.read_text() == line
+    run_dir = tmp_path / "experiments" / "run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text('{"global_step": 10, "uptime": 1.0, "env/perf": 0.5}\n')
+    # `ours` with the name of PufferLib's run: its curve would be lost
+    assert peer.main(["ours", str(run_dir), "--env", "breakout", "--out", out]) == 2
+    assert "not an earlier copy" in capsys.readouterr().err and curve.read_text() == line
+    copy = tmp_path / "ours-s0.jsonl"
+    copy.write_text("")  # an earlier copy: the run has logged more since
+    assert (
+        peer.main(["ours", str(run_dir), "--env", "breakout", "--out", str(tmp_path / "ours-s0.json")]) == 0
+    )
+    assert copy.read_text() == (run_dir / "metrics.jsonl").read_text()
+    assert peer.main(["ours", str(run_dir), "--env", "breakout", "--out", str(run_dir / "metrics.json")]) == 0
+    assert (run_dir / "metrics.jsonl").read_text().count("\n") == 1  # its own file, never rewritten
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    assert peer.main(["ours", str(run_dir), "--env", "breakout", "--out", str(config)]) == 2
+    assert config.read_text() == "{}"
+    for args in (["plot", out, "--out", str(run_dir / "metrics.jsonl")],
+                 ["table", out, "--out", str(run_dir / "metrics.jsonl")]):  # fmt: skip
+        assert peer.main(args) == 2
+    assert (run_dir / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_bad_step_lists_are_usage_errors_not_tracebacks(peer, tmp_path):
+    # `--at 30M` ended in a ValueError traceback after the arguments were taken
+    with pytest.raises(SystemExit) as stop:
+        peer.main(
+            ["report", str(tmp_path / "c.jsonl"), "--env", "breakout", "--at", "30M", "--out", "r.json"]
+        )
+    assert stop.value.code == 2
+    with pytest.raises(SystemExit):
+        peer.main(["table", str(tmp_path / "r.json"), "--at", "-1"])
+    assert peer.steps_list("30e6,65e6") == [30e6, 65e6] and peer.steps_list("") == []

@@ -88,11 +88,16 @@ class PeerError(Exception):
     """A one-line reason the harness cannot go on."""
 
 
-def default_cache() -> Path:
+def cache_root() -> Path:
+    """The folder that holds each peer's build folder ($PUFFER_PEER_CACHE, else ~/.cache/puffer-bench/peers)."""
     root = os.environ.get("PUFFER_PEER_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "puffer-bench", "peers"
     )
-    return Path(root) / f"pufferlib-{VERSION}"
+    return Path(root)
+
+
+def default_cache() -> Path:
+    return cache_root() / f"pufferlib-{VERSION}"
 
 
 def log(msg: str) -> None:
@@ -630,6 +635,13 @@ def peer_rows(jsonl: Path, config: dict[str, Any]) -> list[dict[str, float]]:
         limit = float(train_cfg["total_timesteps"]) + batch
     except (KeyError, TypeError, ValueError):
         limit = float("inf")
+    return curve_rows(jsonl, limit)
+
+
+def curve_rows(jsonl: Path, limit: float = float("inf")) -> list[dict[str, float]]:
+    """A peer's curve (one JSON line per log: ``agent_steps``, ``seconds``, ``section/stat`` values)
+    as rows of steps, seconds and each stat under its name without the section, up to ``limit``
+    agent-steps."""
     rows = []
     for line in jsonl.read_text().splitlines():
         r = json.loads(line)
@@ -1111,6 +1123,53 @@ def write_config(cache: Path, env: str, out: Path) -> None:
 # ---------------------------------------------------------------------- command line
 
 
+def steps_list(text: str) -> list[float]:
+    """``--at 30e6,65e6`` as agent-step counts (an argparse type: a bad list is a one-line usage error)."""
+    try:
+        steps = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected agent-step counts, e.g. 30e6,65e6") from None
+    if not all(math.isfinite(x) and x > 0 for x in steps):
+        raise argparse.ArgumentTypeError(f"{text!r}: agent-step counts must be positive")
+    return steps
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` holds a puffer-bench report (what a report's --out may replace)."""
+    try:
+        return json.loads(path.read_text()).get("schema", "").startswith("puffer-bench/report/")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_out(out: Path, curve: str = "", source: Path | None = None) -> None:
+    """Refuse, in one line, an ``--out`` that would overwrite a run's own files. The report is a
+    ``.json`` that replaces only an older report. ``curve="new"`` (train): the curve (``.jsonl``) and
+    console log (``.log``) written beside it are a run's record and must not exist yet. ``curve="copy"``
+    (ours): the copy of ``source`` (a run's metrics.jsonl) written beside it may replace only an earlier
+    copy of that file (a prefix of it: the run went on since), never another run's curve."""
+    if out.suffix != ".json":
+        raise PeerError(f"--out {out}: a report is a .json file (its curve goes beside it as .jsonl)")
+    if out.is_dir() or (out.exists() and not is_report(out)):
+        raise PeerError(f"--out {out} exists and is not a puffer-bench report: refusing to overwrite it")
+    beside = [out.with_suffix(".jsonl"), out.with_suffix(".log")] if curve == "new" else []
+    for path in beside:
+        if path.exists():
+            raise PeerError(f"{path} exists: it is a run's record, so pick another --out (or move it away)")
+    copy = out.with_suffix(".jsonl")
+    mine = source is None or not source.exists() or not copy.exists() or copy.resolve() == source.resolve()
+    if curve == "copy" and not mine and not source.read_bytes().startswith(copy.read_bytes()):
+        raise PeerError(
+            f"{copy} exists and is not an earlier copy of {source}: refusing to overwrite another run's curve"
+        )
+
+
+def check_suffix(out: Path, suffixes: tuple[str, ...], what: str) -> None:
+    """``table``/``plot`` ``--out``: a file of their own kind (never a run's metrics.jsonl or config)."""
+    if out.suffix not in suffixes:
+        raise PeerError(f"--out {out}: {what} is written to a {' or '.join(suffixes)} file")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1167,8 +1226,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--metric", default="perf", help=f"a logged stat, or one of {', '.join(DERIVED)}")
         p.add_argument("--target", type=float, default=0.9)
         p.add_argument(
-            "--at", default="30e6,65e6", help="steps at which to report the score (comma-separated)"
-        )
+            "--at", type=steps_list, default="30e6,65e6",
+            help="steps at which to report the score (comma-separated)",
+        )  # fmt: skip
         p.add_argument(
             "--out", type=Path, required=True, help="the report (.json); the raw curve goes beside it"
         )
@@ -1195,8 +1255,8 @@ def main(argv: list[str] | None = None) -> int:
     tb.add_argument("--target", action="append", default=[], metavar="ENV=VALUE",
                     help="the score to reach on ENV (default: the lowest final score of its PufferLib reports)")  # fmt: skip
     tb.add_argument(
-        "--at", default="", help="agent-steps at which to show each run's score too (comma-separated)"
-    )
+        "--at", type=steps_list, default="", help="agent-steps at which to show each run's score too (comma-separated)"
+    )  # fmt: skip
     tb.add_argument(
         "--links", default="", help="a prefix for the links to the reports, e.g. results/cpu/parity/"
     )
@@ -1226,11 +1286,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
             if a.rounds < 1 or not a.seconds > a.warmup >= 0:
                 raise PeerError("--rounds must be at least 1 and --seconds more than --warmup (>= 0)")
+            check_out(a.out)
             ours_set = [x for item in a.ours for x in item.split("=", 1)]
             write_report(
                 speed(a.cache, a.env, a.rounds, a.seconds, a.warmup, a.out, ours_set, a.ours_defaults), a.out
             )
         elif a.cmd == "plot":
+            check_suffix(a.out, (".png", ".svg", ".pdf"), "the figure")
             plot(a.reports, a.out)
         elif a.cmd == "table":
             targets = {}
@@ -1242,7 +1304,9 @@ def main(argv: list[str] | None = None) -> int:
                     raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9") from None
                 if not sep:
                     raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9")
-            at_steps = tuple(float(x) for x in a.at.split(",") if x)
+            at_steps = tuple(a.at)
+            if a.out:
+                check_suffix(a.out, (".md", ".txt"), "the table")
             text = table(a.reports, targets, at_steps, a.links)
             if a.means:
                 text += "\n" + means(a.reports, at_steps)
@@ -1251,7 +1315,11 @@ def main(argv: list[str] | None = None) -> int:
                 a.out.parent.mkdir(parents=True, exist_ok=True)
                 a.out.write_text(text)
         else:
-            at = [float(x) for x in a.at.split(",") if x]
+            at = list(a.at)
+            if a.cmd == "ours":
+                check_out(a.out, "copy", a.run_dir / "metrics.jsonl")
+            else:
+                check_out(a.out, "new" if a.cmd == "train" else "")
             if a.cmd == "train":
                 for value in (a.stop_steps, a.stop_seconds):
                     if not value > 0:
@@ -1287,11 +1355,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows, config = our_rows(a.run_dir)
                 rows = derive(rows, a.metric, "ours", config)
                 a.out.parent.mkdir(parents=True, exist_ok=True)  # the raw curve beside the report, as train's
-                a.out.with_suffix(".jsonl").write_bytes((a.run_dir / "metrics.jsonl").read_bytes())
+                copy = a.out.with_suffix(".jsonl")
+                if copy.resolve() != (a.run_dir / "metrics.jsonl").resolve():
+                    copy.write_bytes((a.run_dir / "metrics.jsonl").read_bytes())
                 data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
                                    f"our run folder {a.run_dir}", a.seed, at)  # fmt: skip
             write_report(data, a.out)
-    except PeerError as e:
+    except (PeerError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
