@@ -3,6 +3,7 @@
 import importlib.util
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -406,3 +407,270 @@ def test_bad_step_lists_are_usage_errors_not_tracebacks(peer, tmp_path):
     with pytest.raises(SystemExit):
         peer.main(["table", str(tmp_path / "r.json"), "--at", "-1"])
     assert peer.steps_list("30e6,65e6") == [30e6, 65e6] and peer.steps_list("") == []
+
+
+# ---------------------------------------------------------------------- PufferLib 4.0 (tools/pufferlib4_peer.py)
+
+
+@pytest.fixture(scope="module")
+def peer4(peer):
+    spec = importlib.util.spec_from_file_location("pufferlib4_peer", ROOT / "tools" / "pufferlib4_peer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_config_dir(path, breakout_ini="", total_timesteps="94_000_000"):
+    """A 4.0 config folder: a cut-down default.ini and breakout.ini in its layout (no snapshot needed)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "default.ini").write_text(
+        "[base]\nenv_name = None\nreset_state = True\nseed = 73\ncheckpoint_interval = 500\n"
+        "[vec]\ntotal_agents = 4096\nnum_buffers = 2\nnum_threads = 16\n"
+        "[selfplay]\nenabled = 0\n[env]\n"
+        "[policy]\nhidden_size = 128\nnum_layers = 4\nexpansion_factor = 1\n"
+        "[torch]\nnetwork = MinGRU\nencoder = DefaultEncoder\ndecoder = DefaultDecoder\n"
+        "[train]\ngpus = 1\nseed = 42\ntotal_timesteps = 10_000_000\nlearning_rate = 0.015\nanneal_lr = 1\n"
+        "min_lr_ratio = 0.0\ngamma = 0.995\ngae_lambda = 0.90\nreplay_ratio = 1.0\nclip_coef = 0.2\n"
+        "vf_coef = 2.0\nvf_clip_coef = 0.2\nmax_grad_norm = 1.5\nent_coef = 0.001\nanneal_ent_coef = 0\n"
+        "beta1 = 0.95\nbeta2 = 0.999\neps = 1e-12\nminibatch_size = 8192\nhorizon = 64\n"
+        "vtrace_rho_clip = 1.0\nvtrace_c_clip = 1.0\nprio_alpha = 0.8\nprio_beta0 = 0.2\n"
+        "[sweep]\nmethod = Protein\n[sweep.train.gamma]\nmin = 0.8\n"
+    )
+    (path / "breakout.ini").write_text(
+        "[base]\nenv_name = breakout\n[vec]\ntotal_agents = 4096\nnum_buffers = 8\nnum_threads = 8\n"
+        "[policy]\nnum_layers = 2\nhidden_size = 64\n[env]\nnum_agents = 1\nframeskip = 4\nwidth = 576\n"
+        "[train]\ntotal_timesteps = "
+        + total_timesteps
+        + "\nbeta1 = 0.7279\nbeta2 = 0.9986\neps = 0.0000834\n"
+        "learning_rate = 0.1\nminibatch_size = 65_536\nprio_alpha = 0.1\nreplay_ratio = 1.4242\n"
+        + breakout_ini
+    )
+    (path / "pong.ini").write_text("[base]\nenv_name = pong\n[train]\nhorizon = 32\n")
+    return path
+
+
+def test_pufferlib4_config_puts_its_ini_on_our_keys_and_names_what_differs(peer4, tmp_path):
+    """bench/parity/pufferlib4/<env>.yaml from 4.0's inis: its MinGRU, replay ratio, Muon momentum
+    (beta1), horizon and total_agents on our keys; the header names what is left out and what means
+    something else (segments drawn with replacement, beta's anneal, the unread beta2/eps)."""
+    config = _fake_config_dir(tmp_path / "config")
+    out = tmp_path / "breakout.yaml"
+    peer4.write_config(config, "breakout", out)
+    text = out.read_text()
+    cfg = yaml.safe_load(text)
+    assert cfg["vec"] == {"num_envs": 4096}  # total_agents / our breakout's 1 agent per env
+    assert cfg["env"] == {"frameskip": 4}  # the [env] keys our breakout has
+    assert cfg["policy"] == {"core": "mingru", "hidden_size": 64, "num_layers": 2, "expansion_factor": 1,
+                             "encoder": "linear", "obs_scale": "none"}  # fmt: skip
+    t = cfg["train"]
+    assert (t["adam_beta1"], t["adam_beta2"], t["adam_eps"]) == (0.7279, 0.9986, 0.0000834)
+    assert (t["replay_ratio"], t["min_lr_ratio"], t["bptt_horizon"]) == (1.4242, 0.0, 64)
+    assert t["minibatch_size"] == t["max_minibatch_size"] == 65536 and t["total_timesteps"] == 94_000_000
+    assert t["reset_state"] is True and t["anneal_lr"] is True and t["learning_rate"] == 0.1
+    assert "update_epochs" not in t  # replay_ratio stands for it
+    header = " ".join(line[1:].strip() for line in text.splitlines() if line.startswith("#"))
+    assert (
+        "WITH replacement" in header
+        and "int(replay_ratio x batch / minibatch_size) = 5 minibatches" in header
+    )
+    assert "b0 + (1 - b0) * prio_alpha * epoch / total_epochs" in header and "never reads them" in header
+    for left in ("env.width", "vec.num_threads", "vec.num_buffers", "train.seed", "train.anneal_ent_coef",
+                 "base.checkpoint_interval", "[selfplay]", "[sweep]"):  # fmt: skip
+        assert left in header, left
+    # a policy this mapping does not know is refused in one line, not written wrong
+    _fake_config_dir(tmp_path / "lstm", "[torch]\nnetwork = LSTM\n")
+    with pytest.raises(peer4.PeerError, match="not the MinGRU"):
+        peer4.write_config(tmp_path / "lstm", "breakout", tmp_path / "x.yaml")
+
+
+def test_pufferlib4_reads_its_ini_values_as_its_load_config(peer4, tmp_path):
+    # literal_eval with the text itself as a fallback, and the ini chosen by its [base] env_name
+    assert peer4.ini_value("94_000_000") == 94_000_000 and peer4.ini_value("1e-12") == 1e-12
+    assert peer4.ini_value("'None'") == "None" and peer4.ini_value("Protein") == "Protein"
+    ini = peer4.ini_config(_fake_config_dir(tmp_path / "config"), "pong")
+    assert ini["train"]["horizon"] == 32 and ini["train"]["minibatch_size"] == 8192
+    with pytest.raises(peer4.PeerError, match="build"):
+        peer4.ini_config(tmp_path / "missing", "pong")
+
+
+def test_pufferlib4_build_runs_build_shs_cpu_steps_with_gcc_and_libgomp(peer4, tmp_path):
+    """build.sh ENV --cpu: the binding as a static object (-O2 -DNDEBUG -mavx2 -mfma -fopenmp -fPIC),
+    bindings_cpu.cpp with the float trainer and the env's tensor type, linked with raylib; here gcc for
+    clang and -lgomp for LLVM's -lomp5."""
+    binding = '#include "breakout.h"\n#define OBS_SIZE 118\n#define OBS_TENSOR_T FloatTensor\n'
+    assert peer4.obs_tensor_t(binding) == "FloatTensor"
+    with pytest.raises(peer4.PeerError, match="OBS_TENSOR_T"):
+        peer4.obs_tensor_t("#define OBS_SIZE 8\n")
+    ray = tmp_path / "raylib-5.5_linux_amd64"
+    static, archive, trainer, link = peer4.compile_commands(
+        "breakout", tmp_path, ray, tmp_path / "build", tmp_path / "_C.so", "FloatTensor", "/py", "/pybind"
+    )
+    assert static[0] == "gcc" and "ocean/breakout/binding.c" in static
+    for flag in (
+        "-O2",
+        "-DNDEBUG",
+        "-mavx2",
+        "-mfma",
+        "-fopenmp",
+        "-fPIC",
+        "-DPLATFORM_DESKTOP",
+        f"-I{ray}/include",
+    ):
+        assert flag in static, flag
+    assert archive[:2] == ["ar", "rcs"]
+    assert trainer[0] == "g++" and "src/bindings_cpu.cpp" in trainer
+    for flag in (
+        "-DPRECISION_FLOAT",
+        "-DOBS_TENSOR_T=FloatTensor",
+        "-DENV_NAME=breakout",
+        "-I/pybind",
+        "-I/py",
+    ):
+        assert flag in trainer, flag
+    assert "-lgomp" in link and "-lomp5" not in link and str(ray / "lib" / "libraylib.a") in link
+    assert link[-2:] == ["-o", str(tmp_path / "_C.so")]
+
+
+def _git(*args, cwd):
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(cwd), "PATH": "/usr/bin:/bin:/usr/local/bin"}  # fmt: skip
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def test_pufferlib4_takes_the_pinned_commit_of_its_source_and_refuses_another(
+    peer4, tmp_path, monkeypatch, capsys
+):
+    repo = tmp_path / "repo"
+    (repo / "resources" / "breakout").mkdir(parents=True)
+    (repo / "pufferlib").mkdir()
+    (repo / "pyproject.toml").write_text('[project]\nname = "pufferlib"\nversion = "4.0.0"\n')
+    (repo / "pufferlib" / "pufferl.py").write_text("")
+    (repo / "resources" / "breakout" / "ball.png").write_bytes(b"art")
+    _git("init", "-q", cwd=repo)
+    _git("add", ".", cwd=repo)
+    _git("commit", "-q", "-m", "x", cwd=repo)
+    sha = _git("rev-parse", "HEAD", cwd=repo).strip()
+    peer4.checkout(str(repo), sha, tmp_path / "tree", tmp_path / "scratch")
+    assert peer4.tree_version(tmp_path / "tree") == "4.0.0"
+    assert (tmp_path / "tree" / "pufferlib" / "pufferl.py").exists()
+    assert not (tmp_path / "tree" / "resources").exists()  # the art stays behind (partial mirrors lack it)
+    with pytest.raises(peer4.PeerError, match="has no commit"):
+        peer4.checkout(str(repo), peer4.COMMIT, tmp_path / "tree2", tmp_path / "scratch")
+    # on the command line: one line each, before anything is fetched or compiled
+    monkeypatch.setattr(peer4.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    cache = ["--cache", str(tmp_path / "cache")]
+    capsys.readouterr()
+    for args, why in (
+        (["build", "--commit", sha], "not the pinned"),
+        (["build", "--commit", "abc"], "40-hex-digit"),
+        (["build", "--source", str(tmp_path / "nowhere")], "no such folder"),
+        (["build", "--source", str(repo)], "has no commit"),
+        (["build", "--envs", "go"], "no PufferLib 4.0 counterpart"),
+    ):
+        assert peer4.main(cache + args) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, (args, err)
+    assert not (tmp_path / "cache" / "tree").exists()
+
+
+def _curve_line(steps, seconds, perf, **more):
+    return json.dumps({"agent_steps": steps, "seconds": seconds, "epoch": steps // 262144, "sps": 1.0,
+                       "env/perf": perf, "loss/entropy": 1.0, **more}) + "\n"  # fmt: skip
+
+
+def test_pufferlib4_report_is_a_learning_curve_report_the_table_reads(peer, peer4, tmp_path):
+    cache = tmp_path / "cache"
+    _fake_config_dir(cache / "tree" / "config", total_timesteps="1_000_000")  # 3 epochs of 262,144
+    curve = tmp_path / "pufferlib4-breakout.jsonl"
+    # three trained epochs, then a row of its evaluation rollouts, which is no part of the curve
+    curve.write_text("".join(_curve_line(262144 * i, 30.0 * i, 0.3 * i) for i in (1, 2, 3, 4)))
+    out = tmp_path / "pufferlib4-breakout.json"
+    assert peer4.main(["--cache", str(cache), "report", str(curve), "--env", "breakout", "--at", "0.5e6",
+                       "--target", "0.5", "--out", str(out)]) == 0  # fmt: skip
+    data = json.loads(out.read_text())
+    assert (
+        data["schema"] == "puffer-bench/report/1"
+        and data["analysis"]["system"] == "pufferlib-4.0.0-torch-cpu"
+    )
+    run = data["analysis"]["learning_curves"]["breakout"]["runs"][0]
+    assert run["steps"] == [262144, 524288, 786432]
+    assert data["metrics"]["time_to_score/breakout/perf>=0.5/steps"]["samples"] == [786432]
+    assert data["metrics"]["score_at/breakout/perf/0.5M"]["samples"] == [pytest.approx(0.3)]
+    assert data["analysis"]["peer"]["commit"] == peer4.COMMIT
+    ours = _report(peer, tmp_path, "ours", "puffer-bench", [0.1] * 3)
+    lines = peer.table([out, ours], {}).splitlines()  # counted as a PufferLib report: its final is the target
+    assert all("perf 0.6" in line for line in lines[2:])
+
+
+def test_pufferlib4_driver_logs_every_trained_epoch_and_stops_the_run(peer4, tmp_path):
+    """The driver wraps PuffeRL.train of its torch backend (a stand-in package here): one JSON line
+    after each trained epoch, the run stopped at --stop-steps or at the end of training."""
+    import subprocess
+
+    pkg = tmp_path / "fake" / "pufferlib"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = 4.0\n")
+    (pkg / "torch_pufferl.py").write_text(
+        "class Opt:\n    param_groups = [{'lr': 0.1}]\n"
+        "class PuffeRL:\n"
+        "    def __init__(self, total_epochs):\n"
+        "        self.global_step, self.epoch, self.total_epochs, self.optimizer = 0, 0, total_epochs, Opt()\n"
+        "    def train(self):\n"
+        "        self.epoch += 1\n        self.env_logs = {'perf': 0.5}\n        self.losses = {'entropy': 1.0}\n"
+    )
+    (pkg / "pufferl.py").write_text(
+        "import sys\n"
+        "def load_config(env):\n"
+        "    return {'train': {'total_epochs': int(sys.argv[-1])}, 'sweep': {'x': 1}, 'env_name': env}\n"
+        "def train(env, args):\n"
+        "    from pufferlib.torch_pufferl import PuffeRL\n"
+        "    p = PuffeRL(args['train']['total_epochs'])\n"
+        "    for _ in range(100):\n"
+        "        p.global_step += 100\n"
+        "        PuffeRL.train(p)\n"
+    )
+    driver = tmp_path / "driver.py"
+    driver.write_text(peer4.DRIVER)
+
+    def run(stop_steps, total_epochs):
+        out = tmp_path / f"curve-{stop_steps}-{total_epochs}.jsonl"
+        env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "PEER_STOP_STEPS": str(stop_steps),
+               "PEER_STOP_SECONDS": "inf", "PEER_OUT": str(out), "PEER_SEED": "3"}  # fmt: skip
+        got = subprocess.run([sys.executable, str(driver), "breakout", "--slowly", str(total_epochs)],
+                             env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        head = json.loads(got.stdout.splitlines()[0])
+        assert "sweep" not in head["config"] and head["runtime"]["pufferlib"] == "4.0"
+        return [json.loads(line) for line in out.read_text().splitlines()]
+
+    rows = run(300, 50)
+    assert [r["agent_steps"] for r in rows] == [100, 200, 300]
+    assert rows[0]["env/perf"] == 0.5 and rows[0]["loss/entropy"] == 1.0 and rows[0]["learning_rate"] == 0.1
+    assert [r["epoch"] for r in run(1e9, 2)] == [1, 2]  # the end of training ends the run
+
+
+def test_pufferlib4_refuses_bad_arguments_and_a_taken_out_in_one_line(peer4, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(
+        peer4, "train", lambda *a, **k: pytest.fail("trained although the arguments were bad")
+    )
+    curve = tmp_path / "pufferlib4-breakout.jsonl"
+    curve.write_text(_curve_line(1, 1.0, 0.5))
+    cache = ["--cache", str(tmp_path / "cache")]
+    for args, why in (
+        (["train", "breakout", "--out", str(tmp_path / "pufferlib4-breakout.json")], "it is a run's record"),
+        (["train", "breakout", "--out", str(tmp_path / "metrics.jsonl")], ".json file"),
+        (["train", "go", "--out", str(tmp_path / "go.json")], "no PufferLib 4.0 counterpart"),
+        (["train", "breakout", "--stop-steps", "-1", "--out", str(tmp_path / "b.json")], "must be positive"),
+        (["report", str(tmp_path / "none.jsonl"), "--env", "breakout", "--out", str(tmp_path / "r.json")], "no such curve"),
+        (["config", "breakout", "--out", str(tmp_path / "b.json")], ".yaml file"),
+        (["config", "breakout", "--out", str(tmp_path / "b.yaml")], "build` first"),
+    ):  # fmt: skip
+        assert peer4.main(cache + args) == 2, args
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, (args, err)
+    assert curve.read_text() == _curve_line(1, 1.0, 0.5)
+    with pytest.raises(SystemExit) as stop:
+        peer4.main(["train", "breakout", "--at", "30M", "--out", str(tmp_path / "b.json")])
+    assert stop.value.code == 2
