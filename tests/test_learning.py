@@ -10,6 +10,10 @@ same test, or against the env's bar.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
@@ -120,7 +124,7 @@ SQUARED = [
     "--train.update-epochs",
     "2",
     "--train.ent-coef",
-    "0.01",
+    "0.03",
     "--train.gamma",
     "0.99",
     "--train.gae-lambda",  # what this case was measured with (squared.yaml's 0.98 suits the LSTM defaults:
@@ -156,21 +160,6 @@ def test_squared_learns_at_a_high_muon_learning_rate():
     assert recent(history, "perf") >= 0.75
 
 
-@pytest.mark.slow
-def test_squared_learns_to_reach_the_target_mlp_adam():
-    baseline = random_score("squared", "perf")
-    history = train(
-        "squared",
-        [*MLP_ADAM, *SQUARED, "--train.total-timesteps", "3000000"],
-        target=("perf", 0.6),
-        min_epochs=20,
-    )
-    # PufferLib's squared (off the grid: -1) is harder for this small mlp than the old walled grid:
-    # 0.54-0.59 after 1.4-1.6 M steps here (random play 0.12); on an AVX2-only CPU 0.432 after 2 M,
-    # hence 3 M (it stops early once the target is reached)
-    assert len(history) >= 20 and recent(history, "perf") >= 0.45 > baseline + 0.3
-
-
 TARGET = [
     "--vec.num-envs",
     "32",
@@ -191,18 +180,84 @@ TARGET = [
 ]
 
 
+@dataclass(frozen=True)
+class Case:
+    """A learning case as data, so that tools/learning_seeds.py runs exactly what its test runs, on
+    other seeds and CPU instruction sets: train ``env`` with ``overrides`` until the mean ``metric``
+    of 5 epochs reaches ``target(random)`` (random play's score, measured first), then the test
+    asks the last 5 epochs' mean for ``bar(random)``."""
+
+    env: str
+    overrides: tuple[str, ...]
+    metric: str
+    target: Callable[[float], float]
+    bar: Callable[[float], float]
+    min_epochs: int = 1
+    random_steps: int = 3000
+    window: int = 5  # epochs averaged, for the stop and the bar
+
+    def run(self, seed: int | None = None) -> tuple[list[dict[str, float]], float]:
+        """The epochs' env stats and random play's score (``seed``: another train.seed)."""
+        baseline = random_score(self.env, self.metric, steps=self.random_steps)
+        extra = () if seed is None else ("--train.seed", str(seed))
+        target = (self.metric, self.target(baseline))
+        history = train(
+            self.env, [*self.overrides, *extra], target=target, window=self.window, min_epochs=self.min_epochs
+        )
+        return history, baseline
+
+    def passes(self, history: list[dict[str, float]], baseline: float) -> bool:
+        return len(history) >= self.min_epochs and recent(history, self.metric, self.window) >= self.bar(
+            baseline
+        )
+
+
+# The mlp/Adam cases. At entropy coefficient 0.01 a few runs in ten (seeds, or the same seed on
+# another CPU's float rounding) collapsed the policy's entropy within 0.3 M steps onto a policy no
+# better than random and never left it; 0.03 keeps them exploring (docs/learning.md, "The learning
+# tests on every CPU"). The bars have the margin measured there over seeds and instruction sets.
+MLP_ADAM_CASES = {
+    # PufferLib's squared (off the grid: -1; random play 0.12): stops at 0.6, asks 0.45
+    "squared": Case(
+        "squared",
+        (*MLP_ADAM, *SQUARED, "--train.total-timesteps", "3000000"),
+        "perf",
+        target=lambda random: 0.6,
+        bar=lambda random: max(0.45, random + 0.3),
+        min_epochs=20,
+    ),
+    # PufferLib's target (stars eaten per 512-step episode, random play 0.31). Its 32 envs end their
+    # episodes together, so the env logs once in 32 epochs (256 agents' episodes, which vary a lot
+    # from one log to the next): the window of 96 epochs is the last three logs. Stops at 2.5x
+    # random, asks 1.5x
+    "target": Case(
+        "target",
+        (*TARGET, *MLP_ADAM, "--train.total-timesteps", "1200000", "--train.ent-coef", "0.03"),
+        "episode_return",
+        target=lambda random: 2.5 * random,
+        bar=lambda random: 1.5 * random,
+        random_steps=1000,
+        window=96,
+    ),
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("machinery", ["default", "mlp_adam"])
-def test_target_reward_rises_well_above_random(machinery):
+@pytest.mark.parametrize("name", sorted(MLP_ADAM_CASES))
+def test_mlp_adam_learns(name):
+    case = MLP_ADAM_CASES[name]
+    history, baseline = case.run()
+    assert case.passes(history, baseline), (recent(history, case.metric), baseline)
+
+
+@pytest.mark.slow
+def test_target_reward_rises_well_above_random():
+    """The default machinery (LSTM, Muon, prioritized segments) on TARGET's sizes: the last-5-epoch
+    mean was 0.61 in 600 K steps (pytest) against random play's 0.31, and 1.16 in the last epoch of
+    a CLI run: noisy, so the bar is 1.5x random."""
     baseline = random_score("target", "episode_return", steps=1000)
-    # on an AVX2-only CPU (no AVX-512) the mlp ended TARGET's 600 K steps at random play (0.301
-    # against 0.313) where the AVX-512 machine's run passed: it gets 1.2 M (passed there in 2026-11)
-    extra = [*MLP_ADAM, "--train.total-timesteps", "1200000"] if machinery == "mlp_adam" else []
-    history = train("target", [*TARGET, *extra], target=("episode_return", 3 * baseline))
+    history = train("target", TARGET, target=("episode_return", 3 * baseline))
     final = recent(history, "episode_return")
-    # PufferLib's target (stars eaten per 512-step episode): random play 0.31; in these 600 K steps the
-    # last-5-epoch mean was 0.61 (default machinery, pytest) and the last epoch 1.16 (default, CLI) and
-    # 1.03 (mlp/adam, CLI): noisy, so the bar is 1.5x random
     assert final > 1.5 * baseline, (final, baseline)
 
 
@@ -317,3 +372,44 @@ def test_mountain_car_continuous_defaults_reach_the_flag():
         "MountainCarContinuous-v0", [], target=("episode_return", 90), min_epochs=16, steps=1_000_000
     )
     assert len(history) >= 16 and recent(history, "episode_return") >= 90
+
+
+def learning_seeds_tool():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "learning_seeds.py"
+    spec = importlib.util.spec_from_file_location("learning_seeds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_learning_seeds_tool_reads_its_arguments_and_writes_its_table(capsys, tmp_path):
+    """tools/learning_seeds.py: seed lists, --set overrides and bad input in one line each, and the
+    table again from saved runs."""
+    tool = learning_seeds_tool()
+    assert tool.seeds("0-3") == [0, 1, 2, 3] and tool.seeds("0,5") == [0, 5]
+    for bad in ("x", "-1", ""):
+        with pytest.raises(Exception, match="seeds are"):
+            tool.seeds(bad)
+    assert tool.overrides(["train.ent_coef=0.01"]) == ["--train.ent-coef", "0.01"]
+    with pytest.raises(SystemExit, match="SECTION.KEY=VALUE"):
+        tool.overrides(["ent_coef"])
+    with pytest.raises(SystemExit):
+        tool.main(["squared", "--isa", "avx9"])
+    assert "unknown avx9" in capsys.readouterr().err
+    record = {
+        "case": "squared", "set": ["--train.ent-coef", "0.01"], "isa": "avx2", "torch_cpu_capability": "AVX2",
+        "seed": 3, "target": 0.6, "window_mean": 0.2, "bar": 0.45, "passes": False, "seconds": 61.0,
+        "epochs": [{"step": 3_000_000, "entropy": 0.006}],
+    }  # fmt: skip
+    saved = tmp_path / "runs.jsonl"
+    saved.write_text(json.dumps(record) + "\n")
+    assert tool.main(["table", str(saved)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[-1]
+        == "| squared | --train.ent-coef 0.01 | avx2 (AVX2) | 3 | not reached | 0.200 | 0.450 | FAIL | 0.006 | 61 |"
+    )
+    assert sorted(MLP_ADAM_CASES) == ["squared", "target"]  # what the tool offers
