@@ -91,9 +91,18 @@ def child(case_name: str, seed: int, extra: list[str]) -> None:
         "target": case.target(baseline), "metric": case.metric, "passes": case.passes(history, baseline),
         "window": case.window, "window_mean": test_learning.recent(history, case.metric, case.window),
         "seconds": time.perf_counter() - start,
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu": cpu(),
         "epochs": [{**h, **loss} for h, loss in zip(history, losses, strict=True)],
     }))  # fmt: skip
+
+
+def cpu() -> dict[str, Any]:
+    """The machine, as the reports' fingerprint names it."""
+    from appliance import sysinfo  # noqa: PLC0415
+
+    d = sysinfo.cpu_details()
+    keys = ("vendor", "family", "model_number", "stepping", "codename", "brand", "isa")
+    return {k: d.get(k) for k in keys} | {"cores": os.cpu_count()}
 
 
 def one(case: str, seed: int, isa: str, extra: list[str]) -> dict[str, Any]:
