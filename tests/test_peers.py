@@ -674,3 +674,18 @@ def test_pufferlib4_refuses_bad_arguments_and_a_taken_out_in_one_line(peer4, tmp
     with pytest.raises(SystemExit) as stop:
         peer4.main(["train", "breakout", "--at", "30M", "--out", str(tmp_path / "b.json")])
     assert stop.value.code == 2
+
+
+def test_every_parity_config_is_one_our_trainer_runs():
+    """Each bench/parity config (3.0's and 4.0's inis on our keys) resolves on this trainer: every key
+    exists and is in range, and 4.0's PufferNet, replay ratio and schedule floor arrive as written."""
+    from appliance.config import resolve
+
+    paths = sorted((ROOT / "bench" / "parity").rglob("*.yaml"))
+    assert any(p.parent.name == "pufferlib4" for p in paths)
+    for path in paths:
+        cfg = resolve(env=path.stem, config_file=path)
+        written = yaml.safe_load(path.read_text())
+        for section in ("train", "policy"):
+            for key, value in written.get(section, {}).items():
+                assert cfg[section][key] == value, (path, section, key)
