@@ -343,17 +343,7 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
     sampler = noise.Sampler()  # others' load over the run: its figures are not idle ones where it is high
     sampler.sample()
     start = time.time()
-    with open(jsonl.with_suffix(".log"), "w") as console:  # its dashboard, redrawn each log
-        proc = subprocess.Popen(
-            cmd, cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True
-        )
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        for line in proc.stdout:
-            console.write(line)
-        rc = proc.wait()
-    if rc:
-        raise PeerError(f"PufferLib 4.0's trainer exited with code {rc}; see {jsonl.with_suffix('.log')}")
+    first = peer.run_driver(cmd, cache, env_vars, jsonl, "PufferLib 4.0's trainer")
     head = json.loads(first) if first.startswith("{") else {}
     command = shlex.join(cmd) + (f" (PEER_SEED={seed}: torch.manual_seed)" if seed is not None else "")
     load = sampler.sample() or {}

@@ -499,22 +499,26 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
     cmd = [str(py), "-W", "ignore::DeprecationWarning", str(driver), ENVS[env][0], *args]
     log("$ " + shlex.join(cmd))
     start = time.time()
-    # PufferLib's dashboard redraws the terminal each epoch; keep it out of ours (its log beside the curve)
+    first = run_driver(cmd, cache, env_vars, jsonl, "PufferLib's trainer")
+    config = json.loads(first)["config"] if first.startswith("{") else {}
+    on = f"PEER_OUR_ENV={env}" + (f", env params {json.dumps(our_env_params)}" if our_env_params else "")
+    command = shlex.join(cmd) + (f" ({on}: on our env through the adapter)" if our_env else "")
+    return {"config": config, "command": command, "wall_s": time.time() - start}
+
+
+def run_driver(cmd: list[str], cache: Path, env_vars: dict[str, str], jsonl: Path, who: str) -> str:
+    """A peer's training driver to its end; returns its first line (its config as JSON). PufferLib's
+    dashboard redraws the terminal each epoch: it goes to the log beside the curve, not to ours."""
     with open(jsonl.with_suffix(".log"), "w") as console:
-        proc = subprocess.Popen(
-            cmd, cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True
-        )
+        proc = subprocess.Popen(cmd, cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True)
         assert proc.stdout is not None
         first = proc.stdout.readline()
         for line in proc.stdout:
             console.write(line)
         rc = proc.wait()
     if rc:
-        raise PeerError(f"PufferLib's trainer exited with code {rc}; see {jsonl.with_suffix('.log')}")
-    config = json.loads(first)["config"] if first.startswith("{") else {}
-    on = f"PEER_OUR_ENV={env}" + (f", env params {json.dumps(our_env_params)}" if our_env_params else "")
-    command = shlex.join(cmd) + (f" ({on}: on our env through the adapter)" if our_env else "")
-    return {"config": config, "command": command, "wall_s": time.time() - start}
+        raise PeerError(f"{who} exited with code {rc}; see {jsonl.with_suffix('.log')}")
+    return first
 
 
 # ---------------------------------------------------------------------- reports
