@@ -1,7 +1,8 @@
-// mingru_step: one minimal-GRU step after its GEMM (MinGRU.step in appliance/train/policy.py).
+// mingru_step: one minimal-GRU step after its GEMM (a layer of MinGRU.step in
+// appliance/train/cores/mingru.py).
 //
-// kv = x W^T + b ([B, 2H], k then v); z = sigmoid(k), h' = (1 - z) h + z g(v) with g(v) = v + 0.5
-// (v >= 0) or sigmoid(v). A done row starts from h = 0.5 = g(0), the policy's initial state.
+// kv = x W^T ([B, 2H], k then v); z = sigmoid(k), h' = (1 - z) h + z g(v) with g(v) = v + 0.5
+// (v >= 0) or sigmoid(v). A done row starts from h = 0, the core's initial state.
 #pragma once
 #include "common.cuh"
 
@@ -14,7 +15,7 @@ PB_HD void mingru_cell(const T* kv, const float* h, bool done, int hidden, i64 b
                        float* h_out) {
   const float k = load(kv, b * 2 * hidden + j), v = load(kv, b * 2 * hidden + hidden + j);
   const float z = sigmoidf(k);
-  const float h_prev = done ? 0.5f : h[b * hidden + j];
+  const float h_prev = done ? 0.0f : h[b * hidden + j];
   h_out[b * hidden + j] = (1.0f - z) * h_prev + z * mingru_g(v);
 }
 

@@ -280,8 +280,8 @@ def test_mingru_step_matches_policy(host: Host, storage: str) -> None:
     x, h = torch.randn(batch, hidden) * 2, torch.rand(batch, hidden) + 0.1
     done = (torch.rand(batch) < 0.3).float()
     with torch.no_grad():
-        kv = core.linear(x)
-        want, _ = core.step(x, (torch.where(done.bool()[:, None], 0.5, h),))
+        kv = core.layers[0](x)[:, : 2 * hidden].contiguous()
+        _, (want,) = core.step(x, (torch.where(done.bool()[:, None], 0.0, h),))  # a done row: from h = 0
     if storage == "bf16":
         kv = kv.to(torch.bfloat16)
     ref = reference.mingru_step(kv, h, done)
@@ -320,9 +320,10 @@ def test_mingru_scan_forward_backward_match_reference(host: Host) -> None:
     core = MinGRU(hidden)
     x, h0 = torch.randn(b, t, hidden) * 2, torch.rand(b, hidden) + 0.05
     with torch.no_grad():
-        kv = core.linear(x)
-        scanned = core.sequence(x, (h0,))  # the policy's scan
-        torch.testing.assert_close(reference.mingru_scan(kv, h0), scanned)
+        kv, p = core.layers[0](x).split((2 * hidden, hidden), dim=-1)
+        scanned = core.sequence(x, (h0,))  # the policy's scan, then its highway
+        want_y = torch.lerp(x, reference.mingru_scan(kv, h0), torch.sigmoid(p))
+        torch.testing.assert_close(want_y, scanned)
     kv_r, h0_r = kv.clone().requires_grad_(), h0.clone().requires_grad_()
     kv_k, h0_k = kv.clone().requires_grad_(), h0.clone().requires_grad_()
     want = reference.mingru_scan(kv_r, h0_r)

@@ -134,18 +134,19 @@ def lstm_step(
 def mingru_step(
     kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = None, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """MinGRU.step after its GEMM: ``kv = x W^T + b`` ``[B, 2H]`` (k then v), ``h [B, H]`` -> new h.
-    Rows with ``done`` start from h = 0.5 (Policy.initial_state)."""
+    """A layer of MinGRU.step after its GEMM: ``kv = x W^T`` ``[B, 2H]`` (k then v), ``h [B, H]`` ->
+    new h. Rows with ``done`` start from h = 0 (the core's initial state)."""
     k, v = kv.float().chunk(2, dim=-1)
-    h_prev = h.float() if done is None else torch.where(done.bool()[:, None], 0.5, h.float())
+    h_prev = h.float() if done is None else torch.where(done.bool()[:, None], 0.0, h.float())
     z = torch.sigmoid(k)
     g = torch.where(v >= 0, v + 0.5, torch.sigmoid(v))
     return _into(out, (1 - z) * h_prev + z * g)
 
 
 def mingru_scan(kv: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
-    """MinGRU.sequence after its GEMM: ``kv [B, T, 2H]``, ``h0 [B, H]`` -> h ``[B, T, H]``, the log-space
-    parallel scan of appliance/train/cores/mingru.py (differentiable through torch autograd)."""
+    """A layer of MinGRU.sequence after its GEMM: ``kv [B, T, 2H]``, ``h0 [B, H]`` -> h ``[B, T, H]``,
+    the log-space parallel scan of appliance/train/cores/mingru.py (differentiable through torch
+    autograd); h0 = 0 (the initial state) is log 0, clamped to 1e-30."""
     k, v = kv.chunk(2, dim=-1)
     log_coeff = -torch.nn.functional.softplus(k)
     log_g = torch.where(v >= 0, torch.log(torch.relu(v) + 0.5), -torch.nn.functional.softplus(-v))
