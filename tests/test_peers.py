@@ -4,6 +4,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -539,6 +540,7 @@ def _git(*args, cwd):
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git on PATH for a real repository")
 def test_pufferlib4_takes_the_pinned_commit_of_its_source_and_refuses_another(
     peer4, tmp_path, monkeypatch, capsys
 ):
