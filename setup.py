@@ -3,7 +3,7 @@
 * ``appliance._ocean`` is compiled from ``envs/`` with ``-O3``; ``appliance._hostkernels`` from
   ``kernels/host.cpp``, the fused kernels' bodies for the CPU trainer. Builds are portable by default;
   set ``PUFFER_NATIVE=1`` to add ``-march=native`` for a machine-tuned local build.
-* ``envs/``, ``kernels/`` and ``bench/`` live at the top of the checkout (DESIGN.md). ``package_dir``
+* ``envs/``, ``kernels/`` and ``bench/`` live at the top of the checkout (docs/architecture.md). ``package_dir``
   maps each to ``appliance/_data/<name>`` in a wheel, with the files ``DATA`` lists as package
   data, so ``pip install .`` works outside the checkout; ``appliance.paths`` finds them either way.
 * A wheel also carries the fused kernels compiled to cubins for the usual GPU architectures when

@@ -2,7 +2,7 @@
 
 * ``defaults/``: ``default.yaml`` and ``envs/<env>.yaml``, inside the package.
 * ``envs/`` (C sources), ``kernels/`` (CUDA sources) and ``bench/`` (suites, hardware profiles) sit
-  at the top of the checkout (DESIGN.md). A wheel carries them as ``appliance/_data/<name>``
+  at the top of the checkout (docs/architecture.md). A wheel carries them as ``appliance/_data/<name>``
   (``setup.py`` maps them there with ``package_dir``; nothing is copied by hand); an editable
   install or a plain checkout reads the top-level folders.
 """

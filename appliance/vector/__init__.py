@@ -1,4 +1,4 @@
-"""One Vector API over every backend (DESIGN.md "Vector API").
+"""One Vector API over every backend (docs/architecture.md, layer 5).
 
     vec = appliance.vector.make(env, backend="native"|"serial"|"multiprocessing"|"ray",
                                 num_envs=..., num_workers=..., batch_size=..., zero_copy=True, seed=0, **env_params)

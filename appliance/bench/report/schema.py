@@ -1,6 +1,6 @@
 """The report schema: what a report holds, :class:`Report` to build one, and the one validator of report files.
 
-A report (``schema: puffer-bench/report/1``, DESIGN.md "Reports") holds the machine fingerprint,
+A report (``schema: puffer-bench/report/1``) holds the machine fingerprint,
 the suite and profile it ran, the resolved config and seed, and every metric with its unit, its
 direction (higher or lower is better, or "info" for descriptive figures such as phase shares), every
 sample and their summary (median, min, max, CV and a bootstrap interval for the median).
