@@ -144,10 +144,6 @@ class Policy(nn.Module):
         super().__init__()
         if core not in CORES:
             raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
-        if num_layers != 1 and core == "lstm":
-            raise ValueError(
-                f"policy.num_layers {num_layers}: the lstm core has one layer; use mingru or mlp"
-            )
         if expansion_factor != 1 and core != "mingru":
             raise ValueError(f"policy.expansion_factor {expansion_factor}: only the mingru core has one")
         if init not in ("pufferlib", "cleanrl"):
@@ -182,9 +178,8 @@ class Policy(nn.Module):
         else:
             self.image_shape = None
             self.encoder = nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), nn.GELU())
-        layers = {"num_layers": num_layers} if core != "lstm" else {}
         factor = {"expansion_factor": expansion_factor} if core == "mingru" else {}
-        self.core: Core = CORES[core](hidden_size, **layers, **factor)
+        self.core: Core = CORES[core](hidden_size, num_layers=num_layers, **factor)
         if isinstance(self.core, LSTM):  # its step cell, whose weights checkpoints name cell.* too
             self.cell = self.core.cell
         self.action_space = action_space

@@ -14,7 +14,11 @@ from appliance.train.cores.base import State
 class LSTM(nn.LSTM):
     recurrent = True
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, num_layers: int = 1) -> None:
+        if num_layers != 1:
+            raise ValueError(
+                f"policy.num_layers {num_layers}: the lstm core has one layer; use mingru or mlp"
+            )
         super().__init__(size, size, batch_first=True)
         cell = nn.LSTMCell(size, size)
         # one set of weights: the cell's parameters are the LSTM's
