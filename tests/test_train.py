@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import warnings
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -16,8 +18,9 @@ from gymnasium import spaces
 from appliance import vector
 from appliance.config import resolve
 from appliance.errors import ConfigError, DeviceError
+from appliance.gpu import kernels
 from appliance.testing import BusyEnv
-from appliance.train import Trainer, TrainingError, losses
+from appliance.train import Trainer, TrainingError, advantage, losses
 from appliance.train.advantage import advantage as compute_advantages
 from appliance.train.cores import MinGRU
 from appliance.train.make import make_policy, resolve_device
@@ -414,7 +417,6 @@ def test_prioritized_sampling_matches_its_probabilities_and_weights():
     """On a buffer with known |A|: the trainer's sampler (kernels.prio_sample) draws segments in
     proportion to (sum|A| + floor)^alpha, weighted by (N P)^-beta, distinct within a minibatch, and a
     zero-|A| segment can still be drawn."""
-    from appliance.gpu import kernels
     from appliance.gpu.reference import PRIO_FLOOR
 
     sums = torch.tensor([0.0, 1.0, 2.0, 4.0, 8.0, 1.0, 0.5, 3.0])
@@ -796,8 +798,6 @@ def test_reset_state_zeroes_the_recurrent_state_at_each_rollout(engine, reset):
 def test_bfloat16_on_a_cpu_trains_float32_masters_and_warns_without_bf16_units(monkeypatch, has_bf16):
     """train.precision bfloat16 on a CPU: a bfloat16 rollout copy beside float32 master weights, the
     update under bf16 autocast; a CPU without AVX512-BF16/AMX gets a warning (bf16 is slower there)."""
-    import warnings
-
     fake_cpu_bf16(monkeypatch, has_bf16)
     cfg = small_config("squared", "--train.precision", "bfloat16")
     with warnings.catch_warnings(record=True) as caught:
@@ -843,7 +843,7 @@ def test_precision_auto_is_bfloat16_exactly_where_the_cpu_has_bf16_units(monkeyp
 
 
 def test_the_torch_loss_is_what_trains_on_the_cpu(monkeypatch):
-    """docs/architecture.md, "How to change the loss", step 1: an edit to losses.ppo_loss is what the
+    """docs/architecture.md, "How to change the loss or the advantage", step 1: an edit to losses.ppo_loss is what the
     trainer minimizes here, for discrete and Box actions alike."""
     real, seen = losses.ppo_loss, []
 
@@ -881,6 +881,52 @@ def test_the_gpu_start_up_check_holds_the_fused_loss_to_the_edited_torch_loss(mo
     monkeypatch.setattr(losses, "ppo_loss", edited)
     with pytest.raises(TrainingError, match="fused CUDA loss differs from the torch loss .* in grad_logits"):
         losses.check_fused(stale_kernel, [3, 4], coefs, "cpu")
+
+
+def test_the_edited_torch_advantage_is_what_trains_on_the_cpu(monkeypatch):
+    """docs/architecture.md, "How to change the loss or the advantage", step 1: on a CPU the host build of
+    kernels/advantage.cuh runs for float32 tensors; an edit to advantage.advantage that the build
+    does not have is found when the trainer starts, said in one warning, and the run uses the edit.
+    Unedited, the build runs and nothing is said."""
+    from appliance.gpu import host
+
+    cfg = small_config("squared")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the build agrees with the definition: no warning
+        with Trainer(cfg, vector.make_from_config(cfg)) as trainer:
+            assert trainer.advantage_accelerated
+    real, calls = advantage.advantage, []
+
+    def edited(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip=1.0, c_clip=1.0):
+        calls.append(values.shape)
+        return 0.5 * real(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip)
+
+    monkeypatch.setattr(advantage, "advantage", edited)
+    expect = (
+        pytest.warns(UserWarning, match=r"advantage\(\) .* differs from the CPU build")
+        if host.available()
+        else nullcontext()
+    )
+    with expect, Trainer(cfg, vector.make_from_config(cfg)) as trainer:
+        calls.clear()  # the start-up check's own call
+        trainer.evaluate()
+        trainer.train()
+        minibatches = trainer.hp.update_epochs * trainer.segments // trainer.mb_segments
+    assert len(calls) >= minibatches
+
+
+def test_the_gpu_start_up_check_holds_the_fused_advantage_to_the_edited_torch_one(monkeypatch):
+    """The CUDA kernel that still computes the old advantage is refused, in one line, once
+    advantage.advantage changes; the stand-in for the kernel here is the unedited function."""
+    real = advantage.advantage
+    monkeypatch.setattr(kernels, "advantage", real)
+    monkeypatch.setattr(advantage, "_build_for", lambda *tensors: kernels.advantage)
+    assert advantage.check_at_start(torch.device("cpu"), 0.99, 0.95, 1.0, 1.0)  # the same: no complaint
+    monkeypatch.setattr(advantage, "advantage", lambda *a: real(*a) + 0.01)
+    with pytest.raises(
+        TrainingError, match="fused CUDA advantage differs from advantage.* kernels/advantage.cuh"
+    ):
+        advantage.check_at_start(torch.device("cpu"), 0.99, 0.95, 1.0, 1.0)
 
 
 def test_a_run_saved_before_obs_scale_is_evaluated_on_the_observations_it_trained_on(tmp_path):

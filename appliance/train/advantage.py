@@ -11,14 +11,22 @@ with A_{T-1} = 0 (its outcome is not in the row). With rho = 1 this is exactly G
 
 :func:`advantage` is the definition; :func:`compute` is what the trainer calls: the fused CUDA
 kernel (``kernels.advantage``, the same recursion) for CUDA tensors, its body compiled for the CPU
-(``appliance.gpu.host``) for float32 CPU tensors, this function everywhere else.
+(``appliance.gpu.host``) for float32 CPU tensors, this function everywhere else. Both builds are
+accelerations of this function, held to it when a trainer starts (:func:`check_at_start`): an edit
+here that the kernel does not have stops a GPU run in one line and, on a CPU, makes the run use the
+edited function (with a warning), so the edit is never silently ignored.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
+from appliance.errors import TrainingError
 from appliance.gpu import host, kernels
+
+KERNEL_TOLERANCE = (1e-4, 1e-5)  # (relative, absolute): a build of the kernel against advantage(), float32
 
 
 def advantage(
@@ -54,13 +62,65 @@ def compute(
     gae_lambda: float,
     rho_clip: float = 1.0,
     c_clip: float = 1.0,
+    accelerated: bool = True,
 ) -> torch.Tensor:
     """:func:`advantage`, by the fused kernel where ``kernels.use_cuda`` says it runs, and by the same
-    kernel body compiled for the CPU for float32 CPU tensors (:mod:`appliance.gpu.host`)."""
-    if kernels.use_cuda(values):
-        fn = kernels.advantage
-    elif host.use_host(values, rewards, dones, ratios):
-        fn = host.advantage
-    else:
-        fn = advantage
-    return fn(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip)
+    kernel body compiled for the CPU for float32 CPU tensors (:mod:`appliance.gpu.host`);
+    ``accelerated=False`` (what :func:`check_at_start` returns when the host build disagrees with
+    :func:`advantage`): this function always."""
+    fn = _build_for(values, rewards, dones, ratios) if accelerated else None
+    return (fn or advantage)(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip)
+
+
+def _build_for(*tensors: torch.Tensor):
+    """The accelerated build :func:`compute` runs on these tensors, or None for :func:`advantage`."""
+    if kernels.use_cuda(tensors[0]):
+        return kernels.advantage
+    if host.use_host(*tensors):
+        return host.advantage
+    return None
+
+
+def _test_batch(
+    device: torch.device, rows: int = 64, horizon: int = 16, seed: int = 0
+) -> tuple[torch.Tensor, ...]:
+    """Values, rewards, dones (some episodes ending inside a row) and ratios around 1, some beyond
+    either clip, for :func:`check_at_start`."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    values = torch.randn(rows, horizon, generator=gen)
+    rewards = torch.randn(rows, horizon, generator=gen)
+    dones = (torch.rand(rows, horizon, generator=gen) < 0.1).float()
+    ratios = torch.exp(0.5 * torch.randn(rows, horizon, generator=gen))
+    return tuple(t.to(device) for t in (values, rewards, dones, ratios))
+
+
+def check_at_start(
+    device: torch.device, gamma: float, gae_lambda: float, rho_clip: float, c_clip: float
+) -> bool:
+    """Hold the build :func:`compute` runs for float32 tensors on ``device`` to :func:`advantage` on
+    one random batch, at the run's own coefficients. Agreeing (or no build here): True. The CUDA
+    kernel disagreeing: a :class:`TrainingError` naming what to do, as the fused loss's check. The
+    host build disagreeing: a warning, and False, for ``compute(..., accelerated=False)``."""
+    batch = _test_batch(device)
+    build = _build_for(*batch)
+    if build is None:
+        return True
+    got = build(*batch, gamma, gae_lambda, rho_clip, c_clip).float()
+    want = advantage(*batch, gamma, gae_lambda, rho_clip, c_clip)
+    rtol, atol = KERNEL_TOLERANCE
+    if torch.allclose(got, want, rtol=rtol, atol=atol):
+        return True
+    err = float((got - want).abs().max())
+    if build is kernels.advantage:
+        raise TrainingError(
+            f"the fused CUDA advantage differs from advantage() in appliance/train/advantage.py by up "
+            f"to {err:.3g} on a test batch: port the change to kernels/advantage.cuh, or run with "
+            "PUFFER_KERNELS=reference to train with the torch advantage"
+        )
+    warnings.warn(
+        f"advantage() in appliance/train/advantage.py differs from the CPU build of "
+        f"kernels/advantage.cuh by up to {err:.3g} on a test batch: training with advantage() (slower); "
+        "port the change to kernels/advantage.cuh and reinstall (pip install -e .) for the kernel's speed",
+        stacklevel=2,
+    )
+    return False

@@ -10,7 +10,7 @@ minibatch when a trainer starts on a GPU, and refuses to train if they differ.
 
 Changing the loss: edit :func:`ppo_loss`; run with ``PUFFER_KERNELS=reference`` on a GPU (or on a
 CPU, where it always runs); then port the change to ``kernels/ppo_loss.cuh`` until the start-up
-check passes (docs/architecture.md, "How to change the loss").
+check passes (docs/architecture.md, "How to change the loss or the advantage").
 """
 
 from __future__ import annotations

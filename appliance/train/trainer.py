@@ -106,6 +106,9 @@ class Trainer:
         # the update: device work only, captured as a CUDA graph where that is possible
         self.loss_coefs = losses.Coefs(hp.clip_coef, hp.vf_clip_coef, hp.vf_coef, hp.ent_coef)
         losses.check_at_start(self.policy.nvec, self.loss_coefs, self.device)  # the fused loss, on a GPU
+        self.advantage_accelerated = advantage.check_at_start(
+            self.device, hp.gamma, hp.gae_lambda, hp.vtrace_rho_clip, hp.vtrace_c_clip
+        )  # the kernel builds against advantage(): an edit there is never silently ignored
         capture = graphs.can_capture(
             hp,
             self.device,
@@ -277,7 +280,7 @@ class Trainer:
         previous minibatches wrote back, distinct segments by priority, the loss and its gradient,
         clipping and the optimizer step; statistics summed into ``epoch_scalars``."""
         hp, b, acc = self.hp, self.rollout, self.epoch_scalars
-        adv = advantage.compute(  # fused on CUDA; the torch definition elsewhere
+        adv = advantage.compute(  # fused on CUDA, the host build on a CPU, as check_at_start allowed
             b.values,
             b.rewards,
             b.dones,
@@ -286,6 +289,7 @@ class Trainer:
             hp.gae_lambda,
             hp.vtrace_rho_clip,
             hp.vtrace_c_clip,
+            accelerated=self.advantage_accelerated,
         )
         acc.sums[graphs.NONFINITE] += (~torch.isfinite(adv)).any()
         # distinct segments by priority, drawn on the device (exponential keys and a top-k), from
