@@ -1,0 +1,84 @@
+"""The manual stands alone: every page reachable from the index, every relative link resolving to a
+file of the repository, nothing citing a document outside it, and a README a newcomer reads in five
+minutes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+def _relative_links(page: Path) -> list[str]:
+    links = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a URL or an anchor on the same page
+        links.append(target.split("#", 1)[0])
+    return links
+
+
+def test_every_docs_page_is_in_the_index():
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    linked = set(LINK.findall(index))
+    missing = [p.name for p in DOCS.glob("*.md") if p.name != "README.md" and p.name not in linked]
+    assert not missing, f"docs/README.md does not link {missing}"
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_relative_links_resolve(page: Path):
+    broken = [t for t in _relative_links(page) if not (page.parent / t).exists()]
+    assert not broken, f"{page.relative_to(ROOT)}: links to missing files {broken}"
+
+
+def test_the_readme_is_short_and_its_first_screen_has_the_commands():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines; the manual's pages are in docs/"
+    first_screen = "\n".join(lines[:60])
+    for command in ("puffer-bench train", "puffer-bench eval", "puffer-bench run", "puffer-bench compare"):
+        assert command in first_screen, f"{command!r} is not on the README's first screen"
+
+
+def test_nothing_cites_a_document_outside_the_repository():
+    try:
+        tracked = subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout (or git is not on PATH): the tracked files cannot be listed")
+    outside = re.compile(r"DESIGN\.md|\.\./shared/|STYLE\.md")
+    citing = []
+    for name in tracked:
+        path = ROOT / name
+        if name == "tests/test_docs.py" or path.suffix not in {
+            ".py",
+            ".md",
+            ".yaml",
+            ".yml",
+            ".h",
+            ".c",
+            ".cuh",
+            ".cu",
+            ".cpp",
+            ".toml",
+            ".sh",
+            "",
+        }:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if outside.search(text):
+            citing.append(name)
+    assert not citing, f"these files cite a document outside the repository: {citing}"
