@@ -352,7 +352,7 @@ def test_mingru_scan_gradcheck(host: Host) -> None:
 
 
 def _trainer_loss(out, new_value, actions, old_logprob, adv, returns, old_value, mask, nvec, t):
-    """Trainer._minibatch's loss, written as there (Policy.evaluate_actions + the clipped terms)."""
+    """Trainer._update_minibatch's loss, written as there (Policy.evaluate_actions + the clipped terms)."""
     dists = [torch.distributions.Categorical(logits=p) for p in torch.split(out, nvec, dim=-1)]
     if len(nvec) == 1:
         new_logprob, entropy = dists[0].log_prob(actions), dists[0].entropy()

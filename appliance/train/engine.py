@@ -11,7 +11,7 @@ buffer's envs with the GIL released. So one buffer's policy step overlaps the ot
 The result is the plain loop's, step for step: every native recv returns all agents, so agent ``i``
 writes row ``j * num_agents + i`` in its ``j``-th pass, as :class:`Rollout` assigns them; rewards are
 scaled by :func:`~appliance.train.rewards.scale_and_clamp` after the horizon, in step order over all
-agents (the policy never reads them), and actions are sampled by ``Trainer._act`` keyed on the agents'
+agents (the policy never reads them), and actions are sampled by ``Trainer.policy_step`` keyed on the agents'
 global ids. ``buffers = 1`` is the plain loop with the loop moved into C.
 
 Per buffer and horizon the C loop times its policy steps, the wait for the GIL before each callback

@@ -8,7 +8,7 @@
 ``env`` is an Ocean name ("breakout", or "ocean:breakout"), a Gymnasium id ("CartPole-v1"), or a
 zero-argument creator of a Gymnasium env or a PettingZoo parallel env (emulated: structured spaces
 flattened; ``vec.obs_codec.unflatten`` restores them). Sizes are checked by
-:func:`appliance.vector.base.check_sizes`; broken rules raise ConfigError with valid alternatives.
+:func:`appliance.vector.sizes.check_sizes`; broken rules raise ConfigError with valid alternatives.
 """
 
 from __future__ import annotations
