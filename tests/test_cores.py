@@ -165,6 +165,36 @@ def test_mingru_core_is_puffernet(layers, factor):
     torch.testing.assert_close(rest.double(), want[:, 2:], rtol=1e-5, atol=1e-5)
 
 
+def test_mingru_scan_under_bf16_autocast_runs_the_float32_host_build(monkeypatch):
+    """train.precision bfloat16 on a CPU: the scan's inputs come out of bf16 matmuls, and the scan
+    runs in float32 on the host build, as the fused kernel does on CUDA (the bf16 torch reference
+    it fell to before took 3.8-7.6x as long for the core's forward and backward at PufferLib 4.0's
+    breakout shape; docs/cpu-speed.md). Steps in inference likewise."""
+    from appliance.gpu import host
+
+    if not host.available():
+        pytest.skip("the host build of the kernels is not built here")
+    calls = []
+    real_forward = host.Scan.forward
+    monkeypatch.setattr(host.Scan, "forward", lambda *a: (calls.append(a[0].dtype), real_forward(*a))[1])
+    monkeypatch.setattr(reference, "mingru_scan", lambda *a: pytest.fail("the bf16 reference scan ran"))
+    torch.manual_seed(0)
+    core = MinGRU(8, num_layers=2)
+    x = torch.randn(3, 5, 8, requires_grad=True)
+    state = core.initial_state(3)
+    want = core.sequence(x, state)  # float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = core.sequence(x, state)
+    got.float().sum().backward()
+    assert calls == [torch.float32] * 4  # two layers, float32 and bf16 runs
+    torch.testing.assert_close(got.float(), want.detach(), rtol=0.05, atol=0.05)
+    assert torch.isfinite(x.grad).all()
+    bf16 = MinGRU(8, num_layers=2).to(torch.bfloat16)  # the rollout's bf16 copy of the weights
+    with torch.no_grad():
+        y, new = bf16.step(x[:, 0].detach().bfloat16(), bf16.initial_state(3))
+    assert all(h.dtype == torch.float32 for h in new) and torch.isfinite(y.float()).all()
+
+
 def test_mingru_core_from_zero_state_has_finite_gradients():
     """The zero initial state (log 0 in the scan's log space) gives finite values and gradients."""
     torch.manual_seed(0)

@@ -168,8 +168,8 @@ def mingru_step(
     kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = None, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     if not use_cuda(kv):
-        if host.use_host(kv, h) and not torch.is_grad_enabled():
-            h_new = host.mingru_step(kv, h, done)
+        if host.use_host(kv.float(), h) and not torch.is_grad_enabled():  # bf16 rollouts: float32 kv
+            h_new = host.mingru_step(kv.float().contiguous(), h, done)
             return h_new if out is None else out.copy_(h_new)
         return reference.mingru_step(kv, h, done, out=out)
     batch, hidden = h.shape
@@ -233,8 +233,9 @@ class MinGRUScan(torch.autograd.Function):
 
 def mingru_scan(kv: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
     if not use_cuda(kv):
-        if host.use_host(kv, h0):
-            return MinGRUScan.apply(kv, h0, host.Scan)
+        kv32, h32 = kv.float(), h0.float()  # under bf16 autocast too: the scan runs in float32, as on CUDA
+        if host.use_host(kv32, h32):
+            return MinGRUScan.apply(kv32, h32, host.Scan)
         return reference.mingru_scan(kv, h0)
     return MinGRUScan.apply(kv.float(), h0.float(), CudaScan)
 
