@@ -108,6 +108,6 @@ def unknown_env(env: str) -> ConfigError:
     close = difflib.get_close_matches(env.lower(), list(candidates), n=1, cutoff=0.6)
     hint = f"did you mean {candidates[close[0]]!r}? " if close else ""
     return ConfigError(
-        f"unknown env {env!r}; {hint}Ocean envs: {', '.join(ocean_names)}; or a registered Gymnasium id "
-        "(e.g. CartPole-v1, ALE/Pong-v5 with ale-py), or package.module:factory"
+        f"unknown env {env!r}; {hint}known envs: the Ocean envs {', '.join(ocean_names)}, any registered "
+        "Gymnasium id (e.g. CartPole-v1, ALE/Pong-v5 with ale-py), or package.module:factory"
     )
