@@ -90,7 +90,7 @@ def test_train_prints_the_family_and_the_encoder_with_its_parameter_count(tmp_pa
 def test_a_misspelt_id_gets_a_did_you_mean_over_gymnasium_and_ocean_names():
     with pytest.raises(ConfigError, match="did you mean 'CartPole-v1'") as e:
         resolve(env="CartPol-v1")
-    assert "Ocean envs:" in str(e.value) and "\n" not in str(e.value)
+    assert "known envs: the Ocean envs" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="did you mean 'squared'"):
         resolve(env="sqaured")
     with pytest.raises(ConfigError, match="did you mean 'CartPole-v1'"):
