@@ -74,7 +74,12 @@ setup(
     packages=find_packages(include=["appliance", "appliance.*"]) + [f"appliance._data.{n}" for n in DATA],
     package_dir={f"appliance._data.{n}": n for n in DATA},
     package_data={
-        "appliance": ["defaults/*.yaml", "defaults/envs/*.yaml", "defaults/gymnasium/*.yaml"],
+        "appliance": [
+            "defaults/*.yaml",
+            "defaults/envs/*.yaml",
+            "defaults/gymnasium/*.yaml",
+            "defaults/families/*.yaml",
+        ],
         **{f"appliance._data.{n}": globs for n, globs in DATA.items()},
     },
     ext_modules=[ocean, hostkernels],

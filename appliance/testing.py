@@ -209,6 +209,38 @@ class Steer(gymnasium.Env):
         return self._target.copy(), reward, self._t >= 8, False, {}
 
 
+class Frames(gymnasium.Env):
+    """Image observations either way round: ``stack`` grayscale frames of ``side`` x ``side`` pixels,
+    channel-first (``stack``, side, side) as ``FrameStackObservation`` gives them, or channel-last
+    with ``channels_last``. A bright square in the left or right half says which action (0 or 1)
+    earns +1; 8 steps an episode. For tests of the image encoders and the atari family."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, side: int = 36, stack: int = 4, channels_last: bool = False) -> None:
+        self.side, self.stack, self.channels_last = side, stack, channels_last
+        shape = (side, side, stack) if channels_last else (stack, side, side)
+        self.observation_space = spaces.Box(0, 255, shape, np.uint8)
+
+    def _frame(self) -> np.ndarray:
+        self._side = int(self.np_random.integers(2))
+        frame = np.zeros((self.stack, self.side, self.side), np.uint8)
+        half = self.side // 2
+        frame[:, half // 2 : half // 2 + 4, self._side * half + 2 : self._side * half + 6] = 255
+        return np.ascontiguousarray(frame.transpose(1, 2, 0)) if self.channels_last else frame
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._frame(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        reward = float(int(action) == self._side)
+        self._t += 1
+        return self._frame(), reward, self._t >= 8, False, {}
+
+
 class TakeTurns(AECEnv):  # type: ignore[misc]
     """A tiny PettingZoo AEC env: ``num_agents`` agents act in turn; each sees its own bit and gets
     +1 for repeating it. ``length`` cycles an episode. For ``aec_to_parallel`` (see

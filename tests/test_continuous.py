@@ -116,8 +116,10 @@ def test_gymnasium_ids_take_their_tuned_yaml_and_profiles_still_apply():
     assert cfg.vec.backend == "multiprocessing"
     cfg = resolve(env="Pendulum-v1", overrides=["--train.gamma", "0.9"])
     assert cfg.train.gamma == 0.9 and cfg.train.optimizer == "adam"
-    plain = resolve(env="Acrobot-v1")  # no YAML: the defaults
-    assert plain.train.optimizer == "muon" and len(plain.sources) == 2
+    plain = resolve(env="MountainCar-v0")  # no YAML of its own: its family's (defaults/families/)
+    assert plain.family.name == "classic" and plain.sources[-1].endswith("families/classic.yaml")
+    acrobot = resolve(env="Acrobot-v1")  # its YAML keeps the plain defaults it was measured on
+    assert acrobot.family.name is None and acrobot.train.optimizer == "muon"
 
 
 def test_the_learn_suite_holds_both_tasks_and_waits_out_mountain_cars_first_episodes():

@@ -322,6 +322,8 @@ def test_emulated_envs_train_through_multiprocessing():
     cfg = resolve(
         env="CartPole-v1",
         overrides=[
+            "--vec.backend",  # the classic family steps CartPoles in one process (serial)
+            "multiprocessing",
             "--vec.num-envs",
             "4",
             "--vec.num-workers",

@@ -59,8 +59,11 @@ def info(as_json: bool) -> None:
     "--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config, after the profile."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+@click.option("--family", metavar="NAME", help="A non-Ocean env's family of defaults (see train --help).")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def config(profile: str | None, config_file: str | None, as_json: bool, args: tuple[str, ...]) -> None:
+def config(
+    profile: str | None, config_file: str | None, as_json: bool, family: str | None, args: tuple[str, ...]
+) -> None:
     """Print the resolved config a run would use.
 
     \b
@@ -70,7 +73,7 @@ def config(profile: str | None, config_file: str | None, as_json: bool, args: tu
     from appliance.config import resolve
 
     env, overrides = split_env(args)
-    cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides)
+    cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides, family=family)
     click.echo((cfg.to_json() if as_json else cfg.to_yaml()).rstrip("\n"))
 
 

@@ -30,6 +30,12 @@ from appliance.errors import ConfigError
     type=click.Path(dir_okay=False),
     help="Your YAML config (e.g. from autotune --save).",
 )
+@click.option(
+    "--family",
+    metavar="NAME",
+    help="Defaults for an env without its own: classic, continuous, atari, multiagent or none "
+    "(default: read from the env's spaces and registration).",
+)
 @click.option("--run-id", help="Name of the run folder under train.data_dir (default: ENV-UTC time).")
 @click.option(
     "--resume", "resume", metavar="RUN|latest", help="Continue a run: weights, optimizer and counters."
@@ -111,6 +117,7 @@ def train(**options: Any) -> None:
 def _train(
     profile: str | None,
     config_file: str | None,
+    family: str | None,
     run_id: str | None,
     resume: str | None,
     load_model_path: str | None,
@@ -133,7 +140,9 @@ def _train(
     env, overrides = split_env(args)
     if env is None:
         raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
-    cfg = resolve(env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides)
+    cfg = resolve(
+        env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides, family=family
+    )
     options = session.Options(
         run_id=run_id,
         resume=resume,

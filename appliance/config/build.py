@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from appliance.config import files
+from appliance.config import families, files
 from appliance.config.env_params import env_defaults, env_ranges
 from appliance.config.files import (
     _is_gymnasium_id,
@@ -69,11 +69,13 @@ class Config:
         env_name: str | None = None,
         profile: str | None = None,
         sources: list[str] | None = None,
+        family: families.Family | None = None,
     ) -> None:
         self.data = data
         self.env_name = env_name
         self.profile = profile
         self.sources = sources or []
+        self.family = family  # a non-Ocean env's family (appliance.config.families); None for Ocean envs
 
     def __getattr__(self, section: str) -> Section:
         if section in SECTIONS:
@@ -88,6 +90,7 @@ class Config:
         out: dict[str, Any] = {
             "env_name": self.env_name,
             "profile": self.profile,
+            "family": self.family.name if self.family else None,
             "sources": list(self.sources),
         }
         out.update(json.loads(json.dumps(self.data)))
@@ -112,26 +115,38 @@ def resolve(
     profile: str | None = None,
     config_file: str | Path | None = None,
     overrides: Iterable[str] | Mapping[str, Mapping[str, Any]] = (),
+    family: str | None = None,
 ) -> Config:
-    """Build the config a run would use; see the module docstring for the layers."""
+    """Build the config a run would use; see the module docstring for the layers. ``family``
+    (``--family``): a non-Ocean env's family, ``auto`` or None to detect it (:mod:`~appliance.config.families`)."""
     base = defaults()
     per_profile: dict[str, Any] = {}
     schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(defaults_dir() / "default.yaml")]
 
-    env_path, ranges = None, RANGES
-    if env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env)):
-        # a Gymnasium id or package.module:factory: no env parameters; Python envs need a process
-        # backend. A Gymnasium id may have tuned values in defaults/gymnasium/<id>.yaml.
+    env_path, ranges, family_of = None, RANGES, None
+    python_env = env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env))
+    if python_env:
+        # a Gymnasium id or package.module:factory: its env section is keyword arguments for
+        # gymnasium.make; Python envs need a process backend. Its defaults: its own YAML
+        # (defaults/gymnasium/<id>.yaml) if it has one, else its family's, applied after the profile.
         data["vec"]["backend"] = "multiprocessing"
         sources.append(env if is_import_path(env) else f"gymnasium:{env}")
-        if (defaults_dir() / "gymnasium" / f"{env}.yaml").is_file():
-            env_path = defaults_dir() / "gymnasium" / f"{env}.yaml"
+        family_of = families.choose(env, family)
+        if family in (None, "auto") or family_of.name is None:
+            env_path = families.own_yaml(env)
     elif env is not None:
         known = env_names()
         if env not in known:
-            raise unknown_name("env", env, known, "known envs")
+            from appliance.config import gymids
+
+            raise gymids.unknown_env(env)
+        if family not in (None, "auto", "none"):
+            raise ConfigError(
+                f"--family {family}: families are for Gymnasium ids and import paths; {env} is an Ocean env "
+                "with defaults of its own (defaults/envs/)"
+            )
         # the env's C ParamSpec defines the env section (keys, types, defaults, ranges); its YAML,
         # if any, is a layer of tuned values checked against it like every other layer
         schema["env"] = env_defaults(env)
@@ -171,16 +186,26 @@ def resolve(
             _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})", ranges)
             sources.append(f"{env_path} (profiles.{profile})")
 
+    if family_of is not None and family_of.path is not None:
+        # after the profile: a family's sizes are what its learning needs, not a machine's throughput
+        path = family_of.path
+        _apply(data, read_yaml(path, "family defaults"), schema, str(path), ranges)
+        sources.append(str(path))
+
     if config_file is not None:
         path = Path(config_file)
         layer = read_yaml(path, "config file")
         if isinstance(layer.get("profile"), dict):  # a saved autotune profile carries its metadata
             layer, _ = _strip_profile_meta(layer, path)
+        if python_env:
+            _open_env_keys(layer, schema)
         _apply(data, layer, schema, str(path), ranges)
         sources.append(str(path))
 
     layer = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
     if layer:
+        if python_env:
+            _open_env_keys(layer, schema)
         _apply(data, layer, schema, "command line", ranges)
         sources.append("command line")
 
@@ -189,7 +214,25 @@ def resolve(
         check_buffers(data["train"]["buffers"], data["vec"]["num_envs"])
     if env is not None and env in env_names():
         check_memory(env, data)
-    return Config(data, env_name=env, profile=profile, sources=sources)
+    return Config(data, env_name=env, profile=profile, sources=sources, family=family_of)
+
+
+def _open_env_keys(layer: Mapping[str, Any], schema: dict[str, dict[str, Any]]) -> None:
+    """A non-Ocean env's section is open: each key a layer gives is a keyword argument for
+    ``gymnasium.make`` (or the import path's factory), typed as YAML types it (``--env.frameskip 1``
+    an int, ``--env.continuous true`` a bool) unless an earlier layer fixed its type."""
+    values = layer.get("env")
+    if not isinstance(values, Mapping):
+        return
+    for key, value in values.items():
+        if str(key) not in schema["env"]:
+            try:
+                typed = yaml.safe_load(value) if isinstance(value, str) else value
+            except yaml.YAMLError:
+                typed = value
+            if typed is None:
+                raise ConfigError(f"env.{key}: a value is needed (None is not passed to the env)")
+            schema["env"][str(key)] = typed
 
 
 def check_buffers(buffers: int, num_envs: int) -> None:

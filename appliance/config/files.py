@@ -91,12 +91,11 @@ def env_yaml(env: str) -> Path | None:
 
 
 def _is_gymnasium_id(env: str) -> bool:
-    try:
-        import gymnasium
+    """Whether ``env`` is a Gymnasium id, the plugin its namespace names imported first
+    (:func:`appliance.config.gymids.registered`: ``ALE/Pong-v5`` imports ale_py)."""
+    from appliance.config import gymids
 
-        return env in gymnasium.registry
-    except ImportError:  # pragma: no cover - gymnasium is a dependency
-        return False
+    return gymids.registered(env)
 
 
 def is_import_path(env: str) -> bool:

@@ -18,12 +18,13 @@ AUTO = "auto"
 # String keys that take one of a fixed set of values (checked with a "did you mean").
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("vec", "backend"): ("native", "serial", "multiprocessing", "ray"),
+    ("vec", "preprocess"): ("auto", "atari", "none"),
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "precision"): ("auto", "float32", "bfloat16"),
     ("train", "engine"): ("auto", "on", "off"),
     ("policy", "core"): ("mlp", "lstm", "mingru"),
-    ("policy", "encoder"): ("auto", "linear", "onehot", "cnn"),
+    ("policy", "encoder"): ("auto", "linear", "onehot", "cnn", "nature"),
     ("policy", "init"): ("pufferlib", "cleanrl"),
     ("policy", "obs_norm"): ("auto", "on", "off"),
     ("policy", "obs_scale"): ("bounds", "none"),

@@ -321,29 +321,43 @@ def emulate(env: Any, name: str | None = None) -> GymnasiumEmulator | PettingZoo
     )
 
 
-def make_factory(env: str | Callable[[], Any]) -> Callable[[], Any]:
+PREPROCESS = ("auto", "atari", "none")
+
+
+def make_factory(
+    env: str | Callable[[], Any], kwargs: dict[str, Any] | None = None, preprocess: str = "auto"
+) -> Callable[[], Any]:
     """A zero-argument env creator from a callable, a Gymnasium id, ``package.module:factory`` (a
     class or function that makes a Gymnasium or PettingZoo parallel env) or ``module:Env-v0`` (a
-    Gymnasium id that importing ``module`` registers)."""
+    Gymnasium id that importing ``module`` registers). ``kwargs`` go to ``gymnasium.make`` or the
+    factory (the config's ``env`` section of a non-Ocean env). ``preprocess`` (``vec.preprocess``):
+    ``atari`` wraps an ALE game as :mod:`appliance.emulation.atari` does; ``auto`` does so for ALE
+    ids; ``none`` makes the env as it is."""
+    from appliance.config import gymids
+
+    if preprocess not in PREPROCESS:
+        raise ConfigError(f"vec.preprocess {preprocess!r}: choose one of {', '.join(PREPROCESS)}")
+    args = tuple(sorted((kwargs or {}).items()))
+    atari = preprocess == "atari" or (preprocess == "auto" and gymids.is_ale(env))
+    if atari and not gymids.is_ale(env):
+        raise ConfigError(
+            f"vec.preprocess atari applies to Arcade Learning Environment ids (ALE/Pong-v5 with ale-py); "
+            f"{env!r} is not one: use --vec.preprocess none"
+        )
     if callable(env):
+        if args:
+            raise ConfigError(f"env parameters {sorted(dict(args))} need an env named by id or import path")
         return env
     if isinstance(env, str):
         if ":" in env:
-            return _from_import_path(env)
-        if env not in gymnasium.registry:
-            import difflib
-
-            close = difflib.get_close_matches(env, list(gymnasium.registry), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(
-                f"unknown env {env!r}: not an Ocean env, not a registered Gymnasium id{hint}, "
-                "and not package.module:factory"
-            )
-        return _GymMaker(env)
+            return _from_import_path(env, args, atari)
+        if not gymids.registered(env):
+            raise gymids.unknown_env(env)
+        return _GymMaker(env, args, atari)
     raise ConfigError(f"env must be an Ocean name, a Gymnasium id or a callable, got {type(env).__name__}")
 
 
-def _from_import_path(spec: str) -> Callable[[], Any]:
+def _from_import_path(spec: str, kwargs: tuple[tuple[str, Any], ...], atari: bool) -> Callable[[], Any]:
     """``package.module:factory`` or ``module:Env-v0`` as a picklable creator."""
     import importlib
 
@@ -361,9 +375,9 @@ def _from_import_path(spec: str) -> Callable[[], Any]:
     except AttributeError:
         target = None
     if callable(target):
-        return _ImportMaker(spec)
+        return _ImportMaker(spec, kwargs)
     if attr in gymnasium.registry:  # importing the module registered it
-        return _GymMaker(spec)
+        return _GymMaker(spec, kwargs, atari)
     raise ConfigError(
         f"env {spec!r}: module {module_name!r} has no callable {attr!r} and registers no Gymnasium id {attr!r}"
     )
@@ -374,6 +388,7 @@ class _ImportMaker:
     """Picklable creator for ``package.module:factory`` (workers import the module themselves)."""
 
     spec: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
 
     def __call__(self) -> Any:
         import importlib
@@ -382,14 +397,24 @@ class _ImportMaker:
         target: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             target = getattr(target, part)
-        return target()
+        return target(**dict(self.kwargs))
 
 
 @dataclass(frozen=True)
 class _GymMaker:
-    """Picklable creator for a Gymnasium id (workers started with spawn re-create it)."""
+    """Picklable creator for a Gymnasium id (workers started with spawn re-create it): keyword
+    arguments for ``gymnasium.make``, and the Atari preprocessing where ``atari``."""
 
     env_id: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    atari: bool = False
 
     def __call__(self) -> gymnasium.Env:
-        return gymnasium.make(self.env_id)
+        from appliance.config import gymids
+
+        gymids.registered(self.env_id)  # a spawned worker imports the namespace's plugin too
+        if self.atari:
+            from appliance.emulation.atari import make_atari
+
+            return make_atari(self.env_id, dict(self.kwargs))
+        return gymnasium.make(self.env_id, **dict(self.kwargs))

@@ -76,7 +76,7 @@ class Reporter:
             for k in ("policy_loss", "value_loss", "entropy", "approx_kl")
             if k in t.losses
         )
-        env = " ".join(f"{k}={v:.4g}" for k, v in t.env_stats.items() if k != "n")
+        env = " ".join(f"{k}={v:.4g}" for k, v in t.env_stats.items() if k != "n") or no_episode_yet(t)
         return f"epoch {t.epoch} step {t.global_step} sps {t.sps:,.0f}{_per_rank(t)} | {losses} | {env}{_buffers(t)}"
 
     def _render(self) -> Any:
@@ -117,6 +117,8 @@ class Reporter:
         env.add_column("value", justify="right")
         for k, v in t.env_stats.items():
             env.add_row(k, f"{v:.4g}")
+        if not t.env_stats:
+            env.add_row(no_episode_yet(t), "")
         grid.add_row(head)
         grid.add_row(_row(perf, losses, env))
         if t.timings.buffers:  # the rollout engine: where each buffer's thread spent its time
@@ -127,6 +129,12 @@ class Reporter:
                 buffers.add_row(str(b), *(f"{parts[k]:.1f}" for k in ("policy", "copy", "gil", "env")))
             grid.add_row(buffers)
         return grid
+
+
+def no_episode_yet(trainer: Any) -> str:
+    """What the env stats say before any episode has ended (long episodes, many envs): that none has,
+    rather than nothing at all, so a user can tell an empty log from a stuck run."""
+    return f"no episode has ended yet: {trainer.global_step:,} agent-steps in"
 
 
 def _buffers(trainer: Any) -> str:

@@ -24,7 +24,7 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
 
 
 def config_of_run(cfg: Any, run_dir: Path, saved: dict[str, Any] | None = None) -> Any:
-    """``cfg`` with the policy shape the run was trained with (from its saved config.yaml), each
+    """``cfg`` with the policy shape the run was trained with (from its saved config.yaml) and the preprocessing of its frames (vec.preprocess), each
     value checked against the config's types and ranges before a policy is built from it (a
     damaged or crafted ``hidden_size: 1e6`` would otherwise allocate terabytes). Keys this version
     does not know are left out; a saved policy without ``obs_scale`` predates the key and was
@@ -37,6 +37,11 @@ def config_of_run(cfg: Any, run_dir: Path, saved: dict[str, Any] | None = None) 
         policy = {"obs_scale": "bounds", **policy}
     known = {k: v for k, v in policy.items() if k in cfg.data["policy"]}
     cfg.data["policy"].update(check_layer({"policy": known}, str(run_dir / "config.yaml"))["policy"])
+    vec = saved.get("vec") or {}
+    if isinstance(vec, dict) and "preprocess" in vec:  # the frames the policy was trained on
+        cfg.data["vec"].update(
+            check_layer({"vec": {"preprocess": vec["preprocess"]}}, str(run_dir / "config.yaml"))["vec"]
+        )
     return cfg
 
 

@@ -1,8 +1,10 @@
 """Policies: encoder -> core -> action head + value head, shared by every agent row.
 
 * Encoder: observations to floats (restoring emulated structure, scaling by the space's bounds
-  unless ``policy.obs_scale`` is ``none``),
-  then Linear + GELU, or a small CNN for image-like (H, W, C) observations.
+  unless ``policy.obs_scale`` is ``none``), then Linear + GELU (``linear``, ``onehot``), or for
+  image observations either way round ((H, W, C), (C, H, W), stacked frames:
+  :func:`appliance.config.images.image_layout`) the Nature CNN (``nature``, the default for frames of
+  36x36 or more) or a small CNN (``cnn``). :attr:`Policy.encoder_choice` says which and why.
 * Core: ``mlp``, ``lstm`` or ``mingru`` (PufferNet: ``num_layers`` minimal GRUs with highway
   connections, ``expansion_factor``), each a small module of :mod:`appliance.train.cores` with the
   same three methods (``initial_state``, ``step``, ``sequence``), which the policy composes.
@@ -32,6 +34,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from appliance.config.images import NATURE_MIN_SIDE, ImageLayout, image_layout
+from appliance.errors import ConfigError
 from appliance.train.cores import CORES, LSTM, Core, State, layer_init
 from appliance.train.normalize import RunningNorm
 
@@ -126,6 +130,79 @@ class ObsToFloat(nn.Module):
         return obs.flatten(-self.obs_ndim).float() * self.inv_scale
 
 
+def observation_shape(obs_space: spaces.Box, codec: Any = None) -> tuple[int, ...]:
+    """The shape an observation has before emulation flattened it: a Python env's single Box (its
+    codec's one leaf), else the space's own."""
+    leaves = getattr(codec, "leaves", None)
+    if leaves is not None and len(leaves) == 1 and not leaves[0].path:
+        return tuple(leaves[0].shape)
+    return tuple(obs_space.shape)
+
+
+def choose_encoder(
+    encoder: str, obs_space: spaces.Box, codec: Any = None
+) -> tuple[str, ImageLayout | None, str]:
+    """(encoder, image layout, why): ``policy.encoder`` as given, or for ``auto`` ``nature`` for
+    frames of 36x36 or more, ``cnn`` for smaller images, ``onehot`` for integers of a small range,
+    ``linear`` for the rest. An image encoder asked for observations that are no image, or the Nature
+    CNN for frames under 36x36, is a :class:`ConfigError`."""
+    shape = observation_shape(obs_space, codec)
+    layout = image_layout(shape)
+    if encoder in ("cnn", "nature"):
+        if layout is None:
+            raise ConfigError(
+                f"policy.encoder {encoder} needs image observations ((H, W, C), (C, H, W) or stacked frames "
+                f"of sides >= 8), got shape {shape}; use --policy.encoder linear"
+            )
+        if encoder == "nature" and min(layout.height, layout.width) < NATURE_MIN_SIDE:
+            raise ConfigError(
+                f"policy.encoder nature needs frames of at least {NATURE_MIN_SIDE}x{NATURE_MIN_SIDE}, got "
+                f"{layout.height}x{layout.width}; use --policy.encoder cnn"
+            )
+        return encoder, layout, f"policy.encoder {encoder}: {layout.describe()}"
+    if encoder != "auto":
+        return encoder, None, f"policy.encoder {encoder}: observations of shape {shape}"
+    if layout is not None:
+        big = min(layout.height, layout.width) >= NATURE_MIN_SIDE
+        side = f"sides >= {NATURE_MIN_SIDE}" if big else f"sides under {NATURE_MIN_SIDE}"
+        return ("nature" if big else "cnn"), layout, f"{layout.describe()}, {side}"
+    ints = categories(obs_space, codec)
+    if ints is not None:
+        return "onehot", None, f"integer observations of shape {shape} in {ints[1]} values from {ints[0]}"
+    return "linear", None, f"flat observations of shape {shape}"
+
+
+def nature_cnn(channels: int, height: int, width: int, out: int) -> nn.Sequential:
+    """The DQN Nature paper's encoder (Mnih et al. 2015), as CleanRL's and SB3's Atari PPO use it:
+    32 8x8/4, 64 4x4/2 and 64 3x3/1 convolutions with ReLU, then Linear to ``out`` and ReLU."""
+    conv = nn.Sequential(
+        layer_init(nn.Conv2d(channels, 32, 8, stride=4)),
+        nn.ReLU(),
+        layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+        nn.ReLU(),
+        layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+        nn.ReLU(),
+        nn.Flatten(),
+    )
+    with torch.no_grad():
+        flat = conv(torch.zeros(1, channels, height, width)).shape[-1]
+    return nn.Sequential(conv, layer_init(nn.Linear(flat, out)), nn.ReLU())
+
+
+def small_cnn(channels: int, height: int, width: int, out: int) -> nn.Sequential:
+    """Two 3x3 convolutions (32 /2, 64 /1) with GELU, then Linear to ``out``: for small images."""
+    conv = nn.Sequential(
+        layer_init(nn.Conv2d(channels, 32, 3, stride=2)),
+        nn.GELU(),
+        layer_init(nn.Conv2d(32, 64, 3, stride=1)),
+        nn.GELU(),
+        nn.Flatten(),
+    )
+    with torch.no_grad():
+        flat = conv(torch.zeros(1, channels, height, width)).shape[-1]
+    return nn.Sequential(conv, layer_init(nn.Linear(flat, out)), nn.GELU())
+
+
 class Policy(nn.Module):
     def __init__(
         self,
@@ -151,33 +228,22 @@ class Policy(nn.Module):
         if obs_scale not in ("bounds", "none"):
             raise ValueError(f"unknown policy obs_scale {obs_scale!r}; choose bounds or none")
         self.hidden_size = hidden_size
-        image = len(obs_space.shape) == 3 and min(obs_space.shape[:2]) >= 8
-        onehot = encoder == "onehot" or (
-            encoder == "auto" and not image and categories(obs_space, obs_codec) is not None
-        )
+        kind, layout, why = choose_encoder(encoder, obs_space, obs_codec)
+        image = layout is not None and kind in ("cnn", "nature")
+        onehot = kind == "onehot"
         self.to_float = ObsToFloat(obs_space, obs_codec, onehot=onehot, obs_scale=obs_scale)
         box = isinstance(action_space, spaces.Box)
         if obs_norm == "auto":  # the continuous-control default: Box actions and plain numeric observations
             obs_norm = box and not onehot and not image and encoder in ("auto", "linear")
         self.obs_norm = RunningNorm(self.to_float.size) if obs_norm else None
-        if encoder == "cnn" or (encoder == "auto" and image):
-            if len(obs_space.shape) != 3:
-                raise ValueError(f"the cnn encoder needs (H, W, C) observations, got shape {obs_space.shape}")
-            h, w, c = obs_space.shape
-            self.image_shape: tuple[int, int, int] | None = (h, w, c)
-            conv = nn.Sequential(
-                layer_init(nn.Conv2d(c, 32, 3, stride=2)),
-                nn.GELU(),
-                layer_init(nn.Conv2d(32, 64, 3, stride=1)),
-                nn.GELU(),
-                nn.Flatten(),
-            )
-            with torch.no_grad():
-                flat = conv(torch.zeros(1, c, h, w)).shape[-1]
-            self.encoder = nn.Sequential(conv, layer_init(nn.Linear(flat, hidden_size)), nn.GELU())
+        self.image = layout if image else None
+        self.image_shape = layout.shape if self.image is not None else None
+        if self.image is not None:
+            build = nature_cnn if kind == "nature" else small_cnn
+            self.encoder = build(layout.channels, layout.height, layout.width, hidden_size)
         else:
-            self.image_shape = None
             self.encoder = nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), nn.GELU())
+        self.encoder_choice = (kind, why)  # what the run's header prints
         factor = {"expansion_factor": expansion_factor} if core == "mingru" else {}
         self.core: Core = CORES[core](hidden_size, num_layers=num_layers, **factor)
         if isinstance(self.core, LSTM):  # its step cell, whose weights checkpoints name cell.* too
@@ -223,11 +289,23 @@ class Policy(nn.Module):
         x = self.to_float(obs)
         if self.obs_norm is not None:
             x = self.obs_norm(x)
-        if self.image_shape is not None:
-            h, w, c = self.image_shape
-            x = x.reshape(-1, h, w, c).permute(0, 3, 1, 2)
-            return self.encoder(x).reshape(*obs.shape[:-3], -1)  # leading (batch[, time]) dims
+        if self.image is not None:
+            im = self.image
+            lead = x.shape[:-1]  # (batch[, time])
+            x = x.reshape(-1, *im.shape).permute(0, *(a + 1 for a in im.axes))
+            x = x.reshape(-1, im.channels, im.height, im.width)
+            return self.encoder(x).reshape(*lead, -1)
         return self.encoder(x)
+
+    def describe_encoder(self) -> str:
+        """One line for the run's header: the encoder, why, and its parameter count beside the policy's."""
+        kind, why = self.encoder_choice
+        count = sum(p.numel() for p in self.encoder.parameters())
+        total = sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+        return (
+            f"encoder: {kind} ({why}; --policy.encoder to change): {count:,} parameters "
+            f"of the policy's {total:,}"
+        )
 
     def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """Inference for one step: obs [B, ...] -> (logits or mean [B, A], value [B], state)."""

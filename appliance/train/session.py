@@ -95,6 +95,8 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
         runs.start_run(cfg, run_dir)
         trainer.latest_pointer = Path(t.data_dir) / runs.LATEST  # moves at the first checkpoint
         yield header(cfg, trainer), False
+        for line in defaults_chosen(cfg, trainer):
+            yield line, False
         if options.profile_trace:
             yield _profile(trainer, options.profile_trace), False
             return
@@ -142,6 +144,14 @@ def header(cfg: Any, trainer: Any) -> str:
         f"device {trainer.device} ({trainer.precision}), {trainer.vec.num_agents} agents, batch {trainer.batch_size}, "
         f"{cfg.policy.core} core, {cfg.train.optimizer}"
     )
+
+
+def defaults_chosen(cfg: Any, trainer: Any) -> list[str]:
+    """The lines after the header that say what was picked for the env and why: a non-Ocean env's
+    family (:mod:`appliance.config.families`) and the policy's encoder with its parameter count."""
+    family = getattr(cfg, "family", None)
+    lines = [family.describe()] if family is not None else []
+    return [*lines, trainer.policy.describe_encoder()]
 
 
 def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> None:

@@ -7,7 +7,9 @@
 
 ``env`` is an Ocean name ("breakout", or "ocean:breakout"), a Gymnasium id ("CartPole-v1"), or a
 zero-argument creator of a Gymnasium env or a PettingZoo parallel env (emulated: structured spaces
-flattened; ``vec.obs_codec.unflatten`` restores them). Sizes are checked by
+flattened; ``vec.obs_codec.unflatten`` restores them). ``env_params`` are an Ocean env's parameters or
+keyword arguments for ``gymnasium.make``; ``preprocess`` (``auto``: the Atari preprocessing for ALE
+ids) wraps Python envs. Sizes are checked by
 :func:`appliance.vector.sizes.check_sizes`; broken rules raise ConfigError with valid alternatives.
 """
 
@@ -38,6 +40,7 @@ def make(
     num_threads: int | str | None = None,
     ray_address: str = "",
     start_method: str = "spawn",
+    preprocess: str = "auto",
     **env_params: Any,
 ) -> Any:
     """Create a vector of ``num_envs`` envs on ``backend``; see the module docstring."""
@@ -69,7 +72,7 @@ def make(
                 f"got {batch_size}; use backend='multiprocessing' for async batches"
             )
         return OceanVec(name, num_envs, num_threads=num_threads, seed=seed, **env_params)
-    source = resolve_source(env, **env_params)
+    source = resolve_source(env, preprocess=preprocess, **env_params)
     if backend == "serial":
         from appliance.vector.serial import Serial
 
@@ -108,5 +111,6 @@ def make_from_config(cfg: Any, env: Any | None = None) -> Any:
         recv_timeout=v.recv_timeout,
         num_threads=v.num_threads,
         ray_address=v.ray_address,
+        preprocess=v.preprocess,
         **dict(cfg.env),
     )

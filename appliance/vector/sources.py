@@ -70,8 +70,11 @@ def observation_space(info: dict[str, Any]) -> spaces.Box:
     return spaces.Box(low.astype(dtype), high.astype(dtype), (size,), dtype)
 
 
-def resolve_source(env: Any, **params: Any) -> EnvSource:
-    """Turn an Ocean name, a Gymnasium id or an env creator into an :class:`EnvSource`."""
+def resolve_source(env: Any, *, preprocess: str = "auto", **params: Any) -> EnvSource:
+    """Turn an Ocean name, a Gymnasium id or an env creator into an :class:`EnvSource`. ``params`` are
+    an Ocean env's parameters, or keyword arguments for ``gymnasium.make`` (or an import path's
+    factory); ``preprocess`` wraps Python envs (``vec.preprocess``, see
+    :func:`appliance.emulation.make_factory`)."""
     from appliance import ocean
 
     name = ocean.ocean_name(env)
@@ -91,17 +94,15 @@ def resolve_source(env: Any, **params: Any) -> EnvSource:
 
     from appliance.emulation import emulate, make_factory
 
-    if params:
-        raise ConfigError(
-            f"env parameters {sorted(params)} only apply to Ocean envs; pass them to your env creator"
-        )
-    creator = make_factory(env)
+    creator = make_factory(env, params, preprocess)
     try:
         probe = emulate(creator())
     except ConfigError:
         raise
     except Exception as e:
-        raise ConfigError(f"creating env {env!r} failed: {type(e).__name__}: {e}") from e
+        given = f" with env parameters {params}" if params else ""
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(f"creating env {env!r}{given} failed: {type(e).__name__}: {first}") from e
     try:
         return EnvSource(
             kind="emulated",

@@ -1,0 +1,159 @@
+"""Defaults by family for the envs a user brings: a Gymnasium id or an import path that has no YAML
+of its own gets the settings of its family, each a YAML under ``defaults/families/`` whose comment
+names the measured run that chose it (as rl-zoo keeps per-env settings and CleanRL one script per
+family). The family is read from the env's registration and spaces:
+
+* ``atari``: an Arcade Learning Environment game, or any image observation (the Nature CNN);
+* ``multiagent``: a PettingZoo parallel env;
+* ``continuous``: Box actions;
+* ``classic``: anything else (discrete actions, flat observations).
+
+An Ocean env, or a Gymnasium id with its own YAML under ``defaults/gymnasium/``, has no family: its
+own values were measured for it. ``--family NAME`` picks one (``none``: the plain defaults).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.config.images import image_layout
+from appliance.errors import ConfigError
+from appliance.paths import defaults_dir
+
+FAMILIES = ("classic", "continuous", "atari", "multiagent")
+CHOICES = ("auto", *FAMILIES, "none")
+
+
+@dataclass(frozen=True)
+class Family:
+    """The family a run's config takes its defaults from: ``name`` (None: no family layer), why, and
+    its YAML."""
+
+    name: str | None
+    reason: str
+
+    @property
+    def path(self) -> Path | None:
+        return family_path(self.name) if self.name else None
+
+    def describe(self) -> str:
+        """One line for the run's header: the family, why, and how to change it."""
+        if self.name is None:
+            return f"family: none ({self.reason})"
+        return f"family: {self.name} ({self.reason}; {_shown(self.path)}; --family NAME to change)"
+
+
+def _shown(path: Path | None) -> str:
+    """``appliance/defaults/families/NAME.yaml``: a shipped file by its place in the package."""
+    from appliance.paths import PACKAGE_DIR
+
+    try:
+        return str(Path(path).relative_to(PACKAGE_DIR.parent)) if path else ""
+    except ValueError:
+        return str(path)
+
+
+def family_path(name: str) -> Path:
+    return defaults_dir() / "families" / f"{name}.yaml"
+
+
+def own_yaml(env: str) -> Path | None:
+    """A Gymnasium id's own YAML of tuned values (``defaults/gymnasium/<id>.yaml``), or None."""
+    path = defaults_dir() / "gymnasium" / f"{env}.yaml"
+    return path if path.is_file() else None
+
+
+def choose(env: str, given: str | None = None) -> Family:
+    """The family of the non-Ocean env ``env``: ``given`` (``--family``) unless it is None or ``auto``,
+    else :func:`detect`'s."""
+    if given not in (None, "auto"):
+        if given not in CHOICES:
+            import difflib
+
+            close = difflib.get_close_matches(str(given), CHOICES, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(f"unknown family '{given}'; {hint}choose one of: {', '.join(CHOICES)}")
+        if given == "none":
+            return Family(None, "--family none: the plain defaults")
+        return Family(given, "--family")
+    return detect(env)
+
+
+def detect(env: str) -> Family:
+    """The family ``env``'s registration and spaces call for (see the module docstring)."""
+    from appliance.config import gymids
+
+    own = own_yaml(env)
+    if own is not None:
+        return Family(None, f"its own YAML {_shown(own)}")
+    if gymids.is_ale(env):
+        return Family("atari", "an Arcade Learning Environment game")
+    probed = _spaces(env)
+    if isinstance(probed, str):
+        return Family(None, f"its spaces could not be read: {probed}")
+    return Family(*classify(*probed))
+
+
+def classify(observation: Any, action: Any, agents: int | None) -> tuple[str, str]:
+    """(family, why) for an env with these (per-agent) spaces; ``agents``: a PettingZoo parallel
+    env's agent count, None for a Gymnasium env."""
+    from gymnasium import spaces
+
+    if agents is not None:
+        return "multiagent", f"a PettingZoo parallel env of {agents} agents"
+    shape = getattr(observation, "shape", None)
+    layout = image_layout(shape) if isinstance(observation, spaces.Box) and shape else None
+    if layout is not None:
+        return "atari", f"image observations: {layout.describe()}"
+    if isinstance(action, spaces.Box):
+        return "continuous", f"Box actions {describe_space(action)}"
+    return "classic", f"{describe_space(action)} actions, observations {describe_space(observation)}"
+
+
+def describe_space(space: Any) -> str:
+    """``Box(4,) float32``, ``Discrete(2)``: a space in a few characters."""
+    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+    if type(space).__name__ == "Box":
+        return f"Box{tuple(shape)} {dtype}"
+    return repr(space)
+
+
+@functools.lru_cache(maxsize=64)
+def _spaces(env: str) -> tuple[Any, Any, int | None] | str:
+    """(observation space, action space, agents or None) of ``env`` as made without parameters (a
+    Gymnasium id, ``module:factory`` or ``module:Env-v0``), or the error that making it raised, in
+    one line (the vector reports it in full when it makes the env)."""
+    import importlib
+
+    import gymnasium
+
+    try:
+        if ":" in env:
+            module, _, attr = env.partition(":")
+            target: Any = importlib.import_module(module)
+            if attr in gymnasium.registry:
+                made = gymnasium.make(attr)
+            else:
+                for part in attr.split("."):
+                    target = getattr(target, part)
+                made = target()
+        else:
+            made = gymnasium.make(env)
+        try:
+            return _read_spaces(made)
+        finally:
+            made.close()
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+
+
+def _read_spaces(env: Any) -> tuple[Any, Any, int | None]:
+    from pettingzoo import ParallelEnv
+
+    if isinstance(env, ParallelEnv):
+        agents = list(env.possible_agents)
+        return env.observation_space(agents[0]), env.action_space(agents[0]), len(agents)
+    return env.observation_space, env.action_space, None
