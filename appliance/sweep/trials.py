@@ -9,23 +9,19 @@ parent-death signal). A trial prunes itself: Optuna's pruners are single-objecti
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from multiprocessing import connection, get_context
 from typing import TYPE_CHECKING, Any
 
+from appliance import lifeline
 from appliance.errors import ConfigError
 
 if TYPE_CHECKING:
     from appliance.sweep.driver import Options
-
-PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
-
 
 class Pruned(Exception):
     """Raised inside a trial's loop when its curve is hopeless."""
@@ -118,21 +114,12 @@ def failed_result(error: str, seconds: float = 0.0) -> dict[str, Any]:
     return {"state": "fail", "score": None, "seconds": seconds, "steps": 0, "curve": [], "error": error}
 
 
-def _die_with_driver(driver: int) -> None:
-    """In a trial process: the kernel SIGKILLs it when the driver dies (however it dies)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != driver:  # the driver died before the signal was armed
-        os._exit(1)
-
-
 def _trial_process(
     conn: Any, trial: Callable[[dict[str, Any]], dict[str, Any]], spec: dict[str, Any], driver: int
 ) -> None:
     """A trial process: run ``trial(spec)`` and send the result back. SIGINT is ignored from the
     start (see :func:`appliance.vector.mp.children_ignore_sigint`): Ctrl-C is the driver's."""
-    _die_with_driver(driver)
+    lifeline.die_with_parent(driver)
     start = time.perf_counter()
     try:
         result = trial(spec)
@@ -198,7 +185,7 @@ class TrialRunner:
                 name=f"puffer-trial-{number}",
                 daemon=True,
             )
-            with children_ignore_sigint():
+            with children_ignore_sigint(), lifeline.spawned_children_die_with_us():
                 proc.start()
             theirs.close()
             self.procs[number] = (proc, ours)
