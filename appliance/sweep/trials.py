@@ -23,6 +23,7 @@ from appliance.errors import ConfigError
 if TYPE_CHECKING:
     from appliance.sweep.driver import Options
 
+
 class Pruned(Exception):
     """Raised inside a trial's loop when its curve is hopeless."""
 
