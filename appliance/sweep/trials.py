@@ -24,6 +24,64 @@ if TYPE_CHECKING:
     from appliance.sweep.driver import Options
 
 
+# A trial process's own memory before its buffers: Python, torch and the appliance imported hold about
+# 230 MB, a process training squared on the CPU about 350 MB (a rank of train --nproc likewise)
+TRIAL_PROCESS_BYTES = 350 * 2**20
+GROWING = (
+    "vec.num_envs",
+    "train.bptt_horizon",
+    "train.batch_size",
+    "policy.hidden_size",
+)  # memory grows with these
+
+
+def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -> None:
+    """Refuse ``--parallel`` trials on this machine that cannot run at once: more than its usable
+    cores (as ``train --nproc`` is capped), or more than its memory holds, each trial counted as a
+    process (:data:`TRIAL_PROCESS_BYTES`) and an Ocean env's buffers at the space's largest values."""
+    from appliance.config.memory import available_memory, estimate_memory, gib, training_on_host
+    from appliance.ocean import names
+    from appliance.vector.sizes import usable_cores
+
+    cores = usable_cores()
+    if parallel > cores:
+        raise ConfigError(
+            f"--parallel {parallel}: at most {cores} trials at once on this machine, one per usable core "
+            f"(affinity and cgroup quota); pass --parallel {cores} or fewer (or --ray-address for a cluster)"
+        )
+    buffers = 0
+    if cfg.env_name in names():
+        data = {section: dict(values) for section, values in cfg.data.items()}
+        for name in GROWING:
+            spec = params.get(name)
+            if spec is None:
+                continue
+            section, _, key = name.partition(".")
+            values = [v for v in spec.get("choices", [spec.get("high")]) if isinstance(v, int | float)]
+            if values and not isinstance(data[section][key], str):
+                data[section][key] = max([*values, data[section][key]])
+            elif values:  # "auto": the space's values are the sizes a trial may take
+                data[section][key] = max(values)
+        need = estimate_memory(cfg.env_name, data)
+        buffers = need["vector"] + (need["training"] if training_on_host(data) else 0)
+    each = TRIAL_PROCESS_BYTES + buffers
+    available = available_memory()
+    if parallel * each > available:
+        parts = f"{gib(TRIAL_PROCESS_BYTES)} for its process" + (
+            f" + {gib(buffers)} for its env's and training buffers" if buffers else ""
+        )
+        fits = available // each
+        fix = (
+            f"pass --parallel {fits}" + (" or fewer" if fits > 1 else "")
+            if fits
+            else "not even one fits at the space's largest sizes: narrow the space"
+        )
+        raise ConfigError(
+            f"--parallel {parallel}: {parallel} trials need about {gib(parallel * each)} of memory (each about "
+            f"{gib(each)}: {parts}) but {gib(available)} is available; {fix}"
+        )
+
+
 class Pruned(Exception):
     """Raised inside a trial's loop when its curve is hopeless."""
 

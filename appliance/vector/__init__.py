@@ -13,6 +13,7 @@ flattened; ``vec.obs_codec.unflatten`` restores them). Sizes are checked by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from appliance.errors import ConfigError
@@ -38,9 +39,14 @@ def make(
     num_threads: int | str | None = None,
     ray_address: str = "",
     start_method: str = "spawn",
+    run_config: Mapping[str, Any] | None = None,
     **env_params: Any,
 ) -> Any:
-    """Create a vector of ``num_envs`` envs on ``backend``; see the module docstring."""
+    """Create a vector of ``num_envs`` envs on ``backend``; see the module docstring.
+
+    The first env is made under ``recv_timeout`` (as a worker's reset is), and the vector's memory
+    (buffers and env objects, measured on that env) is checked against what this machine has before
+    anything is allocated; ``run_config``, a resolved config's data, adds its training buffers."""
     from appliance.sysinfo import physical_cores
 
     if backend not in BACKENDS:
@@ -69,7 +75,9 @@ def make(
                 f"got {batch_size}; use backend='multiprocessing' for async batches"
             )
         return OceanVec(name, num_envs, num_threads=num_threads, seed=seed, **env_params)
-    source = resolve_source(env, **env_params)
+    source = resolve_source(env, timeout=recv_timeout, **env_params)
+    if backend != "ray":  # a Ray cluster's envs live on its machines
+        _check_memory(source, num_envs, run_config)
     if backend == "serial":
         from appliance.vector.serial import Serial
 
@@ -108,5 +116,15 @@ def make_from_config(cfg: Any, env: Any | None = None) -> Any:
         recv_timeout=v.recv_timeout,
         num_threads=v.num_threads,
         ray_address=v.ray_address,
+        run_config=cfg.data,
         **dict(cfg.env),
     )
+
+
+def _check_memory(source: Any, num_envs: int, run_config: Mapping[str, Any] | None) -> None:
+    """Refuse in one line, with the figures, a vector (and a run's buffers) that cannot fit here."""
+    from appliance.config.memory import check_memory, source_layout
+
+    data = dict(run_config or {})
+    data["vec"] = {**data.get("vec", {}), "num_envs": num_envs}
+    check_memory(source.name, data, info=source_layout(source))
