@@ -121,3 +121,23 @@ def test_sweep_parallel_past_the_memory_is_refused_with_each_trials_footprint(tm
     line = one_line_error(result, "error: --parallel 8: 8 trials need about ", "for its process + ")
     assert line.endswith("pass --parallel 2 or fewer"), line  # the buffers at the space's 512 envs count
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("env", ["squared", "CartPole-v1"])
+def test_train_nproc_counts_every_rank_of_the_machine_before_any_starts(tmp_path, monkeypatch, env):
+    """Each rank checked its own buffers against the whole machine's memory: two that fit alone
+    but not together both started allocating (an Ocean env's check ran once, for one process)."""
+    from appliance.config import resolve
+    from appliance.config.memory import estimate_memory, source_layout
+    from appliance.vector.sources import resolve_source
+
+    args = ["--vec.num-envs", "64", "--train.device", "cpu", "--train.total-timesteps", "2000"]
+    cfg = resolve(env=env, overrides=args)
+    layout = None if env == "squared" else source_layout(resolve_source(env))
+    need = sum(estimate_memory(env, cfg.data, layout).values())
+    monkeypatch.setattr(memory, "available_memory", lambda: int(1.5 * need))
+    result = CliRunner().invoke(
+        cli, ["train", env, "--nproc", "2", "--no-dashboard", "--train.data-dir", str(tmp_path), *args]
+    )
+    one_line_error(result, f"error: vec.num_envs 64 of {env} needs about ", "of memory in each of 2 ranks")
+    assert not list(tmp_path.iterdir())

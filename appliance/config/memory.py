@@ -99,23 +99,26 @@ def check_memory(
     data: Mapping[str, Mapping[str, Any]],
     available: int | None = None,
     info: Mapping[str, Any] | None = None,
+    ranks: int = 1,
 ) -> None:
     """Refuse, with the figures, a config whose buffers cannot fit in the memory available now.
-    ``info``: the env's layout (:func:`estimate_memory`)."""
+    ``info``: the env's layout (:func:`estimate_memory`); ``ranks``: how many processes on this
+    machine each allocate as much (the ranks of ``train --nproc``, each with ``vec.num_envs``)."""
     need = estimate_memory(env, data, info)
     on_host = training_on_host(data)
     total = need["vector"] + (need["training"] if on_host else 0)
     available = available_memory() if available is None else available
-    if total <= available:
+    if total * ranks <= available:
         return
     num_envs = int(data["vec"]["num_envs"])
-    fits = max(0, int(num_envs * available / total))
+    fits = max(0, int(num_envs * available / ranks / total))
     parts = f"vector {gib(need['vector'])}"
     if info is not None and info.get("env_bytes"):
         parts += f" including {gib(num_envs * int(info['env_bytes']))} of env objects"
     if on_host:
         parts += f" + training buffers {gib(need['training'])}"
+    each = f" in each of {ranks} ranks" if ranks > 1 else ""
     raise ConfigError(
-        f"vec.num_envs {num_envs:,} of {env} needs about {gib(total)} of memory ({parts}) but "
+        f"vec.num_envs {num_envs:,} of {env} needs about {gib(total)} of memory{each} ({parts}) but "
         f"{gib(available)} is available; use at most about {fits:,} envs"
     )

@@ -23,7 +23,7 @@ from appliance.vector.sources import resolve_source
 
 BACKENDS = ("native", "serial", "multiprocessing", "ray")
 
-__all__ = ["BACKENDS", "Vector", "WorkerError", "make", "make_from_config"]
+__all__ = ["BACKENDS", "Vector", "WorkerError", "check_fits", "make", "make_from_config"]
 
 
 def make(
@@ -77,7 +77,7 @@ def make(
         return OceanVec(name, num_envs, num_threads=num_threads, seed=seed, **env_params)
     source = resolve_source(env, timeout=recv_timeout, **env_params)
     if backend != "ray":  # a Ray cluster's envs live on its machines
-        _check_memory(source, num_envs, run_config)
+        check_fits(source, num_envs, run_config)
     if backend == "serial":
         from appliance.vector.serial import Serial
 
@@ -121,10 +121,18 @@ def make_from_config(cfg: Any, env: Any | None = None) -> Any:
     )
 
 
-def _check_memory(source: Any, num_envs: int, run_config: Mapping[str, Any] | None) -> None:
-    """Refuse in one line, with the figures, a vector (and a run's buffers) that cannot fit here."""
+def check_fits(
+    source: Any, num_envs: int, run_config: Mapping[str, Any] | None = None, ranks: int | None = None
+) -> None:
+    """Refuse in one line, with the figures, a vector of ``source`` (and a run's buffers) that
+    cannot fit here. ``ranks``: processes on this machine that each need as much (default: in a
+    rank of ``train --nproc``, the machine's ranks; else 1)."""
+    import os
+
     from appliance.config.memory import check_memory, source_layout
 
     data = dict(run_config or {})
     data["vec"] = {**data.get("vec", {}), "num_envs": num_envs}
-    check_memory(source.name, data, info=source_layout(source))
+    if ranks is None:
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if run_config is not None else 1
+    check_memory(source.name, data, info=source_layout(source), ranks=ranks)
