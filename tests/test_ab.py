@@ -107,6 +107,52 @@ def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
     assert data["metrics"]["env_sps/squared/threads=1"]["median"] == 104.0
 
 
+AB_PARENT = """
+import os, subprocess, sys
+from pathlib import Path
+from appliance.bench import ab
+out = Path(sys.argv[1])
+sleeper = "import os, time; open(%r, 'w').write(str(os.getpid())); time.sleep(1000)" % str(out / "round.pid")
+
+def execute(cmd, **kw):  # the round's command stands in for puffer-bench run, with the round's options
+    return subprocess.run([sys.executable, "-c", sleeper], **{k: v for k, v in kw.items() if k != "env"})
+
+side = ab.Subprocess(ab.parse_variant("git:abc123"), {"profile": "cpu", "suite_arg": "quick"}, execute=execute)
+side.tree = out
+side.round(0)
+"""
+
+
+def test_a_round_dies_with_an_ab_killed_outright(tmp_path):
+    """A commit's round (puffer-bench run in a process of its own) ran on after SIGKILL to ab."""
+    import sys
+    import time
+
+    import psutil
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", AB_PARENT, str(tmp_path)],
+        cwd=Path(__file__).parents[1],
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # ab's own temp folder, which a SIGKILL leaves
+    )
+    pid_file, child = tmp_path / "round.pid", None
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert parent.poll() is None and time.monotonic() < deadline, "the round never started"
+            time.sleep(0.05)
+        child = psutil.Process(int(pid_file.read_text()))
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        _, alive = psutil.wait_procs([child], timeout=10)
+        assert not alive, "the round outlived ab"
+    finally:
+        if child is not None and child.is_running():
+            child.kill()
+        if parent.poll() is None:
+            parent.kill()
+
+
 def test_the_command_a_git_round_runs_starts_the_cli():
     """The fake above stands in for the run; this runs the very command line (a commit's CLI, module or
     package), so a layout change cannot break git: rounds unseen."""

@@ -3,6 +3,7 @@ failed rank ends the job cleanly (appliance.train.launcher, rank and distributed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -239,6 +240,55 @@ def test_killing_one_rank_ends_the_job_and_leaves_no_process(tmp_path):
         _, alive = psutil.wait_procs(ranks, timeout=10)
         assert not alive, [p.pid for p in alive]
     finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _spawned(pid: int) -> tuple[list, list]:
+    """The ranks and the resource tracker under ``pid``."""
+    import psutil
+
+    ranks, trackers = [], []
+    for c in psutil.Process(pid).children(recursive=True):
+        line = " ".join(c.cmdline())
+        (trackers if "resource_tracker" in line else ranks if "spawn_main" in line else []).append(c)
+    return ranks, trackers
+
+
+def _semaphores() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("sem.")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["importing", "training"])
+def test_ranks_and_their_semaphores_die_with_a_launcher_killed_outright(tmp_path, when):
+    """SIGKILL to the launcher alone, as the OOM killer sends it: before the fix both ranks and the
+    resource tracker ran on indefinitely, with sem.mp-* names left in /dev/shm."""
+    import psutil
+
+    before = _semaphores()
+    proc = _train(tmp_path, "orphan", "--train.total-timesteps", "100000000")
+    ranks: list = []
+    try:
+        deadline = time.time() + 120
+        while len(ranks) < 2 or (when == "training" and not (tmp_path / "orphan" / "config.yaml").exists()):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.1)
+            ranks, trackers = _spawned(proc.pid)
+        ranks, trackers = _spawned(proc.pid)
+        proc.kill()
+        proc.wait()
+        _, alive = psutil.wait_procs([*ranks, *trackers], timeout=10)
+        assert not alive, [(p.pid, p.cmdline()) for p in alive]
+        deadline = time.time() + 10
+        while _semaphores() - before and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _semaphores() - before, "the launch left shared-memory names behind"
+    finally:
+        for p in ranks:  # ranks first: the tracker they hold then unlinks the names as it exits
+            with contextlib.suppress(psutil.Error):
+                p.kill()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

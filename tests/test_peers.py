@@ -410,6 +410,46 @@ def test_bad_step_lists_are_usage_errors_not_tracebacks(peer, tmp_path):
     assert peer.steps_list("30e6,65e6") == [30e6, 65e6] and peer.steps_list("") == []
 
 
+HARNESS = """
+import os, sys
+from pathlib import Path
+sys.path.insert(0, os.path.join(sys.argv[1], "tools"))
+import pufferlib_peer
+out = Path(sys.argv[2])
+driver = "import os, time; open(%r, 'w').write(str(os.getpid())); print('{}', flush=True); time.sleep(1000)"
+cmd = [sys.executable, "-c", driver % str(out / "driver.pid")]
+pufferlib_peer.run_driver(cmd, out, dict(os.environ), out / "curve.jsonl", "the trainer")
+"""
+
+
+def test_a_peers_trainer_dies_with_a_harness_killed_outright(tmp_path):
+    """The trainer run_driver starts (both peers' harnesses use it) went on training for its whole
+    budget after SIGKILL to the harness; now the kernel kills it with its parent."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(ROOT), str(tmp_path)])
+    pid_file, driver = tmp_path / "driver.pid", None
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert harness.poll() is None and time.monotonic() < deadline, "the harness never started it"
+            time.sleep(0.05)
+        driver = psutil.Process(int(pid_file.read_text()))
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        _, alive = psutil.wait_procs([driver], timeout=10)
+        assert not alive, "the trainer outlived its harness"
+    finally:
+        if driver is not None and driver.is_running():
+            driver.kill()
+        if harness.poll() is None:
+            harness.kill()
+
+
 # ---------------------------------------------------------------------- PufferLib 4.0 (tools/pufferlib4_peer.py)
 
 

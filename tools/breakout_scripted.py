@@ -126,6 +126,8 @@ def peer_python() -> tuple[str, dict[str, str], Path]:
 
 
 def compare(a: argparse.Namespace) -> None:
+    from pufferlib_peer import dies_with_us  # this script's folder is first on sys.path
+
     results = {}
     for side in ("ours", "pufferlib"):
         tmp = a.out.resolve().with_name(a.out.name + f"-{side}.json")
@@ -134,7 +136,7 @@ def compare(a: argparse.Namespace) -> None:
                str(a.steps), "--eps", str(a.eps), "--deadzone", str(a.deadzone), "--seed", str(a.seed),
                "--json", str(tmp)]  # fmt: skip
         print(f"[scripted] {side}: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
-        subprocess.run(cmd, env=env, cwd=cwd, check=True)
+        subprocess.run(cmd, env=env, cwd=cwd, check=True, preexec_fn=dies_with_us())
         results[side] = json.loads(tmp.read_text())
         tmp.unlink()
     for side, r in results.items():

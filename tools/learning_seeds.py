@@ -106,10 +106,12 @@ def cpu() -> dict[str, Any]:
 
 
 def one(case: str, seed: int, isa: str, extra: list[str]) -> dict[str, Any]:
+    from appliance.lifeline import dies_with_parent
+
     env = {k: v for k, v in os.environ.items() if k not in CAPPED}
     proc = subprocess.run(
         [sys.executable, __file__, "--child", case, str(seed), *extra],
-        env={**env, **ISA[isa]}, cwd=REPO, capture_output=True, text=True,
+        env={**env, **ISA[isa]}, cwd=REPO, capture_output=True, text=True, preexec_fn=dies_with_parent(),
     )  # fmt: skip
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]

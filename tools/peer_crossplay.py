@@ -254,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         given = [str(Path(x).resolve()) if not x.startswith("-") and Path(x).exists() else x for x in given]
         cmd = [str(py), "-W", "ignore::DeprecationWarning", str(Path(__file__).resolve()), *given,
                "--out", str(a.out.resolve()), "--worker"]  # fmt: skip
-        return subprocess.call(cmd, cwd=a.cache / f"pufferlib-{peer.VERSION}", env=env_vars)
+        return subprocess.call(
+            cmd, cwd=a.cache / f"pufferlib-{peer.VERSION}", env=env_vars, preexec_fn=peer.dies_with_us()
+        )
     except peer.PeerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -104,6 +104,15 @@ def log(msg: str) -> None:
     print(f"[peer] {msg}", file=sys.stderr, flush=True)
 
 
+def dies_with_us() -> Any:
+    """A ``preexec_fn`` for a trainer this harness starts: it dies with the harness, however the
+    harness dies (appliance.lifeline)."""
+    use_our_package()
+    from appliance.lifeline import dies_with_parent
+
+    return dies_with_parent()
+
+
 def run(cmd: list[str], **kw: Any) -> None:
     log("$ " + shlex.join(cmd))
     result = subprocess.run(cmd, **kw)
@@ -510,7 +519,10 @@ def run_driver(cmd: list[str], cache: Path, env_vars: dict[str, str], jsonl: Pat
     """A peer's training driver to its end; returns its first line (its config as JSON). PufferLib's
     dashboard redraws the terminal each epoch: it goes to the log beside the curve, not to ours."""
     with open(jsonl.with_suffix(".log"), "w") as console:
-        proc = subprocess.Popen(cmd, cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True,
+            preexec_fn=dies_with_us(),
+        )  # fmt: skip
         assert proc.stdout is not None
         first = proc.stdout.readline()
         for line in proc.stdout:
@@ -917,8 +929,9 @@ def ours_for(
     log("$ " + shlex.join(cmd[3:]))
     with open(run_dir.parent / f"{run_dir.name}.log", "w") as out:
         proc = subprocess.Popen(
-            cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out, stderr=out
-        )
+            cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out, stderr=out,
+            preexec_fn=dies_with_us(),
+        )  # fmt: skip
         try:
             proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:

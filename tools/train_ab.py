@@ -45,6 +45,7 @@ def window(
 ) -> dict[str, Any]:
     """One training run of the variant; its steady agent-steps/s and phase seconds."""
     from appliance.bench import noise
+    from appliance.lifeline import dies_with_parent
 
     run = scratch / "run"
     shutil.rmtree(run, ignore_errors=True)
@@ -52,7 +53,9 @@ def window(
            "--run-id", run.name, "--train.data-dir", str(scratch), "--stop-steps", steps, *train_args]  # fmt: skip
     before, sampler = noise.gate_check(), noise.Sampler()
     sampler.sample()
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, **variant}, capture_output=True, text=True)
+    proc = subprocess.run(
+        cmd, cwd=REPO, env={**os.environ, **variant}, capture_output=True, text=True, preexec_fn=dies_with_parent()
+    )
     load = sampler.sample() or {}
     if proc.returncode != 0:
         raise SystemExit(f"error: the training run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance import lifeline
 from appliance.errors import ConfigError, ReportError
 
 TMP_PREFIX = "puffer-ab-"  # each commit variant's folder in the temp folder: <tmp>/puffer-ab-*/tree
@@ -215,6 +216,7 @@ class Subprocess:
             cwd=self.tree,
             capture_output=True,
             text=True,
+            preexec_fn=lifeline.dies_with_parent(),
         )
         if build.returncode != 0:
             raise ConfigError(
@@ -233,6 +235,7 @@ class Subprocess:
                 env=env,
                 capture_output=True,
                 text=True,
+                preexec_fn=lifeline.dies_with_parent(),  # an ab killed outright takes its round along
             )
             if result.returncode != 0:
                 tail = (result.stderr or result.stdout or "").strip().splitlines()[-1:]

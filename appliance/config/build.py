@@ -133,7 +133,14 @@ def resolve(
         # (defaults/gymnasium/<id>.yaml) if it has one, else its family's, applied after the profile.
         data["vec"]["backend"] = "multiprocessing"
         sources.append(env if is_import_path(env) else f"gymnasium:{env}")
-        family_of = families.choose(env, family)
+        overrides = list(overrides) if not isinstance(overrides, Mapping) else overrides
+        given = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
+        timeout = (given.get("vec") or {}).get("recv_timeout", data["vec"]["recv_timeout"])
+        try:
+            timeout = float(timeout) if float(timeout) > 0 else data["vec"]["recv_timeout"]
+        except (TypeError, ValueError):
+            timeout = data["vec"]["recv_timeout"]  # a bad value: refused below, where the layer is checked
+        family_of = families.choose(env, family, timeout=timeout)
         if family in (None, "auto") or family_of.name is None:
             env_path = families.own_yaml(env)
     elif env is not None:

@@ -66,9 +66,9 @@ def own_yaml(env: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def choose(env: str, given: str | None = None) -> Family:
+def choose(env: str, given: str | None = None, timeout: float = 30.0) -> Family:
     """The family of the non-Ocean env ``env``: ``given`` (``--family``) unless it is None or ``auto``,
-    else :func:`detect`'s."""
+    else :func:`detect`'s (making the env under ``timeout`` s, ``vec.recv_timeout``)."""
     if given not in (None, "auto"):
         if given not in CHOICES:
             import difflib
@@ -79,11 +79,13 @@ def choose(env: str, given: str | None = None) -> Family:
         if given == "none":
             return Family(None, "--family none: the plain defaults")
         return Family(given, "--family")
-    return detect(env)
+    return detect(env, timeout)
 
 
-def detect(env: str) -> Family:
-    """The family ``env``'s registration and spaces call for (see the module docstring)."""
+def detect(env: str, timeout: float = 30.0) -> Family:
+    """The family ``env``'s registration and spaces call for (see the module docstring). The env is
+    made in a helper thread: a constructor that never returns is named after ``timeout`` s, as the
+    vector names it."""
     from appliance.config import gymids
 
     own = own_yaml(env)
@@ -91,7 +93,7 @@ def detect(env: str) -> Family:
         return Family(None, f"its own YAML {_shown(own)}")
     if gymids.is_ale(env):
         return Family("atari", "an Arcade Learning Environment game")
-    probed = _spaces(env)
+    probed = _spaces_within(env, timeout)
     if isinstance(probed, str):
         return Family(None, f"its spaces could not be read: {probed}")
     return Family(*classify(*probed))
@@ -119,6 +121,25 @@ def describe_space(space: Any) -> str:
     if type(space).__name__ == "Box":
         return f"Box{tuple(shape)} {dtype}"
     return repr(space)
+
+
+def _spaces_within(env: str, timeout: float) -> tuple[Any, Any, int | None] | str:
+    """:func:`_spaces` in a daemon thread; a :class:`ConfigError` naming the env when it has not
+    returned after ``timeout`` s (the thread is left behind, as the vector's probe leaves its own)."""
+    import threading
+
+    result: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: result.append(_spaces(env)), name="puffer-env-probe", daemon=True
+    )
+    thread.start()
+    thread.join(timeout)
+    if not result:
+        raise ConfigError(
+            f"creating env '{env}' did not return within {timeout:g} s (vec.recv_timeout); "
+            "fix its constructor, or raise --vec.recv-timeout if it is only slow"
+        )
+    return result[0]
 
 
 @functools.lru_cache(maxsize=64)

@@ -32,7 +32,7 @@ from appliance.sweep.study import (
     record,
     requeue_stale,
 )
-from appliance.sweep.trials import TrialRunner, failed_result, run_trial
+from appliance.sweep.trials import TrialRunner, check_parallel, failed_result, run_trial
 
 
 class Stopped(ApplianceError):
@@ -82,6 +82,8 @@ def sweep(
     )
     cfg = base.resolve()
     space = load_space(env, space_file, base)
+    if options.parallel > 1 and not options.ray_address:
+        check_parallel(cfg, space.params, options.parallel)
     for note in space.notes:
         yield f"space fitted to your config: {note}"
     baseline = _baseline(cfg, space) if options.baseline else None

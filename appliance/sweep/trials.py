@@ -9,22 +9,77 @@ parent-death signal). A trial prunes itself: Optuna's pruners are single-objecti
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from multiprocessing import connection, get_context
 from typing import TYPE_CHECKING, Any
 
+from appliance import lifeline
 from appliance.errors import ConfigError
 
 if TYPE_CHECKING:
     from appliance.sweep.driver import Options
 
-PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
+
+# A trial process's own memory before its buffers: Python, torch and the appliance imported hold about
+# 230 MB, a process training squared on the CPU about 350 MB (a rank of train --nproc likewise)
+TRIAL_PROCESS_BYTES = 350 * 2**20
+GROWING = (
+    "vec.num_envs",
+    "train.bptt_horizon",
+    "train.batch_size",
+    "policy.hidden_size",
+)  # memory grows with these
+
+
+def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -> None:
+    """Refuse ``--parallel`` trials on this machine that cannot run at once: more than its usable
+    cores (as ``train --nproc`` is capped), or more than its memory holds, each trial counted as a
+    process (:data:`TRIAL_PROCESS_BYTES`) and an Ocean env's buffers at the space's largest values."""
+    from appliance.config.memory import available_memory, estimate_memory, gib, training_on_host
+    from appliance.ocean import names
+    from appliance.vector.sizes import usable_cores
+
+    cores = usable_cores()
+    if parallel > cores:
+        raise ConfigError(
+            f"--parallel {parallel}: at most {cores} trials at once on this machine, one per usable core "
+            f"(affinity and cgroup quota); pass --parallel {cores} or fewer (or --ray-address for a cluster)"
+        )
+    buffers = 0
+    if cfg.env_name in names():
+        data = {section: dict(values) for section, values in cfg.data.items()}
+        for name in GROWING:
+            spec = params.get(name)
+            if spec is None:
+                continue
+            section, _, key = name.partition(".")
+            values = [v for v in spec.get("choices", [spec.get("high")]) if isinstance(v, int | float)]
+            if values and not isinstance(data[section][key], str):
+                data[section][key] = max([*values, data[section][key]])
+            elif values:  # "auto": the space's values are the sizes a trial may take
+                data[section][key] = max(values)
+        need = estimate_memory(cfg.env_name, data)
+        buffers = need["vector"] + (need["training"] if training_on_host(data) else 0)
+    each = TRIAL_PROCESS_BYTES + buffers
+    available = available_memory()
+    if parallel * each > available:
+        parts = f"{gib(TRIAL_PROCESS_BYTES)} for its process" + (
+            f" + {gib(buffers)} for its env's and training buffers" if buffers else ""
+        )
+        fits = available // each
+        fix = (
+            f"pass --parallel {fits}" + (" or fewer" if fits > 1 else "")
+            if fits
+            else "not even one fits at the space's largest sizes: narrow the space"
+        )
+        raise ConfigError(
+            f"--parallel {parallel}: {parallel} trials need about {gib(parallel * each)} of memory (each about "
+            f"{gib(each)}: {parts}) but {gib(available)} is available; {fix}"
+        )
 
 
 class Pruned(Exception):
@@ -118,21 +173,12 @@ def failed_result(error: str, seconds: float = 0.0) -> dict[str, Any]:
     return {"state": "fail", "score": None, "seconds": seconds, "steps": 0, "curve": [], "error": error}
 
 
-def _die_with_driver(driver: int) -> None:
-    """In a trial process: the kernel SIGKILLs it when the driver dies (however it dies)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != driver:  # the driver died before the signal was armed
-        os._exit(1)
-
-
 def _trial_process(
     conn: Any, trial: Callable[[dict[str, Any]], dict[str, Any]], spec: dict[str, Any], driver: int
 ) -> None:
     """A trial process: run ``trial(spec)`` and send the result back. SIGINT is ignored from the
     start (see :func:`appliance.vector.mp.children_ignore_sigint`): Ctrl-C is the driver's."""
-    _die_with_driver(driver)
+    lifeline.die_with_parent(driver)
     start = time.perf_counter()
     try:
         result = trial(spec)
@@ -198,7 +244,7 @@ class TrialRunner:
                 name=f"puffer-trial-{number}",
                 daemon=True,
             )
-            with children_ignore_sigint():
+            with children_ignore_sigint(), lifeline.spawned_children_die_with_us():
                 proc.start()
             theirs.close()
             self.procs[number] = (proc, ours)

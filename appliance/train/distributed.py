@@ -65,6 +65,7 @@ def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[s
         raise ConfigError("--profile-trace profiles one process; leave out --nproc")
     session.check_outputs(options)
     where.check()
+    check_ranks_fit(cfg, where.nproc)
     run = None
     try:
         if where.node_rank == 0:
@@ -76,6 +77,23 @@ def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[s
     except _NothingTrained as e:
         message = session.nothing_trained(signal.Signals(e.signum).name, run.resume_from if run else None)
         raise loop.Stopped(message, e.signum) from None
+
+
+def check_ranks_fit(cfg: Any, nproc: int) -> None:
+    """Before any rank starts: this machine's ``nproc`` ranks, each with the config's envs and
+    buffers, fit in its memory (refused in one line with the figures, as one process's run is); an
+    env that is not Ocean is made once here for it, under ``vec.recv_timeout``."""
+    from appliance import ocean, vector
+    from appliance.config import check_memory
+    from appliance.vector.sources import resolve_source
+
+    if cfg.env_name in ocean.names():
+        check_memory(cfg.env_name, cfg.data, ranks=nproc)
+    elif cfg.vec.backend != "ray":
+        source = resolve_source(
+            cfg.env_name, preprocess=cfg.vec.preprocess, timeout=cfg.vec.recv_timeout, **dict(cfg.env)
+        )
+        vector.check_fits(source, cfg.vec.num_envs, cfg.data, ranks=nproc)
 
 
 class _NothingTrained(Exception):

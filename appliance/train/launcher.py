@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from appliance import lifeline
 from appliance.errors import ApplianceError, ConfigError
 from appliance.train import loop
 
@@ -196,7 +197,8 @@ def _run_agent(
         logs_specs=DefaultLogsSpecs(log_dir=scratch),
     )
     try:
-        outcome["results"] = elastic_launch(config, _entry)(fn, *args)
+        with lifeline.spawned_children_die_with_us():  # this thread waits for the ranks
+            outcome["results"] = elastic_launch(config, _entry)(os.getpid(), fn, *args)
     except ChildFailedError as e:
         outcome["error"] = DistributedError(_failure_message(e))
     except BaseException as e:  # e.g. the rendezvous failed: raised again in the main thread
@@ -247,12 +249,15 @@ def _first_line(message: Any) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def _entry(fn: Callable[..., Any], *args: Any) -> Any:
-    """Every worker starts here: with :class:`RankStop` taking the stop signals (blocked until now),
-    ``fn`` under torch elastic's ``record``, so a worker's exception goes to the error file the agent
-    reads and the launcher can name it."""
+def _entry(launcher_pid: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """Every worker starts here: tied to the launcher's life first (a launcher killed outright, by
+    the OOM killer say, takes its ranks with it: :func:`lifeline.die_with_parent`; the agent's
+    thread that started them waits for them), then with :class:`RankStop` taking the stop signals
+    (blocked until now), ``fn`` under torch elastic's ``record``, so a worker's exception goes to
+    the error file the agent reads and the launcher can name it."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    lifeline.die_with_parent(launcher_pid)
     RankStop.install()
     return record(fn)(*args)
 

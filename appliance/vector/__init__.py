@@ -15,6 +15,7 @@ ids) wraps Python envs. Sizes are checked by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from appliance.errors import ConfigError
@@ -24,7 +25,7 @@ from appliance.vector.sources import resolve_source
 
 BACKENDS = ("native", "serial", "multiprocessing", "ray")
 
-__all__ = ["BACKENDS", "Vector", "WorkerError", "make", "make_from_config"]
+__all__ = ["BACKENDS", "Vector", "WorkerError", "check_fits", "make", "make_from_config"]
 
 
 def make(
@@ -41,9 +42,14 @@ def make(
     ray_address: str = "",
     start_method: str = "spawn",
     preprocess: str = "auto",
+    run_config: Mapping[str, Any] | None = None,
     **env_params: Any,
 ) -> Any:
-    """Create a vector of ``num_envs`` envs on ``backend``; see the module docstring."""
+    """Create a vector of ``num_envs`` envs on ``backend``; see the module docstring.
+
+    The first env is made under ``recv_timeout`` (as a worker's reset is), and the vector's memory
+    (buffers and env objects, measured on that env) is checked against what this machine has before
+    anything is allocated; ``run_config``, a resolved config's data, adds its training buffers."""
     from appliance.sysinfo import physical_cores
 
     if backend not in BACKENDS:
@@ -72,7 +78,9 @@ def make(
                 f"got {batch_size}; use backend='multiprocessing' for async batches"
             )
         return OceanVec(name, num_envs, num_threads=num_threads, seed=seed, **env_params)
-    source = resolve_source(env, preprocess=preprocess, **env_params)
+    source = resolve_source(env, preprocess=preprocess, timeout=recv_timeout, **env_params)
+    if backend != "ray":  # a Ray cluster's envs live on its machines
+        check_fits(source, num_envs, run_config)
     if backend == "serial":
         from appliance.vector.serial import Serial
 
@@ -112,5 +120,23 @@ def make_from_config(cfg: Any, env: Any | None = None) -> Any:
         num_threads=v.num_threads,
         ray_address=v.ray_address,
         preprocess=v.preprocess,
+        run_config=cfg.data,
         **dict(cfg.env),
     )
+
+
+def check_fits(
+    source: Any, num_envs: int, run_config: Mapping[str, Any] | None = None, ranks: int | None = None
+) -> None:
+    """Refuse in one line, with the figures, a vector of ``source`` (and a run's buffers) that
+    cannot fit here. ``ranks``: processes on this machine that each need as much (default: in a
+    rank of ``train --nproc``, the machine's ranks; else 1)."""
+    import os
+
+    from appliance.config.memory import check_memory, source_layout
+
+    data = dict(run_config or {})
+    data["vec"] = {**data.get("vec", {}), "num_envs": num_envs}
+    if ranks is None:
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if run_config is not None else 1
+    check_memory(source.name, data, info=source_layout(source), ranks=ranks)

@@ -6,12 +6,10 @@ starts (workers, sweep trials)."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -22,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from appliance import lifeline
 from appliance.errors import EnvContractError
 from appliance.vector.groups import EnvStepError, make_group
 from appliance.vector.shm import FLAG_STRIDE, STOP_SIGNALS, _array, _attach, _views
@@ -35,8 +34,6 @@ BOOT, RESET, STEP, CLOSE = 0, 1, 2, 3
 DONE, INFO, ERROR = 10, 11, 12
 WORKER_SPIN = 20_000  # flag checks before a worker starts sleeping
 MAX_SLEEP = 1e-3  # longest idle sleep: bounds the wake-up latency after a long pause
-PARENT_WATCH = 0.2  # seconds between a worker's checks that its parent lives (see _watch_parent)
-PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): a signal the kernel sends when the parent dies
 
 
 def _orphaned(shm_name: str) -> None:
@@ -58,10 +55,10 @@ def _watch_parent(parent_alive: Any, shm_name: str) -> None:
     sentinel = getattr(parent, "sentinel", None)
     while parent_alive():
         if sentinel is None:
-            time.sleep(PARENT_WATCH)
+            time.sleep(lifeline.PARENT_WATCH)
             continue
         try:
-            if connection.wait([sentinel], timeout=PARENT_WATCH):
+            if connection.wait([sentinel], timeout=lifeline.PARENT_WATCH):
                 sentinel = None  # readable: the parent exited (confirmed above), or dropped its handle
         except OSError:
             sentinel = None
@@ -71,11 +68,10 @@ def _watch_parent(parent_alive: Any, shm_name: str) -> None:
 def _die_with_parent(parent_pid: int, shm_name: str, pdeathsig: bool, direct: bool) -> None:
     """Make this worker die within a second of the main process, whatever state it is in. ``direct``:
     the main process is this worker's parent (spawn, fork; not forkserver)."""
-    if pdeathsig and direct and sys.platform.startswith("linux"):
+    if pdeathsig and direct:
         # The kernel SIGKILLs this process when the thread that started it exits, even mid-step in C.
         # (Only set when that thread is the main thread: a helper thread may end before the vector.)
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        lifeline.parent_death_signal()
 
     def parent_alive() -> bool:
         if direct:

@@ -1,10 +1,14 @@
 """What to build: an Ocean env by name, or an emulated Gymnasium/PettingZoo env from a creator.
 
 An :class:`EnvSource` is picklable, so spawned workers and Ray actors rebuild the same env from it.
+Its first env is made here, in a helper thread under the same timeout as a worker's reset (a
+constructor that never returns is reported, naming the env), and a second one is measured: what one
+env object holds, for the memory check before the vector allocates (:func:`vector.make`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +31,7 @@ class EnvSource:
     observation_space: spaces.Box | None = None
     action_space: spaces.Space | None = None
     obs_codec: Any = None  # emulation.SpaceCodec restoring the structure before the policy
+    env_bytes: int = 0  # what one env object holds (Ocean: its C struct; emulated: measured, see _measure)
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -70,11 +75,12 @@ def observation_space(info: dict[str, Any]) -> spaces.Box:
     return spaces.Box(low.astype(dtype), high.astype(dtype), (size,), dtype)
 
 
-def resolve_source(env: Any, *, preprocess: str = "auto", **params: Any) -> EnvSource:
+def resolve_source(env: Any, *, preprocess: str = "auto", timeout: float | None = None, **params: Any) -> EnvSource:
     """Turn an Ocean name, a Gymnasium id or an env creator into an :class:`EnvSource`. ``params`` are
     an Ocean env's parameters, or keyword arguments for ``gymnasium.make`` (or an import path's
     factory); ``preprocess`` wraps Python envs (``vec.preprocess``, see
-    :func:`appliance.emulation.make_factory`)."""
+    :func:`appliance.emulation.make_factory`); ``timeout``: seconds the first env (its import
+    included) may take to be made (None: no limit)."""
     from appliance import ocean
 
     name = ocean.ocean_name(env)
@@ -87,22 +93,13 @@ def resolve_source(env: Any, *, preprocess: str = "auto", **params: Any) -> EnvS
             name=env,
             params=dict(params),
             agents_per_env=info["agents_per_env"],
+            env_bytes=int(info.get("env_bytes", 0)),
             observation_space=observation_space(info),
             action_space=spaces.Discrete(nvec[0]) if len(nvec) == 1 else spaces.MultiDiscrete(nvec),
         )
     import cloudpickle
 
-    from appliance.emulation import emulate, make_factory
-
-    creator = make_factory(env, params, preprocess)
-    try:
-        probe = emulate(creator())
-    except ConfigError:
-        raise
-    except Exception as e:
-        given = f" with env parameters {params}" if params else ""
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ConfigError(f"creating env {env!r}{given} failed: {type(e).__name__}: {first}") from e
+    creator, probe, env_bytes = _probe(env, timeout, params, preprocess)
     try:
         return EnvSource(
             kind="emulated",
@@ -113,6 +110,75 @@ def resolve_source(env: Any, *, preprocess: str = "auto", **params: Any) -> EnvS
             observation_space=probe.obs_codec.flat_space,
             action_space=probe.action_codec.flat_space,
             obs_codec=probe.obs_codec,
+            env_bytes=env_bytes,
         )
     finally:
         probe.close()
+
+
+def _probe(
+    env: Any, timeout: float | None, params: dict[str, Any], preprocess: str
+) -> tuple[Callable[[], Any], Any, int]:
+    """The env's creator, its first env (emulated) and what one env holds, made in a helper thread:
+    a constructor (or an import) that never returns is reported after ``timeout`` s like a reset
+    that never returns, and the env is named. The thread is left behind then; the error ends the
+    command (or the sweep trial)."""
+    import threading
+
+    from appliance.emulation import emulate, make_factory
+
+    made: dict[str, Any] = {}
+
+    def build() -> None:
+        try:
+            made["creator"] = make_factory(env, params, preprocess)
+            made["probe"] = emulate(made["creator"]())
+            made["env_bytes"] = _measure(made["creator"])
+        except BaseException as e:
+            made["error"] = e
+
+    thread = threading.Thread(target=build, name="puffer-env-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise ConfigError(
+            f"creating env {_label(env)} did not return within {timeout:g} s (vec.recv_timeout); "
+            "fix its constructor, or raise --vec.recv-timeout if it is only slow"
+        )
+    error = made.get("error")
+    if isinstance(error, ConfigError):
+        raise error
+    if error is not None:
+        if "probe" in made:
+            made["probe"].close()
+        given = f" with env parameters {params}" if params else ""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ConfigError(f"creating env {env!r}{given} failed: {type(error).__name__}: {first}") from error
+    return made["creator"], made["probe"], made["env_bytes"]
+
+
+def _measure(creator: Callable[[], Any]) -> int:
+    """Bytes one more env holds once made (Python and numpy allocations, traced): the first env paid
+    for the imports and the caches every env of a process shares. 0 where tracing is not ours to
+    start (it already runs) or the env fails a second time."""
+    import tracemalloc
+
+    if tracemalloc.is_tracing():
+        return 0
+    tracemalloc.start(1)
+    try:
+        env = creator()
+        held = tracemalloc.get_traced_memory()[0]
+    except Exception:
+        return 0
+    finally:
+        tracemalloc.stop()
+    close = getattr(env, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
+    return int(held)
+
+
+def _label(env: Any) -> str:
+    return repr(env) if isinstance(env, str) else getattr(env, "__qualname__", None) or type(env).__name__
