@@ -75,7 +75,9 @@ def observation_space(info: dict[str, Any]) -> spaces.Box:
     return spaces.Box(low.astype(dtype), high.astype(dtype), (size,), dtype)
 
 
-def resolve_source(env: Any, *, preprocess: str = "auto", timeout: float | None = None, **params: Any) -> EnvSource:
+def resolve_source(
+    env: Any, *, preprocess: str = "auto", timeout: float | None = None, **params: Any
+) -> EnvSource:
     """Turn an Ocean name, a Gymnasium id or an env creator into an :class:`EnvSource`. ``params`` are
     an Ocean env's parameters, or keyword arguments for ``gymnasium.make`` (or an import path's
     factory); ``preprocess`` wraps Python envs (``vec.preprocess``, see
