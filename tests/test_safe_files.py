@@ -413,3 +413,41 @@ def test_a_disk_that_fills_during_a_sweep_keeps_what_finished_in_one_line(tmp_pa
         assert "not recorded there (it runs again): trial 1: score 0.500" in line, line
     assert "| 0 | complete |" in (out / "trials.md").read_text()
     assert yaml.safe_load((out / "best.yaml").read_text())  # the best of what finished
+
+
+def test_a_run_folder_without_room_for_two_checkpoints_of_its_policy_is_refused_before_training(
+    tmp_path, monkeypatch
+):
+    from collections import namedtuple
+
+    import torch
+
+    data = tmp_path / "exp"
+    real = shutil.disk_usage
+    usage = namedtuple("usage", "total used free")
+    free = {"bytes": 70 * 2**20}  # the claim's 64 MiB floor passes; a 2048-wide layer's checkpoints do not
+    monkeypatch.setattr(
+        shutil,
+        "disk_usage",
+        lambda p: usage(2**40, 2**39, free["bytes"]) if str(p).startswith(str(data)) else real(p),
+    )
+    (data / "r0").mkdir(parents=True)
+    with pytest.raises(
+        ConfigError,
+        match=r"run folder: only 70 MiB free in .*r0 .*\(two checkpoints of this policy: 97 MiB\)",
+    ):
+        runs.require_checkpoint_room(data / "r0", torch.nn.Linear(2048, 2048))
+    runs.require_checkpoint_room(data / "r0", torch.nn.Linear(64, 64))
+    monkeypatch.setattr(
+        runs, "require_room", lambda *a: None
+    )  # past the claim: the check sized to the policy
+    free["bytes"] = 2**20
+    monkeypatch.setattr(Trainer, "train", lambda self: pytest.fail("trained before checking the room"))
+    result = run_cli("train", "squared", "--no-dashboard", "--train.data-dir", data, "--run-id", "r1", *SMALL)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith(f"error: run folder: only 1 MiB free in {data / 'r1'}")
+    )
+    assert not (data / "r1").exists()  # nothing trained: the folder made for the run goes again

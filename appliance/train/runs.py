@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError, ConfigError
-from appliance.report_io import lock_or_refuse, remove_stale_temps, require_room, write_bytes_atomic
+from appliance.report_io import (
+    MIN_FREE,
+    lock_or_refuse,
+    remove_stale_temps,
+    require_room,
+    size_text,
+    unwritable,
+    write_bytes_atomic,
+)
 from appliance.safe_files import UnsafeFileError, append_line, link_text, open_lock, repair_tail
 
 MODEL, LATEST, LOCK, METRICS = "model.pt", "latest", ".lock", "metrics.jsonl"
@@ -143,6 +151,17 @@ def _inside(data_dir: Path, folder: Path, what: str) -> None:
 def find_run(data_dir: str | Path, which: str) -> Path:
     """The run folder of :func:`find_checkpoint`'s checkpoint."""
     return find_checkpoint(data_dir, which).parent
+
+
+def require_checkpoint_room(run_dir: Path, policy: Any) -> None:
+    """Refuse, before the first epoch, a run folder without room for two checkpoints of ``policy``
+    (the weights and up to two optimizer moments each: the new one is written beside the last).
+    The claim's check (:func:`report_io.require_room`) knows no policy; this one is sized to it."""
+    weights = sum(t.numel() * t.element_size() for t in policy.state_dict().values())
+    need = max(MIN_FREE, 2 * 3 * weights + 2**20)
+    problem = unwritable(run_dir, need)
+    if problem:
+        raise ConfigError(f"run folder: {problem} (two checkpoints of this policy: {size_text(need)})")
 
 
 def start_run(cfg: Any, run_dir: Path) -> None:

@@ -93,6 +93,7 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
             trainer.load_checkpoint(resume_from, resume=True)
         elif options.load_model_path:
             trainer.load_checkpoint(runs.find_checkpoint(t.data_dir, options.load_model_path), resume=False)
+        runs.require_checkpoint_room(run_dir, trainer.policy)
         runs.start_run(cfg, run_dir)
         trainer.latest_pointer = Path(t.data_dir) / runs.LATEST  # moves at the first checkpoint
         yield header(cfg, trainer), False
