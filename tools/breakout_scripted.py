@@ -155,10 +155,15 @@ def compare(a: argparse.Namespace) -> None:
         "ks_score": ks(scores["ours"], scores["pufferlib"]),
         "ks_length": ks(lengths["ours"], lengths["pufferlib"]),
     }  # fmt: skip
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.with_suffix(".json").write_text(json.dumps(out, indent=2) + "\n")
-    a.out.with_suffix(".md").write_text(markdown(out))
     print(markdown(out))
+    from appliance.errors import ApplianceError
+    from appliance.safe_files import write_or_keep  # compare runs where ours does: use_our_package
+
+    try:
+        write_or_keep(a.out.with_suffix(".json"), (json.dumps(out, indent=2) + "\n").encode(), "--out")
+        write_or_keep(a.out.with_suffix(".md"), markdown(out).encode(), "--out")
+    except ApplianceError as e:
+        sys.exit(f"error: {e}")
 
 
 def markdown(out: dict[str, Any]) -> str:
@@ -214,6 +219,13 @@ def main() -> None:
             ap.error(f"--{name} must be positive")
     if not 0 <= a.eps <= 1:
         ap.error("--eps must be in [0, 1]")
+    if a.cmd == "compare":  # before the games, not after them (play runs in either side's Python)
+        from pufferlib_peer import check_output
+
+        try:
+            check_output(a.out, beside=(a.out.with_suffix(".json"), a.out.with_suffix(".md")))
+        except Exception as e:  # PeerError
+            ap.error(str(e))
     if a.cmd == "play":
         a.json.write_text(json.dumps(play(a.side, a.envs, a.steps, a.eps, a.deadzone, a.seed)))
     else:

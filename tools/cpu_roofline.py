@@ -48,6 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     if not a.seconds > 0:
         print("error: --seconds must be positive", file=sys.stderr)
         return 2
+    if a.out:  # before the timings, not after them
+        from appliance.errors import ApplianceError
+        from appliance.safe_files import check_output
+
+        try:
+            check_output(a.out, "--out")
+        except ApplianceError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     dtype = getattr(torch, a.dtype)
     torch.manual_seed(0)
     rows: dict[str, dict[str, float]] = {}
@@ -72,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         h = torch.zeros(AGENTS, HIDDEN, dtype=dtype)
         c = torch.zeros(AGENTS, HIDDEN, dtype=dtype)
         step_macs = AGENTS * (OBS * HIDDEN + 2 * HIDDEN * 4 * HIDDEN + HIDDEN * (ACTIONS + 1))
-        record("rollout step: encoder, LSTM cell, heads", 2 * step_macs, lambda: heads(cell(encoder(obs), (h, c))[0]))
+        record(
+            "rollout step: encoder, LSTM cell, heads",
+            2 * step_macs,
+            lambda: heads(cell(encoder(obs), (h, c))[0]),
+        )
         record("rollout step: LSTM cell alone", 2 * AGENTS * 2 * HIDDEN * 4 * HIDDEN, lambda: cell(h, (h, c)))
 
     lstm = nn.LSTM(HIDDEN, HIDDEN, batch_first=True)
@@ -105,10 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows.values():
         row["share_of_ceiling"] = row["gflop_per_s"] / ceiling
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = a.out.with_suffix(a.out.suffix + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, a.out)
+        from appliance.errors import ApplianceError
+        from appliance.safe_files import write_or_keep
+
+        try:
+            write_or_keep(a.out, (json.dumps(data, indent=1) + "\n").encode(), "--out")
+        except ApplianceError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     return 0
 
 

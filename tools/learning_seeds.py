@@ -67,10 +67,10 @@ def overrides(items: list[str]) -> list[str]:
 def child(case_name: str, seed: int, extra: list[str]) -> None:
     """In the run's own process: the case as the test runs it, the epochs' stats as one JSON line."""
     sys.path.insert(0, str(REPO / "tests"))
-    import test_learning  # noqa: PLC0415  (the tests' own definitions, not a copy)
-    import torch  # noqa: PLC0415
+    import test_learning
+    import torch
 
-    from appliance.train import loop  # noqa: PLC0415
+    from appliance.train import loop
 
     case = test_learning.MLP_ADAM_CASES[case_name]
     case = dataclasses.replace(case, overrides=(*case.overrides, *extra))
@@ -98,7 +98,7 @@ def child(case_name: str, seed: int, extra: list[str]) -> None:
 
 def cpu() -> dict[str, Any]:
     """The machine, as the reports' fingerprint names it."""
-    from appliance import sysinfo  # noqa: PLC0415
+    from appliance import sysinfo
 
     d = sysinfo.cpu_details()
     keys = ("vendor", "family", "model_number", "stepping", "codename", "brand", "isa")
@@ -143,17 +143,22 @@ def main(argv: list[str] | None = None) -> int:
         child(argv[1], int(argv[2]), argv[3:])
         return 0
     if argv[:1] == ["table"]:  # the table again, from the JSON lines of earlier runs
+        from appliance.errors import ApplianceError
+        from appliance.safe_files import read_json_lines, skipped_note
+
         print(HEADER)
         for path in argv[1:]:
-            try:
-                records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-            except (OSError, ValueError) as e:
-                raise SystemExit(f"error: {path}: {e}") from None
+            try:  # a line cut short by a kill or a full disk is skipped, and said
+                records, skipped = read_json_lines(path, "JSON-lines file")
+            except ApplianceError as e:
+                raise SystemExit(f"error: {e}") from None
             for record in records:
                 print(row(record))
+            if skipped_note(path, skipped):
+                print(f"warning: {skipped_note(path, skipped)}", file=sys.stderr)
         return 0
     sys.path.insert(0, str(REPO / "tests"))
-    import test_learning  # noqa: PLC0415
+    import test_learning
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("case", choices=sorted(test_learning.MLP_ADAM_CASES))
@@ -173,8 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     isas = [i for i in args.isa.split(",") if i]
     if not isas or (bad := [i for i in isas if i not in ISA]):
         parser.error(f"--isa: unknown {', '.join(bad) or 'empty list'}; choose from {', '.join(ISA)}")
-    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir() or args.out.is_symlink()):
-        parser.error(f"--out {args.out}: not a file in an existing folder (and not a symlink)")
+    if args.out is not None:
+        from appliance.errors import ApplianceError
+        from appliance.safe_files import check_output
+
+        try:
+            check_output(args.out, "--out")
+        except ApplianceError as e:
+            parser.error(str(e))
     extra = overrides(args.set)
     print(
         "| case | instructions (torch) | seed | steps to target | window mean | bar | test | entropy at end | s |"
@@ -183,9 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     for isa in isas:
         for seed in args.seeds:
             record = one(args.case, seed, isa, extra)
-            if args.out is not None:
-                with args.out.open("a") as f:
-                    f.write(json.dumps(record) + "\n")
+            if args.out is not None:  # never through a link; a cut-short last line is set aside first
+                from appliance.safe_files import append_line
+
+                note = append_line(args.out, json.dumps(record) + "\n", "--out")
+                if note:
+                    print(f"warning: {note}", file=sys.stderr)
             print(row(record), flush=True)
     return 0
 

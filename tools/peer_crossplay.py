@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         for path, what in ((a.pufferlib_model, "--pufferlib-model"), (a.ours, "--ours")):
             if not path.exists():
                 raise peer.PeerError(f"{what} {path}: no such file or folder")
+        peer.check_output(a.out)  # before the games, not after them
         if a.worker:
             data = worker(a)
             data["command"] = " ".join(["python tools/peer_crossplay.py", *(argv or sys.argv[1:])]).replace(

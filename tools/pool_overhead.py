@@ -112,6 +112,15 @@ def main() -> None:
     if args.rounds < 2:
         raise SystemExit("--rounds must be at least 2 for an interval")
     configs = args.config or DEFAULT_CONFIGS
+    if args.out:  # before the rounds, not after them
+        from appliance.errors import ApplianceError
+        from appliance.safe_files import check_output
+
+        out = Path(args.out)
+        try:
+            check_output(out, "--out", beside=[out.with_suffix(".json"), out.with_suffix(".md")])
+        except ApplianceError as e:
+            raise SystemExit(f"error: {e}") from None
     tmp = Path(tempfile.mkdtemp(prefix="pool-overhead-"))
     try:
         binaries, counters = {}, {}
@@ -146,10 +155,15 @@ def main() -> None:
     result = summarize(args, configs, samples, counts, order)
     print(markdown(result))
     if args.out:
+        from appliance.errors import ApplianceError
+        from appliance.safe_files import write_or_keep
+
         out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-        out.with_suffix(".md").write_text(markdown(result))
+        try:
+            write_or_keep(out.with_suffix(".json"), (json.dumps(result, indent=2) + "\n").encode(), "--out")
+            write_or_keep(out.with_suffix(".md"), markdown(result).encode(), "--out")
+        except ApplianceError as e:
+            raise SystemExit(f"error: {e}") from None
 
 
 def summarize(

@@ -88,6 +88,37 @@ class PeerError(Exception):
     """A one-line reason the harness cannot go on."""
 
 
+def json_lines(path: Path, what: str) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (a curve, a run's metrics.jsonl); a damaged line (cut short by
+    a kill or a full disk) is skipped and the count said in one line on stderr
+    (:func:`appliance.safe_files.read_json_lines`)."""
+    use_our_package()
+    from appliance.errors import ApplianceError
+    from appliance.safe_files import read_json_lines, skipped_note
+
+    try:
+        records, skipped = read_json_lines(path, what)
+    except ApplianceError as e:
+        raise PeerError(str(e)) from None
+    note = skipped_note(path, skipped)
+    if note:
+        log(f"warning: {note}")
+    return records
+
+
+def check_output(out: Path, option: str = "--out", beside: tuple[Path, ...] = ()) -> None:
+    """The CLI's up-front check of an output (:func:`appliance.safe_files.check_output`): its folder
+    writable with room, the file not a link, a folder or a device."""
+    use_our_package()
+    from appliance.errors import ApplianceError
+    from appliance.safe_files import check_output as check
+
+    try:
+        check(out, option, beside=beside)
+    except ApplianceError as e:
+        raise PeerError(str(e)) from None
+
+
 def cache_root() -> Path:
     """The folder that holds each peer's build folder ($PUFFER_PEER_CACHE, else ~/.cache/puffer-bench/peers)."""
     root = os.environ.get("PUFFER_PEER_CACHE") or os.path.join(
@@ -659,8 +690,7 @@ def curve_rows(jsonl: Path, limit: float = float("inf")) -> list[dict[str, float
     as rows of steps, seconds and each stat under its name without the section, up to ``limit``
     agent-steps."""
     rows = []
-    for line in jsonl.read_text().splitlines():
-        r = json.loads(line)
+    for r in json_lines(jsonl, "curve"):
         row = {"steps": float(r["agent_steps"]), "seconds": float(r["seconds"])}
         row.update(
             {k.split("/", 1)[-1]: v for k, v in r.items() if k not in ("agent_steps", "seconds", "sps")}
@@ -678,8 +708,7 @@ def our_rows(run_dir: Path) -> tuple[list[dict[str, float]], dict[str, Any]]:
         raise PeerError(f"{path} does not exist: name one of our run folders (experiments/<run>)")
     rows: list[dict[str, float]] = []
     offset, last_uptime = 0.0, -1.0
-    for line in path.read_text().splitlines():
-        r = json.loads(line)
+    for r in json_lines(path, "run's metrics"):
         steps, uptime = float(r["global_step"]), float(r["uptime"])
         if uptime < last_uptime:  # a --resume: its process counts its uptime from 0 again
             while rows and rows[-1]["steps"] >= steps:  # epochs after its checkpoint, trained again
@@ -698,10 +727,15 @@ def our_rows(run_dir: Path) -> tuple[list[dict[str, float]], dict[str, Any]]:
 
 
 def write_report(data: dict[str, Any], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.part")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(out)
+    """The report, atomically; a late failure (a full disk) keeps it in the temp folder, named in the error."""
+    use_our_package()
+    from appliance.errors import ApplianceError
+    from appliance.safe_files import write_or_keep
+
+    try:
+        write_or_keep(out, (json.dumps(data, indent=2) + "\n").encode(), "--out")
+    except ApplianceError as e:
+        raise PeerError(str(e)) from None
     log(f"wrote {out}")
 
 
@@ -937,14 +971,14 @@ def ours_for(
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=600)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = json_lines(run_dir / "metrics.jsonl", "run's metrics")
     return [(float(r["uptime"]), float(r["global_step"])) for r in rows]
 
 
 def peer_for(cache: Path, env: str, seconds: float, jsonl: Path) -> list[tuple[float, float]]:
     """PufferLib's trainer on ``env`` with its own config for ``seconds``; its (seconds, agent-steps)."""
     train(cache, env, float("inf"), seconds, None, [], jsonl)
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    rows = json_lines(jsonl, "curve")
     return [(float(r["seconds"]), float(r["agent_steps"])) for r in rows]
 
 
@@ -1167,6 +1201,7 @@ def check_out(out: Path, curve: str = "", source: Path | None = None) -> None:
     copy of that file (a prefix of it: the run went on since), never another run's curve."""
     if out.suffix != ".json":
         raise PeerError(f"--out {out}: a report is a .json file (its curve goes beside it as .jsonl)")
+    check_output(out, beside=(out.with_suffix(".jsonl"), out.with_suffix(".log")) if curve else ())
     if out.is_dir() or (out.exists() and not is_report(out)):
         raise PeerError(f"--out {out} exists and is not a puffer-bench report: refusing to overwrite it")
     beside = [out.with_suffix(".jsonl"), out.with_suffix(".log")] if curve == "new" else []
@@ -1185,6 +1220,7 @@ def check_suffix(out: Path, suffixes: tuple[str, ...], what: str) -> None:
     """``table``/``plot`` ``--out``: a file of their own kind (never a run's metrics.jsonl or config)."""
     if out.suffix not in suffixes:
         raise PeerError(f"--out {out}: {what} is written to a {' or '.join(suffixes)} file")
+    check_output(out)
 
 
 def main(argv: list[str] | None = None) -> int:

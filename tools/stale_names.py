@@ -150,6 +150,19 @@ def defined_names() -> set[str]:
     return names
 
 
+def _importable(module: str) -> bool:
+    """Whether ``module`` is a top-level module this Python can import (not one of the package's own
+    module names, which are looked up as names)."""
+    import importlib.util
+
+    if module in _modules():
+        return False
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _resolves(qualified: str) -> bool:
     """Whether ``appliance.a.b.c`` names a module or an attribute reachable from one."""
     parts = qualified.split(".")
@@ -219,8 +232,8 @@ def stale() -> list[str]:
     out = []
     for path, no, name in citations():
         parts = name.split(".")
-        if name.startswith("appliance."):
-            ok = _resolves(name)
+        if name.startswith("appliance.") or (len(parts) > 1 and _importable(parts[0])):
+            ok = _resolves(name)  # the package's names, and another library's (subprocess.Popen)
         elif len(parts) == 2 and parts[0] in classes:
             ok = _has_member(classes, parts[0], parts[1])
         else:

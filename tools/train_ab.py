@@ -54,12 +54,21 @@ def window(
     before, sampler = noise.gate_check(), noise.Sampler()
     sampler.sample()
     proc = subprocess.run(
-        cmd, cwd=REPO, env={**os.environ, **variant}, capture_output=True, text=True, preexec_fn=dies_with_parent()
+        cmd,
+        cwd=REPO,
+        env={**os.environ, **variant},
+        capture_output=True,
+        text=True,
+        preexec_fn=dies_with_parent(),
     )
     load = sampler.sample() or {}
     if proc.returncode != 0:
         raise SystemExit(f"error: the training run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    from appliance.safe_files import read_json_lines, skipped_note
+
+    rows, skipped = read_json_lines(run / "metrics.jsonl", "run's metrics")
+    if skipped:
+        print(f"warning: {skipped_note(run / 'metrics.jsonl', skipped)}", file=sys.stderr)
     if len(rows) < 3:
         raise SystemExit(f"error: {len(rows)} epochs logged; ask for more --stop-steps (at least 3 epochs)")
     first, last = rows[1], rows[-1]
@@ -89,8 +98,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("error: --rounds must be at least 1")
     sys.path.insert(0, str(REPO))
     from appliance.bench.noise import thresholds
+    from appliance.errors import ApplianceError
+    from appliance.safe_files import check_output, write_or_keep
     from appliance.sysinfo import fingerprint
 
+    try:  # before the rounds, not after them
+        check_output(a.out, "--out")
+    except ApplianceError as e:
+        raise SystemExit(f"error: {e}") from None
     variants = {"A": parse_variant(a.a), "B": parse_variant(a.b)}
     train_args = [x for item in a.train_arg for x in item.split("=", 1)]
     windows: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
@@ -115,10 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         "ratios_b_over_a": ratios, "median_ratio": statistics.median(ratios),
         "busy": busy,
     }  # fmt: skip
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = a.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    tmp.replace(a.out)
+    try:
+        write_or_keep(a.out, (json.dumps(result, indent=1, default=str) + "\n").encode(), "--out")
+    except ApplianceError as e:
+        raise SystemExit(f"error: {e}") from None
     print(f"B/A per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['median_ratio']:.3f}"
           f"{' (other processes were busy: not an idle figure)' if busy else ''}; wrote {a.out}")  # fmt: skip
 

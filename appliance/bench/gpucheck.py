@@ -127,9 +127,12 @@ def measure(
         report.data["analysis"]["kernel_origin"] = dict(kernels._MODULES.origin)
         report.data["analysis"]["passed"] = all(r["passed"] for r in results)
         report.data["duration_s"] = time.time() - start
-        if out_dir is not None:
-            stem = rpt.output_stem(out_dir, "kernels", report.data["fingerprint"], report.data["created_utc"])
-            report.data["written"] = [str(p) for p in rpt.write(report.data, stem, plots=False)]
+        if out_dir is not None:  # as run writes a report: a full disk keeps the JSON, named in one line
+            from appliance.bench.suite.session import write_report
+
+            report.data["written"] = [
+                str(p) for p in write_report(report.data, out_dir, "kernels", plots=False)
+            ]
         return report.data
     finally:
         if before is None:

@@ -18,6 +18,7 @@ from appliance.cli.common import (
     count,
     duration,
     print_table,
+    write_out,
 )
 
 # ----------------------------------------------------------------------------- profile, run, compare, report
@@ -63,9 +64,7 @@ def profile_cmd(
     check_out(out, "--out")
     data = run_probe(profile, env, runs, seconds)
     if out:
-        from appliance.report_io import write_json_atomic
-
-        write_json_atomic(out, data)
+        write_out(out, (json.dumps(data, indent=2) + "\n").encode(), "--out")
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -168,14 +167,13 @@ def compare_cmd(
 
     if len(reports) < 2:
         raise ReportError("compare needs at least two reports: puffer-bench compare BASE.json NEW.json")
+    check_out(out, "--out", inputs=reports)
     result = cmp.compare(
         [{**rpt.load(path), "_path": path} for path in reports], threshold, normalize=normalize
     )
     text = cmp.to_markdown(result)
     if out:
-        from appliance.report_io import write_bytes_atomic
-
-        write_bytes_atomic(out, text.encode())
+        write_out(out, text.encode(), "--out")
     if markdown:
         click.echo(text, nl=False)
     else:
@@ -223,10 +221,15 @@ def report_cmd(
     """
     from appliance.bench import readme as readme_mod
     from appliance.bench import report as rpt
-    from appliance.report_io import write_bytes_atomic
 
     if not (render or md_out or readme):
         raise click.UsageError("give --render, --markdown FILE or --readme README.md")
+    check_out(md_out, "--markdown", inputs=reports)
+    check_out(readme, "--readme", inputs=reports)
+    if render:
+        for path in reports:
+            stem = Path(path).with_suffix("")
+            check_out(f"{stem}.md", "--render", inputs=reports, beside=[f"{stem}.html"])
     loaded = [rpt.load(p) for p in reports]
     written: list[Path] = []
     if render:
@@ -235,7 +238,7 @@ def report_cmd(
     if md_out:
         if len(loaded) != 1:
             raise click.UsageError("--markdown renders exactly one report")
-        write_bytes_atomic(md_out, rpt.to_markdown(loaded[0]).encode())
+        write_out(md_out, rpt.to_markdown(loaded[0]).encode(), "--markdown")
         written.append(Path(md_out))
     if readme:
         paths = [Path(p) for p in reports] or readme_mod.latest_reports(Path(results_dir))
@@ -253,6 +256,10 @@ def gpu_check(out_dir: str | None, runs: int) -> None:
     """
     from appliance.bench.gpucheck import run_check
 
+    if out_dir:
+        from appliance.safe_files import check_output
+
+        check_output(out_dir, "--out", folder=True)
     report = run_check(out_dir, runs, log=lambda line: click.echo(line, err=True))
     for path in report.get("written", []):
         click.echo(f"wrote {path}")
@@ -297,7 +304,8 @@ def ab_cmd(
 
     from appliance.bench import ab
 
-    check_out(out, "--out")  # before the first round, not after them
+    if out:  # before the first round, not after them; ab writes OUT.json and OUT.md
+        check_out(out, "--out", beside=[Path(out).with_suffix(".json"), Path(out).with_suffix(".md")])
     envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
     result = ab.run(
         a, b, suite_name, rounds, profile, envs_filter, seconds, progress=lambda t: click.echo(t, err=True)

@@ -220,26 +220,35 @@ def print_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[str]
     Console().print(table)
 
 
-def check_out(path: str | None, option: str = "--json") -> None:
-    """Refuse an output file that could not be written, before the work that would fill it."""
+def check_out(
+    path: str | None, option: str = "--json", inputs: Iterable[str] = (), beside: Iterable[Any] = ()
+) -> None:
+    """Refuse an output file that could not be written, before the work that would fill it
+    (:func:`appliance.safe_files.check_output`: its folder writable with room, not a link, a folder or
+    one of the command's ``inputs``)."""
     if path:
-        from pathlib import Path
+        from appliance.safe_files import check_output
 
-        from appliance.errors import ConfigError
-        from appliance.report_io import unwritable
-
-        problem = unwritable(Path(path).parent)
-        if problem:
-            raise ConfigError(f"{option} {path}: {problem}")
+        check_output(path, option, inputs=inputs, beside=beside)
 
 
-def write_json(path: str | None, kind: str, data: dict[str, Any]) -> None:
+def write_out(path: str, data: bytes, option: str) -> None:
+    """Write a command's output atomically; a late failure (a full disk) keeps it in the temp folder
+    and says where in one line (:func:`appliance.safe_files.write_or_keep`)."""
+    from appliance.safe_files import write_or_keep
+
+    write_or_keep(path, data, option)
+
+
+def write_json(path: str | None, kind: str, data: dict[str, Any], option: str = "--json") -> None:
     """Optionally save a command's rows with this machine's fingerprint, atomically."""
     if path:
-        from appliance.report_io import write_json_atomic
+        import json
+
         from appliance.sysinfo import fingerprint
 
-        write_json_atomic(path, {"kind": kind, "fingerprint": fingerprint(), **data})
+        record = {"kind": kind, "fingerprint": fingerprint(), **data}
+        write_out(path, (json.dumps(record, indent=2) + "\n").encode(), option)
         click.echo(f"wrote {path}")
 
 

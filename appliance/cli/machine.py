@@ -23,6 +23,7 @@ from appliance.cli.common import (
     print_table,
     split_env,
     write_json,
+    write_out,
 )
 
 # ----------------------------------------------------------------------------- info, config
@@ -112,6 +113,7 @@ def envs_show(name: str, frames: int, gif: str | None, seed: int) -> None:
     from appliance.bench.envsps import random_actions
     from appliance.vector import native
 
+    check_out(gif, "--gif")
     _, params = env_params(name)
     with native.make(name, num_envs=1, num_threads=1, seed=seed, **params) as vec:
         vec.reset(seed)
@@ -132,12 +134,16 @@ def envs_show(name: str, frames: int, gif: str | None, seed: int) -> None:
 
 def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
     """Frames (HxWx3 uint8) as an animated GIF, scaled up by whole pixels to about 256 px."""
+    import io
+
     import numpy as np
     from PIL import Image
 
     scale = max(1, 256 // max(frames[0].shape[:2]))
     pil = [Image.fromarray(np.kron(f, np.ones((scale, scale, 1), dtype=np.uint8))) for f in frames]
-    pil[0].save(path, save_all=True, append_images=pil[1:], duration=duration_ms, loop=0)
+    buf = io.BytesIO()
+    pil[0].save(buf, format="GIF", save_all=True, append_images=pil[1:], duration=duration_ms, loop=0)
+    write_out(path, buf.getvalue(), "--gif")
     click.echo(f"wrote {len(pil)} frames to {path}")
 
 
@@ -304,6 +310,7 @@ def autotune(
     from appliance.ocean import ocean_name
     from appliance.sysinfo import fingerprint, physical_cores
 
+    check_out(save, "--save")
     cores = cores or physical_cores()
     name = ocean_name(env)
     params: dict[str, Any] = env_params(name)[1] if name else {}
@@ -339,11 +346,9 @@ def autotune(
         if buffers:
             console.print(f"fastest rollout: train.buffers={buffers['buffers']}")
     if save:
-        from appliance.report_io import write_bytes_atomic
-
         fit = tuner.fitting_minibatch(name, params, result["best"], pick_profile(profile)) if name else {}
         text = tuner.profile_yaml(
             env, result["best"], forward_ms, fingerprint()["cpu"]["model"], buffers, fit
         )
-        write_bytes_atomic(save, text.encode())
+        write_out(save, text.encode(), "--save")
         console.print(f"wrote {save} (use it with --config {save})")

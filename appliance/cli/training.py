@@ -11,6 +11,7 @@ from appliance.cli.common import (
     OVERRIDES,
     PROFILE_HELP,
     Number,
+    check_out,
     cli,
     count,
     pick_profile,
@@ -194,6 +195,7 @@ def evaluate(
     env, overrides = split_env(args)
     if env is None:
         raise ConfigError("eval needs an ENV")
+    check_out(gif, "--gif")
     cfg = resolve(
         env=env,
         profile=pick_profile(profile),

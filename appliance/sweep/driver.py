@@ -18,12 +18,15 @@ from typing import Any
 
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
-from appliance.report_io import unwritable
+from appliance.report_io import disk_full
+from appliance.safe_files import check_output
 from appliance.sweep.results import write_outputs
 from appliance.sweep.space import Base, Space, inside, load_space, split_params, trial_overrides
 from appliance.sweep.study import (
     DB,
+    DiskFull,
     adopt,
+    disk_full_words,
     finished_trials,
     load_study,
     locked,
@@ -31,6 +34,7 @@ from appliance.sweep.study import (
     queued,
     record,
     requeue_stale,
+    result_line,
 )
 from appliance.sweep.trials import TrialRunner, check_parallel, failed_result, run_trial
 
@@ -73,8 +77,6 @@ def sweep(
     space, the baseline inside it, the sweep folder (writable, with room). A stop signal stops the
     running trials, puts them back in the queue and raises :class:`Stopped`.
     """
-    from appliance.train.loop import Interrupted, stop_signals
-
     if options.trials < 1 or options.parallel < 1:
         raise ConfigError("--trials and --parallel must be at least 1")
     base = Base(
@@ -84,69 +86,113 @@ def sweep(
     space = load_space(env, space_file, base)
     if options.parallel > 1 and not options.ray_address:
         check_parallel(cfg, space.params, options.parallel)
-    for note in space.notes:
-        yield f"space fitted to your config: {note}"
     baseline = _baseline(cfg, space) if options.baseline else None
     out = Path(out_dir)
-    problem = unwritable(out)
-    if problem:
-        raise ConfigError(f"sweep folder {out}: {problem}")
+    check_output(out, "sweep folder", folder=True)
+    for note in space.notes:
+        yield f"space fitted to your config: {note}"
     with locked(out):
         study = load_study(
             out, create=True, seed=options.seed, startup=options.startup_trials or max(2, options.trials // 3)
         )
-        adopt(study, out, base, cfg, space)
-        requeue_stale(study)
-        finished, requeued = finished_trials(study), queued(study)
-        if finished or requeued:
-            yield f"resuming {out / DB}: {len(finished)} trials done, {requeued} interrupted ones run again"
-        elif baseline is not None and not study.trials:
-            study.enqueue_trial(baseline, user_attrs={"baseline": True})
-
-        distributions = space.distributions()
-        remaining = options.trials - len(finished)
-        runner = TrialRunner(options, trial)
-        running: dict[int, Any] = {}
-        sweep_start = time.perf_counter()
-        with stop_signals() as guard:
-            try:
-                while remaining > 0 or running:
-                    left = None
-                    if options.budget_seconds is not None:
-                        left = options.budget_seconds - (time.perf_counter() - sweep_start)
-                    while remaining > 0 and len(running) < options.parallel and (left is None or left > 0):
-                        with guard.deferred():
-                            asked = study.ask(distributions)
-                            running[asked.number] = asked  # before it starts: in-process, it runs in start
-                        remaining -= 1
-                        refused = _start(runner, study, asked, base, space, options, left)
-                        if refused:
-                            running.pop(asked.number)
-                            yield refused
-                    if not running:
-                        if left is not None and left <= 0:
-                            yield f"--budget-seconds {options.budget_seconds:g} spent: no more trials start"
-                        break
-                    for number, result in runner.wait():
-                        with guard.deferred():
-                            line = record(study, running.pop(number), result)
-                        yield line
-            except Interrupted as e:
-                runner.close()
-                put_back(study, running.values(), "the sweep was stopped while it ran")
-                done = len(finished_trials(study))
-                again = f"; {len(running)} that were running run again" if running else ""
-                raise Stopped(
-                    f"interrupted ({e.name}): {done} trials done{again} when you run the same command",
-                    e.signum,
-                ) from None
-            except BaseException:
-                runner.close()
-                with contextlib.suppress(Exception):  # the study itself may be what failed
-                    put_back(study, running.values(), "the sweep failed while it ran")
+        try:
+            yield from _run(study, out, base, cfg, space, baseline, options, trial)
+        except Exception as e:
+            filled = _disk_filled(e)
+            if filled is None:
                 raise
+            yield from write_outputs(study, space, out, env, filled=filled)  # raises its one line
+            raise
+
+
+def _disk_filled(error: Exception) -> tuple[str, str | None] | None:
+    """Why the disk filled and the trial results the study could not record, if ``error`` is a full
+    disk while the sweep ran (the study's own words, or SQLAlchemy's); None for any other error."""
+    if isinstance(error, DiskFull):
+        return error.why, error.unrecorded
+    if not isinstance(error, ApplianceError) and disk_full(error):
+        return disk_full_words(error), None
+    return None
+
+
+def _run(
+    study: Any,
+    out: Path,
+    base: Base,
+    cfg: Config,
+    space: Space,
+    baseline: dict[str, Any] | None,
+    options: Options,
+    trial: Callable[[dict[str, Any]], dict[str, Any]],
+) -> Iterator[str]:
+    """The sweep in its locked folder, from adopting the study to its outputs."""
+    from appliance.train.loop import Interrupted, stop_signals
+
+    env = base.env
+    adopt(study, out, base, cfg, space)
+    requeue_stale(study)
+    finished, requeued = finished_trials(study), queued(study)
+    if finished or requeued:
+        yield f"resuming {out / DB}: {len(finished)} trials done, {requeued} interrupted ones run again"
+    elif baseline is not None and not study.trials:
+        study.enqueue_trial(baseline, user_attrs={"baseline": True})
+
+    distributions = space.distributions()
+    remaining = options.trials - len(finished)
+    runner = TrialRunner(options, trial)
+    running: dict[int, Any] = {}
+    sweep_start = time.perf_counter()
+    with stop_signals() as guard:
+        try:
+            while remaining > 0 or running:
+                left = None
+                if options.budget_seconds is not None:
+                    left = options.budget_seconds - (time.perf_counter() - sweep_start)
+                while remaining > 0 and len(running) < options.parallel and (left is None or left > 0):
+                    with guard.deferred():
+                        asked = study.ask(distributions)
+                        running[asked.number] = asked  # before it starts: in-process, it runs in start
+                    remaining -= 1
+                    refused = _start(runner, study, asked, base, space, options, left)
+                    if refused:
+                        running.pop(asked.number)
+                        yield refused
+                if not running:
+                    if left is not None and left <= 0:
+                        yield f"--budget-seconds {options.budget_seconds:g} spent: no more trials start"
+                    break
+                yield from _record_all(study, running, runner.wait(), guard)
+        except Interrupted as e:
             runner.close()
-        yield from write_outputs(study, space, out, env)
+            put_back(study, running.values(), "the sweep was stopped while it ran")
+            done = len(finished_trials(study))
+            again = f"; {len(running)} that were running run again" if running else ""
+            raise Stopped(
+                f"interrupted ({e.name}): {done} trials done{again} when you run the same command",
+                e.signum,
+            ) from None
+        except BaseException:
+            runner.close()
+            with contextlib.suppress(Exception):  # the study itself may be what failed
+                put_back(study, running.values(), "the sweep failed while it ran")
+            raise
+        runner.close()
+    yield from write_outputs(study, space, out, env)
+
+
+def _record_all(
+    study: Any, running: dict[int, Any], results: list[tuple[int, Any]], guard: Any
+) -> Iterator[str]:
+    """Record each finished trial in the study; on a full disk, :class:`DiskFull` names every result
+    of this batch that was not recorded (they are measured: the line keeps them)."""
+    for i, (number, result) in enumerate(results):
+        try:
+            with guard.deferred():
+                line = record(study, running.pop(number), result)
+        except DiskFull as e:
+            later = [result_line(n, r) for n, r in results[i + 1 :]]
+            raise DiskFull(e.why, "; ".join([e.unrecorded or "", *later]).strip("; ")) from None
+        yield line
 
 
 def _start(

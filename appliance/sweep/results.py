@@ -15,7 +15,7 @@ from appliance.config import resolve
 from appliance.errors import ApplianceError
 from appliance.report_io import write_what_fits
 from appliance.sweep.space import SECTIONS, Base, Space, merge, sections_of, trial_overrides
-from appliance.sweep.study import DB, INTERRUPTED
+from appliance.sweep.study import DB, INTERRUPTED, finished_trials
 
 
 def rows(study: Any) -> list[dict[str, Any]]:
@@ -77,8 +77,14 @@ def table(study: Any) -> tuple[list[str], list[list[str]]]:
     return columns, body
 
 
-def write_outputs(study: Any, space: Space, out: Path, env: str) -> Iterator[str]:
+def write_outputs(
+    study: Any, space: Space, out: Path, env: str, filled: tuple[str, str | None] | None = None
+) -> Iterator[str]:
     """trials.md, pareto.png and best.yaml; on a full disk each one that still fits, then one line.
+
+    ``filled``: the disk filled while the sweep ran (why, and the result line of a trial the study
+    could not record, if any); the files of the trials that finished are written as far as they fit,
+    then one line says where every measured figure is.
 
     trials.md is Markdown of text from the space file and the study (metric, keys, choices): every
     value goes through the report's escaping (:func:`~appliance.bench.report.md`)."""
@@ -119,11 +125,28 @@ def write_outputs(study: Any, space: Space, out: Path, env: str) -> Iterator[str
         )
     if best is None:
         yield "no trial completed: no best.yaml"
+    if filled is not None:
+        raise ApplianceError(_filled_line(study, out, filled, written, missing))
     if missing:
         raise ApplianceError(
             f"disk full in {out} ({why}): not written: {', '.join(p.name for p in missing)}; {DB} holds every "
             "trial: free some space and run the same command again to write them"
         )
+
+
+def _filled_line(
+    study: Any, out: Path, filled: tuple[str, str | None], written: list[Path], missing: list[Path]
+) -> str:
+    why, unrecorded = filled
+    done = len(finished_trials(study))
+    lost = f"; not recorded there (it runs again): {unrecorded}" if unrecorded else ""
+    kept = f"; kept {', '.join(p.name for p in written)}" if written else ""
+    short = f"; did not fit: {', '.join(p.name for p in missing)}" if missing else ""
+    return (
+        f"disk full in {out} while the sweep ran ({why}): {out / DB} holds the {done} "
+        f"{'trial that' if done == 1 else 'trials that'} finished{lost}{kept}{short}; free some space "
+        "and run the same command again to go on"
+    )
 
 
 def _yaml_comment(text: str) -> str:

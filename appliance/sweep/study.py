@@ -21,6 +21,7 @@ from typing import Any
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import disk_full, lock_or_refuse
+from appliance.safe_files import open_lock, refuse_link
 from appliance.sweep.space import SECTIONS, Base, Space, sections_of
 
 STUDY = "sweep"
@@ -29,6 +30,7 @@ LOCK = "sweep.lock"
 INTERRUPTED = "interrupted; run again"
 SCHEMA = "puffer-bench/sweep/2"  # what the study's user attributes hold (2: the base config)
 SQLITE_HEADER = b"SQLite format 3\x00"
+JOURNALS = ("-journal", "-wal", "-shm")  # the files SQLite keeps beside a database while it writes
 
 
 @contextlib.contextmanager
@@ -39,7 +41,7 @@ def locked(folder: Path) -> Iterator[None]:
     """
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        f = open(folder / LOCK, "a+")  # noqa: SIM115 (held open for the lock's lifetime)
+        f = open_lock(folder / LOCK, "the sweep lock")
     except OSError as e:
         raise ConfigError(f"cannot write into the sweep folder {folder}: {e.strerror or e}") from None
     lock_or_refuse(f, f"sweep folder {folder}", "wait for it to end, or pass another --out", ConfigError)
@@ -61,11 +63,16 @@ def _fresh(db: Path) -> str:
 
 def _check_db(db: Path) -> None:
     """Refuse a study.db that is not a sweep's study, before Optuna or SQLAlchemy touch it: damaged
-    or truncated, not SQLite, another program's database, another Optuna study, another schema."""
+    or truncated, not SQLite, another program's database, another Optuna study, another schema; and one
+    (or its journal) that is a symbolic link, which SQLite would write through into another file."""
+    for path in (db, *(db.with_name(db.name + end) for end in JOURNALS)):
+        refuse_link(path, "the sweep's study")
     if not db.exists() or (db.is_file() and db.stat().st_size == 0):
         return  # a new sweep (SQLite treats an empty file as an empty database)
     if not db.is_file():
         raise ConfigError(f"{db} is not a file; {_fresh(db)}")
+    if db.stat().st_nlink > 1:  # SQLite would write into the other name's file too
+        raise ConfigError(f"{db} has other hard links (it is another file too); {_fresh(db)}")
     try:
         with open(db, "rb") as f:
             head = f.read(len(SQLITE_HEADER))
@@ -240,22 +247,34 @@ def finished_trials(study: Any, complete: bool = False) -> list[Any]:
     ]
 
 
+class DiskFull(ApplianceError):
+    """The disk filled while the study was written; ``unrecorded`` is the result line of the trial
+    it could not record (None when it failed elsewhere: asking for a trial, putting one back)."""
+
+    def __init__(self, why: str, unrecorded: str | None = None) -> None:
+        super().__init__(f"disk full ({why})")
+        self.why, self.unrecorded = why, unrecorded
+
+
 def record(study: Any, trial: Any, result: dict[str, Any]) -> str:
-    """Tell the study a trial's result; the line to print. A full disk is one line with the result."""
-    line = _result_line(trial.number, result)
+    """Tell the study a trial's result; the line to print. A full disk raises :class:`DiskFull`
+    with the result line, for the driver to keep what fits and name it in one line."""
+    line = result_line(trial.number, result)
     try:
         _tell(study, trial, result)
     except Exception as e:
         if disk_full(e):
-            raise ApplianceError(
-                f"disk full: {DB} could not record {line}; free some space and run the same command "
-                "again (that trial runs again)"
-            ) from None
+            raise DiskFull(disk_full_words(e), line) from None
         raise
     return line
 
 
-def _result_line(number: int, result: dict[str, Any]) -> str:
+def disk_full_words(e: BaseException) -> str:
+    """A full disk's words: the OS's, or SQLite's."""
+    return (e.strerror if isinstance(e, OSError) and e.strerror else None) or "database or disk is full"
+
+
+def result_line(number: int, result: dict[str, Any]) -> str:
     state = result["state"]
     if state == "complete":
         what = f"score {result['score']:.3f} in {result['seconds']:.1f} s ({result.get('reason')})"

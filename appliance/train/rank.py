@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from appliance.train import loop
+from appliance.train import loop, runs
 from appliance.train.launcher import RankStop
 from appliance.train.trainer import Trainer
 
@@ -110,9 +110,7 @@ class RankTrainer(Trainer):
         record.update({f"sps/rank{i}": s for i, s in enumerate(self.rank_sps)})
         record["time/allreduce"] = self.allreduce_seconds
         if run_dir is not None:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            with open(run_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
+            self.note(runs.append_metrics(run_dir, json.dumps(record) + "\n"))
         return record
 
     def save_checkpoint(self) -> Path | None:

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError, ConfigError
-from appliance.report_io import lock_or_refuse, remove_stale_temps, require_room, write_bytes_atomic
+from appliance.report_io import (
+    MIN_FREE,
+    lock_or_refuse,
+    remove_stale_temps,
+    require_room,
+    size_text,
+    unwritable,
+    write_bytes_atomic,
+)
+from appliance.safe_files import UnsafeFileError, append_line, link_text, open_lock, repair_tail
 
 MODEL, LATEST, LOCK, METRICS = "model.pt", "latest", ".lock", "metrics.jsonl"
 SNAPSHOT = re.compile(r"model_(\d+)\.pt$")
@@ -63,7 +72,13 @@ def check_run_id(run_id: str) -> None:
 
 
 def find_checkpoint(data_dir: str | Path, which: str) -> Path:
-    """A checkpoint file from 'latest', a run id, a run folder, or a path to a checkpoint file."""
+    """A checkpoint file from 'latest', a run id, a run folder, or a path to a checkpoint file.
+
+    A path that exists from the current folder is taken as given (the user typed it). A run named
+    by the ``latest`` pointer, or looked up in ``data_dir``, is a run folder name as ``--run-id``
+    takes it, in ``data_dir`` itself (:func:`run_folder`): a pointer or name that leads outside the
+    data folder (``../x``, an absolute path, a link elsewhere) is refused in one line.
+    """
     data_dir = Path(data_dir)
     if which == LATEST:
         pointer = data_dir / LATEST
@@ -71,12 +86,17 @@ def find_checkpoint(data_dir: str | Path, which: str) -> Path:
             raise ConfigError(
                 f"no 'latest' run in {data_dir}/ yet: train first, or pass a run folder or model.pt"
             )
-        which = str(data_dir / _pointer_target(pointer))
+        target = _pointer_target(pointer)
+        path = run_folder(data_dir, target, f"the 'latest' pointer {pointer} names {target!r}, which")
+        if not (path / MODEL).is_file():
+            raise ConfigError(f"no {MODEL} in {path} (named by {pointer}): the run wrote no checkpoint")
+        return path / MODEL
     path = Path(which)
     if path.is_file():
         return path
-    if not path.is_dir() and (data_dir / which).is_dir():
-        path = data_dir / which
+    name = which.rstrip("/")
+    if not path.is_dir() and ((data_dir / name).is_dir() or (data_dir / name).is_symlink()):
+        path = run_folder(data_dir, name, f"{which!r}")
     if not (path / MODEL).is_file():
         if path.is_dir():
             raise ConfigError(f"no {MODEL} in {path}: the run wrote no checkpoint")
@@ -99,9 +119,49 @@ def _pointer_target(pointer: Path) -> str:
     return target
 
 
+def run_folder(data_dir: Path, name: str, what: str) -> Path:
+    """``data_dir/name`` for a run name read from a file or looked up in the data folder, checked as
+    ``--run-id`` is (:func:`check_run_id`) and to stay in the data folder (not a link out of it).
+    ``what`` starts the one-line refusal."""
+    if not NAME_CHARS.fullmatch(name) or name.startswith(".") or name == LATEST:
+        raise UnsafeFileError(
+            f"{what} is not a run folder name in {data_dir}/ (letters, digits, '.', '_' and '-', as "
+            "--run-id takes): refused, a run outside the data folder is never trained into; pass the run "
+            "folder's path itself"
+        )
+    folder = data_dir / name
+    _inside(data_dir, folder, what)
+    return folder
+
+
+def _inside(data_dir: Path, folder: Path, what: str) -> None:
+    """Refuse a run folder in ``data_dir`` that is a link leading out of it."""
+    try:
+        outside = not folder.resolve().is_relative_to(data_dir.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        outside = True
+    if outside:
+        how = f"{folder} {link_text(folder)}" if folder.is_symlink() else f"{folder} resolves elsewhere"
+        raise UnsafeFileError(
+            f"{what} leads out of the data folder {data_dir}/ ({how}): refused, a run outside the data "
+            "folder is never trained into; pass the run folder's path itself"
+        )
+
+
 def find_run(data_dir: str | Path, which: str) -> Path:
     """The run folder of :func:`find_checkpoint`'s checkpoint."""
     return find_checkpoint(data_dir, which).parent
+
+
+def require_checkpoint_room(run_dir: Path, policy: Any) -> None:
+    """Refuse, before the first epoch, a run folder without room for two checkpoints of ``policy``
+    (the weights and up to two optimizer moments each: the new one is written beside the last).
+    The claim's check (:func:`report_io.require_room`) knows no policy; this one is sized to it."""
+    weights = sum(t.numel() * t.element_size() for t in policy.state_dict().values())
+    need = max(MIN_FREE, 2 * 3 * weights + 2**20)
+    problem = unwritable(run_dir, need)
+    if problem:
+        raise ConfigError(f"run folder: {problem} (two checkpoints of this policy: {size_text(need)})")
 
 
 def start_run(cfg: Any, run_dir: Path) -> None:
@@ -119,6 +179,7 @@ class Claim:
 
     run_dir: Path
     resume_from: Path | None = None
+    notes: tuple[str, ...] = ()  # lines to print: a cut-short metrics.jsonl line set aside
 
 
 @contextlib.contextmanager
@@ -142,10 +203,12 @@ def claim(
         resume_from = find_checkpoint(data_dir, resume)
         require_room(resume_from.parent, "run folder", ConfigError)  # writable, with room: before the lock
         with locked(resume_from.parent):
-            yield Claim(resume_from.parent, resume_from)
+            note = repair_tail(resume_from.parent / METRICS, "the run's metrics")
+            yield Claim(resume_from.parent, resume_from, (note,) if note else ())
         return
     if run_id is not None:
         check_run_id(run_id)
+        _inside(data_dir, data_dir / run_id, f"--run-id {run_id}")
         run_dir, created = data_dir / run_id, _make_folder(data_dir / run_id, exclusive=False)
     else:
         run_dir, created = _new_folder(data_dir, run_name(env_name))
@@ -240,7 +303,7 @@ def locked(run_dir: Path, tidy: bool = False, created: bool = False) -> Iterator
     while True:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            f = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held open for the lock's lifetime)
+            f = open_lock(run_dir / LOCK, "the run lock")
         except OSError as e:
             raise CheckpointWriteError(
                 f"cannot write into the run folder {run_dir}: {e.strerror or e}"
@@ -278,18 +341,22 @@ def locked(run_dir: Path, tidy: bool = False, created: bool = False) -> Iterator
 
 
 def point_latest(pointer: Path, run_dir: Path) -> None:
-    """``latest`` names ``run_dir`` (by name when it sits beside the pointer)."""
-    target = run_dir.name if run_dir.parent.resolve() == pointer.parent.resolve() else str(run_dir.resolve())
+    """``latest`` names ``run_dir`` by its name, when it sits beside the pointer; a run resumed from
+    outside the data folder leaves the pointer as it was (it only ever names a run in that folder)."""
+    if run_dir.parent.resolve() != pointer.parent.resolve():
+        return
+    target = run_dir.name
     with contextlib.suppress(OSError):
         if pointer.read_text().strip() == target:
             return
     write_bytes_atomic(pointer, target.encode())
 
 
-def append_metrics(run_dir: Path, line: str) -> None:
+def append_metrics(run_dir: Path, line: str) -> str | None:
+    """Append one JSON line to the run's ``metrics.jsonl`` (:func:`safe_files.append_line`: never
+    through a link, on a line boundary). Returns the note when a cut-short last line was set aside."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        with open(run_dir / METRICS, "a") as f:
-            f.write(line)
+        return append_line(run_dir / METRICS, line, "the run's metrics")
     except OSError as e:
         raise CheckpointWriteError(f"cannot write {METRICS} into {run_dir}: {e.strerror or e}") from None

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.errors import ConfigError
-from appliance.report_io import unwritable
+from appliance.errors import ApplianceError, ConfigError
+from appliance.safe_files import check_output
 from appliance.train import loop, runs
 
 
@@ -52,6 +52,7 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
     with loop.stop_signals():
         try:
             with runs.claim(t.data_dir, cfg.env_name, options.run_id, options.resume) as run:
+                yield from ((f"warning: {note}", True) for note in run.notes)
                 yield from _train(cfg, options, run.run_dir, run.resume_from)
         except KeyboardInterrupt as e:
             signum = getattr(e, "signum", signal.SIGINT)
@@ -61,11 +62,11 @@ def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
 
 def check_outputs(options: Options) -> None:
     """Refuse an unwritable ``--report`` or ``--profile-trace`` before any work (before the run
-    folder is claimed: a refusal leaves nothing behind)."""
-    for flag, path in (("--report", options.report), ("--profile-trace", options.profile_trace)):
-        problem = unwritable(Path(path).parent) if path else None
-        if problem:
-            raise ConfigError(f"{flag} {path}: {problem}")
+    folder is claimed: a refusal leaves nothing behind): :func:`safe_files.check_output`."""
+    if options.report:
+        check_output(options.report, "--report")
+    if options.profile_trace:
+        check_output(options.profile_trace, "--profile-trace", beside=[options.profile_trace + ".ops.txt"])
 
 
 def nothing_trained(signal_name: str, resumed: Path | None) -> str:
@@ -92,6 +93,7 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
             trainer.load_checkpoint(resume_from, resume=True)
         elif options.load_model_path:
             trainer.load_checkpoint(runs.find_checkpoint(t.data_dir, options.load_model_path), resume=False)
+        runs.require_checkpoint_room(run_dir, trainer.policy)
         runs.start_run(cfg, run_dir)
         trainer.latest_pointer = Path(t.data_dir) / runs.LATEST  # moves at the first checkpoint
         yield header(cfg, trainer), False
@@ -118,12 +120,10 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
                 raise loop.Interrupted(signal.Signals[result.signal or "SIGINT"])
             yield f"interrupted ({result.signal}): saved a checkpoint", True
         if options.report:
-            try:
+            try:  # a report that does not fit goes to the temp folder, named in the error
                 _write_report(options.report, cfg, trainer, result)
-            except OSError as e:  # the checkpoint is saved; say so in one line
-                raise runs.CheckpointWriteError(
-                    f"cannot write --report {options.report}: {e.strerror or e}; saved {result.checkpoint}"
-                ) from None
+            except ApplianceError as e:  # the checkpoint is saved; say so in the same line
+                raise runs.CheckpointWriteError(f"{e}; saved {result.checkpoint}") from None
             yield f"wrote {options.report}", False
         total = f", {trainer.global_step:,} in all" if trainer.global_step != result.steps else ""
         yield (
@@ -155,29 +155,29 @@ def defaults_chosen(cfg: Any, trainer: Any) -> list[str]:
 
 
 def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> None:
-    from appliance.report_io import write_json_atomic
+    import json
+
+    from appliance.safe_files import write_or_keep
     from appliance.sysinfo import fingerprint
 
-    write_json_atomic(
-        path,
-        {
-            "kind": "train",
-            "env": cfg.env_name,
-            "fingerprint": fingerprint(),
-            "config": cfg.to_dict(),
-            "device": str(trainer.device),
-            "precision": trainer.precision,
-            "global_step": trainer.global_step,
-            "epochs": trainer.epoch,
-            "steps": result.steps,  # this session's (a resumed run's global_step counts earlier ones)
-            "seconds": result.seconds,
-            "sps": result.sps,
-            "stopped": result.reason,
-            "phases": trainer.timings.breakdown(),
-            "losses": trainer.losses,
-            "env_stats": trainer.env_stats,
-        },
-    )
+    report = {
+        "kind": "train",
+        "env": cfg.env_name,
+        "fingerprint": fingerprint(),
+        "config": cfg.to_dict(),
+        "device": str(trainer.device),
+        "precision": trainer.precision,
+        "global_step": trainer.global_step,
+        "epochs": trainer.epoch,
+        "steps": result.steps,  # this session's (a resumed run's global_step counts earlier ones)
+        "seconds": result.seconds,
+        "sps": result.sps,
+        "stopped": result.reason,
+        "phases": trainer.timings.breakdown(),
+        "losses": trainer.losses,
+        "env_stats": trainer.env_stats,
+    }
+    write_or_keep(path, (json.dumps(report, indent=2) + "\n").encode(), "--report")
 
 
 def _writers(options: Options, cfg: Any, run_dir: Path) -> list[Callable[[dict[str, Any]], None]]:
@@ -213,6 +213,8 @@ def _profile(trainer: Any, path: str) -> str:
     (torch's table, slowest first) beside it as ``<path>.ops.txt``."""
     import torch
 
+    from appliance.safe_files import write_or_keep
+
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -226,7 +228,8 @@ def _profile(trainer: Any, path: str) -> str:
     if not Path(path).is_file():  # torch's writer reports a failure in its log, not by raising
         raise ConfigError(f"--profile-trace {path}: the profiler could not write the trace there")
     ops = Path(path + ".ops.txt")
-    ops.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40) + "\n"
+    write_or_keep(ops, table.encode(), "--profile-trace")
     return (
         f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing) "
         f"and the ops' self times to {ops}"

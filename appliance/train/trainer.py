@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -436,8 +437,14 @@ class Trainer:
             **self.timings.metrics(),
         }
         if self.run_dir is not None:
-            runs.append_metrics(self.run_dir, json.dumps(record) + "\n")
+            self.note(runs.append_metrics(self.run_dir, json.dumps(record) + "\n"))
         return record
+
+    @staticmethod
+    def note(line: str | None) -> None:
+        """A one-line warning about the run folder (a cut-short metrics line set aside), on stderr."""
+        if line:
+            print(f"warning: {line}", file=sys.stderr, flush=True)
 
     @property
     def sps(self) -> float:
