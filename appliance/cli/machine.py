@@ -10,8 +10,10 @@ import click
 from appliance.cli.common import (
     CONTEXT,
     OVERRIDES,
+    PROFILE,
     PROFILE_HELP,
     IntList,
+    NameList,
     Number,
     check_out,
     cli,
@@ -21,6 +23,7 @@ from appliance.cli.common import (
     env_params,
     pick_profile,
     print_table,
+    run_config,
     split_env,
     write_json,
 )
@@ -54,23 +57,22 @@ def info(as_json: bool) -> None:
 
 
 @cli.command(context_settings=OVERRIDES)
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.option(
     "--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config, after the profile."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def config(profile: str | None, config_file: str | None, as_json: bool, args: tuple[str, ...]) -> None:
-    """Print the resolved config a run would use.
+    """Print the resolved config a run would use: what train ENV runs with the same options, on
+    this machine's hardware profile (detected, or --gpu).
 
     \b
     puffer-bench config [ENV] [--gpu PROFILE] [--config FILE] [--section.key VALUE ...]
     e.g. puffer-bench config breakout --gpu 4090 --train.learning-rate 3e-4
     """
-    from appliance.config import resolve
-
     env, overrides = split_env(args)
-    cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides)
+    cfg = run_config(env, profile, config_file, overrides)
     click.echo((cfg.to_json() if as_json else cfg.to_yaml()).rstrip("\n"))
 
 
@@ -139,7 +141,7 @@ def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
 
 
 @envs.command("sps", context_settings=CONTEXT)
-@click.argument("names", required=False)
+@click.argument("names", required=False, type=NameList())
 @click.option(
     "--threads",
     default="1,2",
@@ -155,7 +157,7 @@ def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
     "--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows (with fingerprint) here."
 )
 def envs_sps(
-    names: str | None, threads: list[int], seconds: float, num_envs: int | None, json_out: str | None
+    names: list[str] | None, threads: list[int], seconds: float, num_envs: int | None, json_out: str | None
 ) -> None:
     """Env-only agent-steps per second with random actions, per thread count.
 
@@ -167,7 +169,7 @@ def envs_sps(
 
     check_out(json_out)
     known = ocean.names()
-    selected = [n for n in names.split(",") if n] if names else known
+    selected = names if names is not None else known
     for n in selected:
         if n not in known:
             raise click.BadParameter(f"unknown env {n!r}; known: {', '.join(known)}", param_hint="NAMES")
@@ -269,12 +271,13 @@ def vector_bench(
     type=click.Path(dir_okay=False),
     help="Write the fastest config as a YAML profile (for --config).",
 )
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.option(
     "--buffers",
     "buffers_spec",
     default="auto",
     show_default=True,
+    type=IntList(1, 256, words=("auto", "none")),  # train.buffers' range
     help="Rollout engine buffer counts to time with the winner (native Ocean envs): auto (1,2,4,8 on a GPU, none on a CPU), none, or e.g. 1,2,4.",
 )
 def autotune(
@@ -286,7 +289,7 @@ def autotune(
     cores: int | None,
     save: str | None,
     profile: str | None,
-    buffers_spec: str,
+    buffers_spec: str | list[int],
 ) -> None:
     """Profile ENV, time candidate vector configurations, and pick the fastest.
 
@@ -302,7 +305,12 @@ def autotune(
     from appliance.sysinfo import fingerprint, physical_cores
 
     cores = cores or physical_cores()
+    counts = tuner.buffer_counts(buffers_spec, _cuda())
     name = ocean_name(env)
+    if name is None:  # an unknown name is one line before the table, as an Ocean one is
+        from appliance.config import resolve
+
+        resolve(env=env)
     params: dict[str, Any] = env_params(name)[1] if name else {}
     console, rows = Console(), []
     console.print(
@@ -325,7 +333,6 @@ def autotune(
         )  # fmt: skip
     console.print(tuner.best_line(result["best"]))
     buffers = None
-    counts = tuner.buffer_counts(buffers_spec, _cuda())
     if counts and name and result["best"]["backend"] == "native":
         buffers = tuner.tune_buffers(
             name, params, result["best"], counts, pick_profile(profile), max(seconds, 1.0),
