@@ -292,6 +292,18 @@ def test_autotune_buffers_are_refused_before_any_candidate_is_timed(value):
     assert result.exit_code == 2 and one_line(result).startswith("error: --buffers: "), result.output
 
 
+def test_options_a_command_would_ignore_or_oversubscribe_are_refused_in_one_line():
+    from appliance.vector.sizes import usable_cores
+
+    cores = usable_cores()
+    result = cli_run("envs", "sps", "squared", "--threads", f"1,{cores + 1}")
+    assert result.exit_code == 2 and f"'{cores + 1}' is out of range" in one_line(result)
+    result = cli_run("vector-bench", "--env", "breakout", "--step-us", "5")
+    assert result.exit_code == 2 and "--step-us times a test env of its own" in one_line(result)
+    result = cli_run("vector-bench", "--env", "ocean:nosuch")
+    assert result.exit_code == 2 and "unknown Ocean env 'nosuch'" in one_line(result)
+
+
 @pytest.mark.parametrize(
     "args, says",
     [

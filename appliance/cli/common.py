@@ -142,8 +142,10 @@ class IntList(click.ParamType):
 
     name = "ints"
 
-    def __init__(self, low: int, high: int, words: tuple[str, ...] = ()) -> None:
-        self.item = Number(low, high, integer=True)
+    def __init__(
+        self, low: int, high: int | Callable[[], int], words: tuple[str, ...] = (), why: str = ""
+    ) -> None:
+        self.item = Number(low, high, integer=True, why=why)
         self.words = words
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:

@@ -25,6 +25,7 @@ from appliance.cli.common import (
     print_table,
     run_config,
     split_env,
+    usable_cores,
     write_json,
 )
 
@@ -144,10 +145,8 @@ def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
 @click.argument("names", required=False, type=NameList())
 @click.option(
     "--threads",
-    default="1,2",
-    show_default=True,
-    type=IntList(1, 4096),
-    help="Comma-separated thread counts.",
+    type=IntList(1, usable_cores, why=" (the usable cores here)"),
+    help="Comma-separated thread counts, at most the usable cores (default: 1,2 where there are 2).",
 )
 @click.option(
     "--seconds", default=2.0, show_default=True, type=duration(), help="Timed seconds per measurement."
@@ -157,7 +156,11 @@ def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
     "--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows (with fingerprint) here."
 )
 def envs_sps(
-    names: list[str] | None, threads: list[int], seconds: float, num_envs: int | None, json_out: str | None
+    names: list[str] | None,
+    threads: list[int] | None,
+    seconds: float,
+    num_envs: int | None,
+    json_out: str | None,
 ) -> None:
     """Env-only agent-steps per second with random actions, per thread count.
 
@@ -168,6 +171,7 @@ def envs_sps(
     from appliance.bench.envsps import scaling, table_rows
 
     check_out(json_out)
+    threads = threads or [t for t in (1, 2) if t <= usable_cores()]
     known = ocean.names()
     selected = names if names is not None else known
     for n in selected:
@@ -224,6 +228,12 @@ def vector_bench(
     from appliance.bench import vectorbench
     from appliance.sysinfo import physical_cores
 
+    given = click.get_current_context().get_parameter_source("env")
+    if step_us is not None and given is not click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter(
+            f"--step-us times a test env of its own, not {env}: drop --env, or --step-us to time {env}",
+            param_hint="--env",
+        )
     check_out(json_out)
 
     cores = cores or physical_cores()
