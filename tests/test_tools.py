@@ -137,6 +137,7 @@ RUN_OUTS = [
     ("cpu_roofline", ["--out", "RUN/metrics.jsonl"]),
     ("train_ab", ["squared", "--out", "RUN/config.yaml"]),
     ("train_ab", ["squared", "--out", "RUN"]),
+    ("learning_seeds", ["squared", "--out", "RUN/metrics.jsonl"]),
 ]  # fmt: skip
 
 
