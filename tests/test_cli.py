@@ -63,6 +63,33 @@ def test_config_env_profile_and_file(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["squared"],
+        ["breakout", "--train.learning-rate", "3e-4"],
+        ["CartPole-v1"],
+        ["squared", "--gpu", "h100", "--env.size", "7"],
+        ["target", "--config", "FILE"],
+    ],
+)
+def test_config_env_prints_exactly_the_config_train_runs(args, tmp_path, monkeypatch):
+    """``config squared`` printed profile null and 4,096 envs where train ran the cpu profile's 256."""
+    from appliance.train import session
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("policy:\n  hidden_size: 64\n")
+    args = [str(mine) if a == "FILE" else a for a in args]
+    ran = []
+    monkeypatch.setattr(session, "train", lambda cfg, options: ran.append(cfg) or iter(()))
+    result = run("train", *args)
+    assert result.exit_code == 0 and len(ran) == 1, result.output
+    shown = run("config", *args, "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output) == ran[0].to_dict()
+    assert ran[0].profile is not None
+
+
 def test_config_bad_profile_and_missing_file(tmp_path):
     result = run("config", "--gpu", "nope")
     assert result.exit_code == 2 and "valid profiles" in result.output

@@ -96,7 +96,7 @@ def test_coerce(default, value, result):
 
 @pytest.mark.parametrize(
     ("default", "value"),
-    [(1, "x"), (1, 1.5), (1, True), (True, "maybe"), ("a", 3), (1.0, "fast"), ("auto", True)],
+    [(1, "x"), (1, 1.5), (1, True), (True, "maybe"), ("a", 3), (1.0, "fast"), ("auto", True), ([1], "[1")],
 )
 def test_coerce_rejects(default, value):
     with pytest.raises(ValueError):
@@ -225,6 +225,7 @@ def test_section_attribute_error_suggests():
         ),
         (["--bench.threads", "1,0"], r"--bench.threads .*0 is out of range"),
         (["--train.data-dir", ""], r"--train.data-dir .*must not be empty"),
+        (["--bench.threads", "[]"], r"--bench.threads .*must not be empty"),
         (["--env.frameskip", "0"], r"--env.frameskip .*0 is out of range; expected an int >= 1 and <= 16"),
     ],
 )

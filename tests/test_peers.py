@@ -704,18 +704,25 @@ def test_pufferlib4_refuses_bad_arguments_and_a_taken_out_in_one_line(peer4, tmp
         (["train", "breakout", "--out", str(tmp_path / "pufferlib4-breakout.json")], "it is a run's record"),
         (["train", "breakout", "--out", str(tmp_path / "metrics.jsonl")], ".json file"),
         (["train", "go", "--out", str(tmp_path / "go.json")], "no PufferLib 4.0 counterpart"),
-        (["train", "breakout", "--stop-steps", "-1", "--out", str(tmp_path / "b.json")], "must be positive"),
         (["report", str(tmp_path / "none.jsonl"), "--env", "breakout", "--out", str(tmp_path / "r.json")], "no such curve"),
-        (["config", "breakout", "--out", str(tmp_path / "b.json")], ".yaml file"),
+        (["config", "breakout", "--out", str(tmp_path / "b.json")], "written to a .yaml or .yml file"),
         (["config", "breakout", "--out", str(tmp_path / "b.yaml")], "build` first"),
     ):  # fmt: skip
         assert peer4.main(cache + args) == 2, args
         err = capsys.readouterr().err
         assert why in err and err.count("\n") == 1, (args, err)
     assert curve.read_text() == _curve_line(1, 1.0, 0.5)
-    with pytest.raises(SystemExit) as stop:
-        peer4.main(["train", "breakout", "--at", "30M", "--out", str(tmp_path / "b.json")])
-    assert stop.value.code == 2
+    for args, why in (
+        (["train", "breakout", "--at", "30M"], "--at: '30M': expected agent-step counts"),
+        (["train", "breakout", "--stop-steps", "-1"], "--stop-steps: '-1' is out of range; expected a number > 0"),
+        (["train", "breakout", "--seed", "x"], "--seed: 'x' is not an int"),
+        (["--cache", "", "train", "breakout"], "--cache: '' is empty"),
+        (["build", "--envs", ","], "--envs: ',' is empty"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            peer4.main([*args, "--out", str(tmp_path / "b.json")] if "train" in args else args)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.startswith(f"error: {why}") and err.count("\n") == 1, err
 
 
 def test_every_parity_config_is_one_our_trainer_runs():

@@ -209,6 +209,117 @@ def test_bad_numbers_are_one_line_and_exit_2_before_any_work(command, option, ki
     assert list(tmp_path.iterdir()) == []
 
 
+def options_of_type(kind):
+    """(command, option) of every option or argument of type ``kind``, as ``cli ...`` would take it."""
+    import click
+
+    return [
+        (" ".join(path), param.opts[0] if isinstance(param, click.Option) else None)
+        for path, command in commands()
+        for param in command.params
+        if isinstance(param.type, kind)
+    ]
+
+
+def invoke(command, option, value):
+    words = [*command.split(), *ARGUMENTS.get(command, [])]
+    return cli_run(*words, *([f"{option}={value}"] if option else [value]))
+
+
+def test_every_list_of_names_refuses_empty_blank_and_twice(tmp_path, monkeypatch):
+    """``run --envs ''`` ran the whole suite, ``envs sps ''`` every env."""
+    from appliance.cli.common import NameList
+
+    monkeypatch.chdir(tmp_path)
+    options = options_of_type(NameList)
+    assert {("run", "--envs"), ("ab", "--envs"), ("envs sps", None)} <= set(options)
+    for command, option in options:
+        for value, says in [("", "is empty"), (",", "is empty"), ("squared,,go", "empty name"),
+                            ("squared,squared", "names squared twice")]:  # fmt: skip
+            result = invoke(command, option, value)
+            assert result.exit_code == 2 and says in one_line(result), (command, option, value, result.output)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_gpu_option_refuses_an_empty_or_unknown_profile_before_any_work(tmp_path, monkeypatch):
+    """``--gpu ''`` was taken as "detect" by every command."""
+    from appliance.cli.common import ProfileName
+
+    monkeypatch.chdir(tmp_path)
+    options = options_of_type(ProfileName)
+    assert len(options) >= 8 and ("train", "--gpu") in options and ("config", "--gpu") in options
+    for command, option in options:
+        for value in ["", "nosuch", " cpu"]:
+            result = invoke(command, option, value)
+            assert result.exit_code == 2, (command, value, result.output)
+            assert one_line(result).startswith("error: --gpu: unknown hardware profile"), (command, value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_option_and_argument_refuses_an_empty_value_before_any_work(tmp_path, monkeypatch):
+    """``train --resume ''`` started a new run, ``run --container ''`` ran here, ``envs show --gif ''``
+    wrote no GIF: an empty value was taken as the option left out."""
+    import click
+
+    monkeypatch.chdir(tmp_path)
+    tried = 0
+    for path, command in commands():
+        name = " ".join(path)
+        if isinstance(command, click.Group):
+            continue
+        arguments = [p for p in command.params if isinstance(p, click.Argument)]
+        for param in command.params:
+            if getattr(param, "is_flag", False) or isinstance(param.type, click.types.UnprocessedParamType):
+                continue
+            words = list(ARGUMENTS.get(name, []))
+            if isinstance(param, click.Option):
+                words.append(f"{param.opts[0]}=")
+            else:
+                words[arguments.index(param) : arguments.index(param) + 1] = [""]
+            result = cli_run(*path, *words)
+            assert result.exit_code == 2, (name, param.name, result.output)
+            shown = param.opts[0] if isinstance(param, click.Option) else (param.name or "").upper()
+            line = one_line(result)
+            assert line.startswith(f"error: {shown}: ") and "''" in line, (name, line)
+            tried += 1
+    assert tried >= 60
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["0", "1,0", "257", "", "1,,2", "auto,1"])
+def test_autotune_buffers_are_refused_before_any_candidate_is_timed(value):
+    result = cli_run("autotune", "squared", "--buffers", value)
+    assert result.exit_code == 2 and one_line(result).startswith("error: --buffers: "), result.output
+
+
+def test_options_a_command_would_ignore_or_oversubscribe_are_refused_in_one_line():
+    from appliance.vector.sizes import usable_cores
+
+    cores = usable_cores()
+    result = cli_run("envs", "sps", "squared", "--threads", f"1,{cores + 1}")
+    assert result.exit_code == 2 and f"'{cores + 1}' is out of range" in one_line(result)
+    result = cli_run("vector-bench", "--env", "breakout", "--step-us", "5")
+    assert result.exit_code == 2 and "--step-us times a test env of its own" in one_line(result)
+    result = cli_run("vector-bench", "--env", "ocean:nosuch")
+    assert result.exit_code == 2 and "unknown Ocean env 'nosuch'" in one_line(result)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--node-rank", "5"], "--node-rank 5: --nnodes 1 numbers the machines 0..0"),
+        (["--nnodes", "2", "--node-rank", "2", "--master-port", "29500"], "--node-rank 2: --nnodes 2"),
+        (["--master-port", "29500"], "--master-port 29500 is for a job of several ranks"),
+        (["--nnodes", "2", "--master-port", "29500", "--master-addr", " "], "--master-addr: ' ' is empty"),
+    ],
+)
+def test_launch_options_one_process_would_ignore_are_refused_before_training(tmp_path, args, says):
+    """``train --node-rank 5`` on one process trained silently."""
+    result = train(tmp_path / "exp", *args)
+    assert result.exit_code == 2 and says in one_line(result)
+    assert folders(tmp_path / "exp") == []
+
+
 # ----------------------------------------------------------------------------- stop signals
 
 

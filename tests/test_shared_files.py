@@ -578,6 +578,9 @@ BAD_YAML = [
     ("x: " + "9" * 5000 + "\n", "bad YAML"),
     (b"\x89PNG\r\n\x1a\n\xff" + bytes(range(200)), "not UTF-8"),
     ("x: [1, 2\n", "bad YAML"),
+    ("train:\n  gamma: 0.9\nvec: {}\ntrain:\n  gamma: 0.8\n", "key 'train' is given twice, on lines 1 and 4"),
+    ("train:\n  gamma: 0.9\n  gamma: 0.8\n", "key 'train.gamma' is given twice, on lines 2 and 3"),
+    ("x: [{a: 1, a: 2}]\n", "key 'x[0].a' is given twice, on line 1, columns 6 and 12"),
 ]
 BAD_SUITES = [
     ({"seconds": math.inf}, "seconds: must be a positive number"),
@@ -625,6 +628,22 @@ def test_a_damaged_config_file_is_one_line_naming_it(tmp_path, content, fragment
     path = tmp_path / "best.yaml"  # e.g. a sweep's best.yaml passed on
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     one_line_error(run_cli("config", "squared", "--config", path), str(path), fragment)
+
+
+def test_a_key_twice_is_refused_in_every_yaml_read_but_a_merge_may_override(tmp_path, monkeypatch):
+    """A sweep space, a hardware profile and an env's YAML are read strictly like --config; a key a
+    ``<<`` merge brings in may be overridden, as YAML means it to be."""
+    twice = "space:\n  train.gamma: {low: 0.8, high: 0.9}\n  train.gamma: {low: 0.5, high: 0.9}\n"
+    (tmp_path / "space.yaml").write_text(twice)
+    with pytest.raises(ConfigError, match="key 'space.train.gamma' is given twice, on lines 2 and 3"):
+        sweep.load_space("squared", tmp_path / "space.yaml")
+    (tmp_path / "odd.yaml").write_text("train: {gamma: 0.9}\ntrain: {gamma: 0.8}\n")
+    monkeypatch.setattr(config.files, "profile_dir", lambda: tmp_path)
+    with pytest.raises(ConfigError, match="odd.yaml: key 'train' is given twice, on lines 1 and 2"):
+        config.resolve(env="squared", profile="odd")
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("train:\n  <<: {gamma: 0.9, learning_rate: 0.01}\n  gamma: 0.8\n")
+    assert config.resolve(env="squared", config_file=merged).train.gamma == 0.8
 
 
 def test_a_config_file_larger_than_the_bound_is_refused(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -354,6 +355,42 @@ def test_resuming_with_other_overrides_is_refused_and_best_yaml_is_the_trials_co
     assert len(sw.rows(sw.open_study(out))) == 1
     cfg = resolve(env="squared", profile="cpu", config_file=out / "best.yaml")
     assert cfg.env.size == 5 and cfg.vec.num_envs == 32 and cfg.train.total_timesteps == 3072
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"objective": {"metric": "score", "target": 0.95, "window": 2}}, "objective.metric was 'perf', now 'score'"),
+        ({"objective": {"metric": "perf", "target": 0.5, "window": 2}}, "objective.target was 0.95, now 0.5"),
+        ({"prune": {"margin": 0.5}}, "prune.margin was 0.05, now 0.5"),
+        ({"space": {"train.learning_rate": {"low": 0.001, "high": 0.05, "log": True}}}, "space.policy.hidden_size was swept"),
+    ],
+)  # fmt: skip
+def test_resuming_with_another_space_or_objective_is_refused_before_a_trial(tmp_path, space, change, says):
+    """The new trial would be pruned on one metric against the median of another, and best.yaml would
+    label the score with the new metric."""
+    out = tmp_path / "sweep"
+    _quick(out, space, trials=1)
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**SPACE, **change}))
+    with pytest.raises(ConfigError, match=f"was swept over another space: {re.escape(says)}"):
+        _quick(out, str(other), trials=2)
+    assert len(sw.rows(sw.open_study(out))) == 1
+    copy = tmp_path / "copy.yaml"  # the same space from another file resumes
+    copy.write_text(yaml.safe_dump(SPACE))
+    assert len(_quick(out, str(copy), trials=2)) > 1 and len(sw.rows(sw.open_study(out))) == 2
+
+
+def test_a_study_that_kept_only_its_metric_is_refused_another_one(tmp_path, space):
+    """A study made before the space was kept holds its metric: that much is still checked."""
+    out = tmp_path / "sweep"
+    _quick(out, space, trials=1)
+    study = sw.open_study(out)
+    study._storage.set_study_user_attr(study._study_id, "space", None)
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**SPACE, "objective": {"metric": "score"}}))
+    with pytest.raises(ConfigError, match="objective.metric was 'perf', now 'score'"):
+        _quick(out, str(other), trials=2)
 
 
 def test_best_yaml_holds_the_swept_values_on_the_sweeps_profile(tmp_path):

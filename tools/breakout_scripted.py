@@ -28,7 +28,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
+import tool_cli  # a sibling script, not a package
 
 W, PADDLE_W, BALL = 576.0, 62.0, 32.0
 ROWS, COLS = 6, 18
@@ -118,9 +120,9 @@ def peer_python() -> tuple[str, dict[str, str], Path]:
 
     cache = default_cache()
     py, src = cache / "venv" / "bin" / "python", cache / f"pufferlib-{VERSION}"
-    if not py.exists():
-        sys.exit(
-            f"error: PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build` first"
+    if not py.exists() or not (src / "pufferlib").exists():
+        raise tool_cli.ToolError(
+            f"PufferLib is not built in {cache}: run `python tools/pufferlib_peer.py build` first"
         )
     return str(py), {**os.environ, "PYTHONPATH": str(src)}, cache
 
@@ -141,8 +143,8 @@ def compare(a: argparse.Namespace) -> None:
         tmp.unlink()
     for side, r in results.items():
         if not r["episodes"]:
-            sys.exit(
-                f"error: no {side} episode ended in {a.steps} steps of {a.envs} envs: raise --steps or --eps"
+            raise tool_cli.ToolError(
+                f"no {side} episode ended in {a.steps} steps of {a.envs} envs: raise --steps or --eps"
             )
     sums = {s: summary(r) for s, r in results.items()}
     scores = {s: np.array([e["score"] for e in r["episodes"]]) for s, r in results.items()}
@@ -198,39 +200,38 @@ def markdown(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = tool_cli.Parser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("play", "compare"):
         p = sub.add_parser(name)
-        p.add_argument("--envs", type=int, default=1024)
-        p.add_argument("--steps", type=int, default=10000)
-        p.add_argument("--eps", type=float, default=0.1)
-        p.add_argument("--deadzone", type=float, default=4.0)
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--envs", type=tool_cli.number(1, 2**20, integer=True), default=1024)
+        p.add_argument("--steps", type=tool_cli.number(1, 10**9, integer=True), default=10000)
+        p.add_argument("--eps", type=tool_cli.number(0, 1), default=0.1)
+        p.add_argument("--deadzone", type=tool_cli.number(0, 1e4), default=4.0)
+        p.add_argument("--seed", type=tool_cli.number(0, 2**32 - 1, integer=True), default=0)
         if name == "play":
             p.add_argument("--side", choices=("ours", "pufferlib"), required=True)
-            p.add_argument("--json", type=Path, required=True)
+            p.add_argument("--json", type=tool_cli.path, required=True)
         else:
-            p.add_argument("--out", type=Path, required=True, help="stem: writes <out>.json and <out>.md")
-    a = ap.parse_args()
-    for name in ("envs", "steps"):
-        if getattr(a, name) <= 0:
-            ap.error(f"--{name} must be positive")
-    if not 0 <= a.eps <= 1:
-        ap.error("--eps must be in [0, 1]")
-    if a.cmd == "compare":  # before the games, not after them (play runs in either side's Python)
-        from pufferlib_peer import check_output
+            p.add_argument(
+                "--out", type=tool_cli.path, required=True, help="stem: writes <out>.json and <out>.md"
+            )
+    a = ap.parse_args(argv)
+    return tool_cli.guarded(lambda: run_command(a))
 
-        try:
-            check_output(a.out, beside=(a.out.with_suffix(".json"), a.out.with_suffix(".md")))
-        except Exception as e:  # PeerError
-            ap.error(str(e))
+
+def run_command(a: argparse.Namespace) -> None:
     if a.cmd == "play":
+        tool_cli.check_output(a.json, "--json")
         a.json.write_text(json.dumps(play(a.side, a.envs, a.steps, a.eps, a.deadzone, a.seed)))
     else:
+        tool_cli.check_output(
+            a.out.with_suffix(".json"), "--out", ours=tool_cli.written_by("breakout_scripted")
+        )
+        tool_cli.check_output(a.out.with_suffix(".md"), "--out")
         compare(a)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -24,6 +24,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tool_cli  # a sibling script, not a package
+
 HIDDEN, OBS, ACTIONS = 128, 118, 3
 AGENTS, SEGMENTS, HORIZON = 4096, 512, 64
 
@@ -40,23 +43,17 @@ def timed(fn, seconds: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = tool_cli.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
-    ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--seconds", type=tool_cli.number(0, 1e4, low_open=True), default=2.0)
+    ap.add_argument("--out", type=tool_cli.path, default=None)
     a = ap.parse_args(argv)
-    if not a.seconds > 0:
-        print("error: --seconds must be positive", file=sys.stderr)
-        return 2
-    if a.out:  # before the timings, not after them
-        from appliance.errors import ApplianceError
-        from appliance.safe_files import check_output
+    return tool_cli.guarded(lambda: run_command(a, argv))
 
-        try:
-            check_output(a.out, "--out")
-        except ApplianceError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+
+def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
+    if a.out is not None:
+        tool_cli.check_output(a.out, ours=tool_cli.written_by("cpu_roofline"))
     dtype = getattr(torch, a.dtype)
     torch.manual_seed(0)
     rows: dict[str, dict[str, float]] = {}

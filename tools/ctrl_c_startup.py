@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tool_cli  # a sibling script, not a package
+
 SMALL = ["--no-dashboard", "--train.device", "cpu", "--vec.num-envs", "8", "--train.bptt-horizon", "8",
          "--train.minibatch-size", "64", "--policy.hidden-size", "32", "--train.total-timesteps", "1e9",
          "--vec.backend", "multiprocessing", "--vec.num-workers", "2"]  # fmt: skip
@@ -64,16 +67,25 @@ def one(puffer: str, delay: float, data: Path) -> list[str]:
     return bad
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=32)
-    ap.add_argument("--first", type=float, default=0.2, help="seconds before the first run's Ctrl-C")
-    ap.add_argument("--step", type=float, default=0.05)
-    ap.add_argument("--spread", type=int, default=16, help="delays cycle over this many steps")
-    ap.add_argument("--puffer-bench", default=str(Path(sys.executable).parent / "puffer-bench"))
-    a = ap.parse_args()
-    if a.runs < 1 or a.first < 0 or a.step < 0 or a.spread < 1:
-        sys.exit("error: --runs and --spread must be >= 1, --first and --step >= 0")
+def main(argv: list[str] | None = None) -> int:
+    ap = tool_cli.Parser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=tool_cli.number(1, 10**5, integer=True), default=32)
+    ap.add_argument(
+        "--first", type=tool_cli.number(0, 3600), default=0.2, help="seconds before the first run's Ctrl-C"
+    )
+    ap.add_argument("--step", type=tool_cli.number(0, 3600), default=0.05)
+    ap.add_argument("--spread", type=tool_cli.number(1, 10**5, integer=True), default=16,
+                    help="delays cycle over this many steps")  # fmt: skip
+    ap.add_argument(
+        "--puffer-bench", type=tool_cli.path, default=str(Path(sys.executable).parent / "puffer-bench")
+    )
+    a = ap.parse_args(argv)
+    return tool_cli.guarded(lambda: run_command(a))
+
+
+def run_command(a: argparse.Namespace) -> None:
+    if not os.access(a.puffer_bench, os.X_OK) or a.puffer_bench.is_dir():
+        raise tool_cli.ToolError(f"--puffer-bench {a.puffer_bench}: not a program that can be run")
     counts: collections.Counter[str] = collections.Counter()
     with tempfile.TemporaryDirectory(prefix="ctrl-c-") as tmp:
         for i in range(a.runs):
@@ -89,4 +101,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

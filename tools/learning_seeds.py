@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+from tool_cli import Parser, in_run_folder  # noqa: E402  (a sibling script, not a package)
+
 ISA = {  # what caps torch's CPU kernels at an instruction set (read when torch loads)
     "native": {},
     "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "tests"))
     import test_learning
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])  # one-line errors, as every tool
     parser.add_argument("case", choices=sorted(test_learning.MLP_ADAM_CASES))
     parser.add_argument("--seeds", type=seeds, default=seeds("0-3"), help="e.g. 0-7 or 0,3,5 (default 0-3)")
     parser.add_argument(
@@ -178,14 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     isas = [i for i in args.isa.split(",") if i]
     if not isas or (bad := [i for i in isas if i not in ISA]):
         parser.error(f"--isa: unknown {', '.join(bad) or 'empty list'}; choose from {', '.join(ISA)}")
-    if args.out is not None:
-        from appliance.errors import ApplianceError
-        from appliance.safe_files import check_output
-
-        try:
-            check_output(args.out, "--out")
-        except ApplianceError as e:
-            parser.error(str(e))
+    if args.out is not None and (args.out.is_dir() or not args.out.parent.is_dir() or args.out.is_symlink()):
+        parser.error(f"--out {args.out}: not a file in an existing folder (and not a symlink)")
+    if args.out is not None and args.out.exists() and in_run_folder(args.out):  # appends: never to a run
+        parser.error(f"--out {args.out} is a run's own file: refusing to append to it; name another file")
     extra = overrides(args.set)
     print(
         "| case | instructions (torch) | seed | steps to target | window mean | bar | test | entropy at end | s |"

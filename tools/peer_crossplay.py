@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pufferlib_peer as peer
+import tool_cli
 
 WARMUP = 512
 
@@ -211,56 +212,60 @@ def worker(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    count = tool_cli.number(1, 10**7, integer=True)
+    ap = tool_cli.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("env", choices=sorted(peer.ENVS))
-    ap.add_argument("--pufferlib-model", type=Path, required=True, help="a model_*.pt of PufferLib's trainer")
-    ap.add_argument("--ours", type=Path, required=True, help="our run folder (its model.pt) or a checkpoint")
-    ap.add_argument("--games", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=4096, help="steps counted per game, after the warm-up")
-    ap.add_argument("--warmup", type=int, default=WARMUP)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cache", type=Path, default=peer.default_cache())
-    ap.add_argument("--out", type=Path, required=True, help="the cells as JSON")
+    ap.add_argument(
+        "--pufferlib-model", type=tool_cli.path, required=True, help="a model_*.pt of PufferLib's trainer"
+    )
+    ap.add_argument(
+        "--ours", type=tool_cli.path, required=True, help="our run folder (its model.pt) or a checkpoint"
+    )
+    ap.add_argument("--games", type=count, default=128)
+    ap.add_argument("--steps", type=count, default=4096, help="steps counted per game, after the warm-up")
+    ap.add_argument("--warmup", type=tool_cli.number(0, 10**7, integer=True), default=WARMUP)
+    ap.add_argument("--seed", type=peer.SEED, default=0)
+    ap.add_argument("--cache", type=tool_cli.path, default=peer.default_cache())
+    ap.add_argument("--out", type=tool_cli.path, required=True, help="the cells as JSON")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    try:
-        if a.games < 1 or a.steps < 1 or a.warmup < 0:
-            raise peer.PeerError("--games and --steps must be at least 1, --warmup at least 0")
-        for path, what in ((a.pufferlib_model, "--pufferlib-model"), (a.ours, "--ours")):
-            if not path.exists():
-                raise peer.PeerError(f"{what} {path}: no such file or folder")
-        peer.check_output(a.out)  # before the games, not after them
-        if a.worker:
-            data = worker(a)
-            data["command"] = " ".join(["python tools/peer_crossplay.py", *(argv or sys.argv[1:])]).replace(
-                " --worker", ""
-            )
-            peer.write_report(data, a.out)
-            return 0
-        src = a.cache / f"pufferlib-{peer.VERSION}"
-        py = a.cache / "venv" / "bin" / "python"
-        if not py.exists() or not (src / "pufferlib").exists():
-            raise peer.PeerError(
-                f"PufferLib is not built in {a.cache}: run `python tools/pufferlib_peer.py build --envs {a.env}` first"
-            )
-        env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(peer.REPO)])}
-        given, rest = [], list(argv if argv is not None else sys.argv[1:])
-        while rest:  # the user's --out is passed on resolved, once
-            x = rest.pop(0)
-            if x == "--out":
-                rest = rest[1:]
-            elif not x.startswith("--out="):
-                given.append(x)
-        # paths resolved here: the worker runs in PufferLib's folder, where it finds its resources
-        given = [str(Path(x).resolve()) if not x.startswith("-") and Path(x).exists() else x for x in given]
-        cmd = [str(py), "-W", "ignore::DeprecationWarning", str(Path(__file__).resolve()), *given,
-               "--out", str(a.out.resolve()), "--worker"]  # fmt: skip
-        return subprocess.call(
-            cmd, cwd=a.cache / f"pufferlib-{peer.VERSION}", env=env_vars, preexec_fn=peer.dies_with_us()
+    return tool_cli.guarded(lambda: run_command(a, argv))
+
+
+def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
+    """Check the arguments, then play the games here (``--worker``) or in PufferLib's interpreter."""
+    tool_cli.check_output(a.out, ours=tool_cli.written_by("peer_crossplay"))
+    for path, what in ((a.pufferlib_model, "--pufferlib-model"), (a.ours, "--ours")):
+        if not path.exists():
+            raise peer.PeerError(f"{what} {path}: no such file or folder")
+    if a.worker:
+        data = worker(a)
+        data["command"] = " ".join(["python tools/peer_crossplay.py", *(argv or sys.argv[1:])]).replace(
+            " --worker", ""
         )
-    except peer.PeerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        peer.write_report(data, a.out)
+        return 0
+    src = a.cache / f"pufferlib-{peer.VERSION}"
+    py = a.cache / "venv" / "bin" / "python"
+    if not py.exists() or not (src / "pufferlib").exists():
+        raise peer.PeerError(
+            f"PufferLib is not built in {a.cache}: run `python tools/pufferlib_peer.py build --envs {a.env}` first"
+        )
+    env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(peer.REPO)])}
+    given, rest = [], list(argv if argv is not None else sys.argv[1:])
+    while rest:  # the user's --out is passed on resolved, once
+        x = rest.pop(0)
+        if x == "--out":
+            rest = rest[1:]
+        elif not x.startswith("--out="):
+            given.append(x)
+    # paths resolved here: the worker runs in PufferLib's folder, where it finds its resources
+    given = [str(Path(x).resolve()) if not x.startswith("-") and Path(x).exists() else x for x in given]
+    cmd = [str(py), "-W", "ignore::DeprecationWarning", str(Path(__file__).resolve()), *given,
+           "--out", str(a.out.resolve()), "--worker"]  # fmt: skip
+    return subprocess.call(
+        cmd, cwd=a.cache / f"pufferlib-{peer.VERSION}", env=env_vars, preexec_fn=peer.dies_with_us()
+    )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tool_cli  # a sibling script, not a package
+
 ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("appliance") is None:  # the installed package first (it has the extension)
     sys.path.append(str(ROOT))
@@ -97,20 +100,28 @@ def verdict(a: list[float], b: list[float], busy: bool) -> dict[str, Any]:
     return {"ratio": ratio, "ci": ci, "verdict": what}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def main(argv: list[str] | None = None) -> int:
+    parser = tool_cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--a", default="main", help="git ref for A, or . for the working tree")
     parser.add_argument("--b", default=".", help="git ref for B, or . for the working tree")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--seconds", type=float, default=0.3, help="timed seconds per run")
-    parser.add_argument("--gap-us", type=int, default=0, help="caller spin between steps (a policy's turn)")
+    parser.add_argument("--rounds", type=tool_cli.number(2, 1000, integer=True), default=10,
+                        help="at least 2, for an interval")  # fmt: skip
+    parser.add_argument("--seconds", type=tool_cli.number(0, 1e4, low_open=True), default=0.3,
+                        help="timed seconds per run")  # fmt: skip
+    parser.add_argument("--gap-us", type=tool_cli.number(0, 10**7, integer=True), default=0,
+                        help="caller spin between steps (a policy's turn)")  # fmt: skip
     parser.add_argument("--config", action="append", help="ENV:NUM_ENVS:THREADS[:name=value...]")
-    parser.add_argument("--out", help="write OUT.json and OUT.md")
-    args = parser.parse_args()
-    if args.rounds < 2:
-        raise SystemExit("--rounds must be at least 2 for an interval")
+    parser.add_argument("--out", type=tool_cli.path, help="write OUT.json and OUT.md")
+    args = parser.parse_args(argv)
+    return tool_cli.guarded(lambda: run_command(args))
+
+
+def run_command(args: argparse.Namespace) -> None:
+    if args.out:
+        tool_cli.check_output(
+            args.out.with_suffix(".json"), "--out", ours=tool_cli.written_by("pool_overhead")
+        )
+        tool_cli.check_output(args.out.with_suffix(".md"), "--out")
     configs = args.config or DEFAULT_CONFIGS
     if args.out:  # before the rounds, not after them
         from appliance.errors import ApplianceError

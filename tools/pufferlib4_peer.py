@@ -47,7 +47,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pufferlib_peer as peer  # a sibling script, not a package
-from pufferlib_peer import REPO, PeerError, check_out, log, run, steps_list
+import tool_cli
+from pufferlib_peer import POSITIVE, REPO, SEED, PeerError, check_out, check_suffix, log, run, steps_list
 
 VERSION = "4.0.0"
 SOURCE = "https://github.com/eig1n/PufferLib-OrbitWars"
@@ -547,15 +548,18 @@ def write_config(config_dir: Path, env: str, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = tool_cli.Parser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--cache", type=Path, default=None,
+    ap.add_argument("--cache", type=tool_cli.path, default=None,
                     help=f"build folder (default: {default_cache()}, one per commit)")  # fmt: skip
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="check out, install and compile PufferLib 4.0 into the cache")
     b.add_argument(
-        "--envs", default="breakout", help=f"comma-separated, of {', '.join(ENVS)} (default: breakout)"
+        "--envs",
+        type=tool_cli.names,
+        default="breakout",
+        help=f"comma-separated, of {', '.join(ENVS)} (default: breakout)",
     )
     b.add_argument("--source", default=SOURCE,
                    help="a git clone (bare or not) or URL of PufferLib 4.0's repository (default: %(default)s)")  # fmt: skip
@@ -569,74 +573,71 @@ def main(argv: list[str] | None = None) -> int:
         )
         if name == "train":
             p.add_argument("env")
-            p.add_argument("--stop-steps", type=float, default=float("inf"))
-            p.add_argument("--stop-seconds", type=float, default=float("inf"))
+            p.add_argument("--stop-steps", type=POSITIVE, default=float("inf"))
+            p.add_argument("--stop-seconds", type=POSITIVE, default=float("inf"))
             p.add_argument(
-                "--seed", type=int, default=None, help="seeds torch (its torch path seeds nothing itself)"
+                "--seed", type=SEED, default=None, help="seeds torch (its torch path seeds nothing itself)"
             )
             p.add_argument("--set", action="append", default=[], metavar="--KEY=VALUE",
                            help="one of its options, e.g. --set=--train.learning-rate=0.01")  # fmt: skip
         else:
-            p.add_argument("curve", type=Path)
+            p.add_argument("curve", type=tool_cli.path)
             p.add_argument("--env", required=True)
         p.add_argument("--metric", default="perf", help="a stat its env logs (default: %(default)s)")
-        p.add_argument("--target", type=float, default=0.9)
+        p.add_argument("--target", type=tool_cli.number(), default=0.9)
         p.add_argument("--at", type=steps_list, default="30e6,65e6",
                        help="agent-steps at which to report the score (comma-separated)")  # fmt: skip
-        p.add_argument("--out", type=Path, required=True, help="the report (.json); the curve goes beside it")
+        p.add_argument(
+            "--out", type=tool_cli.path, required=True, help="the report (.json); the curve goes beside it"
+        )
     c = sub.add_parser("config", help="its config for ENV on our keys, as bench/parity/pufferlib4/ENV.yaml")
     c.add_argument("env")
-    c.add_argument("--out", type=Path, default=None, help="default: bench/parity/pufferlib4/ENV.yaml")
+    c.add_argument(
+        "--out", type=tool_cli.path, default=None, help="default: bench/parity/pufferlib4/ENV.yaml"
+    )
     a = ap.parse_args(argv)
+    return tool_cli.guarded(lambda: run_command(a))
+
+
+def run_command(a: argparse.Namespace) -> None:
+    """The work of the command ``a`` names (its arguments already parsed and typed)."""
     cache = a.cache or default_cache(getattr(a, "commit", COMMIT))
-    try:
-        if a.cmd == "build":
-            build(
-                cache, [e for e in a.envs.split(",") if e], a.source, a.commit, a.other_commit, a.system_torch
-            )
-        elif a.cmd == "config":
-            known(a.env)
-            out = a.out or REPO / "bench" / "parity" / "pufferlib4" / f"{a.env}.yaml"
-            if out.suffix not in (".yaml", ".yml"):
-                raise PeerError(f"--out {out}: a config is a .yaml file")
-            write_config(cache / "tree" / "config", a.env, out)
+    if a.cmd == "build":
+        build(cache, a.envs, a.source, a.commit, a.other_commit, a.system_torch)
+    elif a.cmd == "config":
+        known(a.env)
+        out = a.out or REPO / "bench" / "parity" / "pufferlib4" / f"{a.env}.yaml"
+        check_suffix(out, (".yaml", ".yml"), "a config")
+        tool_cli.check_output(out, ours=lambda p: p.read_text().startswith(f"# PufferLib {VERSION}"))
+        write_config(cache / "tree" / "config", a.env, out)
+    else:
+        known(a.env)
+        check_out(a.out, "new" if a.cmd == "train" else "")
+        source = {"source": SOURCE, "commit": COMMIT}
+        if (cache / "SOURCE").exists():
+            where, commit = (cache / "SOURCE").read_text().split()
+            source = {"source": where, "commit": commit}
+        if a.cmd == "train":
+            jsonl = a.out.resolve().with_suffix(".jsonl")  # the trainer runs in the cache folder
+            extra = [s for item in a.set for s in item.split("=", 1)]
+            info = train(cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl)
+            config, command = info["config"], info["command"]
+            source["runtime"] = info["runtime"]
         else:
-            known(a.env)
-            check_out(a.out, "new" if a.cmd == "train" else "")
-            source = {"source": SOURCE, "commit": COMMIT}
-            if (cache / "SOURCE").exists():
-                where, commit = (cache / "SOURCE").read_text().split()
-                source = {"source": where, "commit": commit}
-            if a.cmd == "train":
-                if not (a.stop_steps > 0 and a.stop_seconds > 0):
-                    raise PeerError("--stop-steps and --stop-seconds must be positive")
-                jsonl = a.out.resolve().with_suffix(".jsonl")  # the trainer runs in the cache folder
-                extra = [s for item in a.set for s in item.split("=", 1)]
-                info = train(cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl)
-                config, command = info["config"], info["command"]
-                source["runtime"] = info["runtime"]
-            else:
-                if not a.curve.exists():
-                    raise PeerError(f"{a.curve}: no such curve (train writes one beside its report)")
-                jsonl, config = a.curve, ini_config(cache / "tree" / "config", a.env)
-                command = f"PufferLib 4.0's curve {a.curve}"
-            rows = peer.curve_rows(jsonl, trained_steps(config))
-            data = make_report(a.env, a.metric, a.target, rows, config, command, a.seed if a.cmd == "train" else None,
-                               a.at, source)  # fmt: skip
-            if a.cmd == "train":
-                data["analysis"]["peer"]["others_cores"] = others = info["others_cores"]
-                if others is not None and others > noise_threshold():
-                    data["warnings"].append(
-                        f"other processes used {others:.2f} cores on average during the run: its speed is not an idle machine's"
-                    )
-            peer.write_report(data, a.out)
-    except (PeerError, OSError, subprocess.CalledProcessError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    return 0
+            if not a.curve.exists():
+                raise PeerError(f"{a.curve}: no such curve (train writes one beside its report)")
+            jsonl, config = a.curve, ini_config(cache / "tree" / "config", a.env)
+            command = f"PufferLib 4.0's curve {a.curve}"
+        rows = peer.curve_rows(jsonl, trained_steps(config))
+        data = make_report(a.env, a.metric, a.target, rows, config, command, a.seed if a.cmd == "train" else None,
+                           a.at, source)  # fmt: skip
+        if a.cmd == "train":
+            data["analysis"]["peer"]["others_cores"] = others = info["others_cores"]
+            if others is not None and others > noise_threshold():
+                data["warnings"].append(
+                    f"other processes used {others:.2f} cores on average during the run: its speed is not an idle machine's"
+                )
+        peer.write_report(data, a.out)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -42,6 +43,9 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tool_cli  # a sibling script, not a package
 
 VERSION = "3.0.0"
 SDIST = f"pufferlib-{VERSION}.tar.gz"
@@ -84,7 +88,7 @@ def use_our_package() -> None:
         sys.path.append(str(REPO))
 
 
-class PeerError(Exception):
+class PeerError(tool_cli.ToolError):
     """A one-line reason the harness cannot go on."""
 
 
@@ -690,8 +694,13 @@ def curve_rows(jsonl: Path, limit: float = float("inf")) -> list[dict[str, float
     as rows of steps, seconds and each stat under its name without the section, up to ``limit``
     agent-steps."""
     rows = []
-    for r in json_lines(jsonl, "curve"):
-        row = {"steps": float(r["agent_steps"]), "seconds": float(r["seconds"])}
+    for i, r in enumerate(json_lines(jsonl, "curve"), 1):
+        try:
+            row = {"steps": float(r["agent_steps"]), "seconds": float(r["seconds"])}
+        except (KeyError, TypeError, ValueError) as e:
+            raise PeerError(
+                f"{jsonl} record {i} is not a line of a peer's curve (agent_steps, seconds): {e!r}"
+            ) from None
         row.update(
             {k.split("/", 1)[-1]: v for k, v in r.items() if k not in ("agent_steps", "seconds", "sps")}
         )
@@ -708,8 +717,11 @@ def our_rows(run_dir: Path) -> tuple[list[dict[str, float]], dict[str, Any]]:
         raise PeerError(f"{path} does not exist: name one of our run folders (experiments/<run>)")
     rows: list[dict[str, float]] = []
     offset, last_uptime = 0.0, -1.0
-    for r in json_lines(path, "run's metrics"):
-        steps, uptime = float(r["global_step"]), float(r["uptime"])
+    for i, r in enumerate(json_lines(path, "run's metrics"), 1):
+        try:
+            steps, uptime = float(r["global_step"]), float(r["uptime"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise PeerError(f"{path} record {i} is not a line of our run's curve: {e!r}") from None
         if uptime < last_uptime:  # a --resume: its process counts its uptime from 0 again
             while rows and rows[-1]["steps"] >= steps:  # epochs after its checkpoint, trained again
                 rows.pop()
@@ -720,9 +732,14 @@ def our_rows(run_dir: Path) -> tuple[list[dict[str, float]], dict[str, Any]]:
         rows.append(row)
     config: dict[str, Any] = {}
     if (run_dir / "config.yaml").exists():
-        import yaml
+        use_our_package()
+        from appliance.config import read_yaml
+        from appliance.errors import ConfigError
 
-        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        try:
+            config = read_yaml(run_dir / "config.yaml", "run config")
+        except ConfigError as e:
+            raise PeerError(str(e)) from None
     return rows, config
 
 
@@ -745,20 +762,17 @@ def plot(reports: list[Path], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    entries = curve_entries(reports)  # each file checked to be a learning-curve report, before drawing
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     target = None
-    for path in reports:
-        data = json.loads(path.read_text())
-        for env, entry in data["analysis"]["learning_curves"].items():
-            target = entry["target"]
-            for run_ in entry["runs"]:
-                label = f"{entry.get('system', '?')} {path.stem}"
-                style = "-" if "pufferlib" in str(entry.get("system")) else "--"
-                axes[0].plot(
-                    [s / 1e6 for s in run_["steps"]], run_["score"], style, label=label, linewidth=1.2
-                )
-                axes[1].plot(run_["seconds"], run_["score"], style, label=label, linewidth=1.2)
-            axes[0].set_title(f"{env}: {entry['metric']} (mean of last {WINDOW} epochs)", fontsize=9)
+    for path, env, entry in entries:
+        target = entry["target"]
+        for run_ in entry["runs"]:
+            label = f"{entry.get('system', '?')} {path.stem}"
+            style = "-" if "pufferlib" in str(entry.get("system")) else "--"
+            axes[0].plot([s / 1e6 for s in run_["steps"]], run_["score"], style, label=label, linewidth=1.2)
+            axes[1].plot(run_["seconds"], run_["score"], style, label=label, linewidth=1.2)
+        axes[0].set_title(f"{env}: {entry['metric']} (mean of last {WINDOW} epochs)", fontsize=9)
     for ax, xl in zip(axes, ("agent-steps (M)", "wall seconds"), strict=True):
         if target is not None:
             ax.axhline(float(target), color="k", linestyle=":", linewidth=0.8)
@@ -788,8 +802,26 @@ def curve_entries(reports: list[Path]) -> list[tuple[Path, str, dict[str, Any]]]
             curves = json.loads(path.read_text())["analysis"]["learning_curves"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise PeerError(f"{path}: not a learning-curve report from train or ours ({e!r})") from None
+        if not isinstance(curves, dict) or not all(map(_is_curve, curves.values())):
+            raise PeerError(
+                f"{path}: not a learning-curve report from train or ours (its curves are damaged)"
+            )
         out.extend((path, env, entry) for env, entry in curves.items())
     return out
+
+
+def _is_curve(entry: Any) -> bool:
+    """A learning-curve entry as make_report writes it: target, metric, and runs of steps, seconds, score."""
+    runs = entry.get("runs") if isinstance(entry, dict) else None
+    return (
+        isinstance(runs, list)
+        and isinstance(entry.get("target"), int | float)
+        and "metric" in entry
+        and all(
+            isinstance(r, dict) and all(isinstance(r.get(k), list) for k in ("steps", "seconds", "score"))
+            for r in runs
+        )
+    )
 
 
 def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] = (), links: str = "") -> str:
@@ -1175,9 +1207,12 @@ def write_config(cache: Path, env: str, out: Path) -> None:
 
 
 def steps_list(text: str) -> list[float]:
-    """``--at 30e6,65e6`` as agent-step counts (an argparse type: a bad list is a one-line usage error)."""
+    """``--at 30e6,65e6`` as agent-step counts (an argparse type: a bad list is a one-line usage error);
+    ``''`` is none, an empty item (``30e6,``) a mistake."""
+    if not text.strip():
+        return []
     try:
-        steps = [float(x) for x in text.split(",") if x.strip()]
+        steps = [float(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected agent-step counts, e.g. 30e6,65e6") from None
     if not all(math.isfinite(x) and x > 0 for x in steps):
@@ -1202,8 +1237,7 @@ def check_out(out: Path, curve: str = "", source: Path | None = None) -> None:
     if out.suffix != ".json":
         raise PeerError(f"--out {out}: a report is a .json file (its curve goes beside it as .jsonl)")
     check_output(out, beside=(out.with_suffix(".jsonl"), out.with_suffix(".log")) if curve else ())
-    if out.is_dir() or (out.exists() and not is_report(out)):
-        raise PeerError(f"--out {out} exists and is not a puffer-bench report: refusing to overwrite it")
+    tool_cli.check_output(out, "--out", ours=is_report)  # a folder, a symlink, a run's file or another file
     beside = [out.with_suffix(".jsonl"), out.with_suffix(".log")] if curve == "new" else []
     for path in beside:
         if path.exists():
@@ -1223,25 +1257,36 @@ def check_suffix(out: Path, suffixes: tuple[str, ...], what: str) -> None:
     check_output(out)
 
 
+POSITIVE = tool_cli.number(0, low_open=True)  # --stop-steps, --stop-seconds (inf: no limit)
+SEED = tool_cli.number(0, 2**32 - 1, integer=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = tool_cli.Parser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--cache", type=Path, default=default_cache(), help="build folder (default: %(default)s)")
+    ap.add_argument(
+        "--cache", type=tool_cli.path, default=default_cache(), help="build folder (default: %(default)s)"
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="fetch, install and compile PufferLib into the cache")
-    b.add_argument("--envs", default="breakout", help="comma-separated env names (default: breakout)")
+    b.add_argument(
+        "--envs",
+        type=tool_cli.names,
+        default="breakout",
+        help="comma-separated env names (default: breakout)",
+    )
     b.add_argument(
         "--cuda", action="store_true", help="PufferLib's torch extension with its CUDA kernels (needs nvcc)"
     )
-    b.add_argument("--wheels", type=Path, default=None, metavar="DIR",
+    b.add_argument("--wheels", type=tool_cli.path, default=None, metavar="DIR",
                    help="install the venv's packages from DIR only, no package index (see `wheels`)")  # fmt: skip
     b.add_argument("--system-torch", action="store_true",
                    help="the venv takes this machine's torch (and its other packages) instead of installing ours")  # fmt: skip
     w = sub.add_parser(
         "wheels", help="a folder with what `build --wheels DIR --system-torch` needs on an offline machine"
     )
-    w.add_argument("--out", type=Path, required=True)
+    w.add_argument("--out", type=tool_cli.path, required=True)
     w.add_argument("--python-version", default="3.12", help="that machine's Python (default: %(default)s)")
     w.add_argument("--platform", action="append", default=[], metavar="TAG",
                    help="its wheel platform tags (default: manylinux 2.17 to 2.28, x86_64)")  # fmt: skip
@@ -1251,10 +1296,10 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=helps[name])
         if name == "train":
             p.add_argument("env")
-            p.add_argument("--stop-steps", type=float, default=float("inf"))
-            p.add_argument("--stop-seconds", type=float, default=float("inf"))
+            p.add_argument("--stop-steps", type=POSITIVE, default=float("inf"))
+            p.add_argument("--stop-seconds", type=POSITIVE, default=float("inf"))
             p.add_argument(
-                "--seed", type=int, default=None, help="train.seed and vec.seed (PufferLib's default: 42)"
+                "--seed", type=SEED, default=None, help="train.seed and vec.seed (PufferLib's default: 42)"
             )
             p.add_argument("--set", action="append", default=[], metavar="--KEY=VALUE",
                            help="a PufferLib option, e.g. --set=--train.learning-rate=0.01")  # fmt: skip
@@ -1262,49 +1307,54 @@ def main(argv: list[str] | None = None) -> int:
                            help="train on our env (appliance.vector, this checkout) through an adapter")  # fmt: skip
             p.add_argument("--our-env-param", action="append", default=[], metavar="KEY=VALUE",
                            help="with --our-env: one of our env's params, e.g. terminal_at_game_end=0")  # fmt: skip
-            p.add_argument("--save-model", type=Path, default=None, metavar="PATH",
+            p.add_argument("--save-model", type=tool_cli.path, default=None, metavar="PATH",
                            help="write the policy's weights here where the run stops (for peer_crossplay.py)")  # fmt: skip
             p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                            help="cuda: on a GPU, after `build --cuda` (default: %(default)s)")  # fmt: skip
             p.add_argument("--backend", default=None,
                            help="PufferLib's vec backend (default: Serial on the CPU, its config's on cuda)")  # fmt: skip
         elif name == "ours":
-            p.add_argument("run_dir", type=Path)
+            p.add_argument("run_dir", type=tool_cli.path)
             p.add_argument("--env", required=True)
-            p.add_argument("--seed", type=int, default=None)
+            p.add_argument("--seed", type=SEED, default=None)
         else:
-            p.add_argument("curve", type=Path)
+            p.add_argument("curve", type=tool_cli.path)
             p.add_argument("--env", required=True)
             p.add_argument("--our-env", action="store_true", help="the curve is of a train --our-env run")
         p.add_argument("--metric", default="perf", help=f"a logged stat, or one of {', '.join(DERIVED)}")
-        p.add_argument("--target", type=float, default=0.9)
+        p.add_argument("--target", type=tool_cli.number(), default=0.9)
         p.add_argument(
             "--at", type=steps_list, default="30e6,65e6",
             help="steps at which to report the score (comma-separated)",
         )  # fmt: skip
         p.add_argument(
-            "--out", type=Path, required=True, help="the report (.json); the raw curve goes beside it"
+            "--out",
+            type=tool_cli.path,
+            required=True,
+            help="the report (.json); the raw curve goes beside it",
         )
     sp = sub.add_parser(
         "speed",
         help="both trainers at PufferLib's settings for ENV (or ours on its defaults), interleaved windows",
     )
     sp.add_argument("env")
-    sp.add_argument("--rounds", type=int, default=3)
-    sp.add_argument("--seconds", type=float, default=120.0, help="each window (default: %(default)s)")
-    sp.add_argument("--warmup", type=float, default=30.0, help="seconds left out of each window's figure")
+    sp.add_argument("--rounds", type=tool_cli.number(1, 1000, integer=True), default=3)
+    sp.add_argument("--seconds", type=tool_cli.number(0, 1e6, low_open=True), default=120.0,
+                    help="each window (default: %(default)s)")  # fmt: skip
+    sp.add_argument("--warmup", type=tool_cli.number(0, 1e6), default=30.0,
+                    help="seconds left out of each window's figure")  # fmt: skip
     sp.add_argument("--ours", action="append", default=[], metavar="--KEY=VALUE",
                     help="an option for our side, e.g. --ours=--train.precision=bfloat16")  # fmt: skip
     sp.add_argument("--ours-defaults", action="store_true",
                     help="our side on its own defaults for ENV (puffer-bench train ENV), not bench/parity/ENV.yaml")  # fmt: skip
-    sp.add_argument("--out", type=Path, required=True)
+    sp.add_argument("--out", type=tool_cli.path, required=True)
     c = sub.add_parser("config", help="PufferLib's config for ENV on our keys, as bench/parity/ENV.yaml")
     c.add_argument("env")
-    c.add_argument("--out", type=Path, default=None, help="default: bench/parity/ENV.yaml")
+    c.add_argument("--out", type=tool_cli.path, default=None, help="default: bench/parity/ENV.yaml")
     tb = sub.add_parser(
         "table", help="agent-steps and seconds to PufferLib's final score, per env (Markdown)"
     )
-    tb.add_argument("reports", type=Path, nargs="+")
+    tb.add_argument("reports", type=tool_cli.path, nargs="+")
     tb.add_argument("--target", action="append", default=[], metavar="ENV=VALUE",
                     help="the score to reach on ENV (default: the lowest final score of its PufferLib reports)")  # fmt: skip
     tb.add_argument(
@@ -1317,110 +1367,111 @@ def main(argv: list[str] | None = None) -> int:
         "--means", action="store_true",
         help="a second table: per setup (reports named alike but for their -sN seed suffix), the mean score at each --at",
     )  # fmt: skip
-    tb.add_argument("--out", type=Path, default=None, help="write the table here too")
+    tb.add_argument("--out", type=tool_cli.path, default=None, help="write the table here too")
     pl = sub.add_parser("plot", help="the reports' curves in one figure")
-    pl.add_argument("reports", type=Path, nargs="+")
-    pl.add_argument("--out", type=Path, required=True)
+    pl.add_argument("reports", type=tool_cli.path, nargs="+")
+    pl.add_argument("--out", type=tool_cli.path, required=True)
     a = ap.parse_args(argv)
-    try:
-        if a.cmd == "build":
-            build(a.cache, [e for e in a.envs.split(",") if e], a.cuda, a.wheels, a.system_torch)
-        elif a.cmd == "wheels":
-            platforms = a.platform or [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28)] + [
-                "manylinux2014_x86_64"
-            ]
-            wheels(a.cache, a.out, a.python_version, platforms)
-        elif a.cmd == "config":
-            if a.env not in ENVS:
-                raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
-            write_config(a.cache, a.env, a.out or REPO / "bench" / "parity" / f"{a.env}.yaml")
-        elif a.cmd == "speed":
-            if a.env not in ENVS:
-                raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
-            if a.rounds < 1 or not a.seconds > a.warmup >= 0:
-                raise PeerError("--rounds must be at least 1 and --seconds more than --warmup (>= 0)")
-            check_out(a.out)
-            ours_set = [x for item in a.ours for x in item.split("=", 1)]
-            write_report(
-                speed(a.cache, a.env, a.rounds, a.seconds, a.warmup, a.out, ours_set, a.ours_defaults), a.out
-            )
-        elif a.cmd == "plot":
-            check_suffix(a.out, (".png", ".svg", ".pdf"), "the figure")
-            plot(a.reports, a.out)
-        elif a.cmd == "table":
-            targets = {}
-            for item in a.target:
-                env, sep, value = item.partition("=")
-                try:
-                    targets[env] = float(value)
-                except ValueError:
-                    raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9") from None
-                if not sep:
-                    raise PeerError(f"--target {item!r}: expected ENV=NUMBER, e.g. breakout=0.9")
-            at_steps = tuple(a.at)
-            if a.out:
-                check_suffix(a.out, (".md", ".txt"), "the table")
-            text = table(a.reports, targets, at_steps, a.links)
-            if a.means:
-                text += "\n" + means(a.reports, at_steps)
-            print(text, end="")
-            if a.out:
-                a.out.parent.mkdir(parents=True, exist_ok=True)
-                a.out.write_text(text)
+    return tool_cli.guarded(lambda: run_command(a))
+
+
+def run_command(a: argparse.Namespace) -> None:
+    """The work of the command ``a`` names (its arguments already parsed and typed)."""
+    if a.cmd == "build":
+        if a.wheels is not None and not a.wheels.is_dir():
+            raise PeerError(f"--wheels {a.wheels}: no such folder (make one with the `wheels` command)")
+        build(a.cache, a.envs, a.cuda, a.wheels, a.system_torch)
+    elif a.cmd == "wheels":
+        platforms = a.platform or [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28)] + [
+            "manylinux2014_x86_64"
+        ]
+        if not re.fullmatch(r"3\.\d+", a.python_version):
+            raise PeerError(f"--python-version {a.python_version!r}: a Python 3 version such as 3.12")
+        wheels(a.cache, a.out, a.python_version, platforms)
+    elif a.cmd == "config":
+        if a.env not in ENVS:
+            raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
+        out = a.out or REPO / "bench" / "parity" / f"{a.env}.yaml"
+        check_suffix(out, (".yaml", ".yml"), "a config")
+        tool_cli.check_output(
+            out, ours=lambda p: p.read_text().startswith(f"# PufferLib {VERSION}'s config/")
+        )
+        write_config(a.cache, a.env, out)
+    elif a.cmd == "speed":
+        if a.env not in ENVS:
+            raise PeerError(f"no PufferLib counterpart known for {a.env}; known: {', '.join(ENVS)}")
+        if not a.seconds > a.warmup:
+            raise PeerError(f"--seconds {a.seconds:g} must be more than --warmup {a.warmup:g}")
+        check_out(a.out)
+        ours_set = [x for item in a.ours for x in item.split("=", 1)]
+        write_report(
+            speed(a.cache, a.env, a.rounds, a.seconds, a.warmup, a.out, ours_set, a.ours_defaults), a.out
+        )
+    elif a.cmd == "plot":
+        check_suffix(a.out, (".png", ".svg", ".pdf"), "the figure")
+        tool_cli.check_output(a.out)
+        plot(a.reports, a.out)
+    elif a.cmd == "table":
+        targets = tool_cli.finite_items(a.target, "--target")
+        at_steps = tuple(a.at)
+        if a.out:
+            check_suffix(a.out, (".md", ".txt"), "the table")
+            tool_cli.check_output(a.out)
+        text = table(a.reports, targets, at_steps, a.links)
+        if a.means:
+            text += "\n" + means(a.reports, at_steps)
+        print(text, end="")
+        if a.out:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(text)
+    else:
+        at = list(a.at)
+        if a.cmd == "ours":
+            check_out(a.out, "copy", a.run_dir / "metrics.jsonl")
         else:
-            at = list(a.at)
-            if a.cmd == "ours":
-                check_out(a.out, "copy", a.run_dir / "metrics.jsonl")
-            else:
-                check_out(a.out, "new" if a.cmd == "train" else "")
-            if a.cmd == "train":
-                for value in (a.stop_steps, a.stop_seconds):
-                    if not value > 0:
-                        raise PeerError("--stop-steps and --stop-seconds must be positive")
-                jsonl = a.out.resolve().with_suffix(".jsonl")  # the trainer runs in the cache folder
-                extra = [s for item in a.set for s in item.split("=", 1)]
-                if a.save_model:
-                    a.save_model.parent.mkdir(parents=True, exist_ok=True)
-                if a.our_env_param and not a.our_env:
-                    raise PeerError("--our-env-param needs --our-env")
-                our_params = parse_our_env_params(a.env, a.our_env_param)
-                info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env,
-                             a.save_model, our_params, a.device, a.backend)  # fmt: skip
-                rows = derive(
-                    peer_rows(jsonl, info["config"]),
-                    a.metric,
-                    "ours" if a.our_env else "pufferlib",
-                    on_our_env(info["config"], a.env) if a.our_env else info["config"],
+            check_out(a.out, "new" if a.cmd == "train" else "")
+        if a.cmd == "train":
+            jsonl = a.out.resolve().with_suffix(".jsonl")  # the trainer runs in the cache folder
+            extra = [s for item in a.set for s in item.split("=", 1)]
+            if a.save_model:
+                a.save_model.parent.mkdir(parents=True, exist_ok=True)
+            if a.our_env_param and not a.our_env:
+                raise PeerError("--our-env-param needs --our-env")
+            our_params = parse_our_env_params(a.env, a.our_env_param)
+            info = train(a.cache, a.env, a.stop_steps, a.stop_seconds, a.seed, extra, jsonl, a.our_env,
+                         a.save_model, our_params, a.device, a.backend)  # fmt: skip
+            rows = derive(
+                peer_rows(jsonl, info["config"]),
+                a.metric,
+                "ours" if a.our_env else "pufferlib",
+                on_our_env(info["config"], a.env) if a.our_env else info["config"],
+            )
+            system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
+            data = make_report(system, a.env, a.metric, a.target, rows, info["config"],
+                               info["command"], a.seed, at, a.device)  # fmt: skip
+        elif a.cmd == "report":
+            ini = ini_config(a.cache, a.env)
+            side = "ours" if a.our_env else "pufferlib"
+            rows = derive(
+                peer_rows(a.curve, ini), a.metric, side, on_our_env(ini, a.env) if a.our_env else ini
+            )
+            system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
+            data = make_report(system, a.env, a.metric, a.target, rows, ini_config(a.cache, a.env),
+                               f"PufferLib's curve {a.curve}", None, at)  # fmt: skip
+        else:
+            rows, config = our_rows(a.run_dir)
+            if config.get("env_name") not in (None, a.env):
+                raise PeerError(
+                    f"--env {a.env}: {a.run_dir} is a run of {config['env_name']}; pass --env {config['env_name']}"
                 )
-                system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
-                data = make_report(system, a.env, a.metric, a.target, rows, info["config"],
-                                   info["command"], a.seed, at, a.device)  # fmt: skip
-            elif a.cmd == "report":
-                ini = ini_config(a.cache, a.env)
-                side = "ours" if a.our_env else "pufferlib"
-                rows = derive(
-                    peer_rows(a.curve, ini), a.metric, side, on_our_env(ini, a.env) if a.our_env else ini
-                )
-                system = f"pufferlib-{VERSION}" + ("-on-our-env" if a.our_env else "")
-                data = make_report(system, a.env, a.metric, a.target, rows, ini_config(a.cache, a.env),
-                                   f"PufferLib's curve {a.curve}", None, at)  # fmt: skip
-            else:
-                rows, config = our_rows(a.run_dir)
-                rows = derive(rows, a.metric, "ours", config)
-                a.out.parent.mkdir(parents=True, exist_ok=True)  # the raw curve beside the report, as train's
-                copy = a.out.with_suffix(".jsonl")
-                if copy.resolve() != (a.run_dir / "metrics.jsonl").resolve():
-                    copy.write_bytes((a.run_dir / "metrics.jsonl").read_bytes())
-                data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
-                                   f"our run folder {a.run_dir}", a.seed, at)  # fmt: skip
-            write_report(data, a.out)
-    except (PeerError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    return 0
+            rows = derive(rows, a.metric, "ours", config)
+            a.out.parent.mkdir(parents=True, exist_ok=True)  # the raw curve beside the report, as train's
+            copy = a.out.with_suffix(".jsonl")
+            if copy.resolve() != (a.run_dir / "metrics.jsonl").resolve():
+                copy.write_bytes((a.run_dir / "metrics.jsonl").read_bytes())
+            data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
+                               f"our run folder {a.run_dir}", a.seed, at)  # fmt: skip
+        write_report(data, a.out)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tool_cli  # a sibling script, not a package
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -41,7 +44,7 @@ def parse_variant(items: list[str]) -> dict[str, str]:
 
 
 def window(
-    env_name: str, variant: dict[str, str], steps: str, train_args: list[str], scratch: Path
+    env_name: str, variant: dict[str, str], steps: int, train_args: list[str], scratch: Path
 ) -> dict[str, Any]:
     """One training run of the variant; its steady agent-steps/s and phase seconds."""
     from appliance.bench import noise
@@ -50,7 +53,7 @@ def window(
     run = scratch / "run"
     shutil.rmtree(run, ignore_errors=True)
     cmd = [sys.executable, "-c", "from appliance.cli import main; main()", "train", env_name, "--no-dashboard",
-           "--run-id", run.name, "--train.data-dir", str(scratch), "--stop-steps", steps, *train_args]  # fmt: skip
+           "--run-id", run.name, "--train.data-dir", str(scratch), "--stop-steps", str(steps), *train_args]  # fmt: skip
     before, sampler = noise.gate_check(), noise.Sampler()
     sampler.sample()
     proc = subprocess.run(
@@ -83,19 +86,23 @@ def window(
             "steal_cores": load.get("steal_cores")}  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = tool_cli.Parser(description=__doc__.splitlines()[0])
     ap.add_argument("env")
     ap.add_argument("--a", action="append", default=[], metavar="NAME=VALUE", help="variant A's environment")
     ap.add_argument("--b", action="append", default=[], metavar="NAME=VALUE", help="variant B's environment")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--stop-steps", default="3.2e6", help="agent-steps per window (at least 3 epochs)")
+    ap.add_argument("--rounds", type=tool_cli.number(1, 1000, integer=True), default=3)
+    ap.add_argument("--stop-steps", type=tool_cli.number(1, 2**63 - 1, integer=True), default=3_200_000,
+                    help="agent-steps per window (at least 3 epochs)")  # fmt: skip
     ap.add_argument("--train-arg", action="append", default=[], metavar="ARG",
                     help="a train option for both sides, e.g. --train-arg=--policy.hidden-size=64")  # fmt: skip
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=tool_cli.path, required=True)
     a = ap.parse_args(argv)
-    if a.rounds < 1:
-        raise SystemExit("error: --rounds must be at least 1")
+    return tool_cli.guarded(lambda: run_command(a, argv))
+
+
+def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
+    tool_cli.check_output(a.out, ours=tool_cli.written_by("train_ab"))
     sys.path.insert(0, str(REPO))
     from appliance.bench.noise import thresholds
     from appliance.errors import ApplianceError
@@ -139,4 +146,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -56,12 +56,16 @@ def run(
     execute: Callable[..., Any] = subprocess.run,
 ) -> dict[str, Any]:
     """Measure A and B in alternating rounds (A B A B ...); return the A/B result (JSON-ready)."""
-    from appliance.bench.suite.definition import load
+    from appliance.bench.suite.definition import _env_list, load
     from appliance.config import detect_profile
     from appliance.sysinfo import fingerprint
 
     if rounds < 2:
         raise ConfigError("ab needs at least 2 rounds for an interval (--rounds)")
+    if envs is not None:  # before any worktree or image is prepared
+        if not envs:
+            raise ConfigError("--envs names no env: leave it out to measure every env of the suite")
+        _env_list("--envs", list(envs), gymnasium_ok=True)
     variants = {"A": parse_variant(a), "B": parse_variant(b)}
     kinds = {v.kind for v in variants.values()}
     if len(kinds) > 1:
@@ -73,7 +77,7 @@ def run(
     fp = fingerprint()
     options = {
         "profile": profile or detect_profile(fp.get("gpus") or []),
-        "envs": list(envs) if envs else None,
+        "envs": list(envs) if envs is not None else None,
         "seconds": seconds,
         "suite_arg": str(path.resolve()) if Path(suite_name).suffix in (".yaml", ".yml") else suite_name,
     }

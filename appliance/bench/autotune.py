@@ -25,6 +25,7 @@ import yaml
 
 from appliance import ocean
 from appliance.bench.vecsps import action_sets, measure
+from appliance.config import RANGES
 from appliance.errors import ConfigError
 
 
@@ -150,8 +151,11 @@ def candidates(
             out.append({"backend": "serial", "num_envs": n, "batch_size": n, "zero_copy": False})
     fitting = [cand for cand in out if cand["num_envs"] * ram_per_env <= max_ram_bytes]
     if not fitting:
+        n = min(cand["num_envs"] for cand in out)
         raise ConfigError(
-            f"no configuration fits --max-ram-gb {max_ram_bytes / 2**30:g}: one env needs {ram_per_env / 2**20:.2f} MiB"
+            f"no configuration fits --max-ram-gb {max_ram_bytes / 2**30:g}: the smallest, {n:,} envs, needs "
+            f"{n * ram_per_env / 2**30:.3g} GiB at {ram_per_env / 2**20:.3g} MiB an env; give a smaller "
+            "--batch-size or a larger --max-ram-gb"
         )
     return fitting
 
@@ -211,21 +215,23 @@ def tune(
 BUFFER_COUNTS = (1, 2, 4, 8)
 
 
-def buffer_counts(spec: str, cuda: bool) -> list[int]:
-    """``--buffers``: ``auto`` (1, 2, 4, 8 on a CUDA machine, none on a CPU), ``none``, or a list ``1,2,4``."""
-    text = spec.strip().lower()
+def buffer_counts(spec: str | list[int], cuda: bool) -> list[int]:
+    """``--buffers``: ``auto`` (1, 2, 4, 8 on a CUDA machine, none on a CPU), ``none``, or a list ``1,2,4``
+    (as text, or as the CLI parsed it); a count outside ``train.buffers``' range is refused."""
+    text = spec.strip().lower() if isinstance(spec, str) else ""
     if text == "auto":
         return list(BUFFER_COUNTS) if cuda else []
-    if text in ("none", "", "0"):
+    if text == "none":
         return []
     try:
-        counts = sorted({int(x) for x in text.split(",") if x.strip()})
+        counts = sorted({int(x) for x in text.split(",")}) if isinstance(spec, str) else sorted(set(spec))
     except ValueError:
         raise ConfigError(
             f"--buffers {spec!r}: expected auto, none or a list of counts such as 1,2,4"
         ) from None
-    if not counts or counts[0] < 1:
-        raise ConfigError(f"--buffers {spec!r}: buffer counts must be >= 1")
+    valid = RANGES[("train", "buffers")]
+    if not counts or not all(valid.contains(c) for c in counts):
+        raise ConfigError(f"--buffers {spec!r}: buffer counts must be ints {valid}")
     return counts
 
 

@@ -40,7 +40,9 @@ def resolve_env(env: str, step_us: float | None) -> tuple[str, Any]:
     if env.startswith("ocean:"):
         name = ocean.ocean_name(env)
         if name is None:
-            raise ConfigError(f"unknown Ocean env {name!r}; known: {', '.join(ocean.names())}")
+            raise ConfigError(
+                f"unknown Ocean env {env[len('ocean:') :]!r}; known: {', '.join(ocean.names())}"
+            )
         return env, name
     from appliance.emulation import make_factory
 

@@ -11,7 +11,9 @@ import click
 
 from appliance.cli.common import (
     CONTEXT,
+    PROFILE,
     PROFILE_HELP,
+    NameList,
     Number,
     check_out,
     cli,
@@ -32,7 +34,7 @@ def _print_analysis(report: dict[str, Any]) -> None:
 
 
 @cli.command("profile", context_settings=CONTEXT)
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.option(
     "--env", default="breakout", show_default=True, help="Ocean env for env speed and the roofline."
 )
@@ -79,8 +81,8 @@ def profile_cmd(
 
 @cli.command("run", context_settings=CONTEXT)
 @click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
-@click.option("--envs", "env_list", help="Only measure these envs (comma-separated).")
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
+@click.option("--envs", "env_list", type=NameList(), help="Only measure these envs (comma-separated).")
 @click.option("--repeats", type=count(), help="Repeats per measurement (default: bench.repeats, 3).")
 @click.option("--seconds", type=duration(), help="Timed seconds per measurement (default: the suite's).")
 @click.option("--out", "out_dir", default="results", show_default=True, help="Reports go to OUT/<profile>/.")
@@ -95,7 +97,7 @@ def profile_cmd(
 def run_cmd(
     suite_name: str,
     profile: str | None,
-    env_list: str | None,
+    env_list: list[str] | None,
     repeats: int | None,
     seconds: float | None,
     out_dir: str,
@@ -116,11 +118,10 @@ def run_cmd(
         from appliance.container import run_in_container
 
         sys.exit(run_in_container(container, sys.argv[1:], results=Path(out_dir)))
-    envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
     data, paths = run_suite(
         suite_name,
         profile,
-        envs_filter,
+        env_list,
         repeats,
         seconds,
         out_dir,
@@ -272,8 +273,8 @@ def gpu_check(out_dir: str | None, runs: int) -> None:
 @click.argument("a")
 @click.argument("b")
 @click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
-@click.option("--envs", "env_list", help="Only measure these envs (comma-separated).")
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
+@click.option("--envs", "env_list", type=NameList(), help="Only measure these envs (comma-separated).")
 @click.option("--rounds", default=3, show_default=True, type=count(), help="Rounds; each runs A then B once.")
 @click.option("--seconds", type=duration(), help="Timed seconds per measurement (default: the suite's).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the result here (.json and .md).")
@@ -282,7 +283,7 @@ def ab_cmd(
     b: str,
     suite_name: str,
     profile: str | None,
-    env_list: str | None,
+    env_list: list[str] | None,
     rounds: int,
     seconds: float | None,
     out: str | None,
@@ -306,9 +307,8 @@ def ab_cmd(
 
     if out:  # before the first round, not after them; ab writes OUT.json and OUT.md
         check_out(out, "--out", beside=[Path(out).with_suffix(".json"), Path(out).with_suffix(".md")])
-    envs_filter = [e.strip() for e in env_list.split(",") if e.strip()] if env_list else None
     result = ab.run(
-        a, b, suite_name, rounds, profile, envs_filter, seconds, progress=lambda t: click.echo(t, err=True)
+        a, b, suite_name, rounds, profile, env_list, seconds, progress=lambda t: click.echo(t, err=True)
     )
     partial = result.get("partial")
     if result["metrics"]:

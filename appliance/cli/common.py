@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 import appliance
 from appliance.errors import ApplianceError
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 OVERRIDES = {"ignore_unknown_options": True, "allow_extra_args": True, **CONTEXT}
@@ -46,11 +49,30 @@ _STARTED = "puffer-bench.started"
 
 
 class _Command(click.Command):
-    """A command that notes when it starts (after its options are parsed)."""
+    """A command that refuses an empty value of any option or argument (``--resume ''`` is no run,
+    not "start a new one"; ``--container ''`` is no image, not "run here"), then notes when it
+    starts (after its options are parsed)."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        for param in self.params:
+            if not isinstance(
+                param.type, click.types.UnprocessedParamType
+            ):  # config overrides say it themselves
+                _refuse_empty(ctx, param, ctx.params.get(param.name or ""))
         ctx.meta[_STARTED] = True
         return super().invoke(ctx)
+
+
+def _refuse_empty(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """An option or argument given as ``''`` (or blank) is a one-line error, not "not given"."""
+    for v in value if isinstance(value, tuple | list) else [value]:
+        if isinstance(v, str) and not v.strip():
+            fix = (
+                f"leave {param.opts[0]} out or give a value"
+                if isinstance(param, click.Option)
+                else "give a value"
+            )
+            raise click.BadParameter(f"{_shown(v)} is empty; {fix}", ctx=ctx, param=param)
 
 
 _Group.command_class = _Command
@@ -62,6 +84,8 @@ def _param_name(e: click.BadParameter) -> str:
         return f"{e.param_hint}: " if isinstance(e.param_hint, str) else f"{e.param_hint[0]}: "
     if e.param is None:
         return ""
+    if isinstance(e.param, click.Argument):  # as its usage line shows it: NAMES
+        return f"{(e.param.name or '').upper()}: "
     opts = getattr(e.param, "opts", None)
     return f"{opts[0] if opts else (e.param.name or '').upper()}: "
 
@@ -113,20 +137,72 @@ class Number(click.ParamType):
 
 
 class IntList(click.ParamType):
-    """Comma-separated ints, each within ``low``..``high`` (e.g. ``--threads 1,2,4``)."""
+    """Comma-separated ints, each within ``low``..``high`` (e.g. ``--threads 1,2,4``); ``words`` are
+    values the option also takes as they are (``--buffers auto``). Empty is refused."""
 
     name = "ints"
 
-    def __init__(self, low: int, high: int) -> None:
-        self.item = Number(low, high, integer=True)
+    def __init__(
+        self, low: int, high: int | Callable[[], int], words: tuple[str, ...] = (), why: str = ""
+    ) -> None:
+        self.item = Number(low, high, integer=True, why=why)
+        self.words = words
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, list):
             return value
-        items = [v.strip() for v in str(value).split(",") if v.strip()]
-        if not items:
-            self.fail(f"expected comma-separated ints {self.item.range()}, got {_shown(value)}", param, ctx)
+        if str(value).strip().lower() in self.words:
+            return str(value).strip().lower()
+        items = [v.strip() for v in str(value).split(",")]
+        if not any(items):
+            or_words = "".join(f"{w}, " for w in self.words)
+            self.fail(
+                f"expected {or_words}comma-separated ints {self.item.range()}, got {_shown(value)}",
+                param,
+                ctx,
+            )
+        if not all(items):
+            self.fail(f"{_shown(value)} has an empty item; expected comma-separated ints", param, ctx)
         return [self.item.convert(v, param, ctx) for v in items]
+
+
+class NameList(click.ParamType):
+    """Comma-separated names (``--envs breakout,squared``), at least one, none empty or twice. Whether
+    each name is known is for the command to check, where it knows the names."""
+
+    name = "names"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list):
+            return value
+        items = [v.strip() for v in str(value).split(",")]
+        if not all(items):
+            what = "is empty" if not any(items) else "has an empty name"
+            self.fail(
+                f"{_shown(value)} {what}; expected comma-separated names, e.g. breakout,squared", param, ctx
+            )
+        twice = sorted({v for v in items if items.count(v) > 1})
+        if twice:
+            self.fail(f"{_shown(value)} names {', '.join(twice)} twice", param, ctx)
+        return items
+
+
+class ProfileName(click.ParamType):
+    """A hardware profile's name (``--gpu 4090``): one of bench/profiles, checked when the options
+    are parsed. An empty name is refused, not taken as "detect" (which is leaving the option out)."""
+
+    name = "profile"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from appliance.config import profile_names, unknown_name
+
+        known = profile_names()
+        if str(value) not in known:
+            self.fail(str(unknown_name("hardware profile", str(value), known, "valid profiles")), param, ctx)
+        return str(value)
+
+
+PROFILE = ProfileName()
 
 
 def _parse(value: Any, integer: bool) -> float | int | None:
@@ -192,12 +268,29 @@ def cli() -> None:
 def pick_profile(given: str | None) -> str:
     """The hardware profile a command uses: ``--gpu NAME`` if given, else detected from this machine's
     GPUs the way ``run`` does (``cpu`` without a GPU)."""
-    if given:
+    if given is not None:
         return given
     from appliance.config import detect_profile
     from appliance.sysinfo import gpu_info
 
     return detect_profile(gpu_info()[0])
+
+
+def run_config(
+    env: str | None,
+    profile: str | None,
+    config_file: str | None,
+    overrides: list[str],
+    family: str | None = None,
+) -> Config:
+    """The config a run of ``env`` uses on this machine: every layer, the hardware profile included
+    (``--gpu``, or detected as :func:`pick_profile` does). ``train``, ``eval`` and ``config`` all
+    resolve through here, so ``config ENV`` prints what ``train ENV`` runs (``family``: ``--family``)."""
+    from appliance.config import resolve
+
+    return resolve(
+        env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides, family=family
+    )
 
 
 def split_env(args: tuple[str, ...]) -> tuple[str | None, list[str]]:

@@ -10,8 +10,10 @@ import click
 from appliance.cli.common import (
     CONTEXT,
     OVERRIDES,
+    PROFILE,
     PROFILE_HELP,
     IntList,
+    NameList,
     Number,
     check_out,
     cli,
@@ -21,7 +23,9 @@ from appliance.cli.common import (
     env_params,
     pick_profile,
     print_table,
+    run_config,
     split_env,
+    usable_cores,
     write_json,
     write_out,
 )
@@ -55,7 +59,7 @@ def info(as_json: bool) -> None:
 
 
 @cli.command(context_settings=OVERRIDES)
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.option(
     "--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config, after the profile."
 )
@@ -65,16 +69,15 @@ def info(as_json: bool) -> None:
 def config(
     profile: str | None, config_file: str | None, as_json: bool, family: str | None, args: tuple[str, ...]
 ) -> None:
-    """Print the resolved config a run would use.
+    """Print the resolved config a run would use: what train ENV runs with the same options, on
+    this machine's hardware profile (detected, or --gpu).
 
     \b
     puffer-bench config [ENV] [--gpu PROFILE] [--config FILE] [--section.key VALUE ...]
     e.g. puffer-bench config breakout --gpu 4090 --train.learning-rate 3e-4
     """
-    from appliance.config import resolve
-
     env, overrides = split_env(args)
-    cfg = resolve(env=env, profile=profile, config_file=config_file, overrides=overrides, family=family)
+    cfg = run_config(env, profile, config_file, overrides, family=family)
     click.echo((cfg.to_json() if as_json else cfg.to_yaml()).rstrip("\n"))
 
 
@@ -148,13 +151,11 @@ def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
 
 
 @envs.command("sps", context_settings=CONTEXT)
-@click.argument("names", required=False)
+@click.argument("names", required=False, type=NameList())
 @click.option(
     "--threads",
-    default="1,2",
-    show_default=True,
-    type=IntList(1, 4096),
-    help="Comma-separated thread counts.",
+    type=IntList(1, usable_cores, why=" (the usable cores here)"),
+    help="Comma-separated thread counts, at most the usable cores (default: 1,2 where there are 2).",
 )
 @click.option(
     "--seconds", default=2.0, show_default=True, type=duration(), help="Timed seconds per measurement."
@@ -164,7 +165,11 @@ def save_gif(frames: list[Any], path: str, duration_ms: int) -> None:
     "--json", "json_out", type=click.Path(dir_okay=False), help="Also write the rows (with fingerprint) here."
 )
 def envs_sps(
-    names: str | None, threads: list[int], seconds: float, num_envs: int | None, json_out: str | None
+    names: list[str] | None,
+    threads: list[int] | None,
+    seconds: float,
+    num_envs: int | None,
+    json_out: str | None,
 ) -> None:
     """Env-only agent-steps per second with random actions, per thread count.
 
@@ -175,8 +180,9 @@ def envs_sps(
     from appliance.bench.envsps import scaling, table_rows
 
     check_out(json_out)
+    threads = threads or [t for t in (1, 2) if t <= usable_cores()]
     known = ocean.names()
-    selected = [n for n in names.split(",") if n] if names else known
+    selected = names if names is not None else known
     for n in selected:
         if n not in known:
             raise click.BadParameter(f"unknown env {n!r}; known: {', '.join(known)}", param_hint="NAMES")
@@ -231,6 +237,12 @@ def vector_bench(
     from appliance.bench import vectorbench
     from appliance.sysinfo import physical_cores
 
+    given = click.get_current_context().get_parameter_source("env")
+    if step_us is not None and given is not click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter(
+            f"--step-us times a test env of its own, not {env}: drop --env, or --step-us to time {env}",
+            param_hint="--env",
+        )
     check_out(json_out)
 
     cores = cores or physical_cores()
@@ -278,12 +290,13 @@ def vector_bench(
     type=click.Path(dir_okay=False),
     help="Write the fastest config as a YAML profile (for --config).",
 )
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.option(
     "--buffers",
     "buffers_spec",
     default="auto",
     show_default=True,
+    type=IntList(1, 256, words=("auto", "none")),  # train.buffers' range
     help="Rollout engine buffer counts to time with the winner (native Ocean envs): auto (1,2,4,8 on a GPU, none on a CPU), none, or e.g. 1,2,4.",
 )
 def autotune(
@@ -295,7 +308,7 @@ def autotune(
     cores: int | None,
     save: str | None,
     profile: str | None,
-    buffers_spec: str,
+    buffers_spec: str | list[int],
 ) -> None:
     """Profile ENV, time candidate vector configurations, and pick the fastest.
 
@@ -312,7 +325,12 @@ def autotune(
 
     check_out(save, "--save")
     cores = cores or physical_cores()
+    counts = tuner.buffer_counts(buffers_spec, _cuda())
     name = ocean_name(env)
+    if name is None:  # an unknown name is one line before the table, as an Ocean one is
+        from appliance.config import resolve
+
+        resolve(env=env)
     params: dict[str, Any] = env_params(name)[1] if name else {}
     console, rows = Console(), []
     console.print(
@@ -335,7 +353,6 @@ def autotune(
         )  # fmt: skip
     console.print(tuner.best_line(result["best"]))
     buffers = None
-    counts = tuner.buffer_counts(buffers_spec, _cuda())
     if counts and name and result["best"]["backend"] == "native":
         buffers = tuner.tune_buffers(
             name, params, result["best"], counts, pick_profile(profile), max(seconds, 1.0),

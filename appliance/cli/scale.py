@@ -8,6 +8,7 @@ import click
 
 from appliance.cli.common import (
     OVERRIDES,
+    PROFILE,
     PROFILE_HELP,
     cli,
     count,
@@ -20,7 +21,7 @@ from appliance.errors import ConfigError
 
 
 @cli.command(context_settings=OVERRIDES)
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.option(
     "--trials",
     default=20,

@@ -9,12 +9,13 @@ import click
 
 from appliance.cli.common import (
     OVERRIDES,
+    PROFILE,
     PROFILE_HELP,
     Number,
     check_out,
     cli,
     count,
-    pick_profile,
+    run_config,
     split_env,
 )
 from appliance.cli.machine import save_gif
@@ -24,7 +25,7 @@ from appliance.errors import ConfigError
 
 
 @cli.command(context_settings=OVERRIDES)
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.option(
     "--config",
     "config_file",
@@ -135,15 +136,19 @@ def _train(
     master_port: int | None,
     args: tuple[str, ...],
 ) -> None:
-    from appliance.config import resolve
-    from appliance.train import session
+    from appliance.train import launcher, session
 
     env, overrides = split_env(args)
     if env is None:
         raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
-    cfg = resolve(
-        env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides, family=family
-    )
+    where = launcher.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
+    if nproc == nnodes == 1 and master_port is not None:
+        raise ConfigError(
+            f"--master-port {master_port} is for a job of several ranks (--nproc or --nnodes above 1); "
+            "one process trains without one: drop it"
+        )
+    where.check()  # --node-rank 5 of one machine is refused on one process too
+    cfg = run_config(env, profile, config_file, overrides, family=family)
     options = session.Options(
         run_id=run_id,
         resume=resume,
@@ -156,9 +161,8 @@ def _train(
         stop_steps=stop_steps,
     )
     if nproc > 1 or nnodes > 1:
-        from appliance.train import distributed, launcher
+        from appliance.train import distributed
 
-        where = launcher.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
         lines = distributed.train(cfg, options, where)
     else:
         lines = session.train(cfg, options)
@@ -175,7 +179,7 @@ def _train(
     "--gif", type=click.Path(dir_okay=False), help="Write the first episode as an animated GIF (Ocean envs)."
 )
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config.")
-@click.option("--gpu", "profile", metavar="PROFILE", help=PROFILE_HELP)
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def evaluate(
     load_model_path: str,
@@ -188,7 +192,6 @@ def evaluate(
     """Run a trained policy on ENV and print episode scores (render frames with --gif)."""
     import numpy as np
 
-    from appliance.config import resolve
     from appliance.train.evaluate import play
     from appliance.train.runs import find_checkpoint
 
@@ -196,12 +199,7 @@ def evaluate(
     if env is None:
         raise ConfigError("eval needs an ENV")
     check_out(gif, "--gif")
-    cfg = resolve(
-        env=env,
-        profile=pick_profile(profile),
-        config_file=config_file,
-        overrides=[*overrides, "--vec.num-envs", "1", "--vec.num-workers", "1"],
-    )
+    cfg = run_config(env, profile, config_file, [*overrides, "--vec.num-envs", "1", "--vec.num-workers", "1"])
 
     def show(i: int, stats: dict[str, float]) -> None:
         if "score" in stats or "perf" in stats:

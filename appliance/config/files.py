@@ -1,5 +1,5 @@
-"""The files a config is read from: bounded YAML reads, the shipped defaults, the env and hardware
-profile names, and which profile a machine's GPU calls for."""
+"""The files a config is read from: bounded, strict YAML reads, the shipped defaults, the env and
+hardware profile names, and which profile a machine's GPU calls for."""
 
 from __future__ import annotations
 
@@ -17,12 +17,72 @@ MAX_YAML_DEPTH = 32
 MAX_YAML_VALUES = 1_000_000  # after aliases: a "billion laughs" file expands past it
 
 
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A mapping that gives one key twice: plain YAML keeps the later value and drops the earlier one
+    without a word, so a second ``train:`` section would silently replace the first."""
+
+
+def strict_load(text: str) -> Any:
+    """``yaml.safe_load`` that refuses a key given twice in one mapping, at any level.
+
+    The error (:class:`DuplicateKeyError`) names the key by its path (``train.learning_rate``) and
+    the lines of both. Keys a ``<<`` merge brings in may be overridden, as YAML means them to be."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_unique_keys(loader, node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_unique_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:
+    """Walk the composed document (each node once, so aliases cost nothing) for a repeated key."""
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()
+    while stack:
+        node, where = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack += [(item, f"{where}[{i}]") for i, item in enumerate(node.value)]
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        lines: dict[Any, yaml.Mark] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                stack.append((value_node, where))
+                continue
+            key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else key_node
+            text = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key)
+            name = f"{where}.{text}" if where else text
+            mark = key_node.start_mark
+            if key in lines:
+                first = lines[key]
+                at = (
+                    f"line {mark.line + 1}, columns {first.column + 1} and {mark.column + 1}"
+                    if first.line == mark.line
+                    else f"lines {first.line + 1} and {mark.line + 1}"
+                )
+                raise DuplicateKeyError(
+                    problem=f"key '{name}' is given twice, on {at} (the later would silently replace "
+                    "the earlier); keep one"
+                )
+            lines[key] = mark
+            stack.append((value_node, name))
+
+
 def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
     """Read a YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError.
 
     These files may come from elsewhere (a suite or config someone shared), so the file is bounded
     (:data:`MAX_YAML_BYTES`), and so is what it holds: nesting (:data:`MAX_YAML_DEPTH`) and values
-    counted through aliases (:data:`MAX_YAML_VALUES`). Every refusal is one line naming the file."""
+    counted through aliases (:data:`MAX_YAML_VALUES`). It is read strictly (:func:`strict_load`): a
+    key or section given twice is refused, naming both lines. Every refusal is one line naming the
+    file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path}")
@@ -35,7 +95,7 @@ def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
             f"{what} {path} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line}; save it as UTF-8"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = strict_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from appliance.config.files import strict_load
 from appliance.errors import ConfigError
 
 SECTIONS = ("vec", "train", "policy", "env", "bench")
@@ -107,7 +108,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("bench", "threads"): Range(1, 4096),
 }
 # String keys that must not be empty (paths).
-NON_EMPTY = {("train", "data_dir"), ("bench", "out")}
+NON_EMPTY = {("train", "data_dir"), ("bench", "out"), ("bench", "threads")}  # a path, a list
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -179,7 +180,10 @@ def coerce(value: Any, default: Any) -> Any:
     if isinstance(default, list):
         if isinstance(value, str):
             text = value.strip()
-            value = yaml.safe_load(text) if text.startswith("[") else [v for v in text.split(",") if v]
+            try:
+                value = strict_load(text) if text.startswith("[") else [v for v in text.split(",") if v]
+            except (yaml.YAMLError, RecursionError):  # '[1' is not a list: the caller names the key
+                raise ValueError from None
         if not isinstance(value, list):
             raise ValueError
         if default:
@@ -196,9 +200,9 @@ def check_value(
     ranges: Mapping[tuple[str, str], Range] = RANGES,
 ) -> None:
     """Raise a ConfigError if a typed value is outside its range in ``ranges`` (:data:`RANGES`, and an
-    Ocean env's parameter ranges while its config is resolved), or is an empty path."""
+    Ocean env's parameter ranges while its config is resolved), or is an empty path or list."""
     name = name or f"{section}.{key}"
-    if (section, key) in NON_EMPTY and isinstance(value, str) and not value.strip():
+    if (section, key) in NON_EMPTY and (value == [] or (isinstance(value, str) and not value.strip())):
         raise ConfigError(f"{name}: must not be empty")
     valid = ranges.get((section, key))
     if valid is None:

@@ -3,14 +3,15 @@
 A sweep folder is held by one sweep at a time (:func:`locked`). Its ``study.db`` is an Optuna SQLite
 study named ``sweep``; :func:`load_study` refuses, in one line saying what to do, a file that is
 damaged or truncated, not SQLite, another program's database, another Optuna study, or of a table
-schema this Optuna cannot use. A new study records the base config its trials start from
-(:func:`adopt`); resuming with another one is refused. Trials a stopped sweep left running fail
+schema this Optuna cannot use. A new study records the base config its trials start from and the
+space and objective it searches (:func:`adopt`); resuming with another of either is refused. Trials a stopped sweep left running fail
 and run again (:func:`put_back`, :func:`requeue_stale`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import sys
@@ -157,7 +158,9 @@ def open_study(out: str | Path) -> Any:
 
 
 def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space) -> None:
-    """A new study records what its trials start from; a resumed one must be given the same."""
+    """A new study records what its trials start from and what it searches; a resumed one must be
+    given the same: the same base config, and the same space and objective (a trial scored on
+    another metric, or pruned against curves of another one, would be compared with the rest)."""
     given = {
         "schema": SCHEMA,
         "env": base.env,
@@ -166,6 +169,7 @@ def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space) -> None:
         "overrides": base.overrides,
         "config_file": base.config_file,
         "base": sections_of(cfg),
+        "space": space_of(space),
     }
     attrs = study.user_attrs
     if attrs.get("env") not in (None, base.env):
@@ -184,9 +188,48 @@ def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space) -> None:
                 f"{out / DB} was swept with overrides {' '.join(old['overrides']) or '(none)'} and --config "
                 f"{old['config_file'] or '(none)'}; give the same ones to resume, or pass another --out"
             )
-    if attrs.get("base") is None:
-        for k, v in given.items():
+    before = attrs.get("space") or ({"objective": {"metric": attrs["metric"]}} if "metric" in attrs else {})
+    changed = _space_differences(before, given["space"])
+    if changed:
+        raise ConfigError(
+            f"{out / DB} was swept over another space: {'; '.join(changed)} (now from {space.source}); "
+            "give the same space to resume, or pass another --out for a new sweep"
+        )
+    for k, v in given.items():
+        if k not in attrs or attrs.get("base") is None:
             study.set_user_attr(k, v)
+
+
+def space_of(space: Space) -> dict[str, Any]:
+    """What a study searches, as plain JSON data (what it stores): the swept params as fitted to the
+    config, the objective and the pruning rule."""
+    return json.loads(
+        json.dumps(
+            {
+                "objective": {"metric": space.metric, "target": space.target, "window": space.window},
+                "prune": {"warmup": space.warmup, "margin": space.margin, "min_trials": space.min_trials},
+                "space": space.params,
+            }
+        )
+    )
+
+
+def _space_differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """How two spaces differ, part by part (``objective.metric was 'perf', now 'score'``); only the
+    parts ``before`` holds are compared (a study from before the space was kept holds its metric)."""
+    out = []
+    for part in ("objective", "prune", "space"):
+        if part not in before:
+            continue
+        a, b = before[part] or {}, now.get(part) or {}
+        for key in sorted(set(a) | set(b)) if part == "space" else sorted(a):
+            if key not in b:
+                out.append(f"{part}.{key} was swept, now not")
+            elif key not in a:
+                out.append(f"{part}.{key} was not swept, now is")
+            elif a[key] != b[key]:
+                out.append(f"{part}.{key} was {a[key]!r}, now {b[key]!r}")
+    return out[:3] + ([f"{len(out) - 3} more"] if len(out) > 3 else [])
 
 
 def _differences(before: dict[str, Any], now: dict[str, Any]) -> list[str]:

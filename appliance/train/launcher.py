@@ -53,9 +53,14 @@ class Launch:
         if self.nproc < 1 or self.nnodes < 1:
             raise ConfigError(f"--nproc and --nnodes must be at least 1 (got {self.nproc}, {self.nnodes})")
         if not 0 <= self.node_rank < self.nnodes:
-            raise ConfigError(f"--node-rank must be in 0..{self.nnodes - 1} (got {self.node_rank})")
+            raise ConfigError(
+                f"--node-rank {self.node_rank}: --nnodes {self.nnodes} numbers the machines 0..{self.nnodes - 1}; "
+                "pass this machine's number among them"
+            )
         if self.nnodes > 1 and not self.master_port:
             raise ConfigError("several machines need the same --master-port on each (e.g. 29500)")
+        if self.nnodes > 1 and not self.master_addr.strip():
+            raise ConfigError("--master-addr is empty: several machines need node 0's address on each")
         cap, per = local_rank_cap()
         if self.nproc > cap:
             raise ConfigError(

@@ -40,7 +40,11 @@ class SuiteRunner:
         from appliance.config import resolve
 
         self.suite, self.profile, self.report, self.repeats = suite, profile, report, repeats
-        self.filter = set(_env_list("--envs", list(envs_filter), gymnasium_ok=True)) if envs_filter else None
+        self.filter = (
+            set(_env_list("--envs", list(envs_filter), gymnasium_ok=True))
+            if envs_filter is not None
+            else None
+        )
         self.seconds = float(seconds or suite.get("seconds", 1.0))
         self.base = resolve(profile=profile)
         self.configs: dict[str, Any] = {}

@@ -1,0 +1,182 @@
+"""tools/*.py entry points are held to the CLI's contract (tools/tool_cli.py): a bad invocation is one
+line and exit 2 before any work, and no --out replaces a run's own files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = ["pufferlib_peer", "pufferlib4_peer", "peer_crossplay", "breakout_scripted", "cpu_roofline",
+         "ctrl_c_startup", "pool_overhead", "train_ab"]  # fmt: skip
+
+
+def tool(name):
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run folder as train leaves it (its files' contents do not matter here)."""
+    run = tmp_path / "experiments" / "run"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"global_step": 10, "uptime": 1.0, "env/perf": 0.5}\n')
+    (run / "config.yaml").write_text("env_name: squared\n")
+    (run / "model.pt").write_bytes(b"weights")
+    return run
+
+
+def before(folder):
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def exit_and_err(name, args, capsys):
+    """(exit status, stderr) of ``tools/<name>.py ARGS`` run in this process."""
+    try:
+        code = tool(name).main(args)
+    except SystemExit as stop:
+        code = stop.code
+    return code, capsys.readouterr().err
+
+
+def one_line_error(code, err, says):
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert says in err, err
+
+
+def no_work(monkeypatch, name):
+    """Each tool's work (training, building, timing) fails the test if it starts."""
+    for work in (
+        "train",
+        "speed",
+        "build",
+        "wheels",
+        "play",
+        "worker",
+        "compare",
+        "one",
+        "window",
+        "timed",
+        "envs_of",
+    ):
+        for module in (tool(name), tool("pufferlib_peer")):
+            if hasattr(module, work):
+                monkeypatch.setattr(module, work, lambda *a, **k: pytest.fail("the work started"))
+
+
+BAD = [
+    ("pufferlib_peer", [], "the following arguments are required: cmd"),
+    ("pufferlib_peer", ["nosuch"], "cmd: invalid choice"),
+    ("pufferlib_peer", ["ours", "RUN", "--env", "squared", "--seed", "-1", "--out", "o.json"], "--seed: '-1' is out of range"),
+    ("pufferlib_peer", ["ours", "RUN", "--env", "squared", "--target", "nan", "--out", "o.json"], "--target: 'nan' is not a finite"),
+    ("pufferlib_peer", ["ours", "RUN", "--env", "squared", "--at", "30e6,", "--out", "o.json"], "--at: '30e6,'"),
+    ("pufferlib_peer", ["ours", "RUN", "--env", "breakout", "--out", "o.json"], "is a run of squared; pass --env squared"),
+    ("pufferlib_peer", ["ours", "RUN", "--env", "squared", "--out", ""], "--out: '' is empty"),
+    ("pufferlib_peer", ["train", "breakout", "--stop-steps", "inf", "--out", "t.json"], "--stop-steps: 'inf' is not a finite"),
+    ("pufferlib_peer", ["train", "breakout", "--device", "tpu", "--out", "t.json"], "--device: invalid choice"),
+    ("pufferlib_peer", ["--cache", "", "train", "breakout", "--out", "t.json"], "--cache: '' is empty"),
+    ("pufferlib_peer", ["table", "RUN/metrics.jsonl", "--target", "breakout=nan"], "expected NAME=NUMBER"),
+    ("pufferlib_peer", ["table", "RUN/metrics.jsonl"], "not a learning-curve report"),
+    ("pufferlib_peer", ["plot", "RUN/metrics.jsonl", "--out", "p.png"], "not a learning-curve report"),
+    ("pufferlib_peer", ["plot", "DAMAGED", "--out", "p.png"], "its curves are damaged"),
+    ("pufferlib_peer", ["speed", "breakout", "--rounds", "0", "--out", "s.json"], "--rounds: '0' is out of range"),
+    ("pufferlib_peer", ["speed", "breakout", "--seconds", "10", "--warmup", "20", "--out", "s.json"], "more than --warmup"),
+    ("pufferlib_peer", ["build", "--envs", ""], "--envs: '' is empty"),
+    ("pufferlib_peer", ["build", "--envs", "breakout,,pong"], "has an empty name"),
+    ("pufferlib_peer", ["build", "--wheels", "NOWHERE"], "no such folder"),
+    ("pufferlib_peer", ["wheels", "--out", "w", "--python-version", "x"], "--python-version 'x'"),
+    ("pufferlib4_peer", ["train", "breakout", "--seed", "1.5", "--out", "u.json"], "--seed: '1.5' is not an int"),
+    ("pufferlib4_peer", ["build", "--envs", ","], "--envs: ',' is empty"),
+    ("peer_crossplay", ["breakout", "--pufferlib-model", "x.pt", "--ours", "RUN", "--out", "c.json", "--games", "0"], "--games: '0'"),
+    ("peer_crossplay", ["breakout", "--pufferlib-model", "x.pt", "--ours", "RUN", "--out", "c.json"], "--pufferlib-model x.pt: no such"),
+    ("peer_crossplay", ["nosuch", "--pufferlib-model", "x.pt", "--ours", "RUN", "--out", "c.json"], "env: invalid choice"),
+    ("breakout_scripted", ["play", "--side", "ours", "--json", "p.json", "--eps", "2"], "--eps: '2' is out of range"),
+    ("breakout_scripted", ["play", "--side", "ours", "--json", "p.json", "--envs", "0"], "--envs: '0' is out of range"),
+    ("cpu_roofline", ["--seconds", "0"], "--seconds: '0' is out of range; expected a number > 0"),
+    ("cpu_roofline", ["--dtype", "int8"], "--dtype: invalid choice"),
+    ("ctrl_c_startup", ["--runs", "0"], "--runs: '0' is out of range"),
+    ("ctrl_c_startup", ["--puffer-bench", "NOWHERE"], "not a program that can be run"),
+    ("pool_overhead", ["--rounds", "1"], "--rounds: '1' is out of range; expected an int >= 2"),
+    ("pool_overhead", ["--gap-us", "x"], "--gap-us: 'x' is not an int"),
+    ("train_ab", ["squared", "--stop-steps", "3M", "--out", "a.json"], "--stop-steps: '3M' is not an int"),
+    ("train_ab", ["squared", "--rounds", "-1", "--out", "a.json"], "--rounds: '-1' is out of range"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, args, says", BAD, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(BAD)])
+def test_a_bad_invocation_of_a_tool_is_one_line_before_any_work(
+    name, args, says, run_dir, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps({"analysis": {"learning_curves": {"breakout": {"runs": "x"}}}}))
+    where = {"RUN": str(run_dir), "NOWHERE": str(tmp_path / "nowhere"), "DAMAGED": str(damaged)}
+    args = [where.get(a.split("/")[0], a.split("/")[0]) + a[len(a.split("/")[0]) :] for a in args]
+    no_work(monkeypatch, name)
+    files = before(tmp_path)
+    one_line_error(*exit_and_err(name, args, capsys), says)
+    assert before(tmp_path) == files
+
+
+RUN_OUTS = [
+    ("pufferlib_peer", ["config", "breakout", "--out", "RUN/config.yaml"]),
+    ("pufferlib4_peer", ["config", "breakout", "--out", "RUN/config.yaml"]),
+    ("pufferlib_peer", ["ours", "RUN", "--env", "squared", "--out", "RUN/metrics.jsonl"]),
+    ("pufferlib_peer", ["table", "REPORT", "--out", "RUN/model.pt"]),
+    ("peer_crossplay", ["breakout", "--pufferlib-model", "RUN/model.pt", "--ours", "RUN", "--out", "RUN/config.yaml"]),
+    ("breakout_scripted", ["play", "--side", "ours", "--json", "RUN/metrics.jsonl"]),
+    ("cpu_roofline", ["--out", "RUN/metrics.jsonl"]),
+    ("train_ab", ["squared", "--out", "RUN/config.yaml"]),
+    ("train_ab", ["squared", "--out", "RUN"]),
+    ("learning_seeds", ["squared", "--out", "RUN/metrics.jsonl"]),
+]  # fmt: skip
+
+
+ROWS = [{"steps": 1e6, "seconds": 1.0, "perf": 0.5}]
+
+
+@pytest.mark.parametrize("name, args", RUN_OUTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(RUN_OUTS)])
+def test_no_tool_writes_its_output_over_a_runs_own_files(name, args, run_dir, tmp_path, capsys, monkeypatch):
+    """``pufferlib_peer.py config breakout --out RUN/config.yaml`` replaced the run's config."""
+    peer = tool("pufferlib_peer")
+    report = tmp_path / "report.json"
+    report.write_text(
+        json.dumps(peer.make_report("puffer-bench", "breakout", "perf", 0.9, ROWS, {}, "t", 0, []))
+    )
+    args = [a.replace("RUN", str(run_dir)).replace("REPORT", str(report)) for a in args]
+    no_work(monkeypatch, name)
+    files = before(run_dir)
+    code, err = exit_and_err(
+        name,
+        ["--cache", str(tmp_path / "cache"), *args] if "peer" in name and "crossplay" not in name else args,
+        capsys,
+    )
+    assert code == 2 and err.count("\n") == 1 and str(run_dir) in err, err
+    assert before(run_dir) == files
+
+
+def test_a_damaged_curve_is_one_line_naming_its_line(tmp_path, run_dir, capsys):
+    peer = tool("pufferlib_peer")
+    curve = tmp_path / "c.jsonl"
+    curve.write_text('{"agent_steps": 1, "seconds": 1.0}\n{"global_step": 2}\n')
+    with pytest.raises(peer.PeerError, match=r"c.jsonl record 2 is not a line of a peer's curve"):
+        peer.curve_rows(curve)
+    (run_dir / "metrics.jsonl").write_text('{"global_step": 10, "uptime": 1.0}\n{"uptime": 2.0}\n')
+    with pytest.raises(peer.PeerError, match=r"metrics.jsonl record 2 is not a line of our run's curve"):
+        peer.our_rows(run_dir)
+    (run_dir / "metrics.jsonl").write_text('{"global_step": 10, "uptime": 1.0}\n{"global_st')
+    assert len(peer.our_rows(run_dir)[0]) == 1  # a line cut short by a kill: skipped, and said
+    assert "skipped 1 damaged line" in capsys.readouterr().err
+    (run_dir / "metrics.jsonl").write_text('{"global_step": 10, "uptime": 1.0}\n')
+    (run_dir / "config.yaml").write_text("env_name: squared\nenv_name: breakout\n")
+    with pytest.raises(peer.PeerError, match="key 'env_name' is given twice, on lines 1 and 2"):
+        peer.our_rows(run_dir)
