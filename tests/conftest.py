@@ -119,3 +119,13 @@ def sys_path_left_as_found():
             f"the test put {shadowing} before sys.path's old entries: spawned workers would import "
             "appliance from there"
         )
+
+
+def one_line_error(result, *fragments: str) -> str:
+    """The command failed with exit 2 and one line holding every fragment (no traceback)."""
+    out = result.output.strip()
+    assert result.exit_code == 2, out
+    assert "Traceback" not in out and len(out.splitlines()) == 1, out
+    for fragment in fragments:
+        assert fragment in out, out
+    return out

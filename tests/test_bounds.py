@@ -10,21 +10,13 @@ import threading
 
 import pytest
 from click.testing import CliRunner
+from conftest import one_line_error
 
 from appliance import vector
 from appliance.cli import cli
 from appliance.config import memory
 from appliance.errors import ConfigError
 from appliance.sweep import trials
-
-
-def one_line_error(result, *fragments: str) -> str:
-    out = result.output.strip()
-    assert result.exit_code == 2, out
-    assert "Traceback" not in out and len(out.splitlines()) == 1, out
-    for fragment in fragments:
-        assert fragment in out, out
-    return out
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
+from conftest import one_line_error
 from markdown_it import MarkdownIt
 
 from appliance import config, sweep, vector
@@ -43,16 +44,6 @@ PREFIXES = ("probe/", "env_sps/", "vector_sps/", "train_sps/", "train_phase/", "
 
 def run_cli(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def one_line_error(result, *fragments: str) -> str:
-    """The command failed with exit 2 and one line holding every fragment (no traceback)."""
-    out = result.output.strip()
-    assert result.exit_code == 2, out
-    assert "Traceback" not in out and len(out.splitlines()) == 1, out
-    for fragment in fragments:
-        assert fragment in out, out
-    return out
 
 
 # ----------------------------------------------------------------------------- reports

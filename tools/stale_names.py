@@ -78,6 +78,17 @@ def _python_files() -> list[Path]:
     ]
 
 
+def _stored_name(node: ast.AST) -> str | None:
+    """The name ``node`` defines: a function's, a class's, an assigned name or attribute; else None."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        return node.attr
+    return None
+
+
 def class_members() -> dict[str, tuple[set[str], list[str]]]:
     """Per class name: the members its body defines (methods, class attributes, ``self.x`` set in
     a method) and the names of its bases."""
@@ -92,13 +103,7 @@ def class_members() -> dict[str, tuple[set[str], list[str]]]:
                 continue
             members, bases = classes.setdefault(node.name, (set(), []))
             bases.extend(b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases)
-            for item in ast.walk(node):
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    members.add(item.name)
-                elif isinstance(item, ast.Name) and isinstance(item.ctx, ast.Store):
-                    members.add(item.id)
-                elif isinstance(item, ast.Attribute) and isinstance(item.ctx, ast.Store):
-                    members.add(item.attr)
+            members.update(filter(None, map(_stored_name, ast.walk(node))))
     return classes
 
 
@@ -131,12 +136,8 @@ def defined_names() -> set[str]:
         except (SyntaxError, UnicodeDecodeError):
             continue
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                names.add(node.attr)
+            if (stored := _stored_name(node)) is not None:
+                names.add(stored)
             elif isinstance(node, ast.arg):
                 names.add(node.arg)
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
