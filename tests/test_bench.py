@@ -220,8 +220,13 @@ def test_roofline_names_the_smallest_limit():
     ],
 )
 def test_training_diagnosis_suggests_the_knob(shares, top, knob):
+    """(tests/test_bottleneck.py: every branch on a CPU and a GPU, and the committed reports.)"""
     d = diagnose_training(
-        "breakout", shares, 1e6, {"vec": {"num_threads": 2}, "train": {}}, {"env_sps_single": 5e6}
+        "breakout",
+        shares,
+        1e6,
+        {"vec": {"num_threads": 2, "zero_copy": False}, "train": {"device": "cuda"}},
+        {"env_sps_single": 5e6},
     )
     assert d["bottleneck"] == top and knob in d["suggestions"][0]
     if top in ("forward", "learn"):  # bf16 is no knob where the run already has it (or auto chose)
