@@ -16,6 +16,13 @@ Metrics that the noise guard marked busy in either report are "unreliable (busy)
 regression. ``normalize=True`` scales CPU-bound metrics of each report by the calibration ratio
 (compute loops for speed figures, the copy loop for memory bandwidth) so CPUs of different speed
 can be compared, and says so.
+
+Reports of different machines (their host id, CPU model or GPU differ: :func:`machine_change`) are
+not a regression test of the code: their significant differences read "slower" / "faster", never
+"regression" / "improvement" (``same_machine=True`` judges them as one machine's, e.g. one machine
+after a reboot, which changes its host id). Beside each CPU-bound ratio goes the one normalized by
+the calibration, and one line per report says why the machines differ (cores, per-core speed and
+memory bandwidth from the calibration, GPU).
 """
 
 from __future__ import annotations
@@ -155,6 +162,57 @@ def calibration_ratios(base: dict[str, Any], other: dict[str, Any]) -> dict[str,
         return None
 
 
+SLOWER, FASTER = "slower", "faster"  # a significant difference between two machines
+MACHINE_FACTS = ("host id", "CPU", "CPU family/model/stepping", "GPU")  # any differing: another machine
+
+
+def machine_change(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """Which of the facts that identify a machine differ between two reports (empty: the same
+    machine); a fact one report did not record does not count."""
+    a, b = _machine(base["fingerprint"]), _machine(other["fingerprint"])
+    changed = [k for k in MACHINE_FACTS if a.get(k) is not None and b.get(k) is not None and a[k] != b[k]]
+    if "CPU" in changed and "CPU family/model/stepping" in changed:
+        changed.remove("CPU family/model/stepping")
+    return changed
+
+
+def _cores(report: dict[str, Any]) -> Any:
+    cpu = report["fingerprint"].get("cpu") or {}
+    return cpu.get("usable_cores") or cpu.get("physical_cores")
+
+
+def machine_reason(base: dict[str, Any], other: dict[str, Any], index: int, changed: list[str]) -> str:
+    """One line: why report ``index`` is read as another machine, and how its CPU and GPU differ."""
+    parts = []
+    cores = _cores(base), _cores(other)
+    if None not in cores:
+        parts.append(f"usable cores {cores[0]} -> {cores[1]}")
+    ratios = calibration_ratios(base, other)
+    if ratios:
+        parts.append(
+            f"per-core speed {ratios['compute']:.2f}x and memory bandwidth {ratios['copy']:.2f}x "
+            "(calibration loops)"
+        )
+    gpus = rpt.gpu_name(base["fingerprint"]), rpt.gpu_name(other["fingerprint"])
+    parts.append(f"GPU {gpus[0]} -> {gpus[1]}" if gpus[0] != gpus[1] else f"same GPU ({gpus[0]})")
+    return (
+        f"report {index} is another machine than report 1 ({', '.join(changed)} differ{'s' if len(changed) == 1 else ''}): "
+        f"{'; '.join(parts)}. Its differences read '{SLOWER}'/'{FASTER}', not regressions "
+        "(--same-machine judges them as one machine's)"
+    )
+
+
+def normalized_ratio(
+    name: str, ratio: float, better: str, report: dict[str, Any], ratios: dict[str, float] | None
+) -> float | None:
+    """``ratio`` (new / base) as if both were measured on the base's CPU: None where the metric is
+    not CPU-bound, is descriptive, or a calibration is missing."""
+    kind = cpu_bound(name, report)
+    if kind is None or ratios is None or better == "info" or not ratios.get(kind):
+        return None
+    return ratio / ratios[kind] if better == "higher" else ratio * ratios[kind]
+
+
 def cpu_bound(name: str, report: dict[str, Any]) -> str | None:
     """'copy' or 'compute' for metrics the CPU's speed decides; None for GPU and descriptive ones."""
     if name == "probe/cpu/memory_bandwidth":
@@ -207,9 +265,13 @@ def _calibration_notes(reports: list[dict[str, Any]], paths: list[str]) -> list[
 
 
 def compare(
-    reports: list[dict[str, Any]], threshold: float = 0.05, normalize: bool = False
+    reports: list[dict[str, Any]],
+    threshold: float = 0.05,
+    normalize: bool = False,
+    same_machine: bool = False,
 ) -> dict[str, Any]:
-    """Rows for every common metric; raises ReportError when there is nothing to compare."""
+    """Rows for every common metric; raises ReportError when there is nothing to compare.
+    ``same_machine``: judge every report as the base's machine whatever the fingerprints say."""
     if len(reports) < 2:
         raise ReportError("compare needs at least two reports")
     paths = [r.get("_path", f"report {i + 1}") for i, r in enumerate(reports)]
@@ -225,6 +287,7 @@ def compare(
                 )
     busy = [_busy(r) for r in reports]
     slowed = [_slowed(r) for r in reports]
+    changed = [[] if same_machine else machine_change(reports[0], r) for r in reports]
     normalized: set[str] = set()
     common = [n for n in reports[0]["metrics"] if all(n in r["metrics"] for r in reports[1:])]
     if not common:
@@ -266,14 +329,25 @@ def compare(
             elif base["better"] == "info":
                 verdict = "changed" if significant and abs(ratio - 1) > threshold else "similar"
             elif significant and gain < 1 - threshold:
-                verdict = "regression"
+                verdict = SLOWER if changed[k] else "regression"
             elif significant and gain > 1 + threshold:
-                verdict = "improvement"
+                verdict = FASTER if changed[k] else "improvement"
             elif significant:
                 verdict = "within threshold"
             else:
                 verdict = "not significant"
-            row["ratios"].append({"ratio": ratio, "ci": ci, "significant": significant, "verdict": verdict})
+            beside = None  # the ratio as if measured on the base's CPU (another machine, not --normalize)
+            if changed[k] and name not in normalized:
+                beside = normalized_ratio(name, ratio, base["better"], other, ratios[k])
+            row["ratios"].append(
+                {
+                    "ratio": ratio,
+                    "ci": ci,
+                    "significant": significant,
+                    "verdict": verdict,
+                    "normalized": beside,
+                }
+            )
         rows.append(row)
     only = sorted({n for r in reports for n in r["metrics"]} - set(common))
     notes = _calibration_notes(reports, paths)
@@ -284,6 +358,9 @@ def compare(
             "by the calibration ratio (compute loops for speeds, the copy loop for memory bandwidth); "
             "GPU and descriptive metrics are not",
         )
+    for k, what in enumerate(changed):
+        if what:
+            notes.insert(0, machine_reason(reports[0], reports[k], k + 1, what))
     for i, b in enumerate(busy):
         if b:
             notes.append(
@@ -304,6 +381,8 @@ def compare(
         "unrecorded": {i + 1: keys for i, keys in unrecorded(reports).items()},
         "notes": notes,
         "normalized": sorted(normalized),
+        "machines": [{"report": k + 1, "differs": what} for k, what in enumerate(changed) if k],
+        "same_machine": same_machine,
         "not_common": only,
         "regressions": [
             row["metric"] for row in rows if any(x["verdict"] == "regression" for x in row["ratios"])
@@ -312,11 +391,13 @@ def compare(
 
 
 def ratio_text(x: dict[str, Any]) -> str:
-    """'0.912 (0.884-0.951) regression': ratio, its 95% interval and the verdict; '-' without data."""
+    """'0.912 (0.884-0.951) regression': ratio, its 95% interval and the verdict, then across
+    machines the calibration-normalized ratio ('; 1.19 per-core normalized'); '-' without data."""
     if x["ratio"] is None:
         return "-"
     ci = f" ({x['ci'][0]:.3f}-{x['ci'][1]:.3f})" if x["ci"] else ""
-    return f"{x['ratio']:.3f}{ci} {x['verdict']}"
+    beside = f"; {x['normalized']:.3f} normalized" if x.get("normalized") is not None else ""
+    return f"{x['ratio']:.3f}{ci} {x['verdict']}{beside}"
 
 
 def to_markdown(result: dict[str, Any]) -> str:

@@ -7,12 +7,22 @@ an empty cupy kernel, of a small torch op and of a CUDA-graph replay, and the po
 GPU. Each figure is a list of timed runs taken after warm-up (CUDA events on the GPU), summarized by
 the report as median/min/max; ceilings come from NVML (PCIe generation x width, memory clock x bus
 width) where it knows them, else from the probe's own best figure.
+
+A suite may give each probe section a wall-clock budget (``probe.budget_s``: ``quick`` does, ``full``
+does not), so the probe fits the machine it runs on (:class:`Sections`, :class:`Budget`): a figure
+keeps at least ``MIN_RUNS`` samples and takes more only while the next one is predicted to fit; a
+size sweep (copy sizes, matmul sizes) skips the sizes whose predicted time, from the previous size's
+measured per-call time scaled by how much more the next one moves (:func:`timed_cost`), would overrun
+the section, and says so in the report's skipped list. Each section announces itself through
+``progress`` and its seconds are kept.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +33,9 @@ from appliance.bench import envsps
 COPY_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
 MATMUL_SIZES = [4096, 8192]
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}  # per lane, per direction
+MIN_RUNS = 3  # samples a figure keeps however tight its section's budget: a median and a spread
+WARMUP = 3  # untimed calls before timed() measures
+COPY_TARGET_S, MATMUL_TARGET_S = 0.02, 0.1  # timed(): each run lasts about this long
 
 
 @dataclass
@@ -41,6 +54,90 @@ def size_label(n: int) -> str:
     return f"{n >> 20}MiB" if n >= 1 << 20 else f"{n >> 10}KiB"
 
 
+# ---------------------------------------------------------------------- budgets: the probe fits the machine
+
+
+class Budget:
+    """The wall-clock seconds one probe section may still take (``seconds`` None: no limit)."""
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.seconds, self.clock = seconds, clock
+        self.start = clock()
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def left(self) -> float:
+        return math.inf if self.seconds is None else self.seconds - self.elapsed()
+
+    def fits(self, predicted_s: float) -> bool:
+        return predicted_s <= self.left()
+
+
+def timed_cost(call_s: float, runs: int, target_s: float, warmup: int = WARMUP) -> float:
+    """Seconds :func:`timed` takes for a call of ``call_s``: the warm-up and sizing calls, then
+    ``runs`` runs of about ``target_s`` each (or of one call, when a call is longer)."""
+    return (warmup + 1) * call_s + runs * max(target_s, call_s)
+
+
+def copy_seconds(calls: list[float], alloc_s: float, ratio: float) -> float:
+    """Predicted seconds of the GPU copy sweep's next size, ``ratio`` times the last one: each kind's
+    timed copies (MIN_RUNS runs) at the last size's per-call ``calls`` scaled by ``ratio``, and the
+    buffers' allocation (pinning host memory) scaled alike."""
+    return sum(timed_cost(c * ratio, MIN_RUNS, COPY_TARGET_S) for c in calls) + alloc_s * ratio
+
+
+def runs_that_fit(call_s: float, runs: int, target_s: float, left_s: float) -> int:
+    """How many of ``runs`` timed runs fit in ``left_s`` after the warm-up, never fewer than MIN_RUNS."""
+    if math.isinf(left_s) or runs <= MIN_RUNS:
+        return runs
+    fit = int((left_s - (WARMUP + 1) * call_s) // max(target_s, call_s, 1e-9))
+    return max(MIN_RUNS, min(runs, fit))
+
+
+class Sections:
+    """The probe's sections: each announced through ``progress`` as it starts, given a :class:`Budget`
+    of ``budget_s`` seconds (None: unlimited) and timed; ``seconds`` holds each section's wall time."""
+
+    def __init__(
+        self,
+        budget_s: float | None = None,
+        progress: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.budget_s, self.clock = budget_s, clock
+        self.progress = progress or (lambda _: None)
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[Budget]:
+        self.progress(name)
+        budget = Budget(self.budget_s, self.clock)
+        try:
+            yield budget
+        finally:
+            self.seconds[name] = budget.elapsed()
+
+
+def _bound(sample: Callable[[int], float], i: int) -> Callable[[], float]:
+    return lambda: sample(i)
+
+
+def sampled(sample: Callable[[int], float], runs: int, budget: Budget | None, take: Any) -> list[float]:
+    """``sample(i)`` for i in ``range(runs)``, each through ``take`` (the speed gate, which may take it
+    again); with a budget, more than MIN_RUNS only while another one, as long as the mean so far
+    (gate waits included), fits what is left."""
+    out: list[float] = []
+    spent = 0.0
+    while len(out) < runs:
+        if budget is not None and len(out) >= MIN_RUNS and not budget.fits(spent / len(out)):
+            break
+        start = budget.clock() if budget is not None else 0.0
+        out.append(take(_bound(sample, len(out))))
+        spent += budget.clock() - start if budget is not None else 0.0
+    return out
+
+
 # ---------------------------------------------------------------------- CPU
 
 
@@ -51,36 +148,44 @@ def _direct(sample: Callable[[], float]) -> float:
     return sample()
 
 
-def cpu_memory_bandwidth(runs: int = 5, size: int = 256 << 20, take: Take = _direct) -> Figure:
+def cpu_memory_bandwidth(
+    runs: int = 5, size: int = 256 << 20, take: Take = _direct, budget: Budget | None = None
+) -> Figure:
     """GB/s of a large numpy copy, counting bytes read plus bytes written."""
     src = np.ones(size, dtype=np.uint8)
     dst = np.empty_like(src)
     np.copyto(dst, src)  # warm-up: fault the pages in
 
-    def sample() -> float:
+    def sample(_: int) -> float:
         start = time.perf_counter()
         np.copyto(dst, src)
         return 2 * size / (time.perf_counter() - start) / 1e9
 
-    samples = [take(sample) for _ in range(runs)]
+    samples = sampled(sample, runs, budget, take)
     return Figure("probe/cpu/memory_bandwidth", samples, "GB/s", labels={"kind": "cpu_memory"})
 
 
 def env_single_core(
-    env: str, num_envs: int, runs: int, seconds: float, params: dict[str, Any], take: Take = _direct
+    env: str,
+    num_envs: int,
+    runs: int,
+    seconds: float,
+    params: dict[str, Any],
+    take: Take = _direct,
+    budget: Budget | None = None,
 ) -> Figure:
-    samples = [
-        take(
-            lambda i=i: envsps.measure(
-                env, num_envs=num_envs, num_threads=1, seconds=seconds, seed=i, **params
-            )["sps"]
-        )
-        for i in range(runs)
-    ]
+    def sample(seed: int) -> float:
+        return envsps.measure(env, num_envs=num_envs, num_threads=1, seconds=seconds, seed=seed, **params)[
+            "sps"
+        ]
+
+    samples = sampled(sample, runs, budget, take)
     return Figure(f"probe/cpu/env_step/{env}", samples, "agent-steps/s", labels={"env": env})
 
 
-def policy_forward(cfg: Any, device: str, runs: int, batch: int | None = None) -> Figure:
+def policy_forward(
+    cfg: Any, device: str, runs: int, batch: int | None = None, budget: Budget | None = None
+) -> Figure:
     """Agent-steps/s of the configured policy's inference step (forward + sampling) at the run's batch."""
     import torch
 
@@ -108,7 +213,7 @@ def policy_forward(cfg: Any, device: str, runs: int, batch: int | None = None) -
                 out, _, _ = stepper.step(obs, state)
             policy.sample(out.float())
 
-    seconds = timed(step, runs, cuda=cuda, target_s=0.05)
+    seconds = timed(step, runs, cuda=cuda, target_s=0.05, budget=budget)
     label = "gpu" if cuda else "cpu"
     return Figure(
         f"probe/{label}/policy_forward/{cfg.env_name}",
@@ -133,9 +238,15 @@ def _random_obs(vec: Any, rows: int) -> np.ndarray:
 
 
 def timed(
-    fn: Callable[[], Any], runs: int, cuda: bool, target_s: float = 0.02, warmup: int = 3
+    fn: Callable[[], Any],
+    runs: int,
+    cuda: bool,
+    target_s: float = COPY_TARGET_S,
+    warmup: int = WARMUP,
+    budget: Budget | None = None,
 ) -> list[float]:
-    """Seconds per call: ``runs`` timings, each of enough back-to-back calls to last ~``target_s``."""
+    """Seconds per call: ``runs`` timings (with a budget, as many as fit: :func:`runs_that_fit`), each
+    of enough back-to-back calls to last ~``target_s``."""
     import torch
 
     for _ in range(warmup):
@@ -146,7 +257,10 @@ def timed(
     fn()
     if cuda:
         torch.cuda.synchronize()
-    inner = max(1, min(10_000, int(target_s / max(time.perf_counter() - start, 1e-7))))
+    call = time.perf_counter() - start
+    inner = max(1, min(10_000, int(target_s / max(call, 1e-7))))
+    if budget is not None:
+        runs = runs_that_fit(call, runs, target_s, budget.left())
     out = []
     for _ in range(runs):
         if cuda:
@@ -186,18 +300,20 @@ def cpu_probe(
     cfg: Any,
     runs: int,
     seconds: float,
-    progress: Callable[[str], None] | None = None,
+    sections: Sections | None = None,
     take: Take = _direct,
 ) -> list[Figure]:
     """Memory bandwidth and single-core env steps (each sample through ``take``: the suite's speed
-    gate), and the policy forward on the CPU (short timed calls, not gated)."""
-    progress = progress or (lambda _: None)
-    progress("CPU memory bandwidth")
-    figures = [cpu_memory_bandwidth(runs, take=take)]
-    progress(f"single-core {cfg.env_name} steps")
-    figures.append(env_single_core(cfg.env_name, int(cfg.vec.num_envs), runs, seconds, dict(cfg.env), take))
-    progress(f"{cfg.env_name} policy forward on the CPU")
-    figures.append(policy_forward(cfg, "cpu", runs))
+    gate), and the policy forward on the CPU (short timed calls, not gated); one section each."""
+    sections = sections or Sections()
+    with sections("CPU memory bandwidth") as budget:
+        figures = [cpu_memory_bandwidth(runs, take=take, budget=budget)]
+    with sections(f"single-core {cfg.env_name} steps") as budget:
+        figures.append(
+            env_single_core(cfg.env_name, int(cfg.vec.num_envs), runs, seconds, dict(cfg.env), take, budget)
+        )
+    with sections(f"{cfg.env_name} policy forward on the CPU") as budget:
+        figures.append(policy_forward(cfg, "cpu", runs, budget=budget))
     return figures
 
 
@@ -219,77 +335,134 @@ def dram_ceiling(gpu: dict[str, Any]) -> dict[str, Any] | None:
     return {"value": 2 * clock * 1e6 * bus / 8 / 1e9, "source": f"{bus}-bit bus at {clock} MHz x2 (NVML)"}
 
 
+def _over_budget(what: str, predicted: float, budget: Budget, basis: str) -> tuple[str, str]:
+    """The skipped-list entry of a sweep item that would overrun its section's budget."""
+    return (
+        what,
+        f"would take about {predicted:.1f} s ({basis}) and the probe section has {max(0.0, budget.left()):.1f} s "
+        f"of its {budget.seconds:g} s left (the suite's probe.budget_s); the full suite measures it",
+    )
+
+
 def gpu_probe(
     gpu: dict[str, Any],
     runs: int,
-    progress: Callable[[str], None] | None = None,
+    sections: Sections | None = None,
     sizes: list[int] | None = None,
 ) -> tuple[list[Figure], list[tuple[str, str]]]:
-    """Copy, matmul and launch figures on cuda:0; also (what, why) pairs for parts that were skipped."""
+    """Copy, matmul and launch figures on cuda:0; also (what, why) pairs for parts that were skipped
+    (sizes a section's budget had no room for among them)."""
     import torch
 
-    progress = progress or (lambda _: None)
+    sections = sections or Sections()
     figures: list[Figure] = []
     skipped: list[tuple[str, str]] = []
     dev = torch.device("cuda", 0)
     pcie, dram = pcie_ceiling(gpu), dram_ceiling(gpu)
-    for n in sizes or COPY_SIZES:
-        label = size_label(n)
-        progress(f"copy bandwidth {label}")
-        host_pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        host_pageable = torch.empty(n, dtype=torch.uint8)
-        device_a = torch.empty(n, dtype=torch.uint8, device=dev)
-        device_b = torch.empty(n, dtype=torch.uint8, device=dev)
-        copies: list[tuple[str, Callable[[], Any], int, dict[str, Any] | None]] = [
-            ("h2d_pinned", lambda a=device_a, h=host_pinned: a.copy_(h, non_blocking=True), n, pcie),
-            ("h2d_pageable", lambda a=device_a, h=host_pageable: a.copy_(h), n, pcie),
-            ("d2h_pinned", lambda a=device_a, h=host_pinned: h.copy_(a, non_blocking=True), n, pcie),
-            ("d2h_pageable", lambda a=device_a, h=host_pageable: h.copy_(a), n, pcie),
-            ("d2d", lambda a=device_a, b=device_b: b.copy_(a), 2 * n, dram),  # read + write
-        ]
-        for kind, fn, moved, ceiling in copies:
-            seconds = timed(fn, runs, cuda=True)
-            figures.append(
-                Figure(
-                    f"probe/gpu/{kind}/{label}",
-                    [moved / s / 1e9 for s in seconds],
-                    "GB/s",
-                    ceiling=ceiling,
-                    labels={"kind": kind, "bytes": n},
-                )
-            )
-        del host_pinned, host_pageable, device_a, device_b
-    torch.cuda.empty_cache()
-
-    tf32_before = torch.backends.cuda.matmul.allow_tf32
-    try:
-        for dtype_name, dtype, tf32 in (
-            ("fp32", torch.float32, False),
-            ("tf32", torch.float32, True),
-            ("bf16", torch.bfloat16, False),
-        ):
-            if dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
-                skipped.append((f"matmul {dtype_name}", "this GPU has no bf16 support"))
-                continue
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            for n in MATMUL_SIZES:
-                progress(f"matmul {dtype_name} {n}x{n}")
-                a = torch.randn(n, n, device=dev).to(dtype)
-                b = torch.randn(n, n, device=dev).to(dtype)
-                seconds = timed(lambda a=a, b=b: a @ b, runs, cuda=True, target_s=0.1)
+    with sections("GPU copy bandwidth") as budget:
+        last: tuple[int, float, list[float], float] | None = None  # size, its seconds, per-call s, alloc s
+        for n in sizes or COPY_SIZES:
+            label = size_label(n)
+            if last is not None:
+                predicted = copy_seconds(last[2], last[3], n / last[0])
+                if not budget.fits(predicted):
+                    basis = f"{size_label(last[0])} took {last[1]:.1f} s"
+                    skipped.append(_over_budget(f"GPU copy bandwidth {label}", predicted, budget, basis))
+                    continue
+            sections.progress(f"GPU copy bandwidth {label}")
+            began = budget.clock()
+            host_pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+            host_pageable = torch.empty(n, dtype=torch.uint8)
+            device_a = torch.empty(n, dtype=torch.uint8, device=dev)
+            device_b = torch.empty(n, dtype=torch.uint8, device=dev)
+            alloc = budget.clock() - began
+            copies: list[tuple[str, Callable[[], Any], int, dict[str, Any] | None]] = [
+                ("h2d_pinned", lambda a=device_a, h=host_pinned: a.copy_(h, non_blocking=True), n, pcie),
+                ("h2d_pageable", lambda a=device_a, h=host_pageable: a.copy_(h), n, pcie),
+                ("d2h_pinned", lambda a=device_a, h=host_pinned: h.copy_(a, non_blocking=True), n, pcie),
+                ("d2h_pageable", lambda a=device_a, h=host_pageable: h.copy_(a), n, pcie),
+                ("d2d", lambda a=device_a, b=device_b: b.copy_(a), 2 * n, dram),  # read + write
+            ]
+            calls = []
+            for kind, fn, moved, ceiling in copies:
+                seconds = timed(fn, runs, cuda=True, budget=budget)
+                calls.append(float(np.median(seconds)))
                 figures.append(
                     Figure(
-                        f"probe/gpu/matmul_{dtype_name}/{n}",
-                        [2 * n**3 / s / 1e12 for s in seconds],
-                        "TFLOPS",
-                        labels={"kind": f"matmul_{dtype_name}", "n": n},
+                        f"probe/gpu/{kind}/{label}",
+                        [moved / s / 1e9 for s in seconds],
+                        "GB/s",
+                        ceiling=ceiling,
+                        labels={"kind": kind, "bytes": n},
                     )
                 )
-                del a, b
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32_before
+            del host_pinned, host_pageable, device_a, device_b
+            last = (n, budget.clock() - began, calls, alloc)
+        torch.cuda.empty_cache()
 
-    progress("launch latency")
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    with sections("GPU matmul") as budget:
+        call_at: dict[int, tuple[float, str]] = {}  # size -> per-call seconds of the last dtype, and it
+        try:
+            for dtype_name, dtype, tf32 in (
+                ("fp32", torch.float32, False),
+                ("tf32", torch.float32, True),
+                ("bf16", torch.bfloat16, False),
+            ):
+                if dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
+                    skipped.append((f"matmul {dtype_name}", "this GPU has no bf16 support"))
+                    continue
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                for n in MATMUL_SIZES:
+                    known = call_at.get(n) or next(
+                        (
+                            (c * (n / m) ** 3, f"{w} scaled by ({n}/{m})^3")
+                            for m, (c, w) in sorted(call_at.items(), reverse=True)
+                            if m < n
+                        ),
+                        None,
+                    )  # the same size's last figure (fp32 is the slowest), else a smaller one's scaled by n^3
+                    if known is not None and not budget.fits(
+                        predicted := timed_cost(known[0], MIN_RUNS, MATMUL_TARGET_S)
+                    ):
+                        basis = f"{known[1]}: {1e3 * known[0]:.1f} ms a call"
+                        skipped.append(_over_budget(f"matmul {dtype_name} {n}x{n}", predicted, budget, basis))
+                        continue
+                    sections.progress(f"GPU matmul {dtype_name} {n}x{n}")
+                    a = torch.randn(n, n, device=dev).to(dtype)
+                    b = torch.randn(n, n, device=dev).to(dtype)
+                    seconds = timed(
+                        lambda a=a, b=b: a @ b, runs, cuda=True, target_s=MATMUL_TARGET_S, budget=budget
+                    )
+                    call_at[n] = (float(np.median(seconds)), f"matmul {dtype_name} {n}x{n}")
+                    figures.append(
+                        Figure(
+                            f"probe/gpu/matmul_{dtype_name}/{n}",
+                            [2 * n**3 / s / 1e12 for s in seconds],
+                            "TFLOPS",
+                            labels={"kind": f"matmul_{dtype_name}", "n": n},
+                        )
+                    )
+                    del a, b
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32_before
+
+    with sections("GPU launch latency"):
+        figures += _launch_latency(dev, runs, skipped)
+    for kind in ("h2d_pinned", "d2h_pinned", "d2d", "matmul_fp32", "matmul_tf32", "matmul_bf16"):
+        best = [f for f in figures if f.labels.get("kind") == kind]
+        if best and not any(f.ceiling for f in best):
+            peak = max(float(np.median(f.samples)) for f in best)
+            for f in best:
+                f.ceiling = {"value": peak, "source": "best figure of this probe"}
+    return figures, skipped
+
+
+def _launch_latency(dev: Any, runs: int, skipped: list[tuple[str, str]]) -> list[Figure]:
+    """Host wall time per launch: a small torch op, an empty cupy kernel, a one-op CUDA graph's replay."""
+    import torch
+
+    figures: list[Figure] = []
     x = torch.zeros(1, device=dev)
     figures.append(
         Figure(
@@ -321,13 +494,7 @@ def gpu_probe(
     figures.append(
         Figure("probe/gpu/graph_replay", [s * 1e6 for s in wall_per_call(graph.replay, runs)], "us", "lower")
     )
-    for kind in ("h2d_pinned", "d2h_pinned", "d2d", "matmul_fp32", "matmul_tf32", "matmul_bf16"):
-        best = [f for f in figures if f.labels.get("kind") == kind]
-        if best and not any(f.ceiling for f in best):
-            peak = max(float(np.median(f.samples)) for f in best)
-            for f in best:
-                f.ceiling = {"value": peak, "source": "best figure of this probe"}
-    return figures, skipped
+    return figures
 
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:

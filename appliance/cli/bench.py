@@ -154,13 +154,25 @@ def run_cmd(
     is_flag=True,
     help="Scale CPU-bound metrics by the reports' calibration ratio (across CPUs).",
 )
+@click.option(
+    "--same-machine",
+    is_flag=True,
+    help="Judge the reports as one machine's even where host id, CPU or GPU differ (e.g. after a reboot).",
+)
 def compare_cmd(
-    reports: tuple[str, ...], threshold: float, markdown: bool, out: str | None, normalize: bool
+    reports: tuple[str, ...],
+    threshold: float,
+    markdown: bool,
+    out: str | None,
+    normalize: bool,
+    same_machine: bool,
 ) -> None:
     """Compare reports metric by metric (the first is the base); exit 1 on a significant regression.
 
     Shows each report's median, the ratio to the base with a 95% bootstrap interval, whether the
-    change is significant, and what differs between the machines.
+    change is significant, and what differs between the machines. Reports of different machines
+    (host id, CPU model or GPU differ) read "slower"/"faster" with the calibration-normalized ratio
+    beside the raw one, and are no regression (exit 0) unless --same-machine.
     """
     from appliance.bench import compare as cmp
     from appliance.bench import report as rpt
@@ -170,7 +182,10 @@ def compare_cmd(
         raise ReportError("compare needs at least two reports: puffer-bench compare BASE.json NEW.json")
     check_out(out, "--out", inputs=reports)
     result = cmp.compare(
-        [{**rpt.load(path), "_path": path} for path in reports], threshold, normalize=normalize
+        [{**rpt.load(path), "_path": path} for path in reports],
+        threshold,
+        normalize=normalize,
+        same_machine=same_machine,
     )
     text = cmp.to_markdown(result)
     if out:

@@ -105,6 +105,8 @@ class Reporter:
             share = t.timings.phase_totals[phase] / max(1e-9, sum(t.timings.phase_totals.values()))
             perf.add_row(f"[bold]{phase}", f"{t.timings.phase_totals[phase]:.1f}", f"{100 * share:.0f}")
             for key, v in t.timings.breakdown().items():
+                if key.endswith(".graphed") and not v["seconds"]:
+                    continue  # no CUDA graphs in this run (a CPU, train.graphs false)
                 if key.startswith(phase + "."):
                     perf.add_row(f"  {key.split('.')[1]}", f"{v['seconds']:.1f}", f"{100 * v['share']:.0f}")
         losses = Table(title="losses", box=None)

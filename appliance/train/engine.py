@@ -16,7 +16,9 @@ global ids. ``buffers = 1`` is the plain loop with the loop moved into C.
 
 Per buffer and horizon the C loop times its policy steps, the wait for the GIL before each callback
 (waits inside it, between torch ops, count as policy) and its env steps; ``_step`` times the copies
-within the policy step. They reach ``Timings.buffers``, the dashboard, metrics and reports.
+within the policy step. They reach ``Timings.buffers``, the dashboard, metrics and reports. A graphed
+policy step is timed from its launch to its stream's synchronization, as a whole: it is the
+rollout's ``evaluate.graphed``, not its forward.
 
 Envs are the vector's own (the C buffers are views of its env structs: same seeds, state and episode
 logs), so the vector stays usable for ``log()``, rendering and evaluation.
@@ -273,7 +275,7 @@ class Engine:
         for t, copy in zip(times, self._copy, strict=True):
             t["copy"] = min(copy, t["policy"])
         self._copy = [0.0] * self.buffers_n
-        self.trainer.timings.add_buffers(times)
+        self.trainer.timings.add_buffers(times, graphed=self.graphs is not None)
 
     def close(self) -> None:
         c = getattr(self, "_c", None)

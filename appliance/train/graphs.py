@@ -6,11 +6,14 @@ importance exponent beta live in device scalars (:class:`EpochScalars`), statist
 on the device and read once per epoch, and NaN checks are made on those sums. So the very same
 Python function runs eagerly on a CPU (the reference path, tested there) and, on a GPU, is
 captured once after a warm-up and replayed for every later minibatch (:class:`MinibatchGraph`).
+A replay runs none of the eager timing sections, so :class:`ReplayClock` times each replay as a whole
+with CUDA events (the trainer's ``train.graphed``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,18 +48,51 @@ class EpochScalars:
         return {k: v / minibatches for k, v in zip(STATS, self.sums.tolist(), strict=True)}
 
 
+def _timing_event() -> Any:
+    return torch.cuda.Event(enable_timing=True)
+
+
+class ReplayClock:
+    """Device seconds of graph replays: an event pair recorded around each replay on the current
+    stream, read (and forgotten) by :meth:`take` after the caller's synchronization, so timing adds
+    no synchronization of its own. ``event`` makes one timing event (a CUDA event; tests pass fakes)."""
+
+    def __init__(self, event: Callable[[], Any] = _timing_event) -> None:
+        self.event = event
+        self.pairs: list[tuple[Any, Any]] = []
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        start, end = self.event(), self.event()
+        start.record()
+        yield
+        end.record()
+        self.pairs.append((start, end))
+
+    def take(self) -> float:
+        """Seconds between each pair's events, summed; waits for the last event if it has not run."""
+        total = 0.0
+        for start, end in self.pairs:
+            end.synchronize()
+            total += start.elapsed_time(end) / 1000  # milliseconds
+        self.pairs.clear()
+        return total
+
+
 class MinibatchGraph:
     """Calls ``fn`` (one minibatch) eagerly, or with ``capture`` (CUDA) eagerly for ``WARMUP`` calls
-    on a side stream, then captures it once and replays the graph on every later call. A capture
-    records without running, so the capturing call replays once to do its minibatch."""
+    on a side stream, then captures it once and replays the graph on every later call, each replay
+    timed by ``clock``. A capture records without running, so the capturing call replays once to do
+    its minibatch."""
 
     WARMUP = 3
 
-    def __init__(self, fn: Callable[[], None], capture: bool) -> None:
+    def __init__(self, fn: Callable[[], None], capture: bool, clock: ReplayClock | None = None) -> None:
         self.fn, self.capture = fn, capture
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.replay = True  # False: run fn eagerly even once captured (gpu-check compares the two)
+        self.clock = clock or ReplayClock()
 
     def __call__(self) -> None:
         if not self.capture:
@@ -64,7 +100,8 @@ class MinibatchGraph:
             return
         if self.graph is not None:
             if self.replay:
-                self.graph.replay()
+                with self.clock():
+                    self.graph.replay()
             else:
                 self.fn()
             return
@@ -80,7 +117,8 @@ class MinibatchGraph:
         with torch.cuda.graph(graph):
             self.fn()
         self.graph = graph
-        graph.replay()
+        with self.clock():
+            graph.replay()
 
     @property
     def captured(self) -> bool:

@@ -1,13 +1,21 @@
 """Per-phase wall-clock timing of the training loop, read by the dashboard, the logs and reports.
 
-Evaluate: forward, env, copy, misc. Train: forward, learn, copy, misc. ``misc`` is whatever the
-phase spent outside its named parts. With ``sync=True`` (profiling) every section waits for CUDA
-first, so GPU time lands in the section that queued it; otherwise nothing synchronizes.
+Evaluate: forward, env, copy, graphed, misc. Train: forward, learn, copy, graphed, misc. ``misc`` is
+whatever the phase spent outside its named parts. With ``sync=True`` (profiling) every section waits
+for CUDA first, so GPU time lands in the section that queued it; otherwise nothing synchronizes.
+
+``graphed`` is work replayed as CUDA graphs, timed as a whole because a replay runs none of the
+eager sections: the update's minibatch graphs by CUDA events around each replay
+(:class:`appliance.train.graphs.ReplayClock`, read after the update's one synchronization), the
+rollout engine's per-buffer graphs by the C loop's clock around each launch and its stream's
+synchronization. Without graphs (a CPU, ``train.graphs false``) it stays 0 and the eager sections
+keep the time.
 
 The rollout engine (:mod:`appliance.train.engine`) steps buffers on threads of its own: it adds each
 buffer's seconds in its policy step (``copy``: the part spent copying observations, rollout rows and
 actions), waiting for the GIL and stepping its envs (:attr:`Timings.buffers`), and their means over
-the buffers to evaluate's ``forward``, ``copy`` and ``env`` (the GIL wait stays in ``misc``).
+the buffers to evaluate's ``forward``, ``copy`` and ``env`` (the GIL wait stays in ``misc``); when
+the policy steps were CUDA graphs, their mean goes to ``graphed`` instead of ``forward``.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-PHASES = {"evaluate": ("forward", "env", "copy"), "train": ("forward", "learn", "copy")}
+PHASES = {"evaluate": ("forward", "env", "copy", "graphed"), "train": ("forward", "learn", "copy", "graphed")}
 BUFFER_PARTS = ("policy", "copy", "gil", "env")  # copy: the part of policy spent copying
 
 
@@ -72,8 +80,14 @@ class Timings:
             if phase is not None:
                 self.totals[f"{phase}.{section}"] += time.perf_counter() - start
 
-    def add_buffers(self, times: list[dict[str, float]]) -> None:
-        """One horizon of the rollout engine: per buffer ``policy`` (including ``copy``), ``gil`` and ``env`` seconds."""
+    def add(self, section: str, seconds: float) -> None:
+        """``seconds`` measured elsewhere (e.g. CUDA events) into ``section`` of the current phase."""
+        if self._phase is not None:
+            self.totals[f"{self._phase}.{section}"] += seconds
+
+    def add_buffers(self, times: list[dict[str, float]], graphed: bool = False) -> None:
+        """One horizon of the rollout engine: per buffer ``policy`` (including ``copy``), ``gil`` and ``env``
+        seconds; ``graphed``: each policy step was one CUDA graph (its whole time is ``graphed``)."""
         if len(self.buffers) != len(times):
             self.buffers = [dict.fromkeys(BUFFER_PARTS, 0.0) for _ in times]
         for total, t in zip(self.buffers, times, strict=True):
@@ -81,8 +95,11 @@ class Timings:
                 total[part] += float(t[part])
         if times and self._phase == "evaluate":
             n = len(times)
-            self.totals["evaluate.forward"] += sum(t["policy"] - t["copy"] for t in times) / n
-            self.totals["evaluate.copy"] += sum(t["copy"] for t in times) / n
+            if graphed:
+                self.totals["evaluate.graphed"] += sum(t["policy"] for t in times) / n
+            else:
+                self.totals["evaluate.forward"] += sum(t["policy"] - t["copy"] for t in times) / n
+                self.totals["evaluate.copy"] += sum(t["copy"] for t in times) / n
             self.totals["evaluate.env"] += sum(t["env"] for t in times) / n
 
     def breakdown(self) -> dict[str, dict[str, float]]:

@@ -241,8 +241,8 @@ class Trainer:
 
     def train(self) -> dict[str, float]:
         """PPO over the buffer; returns the epoch's mean losses. The minibatches are device work only
-        (:meth:`_update_minibatch`), replayed as one CUDA graph each on a GPU; the statistics and
-        the NaN checks are read back once, at the end."""
+        (:meth:`_update_minibatch`), replayed as one CUDA graph each on a GPU (their device time is
+        the phase's ``graphed`` section); the statistics and the NaN checks are read back once, at the end."""
         hp, b, acc = self.hp, self.rollout, self.epoch_scalars
         progress = min(1.0, self.global_step / max(1, hp.total_timesteps))
         cosine = 0.5 * (1 + math.cos(math.pi * progress))
@@ -254,7 +254,8 @@ class Trainer:
             acc.begin(self.epoch * minibatches, hp.prio_beta0 + (1 - hp.prio_beta0) * progress)
             for _ in range(minibatches):
                 self.update_step()
-            sums = acc.finish(minibatches)
+            sums = acc.finish(minibatches)  # the update's one read-back: every replay has run
+            self.timings.add("graphed", self.update_step.clock.take())
             if sums.pop("nonfinite_advantages"):
                 raise TrainingError(
                     f"advantages became NaN/Inf in epoch {self.epoch} (step {self.global_step}): "

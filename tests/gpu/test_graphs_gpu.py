@@ -60,3 +60,27 @@ def test_graphed_update_matches_the_called_one_and_does_not_allocate() -> None:
         )
     finally:
         trainer.close()
+
+
+def test_graphed_rollout_and_update_are_timed_as_wholes() -> None:
+    """A replay runs none of the eager sections: the update's replays are timed by CUDA events
+    (train.graphed), the engine's graphed policy steps by its C clock (evaluate.graphed), so neither
+    is read as overhead by the bottleneck diagnosis."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    trainer = _trainer()
+    try:
+        for _ in range(2):  # warm-up, capture (the update's minibatches, the engine's policy steps)
+            trainer.evaluate()
+            trainer.train()
+        trainer.timings.reset()
+        for _ in range(2):
+            trainer.evaluate()
+            trainer.train()
+        t, phases = trainer.timings.totals, trainer.timings.phase_totals
+        assert t["train.graphed"] > 0.5 * phases["train"], (t, phases)
+        assert t["train.forward"] == t["train.learn"] == t["train.copy"] == 0
+        if trainer.engine is not None and trainer.engine.graphs is not None:
+            assert t["evaluate.graphed"] > 0 and t["evaluate.forward"] == 0
+    finally:
+        trainer.close()

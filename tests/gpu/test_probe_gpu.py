@@ -41,3 +41,20 @@ def test_policy_forward_on_the_gpu():
     cfg = resolve(env="breakout", profile="h100")
     f = probe.policy_forward(cfg, "cuda", runs=3)
     assert f.labels["batch"] == 8192 and min(f.samples) > 0
+
+
+def test_a_budgeted_gpu_probe_skips_what_would_overrun_and_says_so():
+    """A section budget far below what 256 MiB copies and 8192^2 matmuls take: they are skipped, with
+    the reason in the skipped list; what was measured keeps at least MIN_RUNS samples."""
+    gpus, _, _ = gpu_info()
+    shown: list[str] = []
+    sections = probe.Sections(0.05, shown.append)
+    figures, skipped = probe.gpu_probe(
+        gpus[0] if gpus else {}, runs=5, sections=sections, sizes=[4 << 10, 256 << 20]
+    )
+    assert any(what == "GPU copy bandwidth 256MiB" and "probe.budget_s" in why for what, why in skipped), (
+        skipped
+    )
+    assert all(len(f.samples) >= probe.MIN_RUNS for f in figures)
+    assert {"GPU copy bandwidth", "GPU matmul", "GPU launch latency"} <= set(sections.seconds)
+    assert "GPU copy bandwidth 4KiB" in shown

@@ -6,7 +6,8 @@ suite definitions. Suite keys::
 
     name, description
     seconds: 1.0                         # timed seconds per measurement
-    probe:   {envs: [breakout], runs: 5}  # hardware probe; its envs get a roofline
+    probe:   {envs: [breakout], runs: 5, budget_s: 10}  # hardware probe; its envs get a roofline;
+                                         # budget_s: seconds per probe section (none: the full detail)
     env_sps: {envs: [...], threads: profile | [1, 2, ...]}
     vector_sps: [{env, backends: [native|serial|multiprocessing|ray|gymnasium-sync|gymnasium-async],
                   num_envs}]
@@ -126,9 +127,11 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
                     raise _fail("gate.retakes", f"must be an integer >= 0 and <= {MOST_RUNS}, got {value!r}")
             else:
                 _positive(f"gate.{key}", value)
-    if (probe := _section(data, "probe", {"envs", "runs"})) is not None:
+    if (probe := _section(data, "probe", {"envs", "runs", "budget_s"})) is not None:
         _env_list("probe.envs", probe.get("envs", []))
         _positive("probe.runs", probe.get("runs", 5), int, MOST_RUNS)
+        if "budget_s" in probe:
+            _positive("probe.budget_s", probe["budget_s"])
     if (env_sps := _section(data, "env_sps", {"envs", "threads"})) is not None:
         _env_list("env_sps.envs", env_sps.get("envs", []))
         threads = env_sps.get("threads", "profile")

@@ -102,6 +102,14 @@ def run_with_progress(
             if not console.is_terminal:
                 console.print(f"[{i + 1}/{len(runner.steps)}] {step.label}")
 
+            def note(part: str) -> None:
+                """A part of the step starts (a probe section): on the bar, or a line of its own."""
+                bar.update(task, description=f"{step.label}: {part}")
+                if not console.is_terminal:
+                    console.print(f"    {part}", highlight=False, markup=False)
+
+            runner.note = note
+
         def done(step: Step, names: list[str]) -> None:
             """The step's headline figures (not its descriptive shares) as they come."""
             from appliance.bench.report import fmt

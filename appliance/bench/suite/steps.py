@@ -52,6 +52,7 @@ class SuiteRunner:
         self.notes: list[str] = []  # progress lines the CLI prints after each step
         self._train: dict[str, dict[str, Any]] = {}
         self._probed: list[str] = []
+        self.note: Callable[[str], None] = lambda _: None  # a step's progress within it (probe sections)
         self.gate = self._gate()
         self._plan()
 
@@ -108,8 +109,12 @@ class SuiteRunner:
             chosen = [e for e in probe.get("envs", ["breakout"]) if self.wanted(e)]
             chosen = chosen or [e for e in sorted(self.filter or ()) if e in ocean.names()][:1]
             for env in chosen:
+                budget = probe.get("budget_s")  # per probe section; none: the full detail
                 self.steps.append(
-                    Step(f"probe ({env})", lambda env=env: self.run_probe(env, int(probe.get("runs", 5))))
+                    Step(
+                        f"probe ({env})",
+                        lambda env=env, b=budget: self.run_probe(env, int(probe.get("runs", 5)), b),
+                    )
                 )
         env_sps = self.suite.get("env_sps") or {}
         for env in env_sps.get("envs", []):
@@ -167,24 +172,32 @@ class SuiteRunner:
 
     # --------------------------------------------------------------- measurements
 
-    def run_probe(self, env: str, runs: int) -> None:
+    def run_probe(self, env: str, runs: int, budget_s: float | None = None) -> None:
+        """The probe's sections, each announced through ``note`` and, with ``budget_s``, held to about
+        that many seconds (:class:`appliance.bench.probe.Sections`); their seconds go to the analysis."""
         import torch
 
         from appliance.bench import probe
 
         cfg = self.config(env)
-        for f in probe.cpu_probe(cfg, runs, self.seconds, take=self.take):
+        sections = probe.Sections(budget_s, self.note)
+        for f in probe.cpu_probe(cfg, runs, self.seconds, sections, take=self.take):
             self.report.add(f.name, f.samples, f.unit, f.better, f.ceiling, **f.labels)
         gpus = self.report.data["fingerprint"].get("gpus") or []
         if torch.cuda.is_available():
-            figures, skipped = probe.gpu_probe(gpus[0] if gpus else {}, runs)
-            figures.append(probe.policy_forward(cfg, "cuda", runs))
+            figures, skipped = probe.gpu_probe(gpus[0] if gpus else {}, runs, sections)
+            with sections(f"{env} policy forward on the GPU") as budget:
+                figures.append(probe.policy_forward(cfg, "cuda", runs, budget=budget))
             for f in figures:
                 self.report.add(f.name, f.samples, f.unit, f.better, f.ceiling, **f.labels)
             for what, why in skipped:
                 self.report.skip(what, why)
         else:
             self.report.skip("GPU probe", "torch sees no CUDA device; only the CPU side was profiled")
+        self.report.data["analysis"].setdefault("probe_sections", {})[env] = {
+            "budget_s": budget_s,
+            "seconds": {name: round(s, 3) for name, s in sections.seconds.items()},
+        }
         self._probed.append(env)
 
     def roofline(self, env: str) -> None:
