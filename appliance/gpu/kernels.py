@@ -168,8 +168,9 @@ def mingru_step(
     kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = None, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     if not use_cuda(kv):
-        if host.use_host(kv.float(), h) and not torch.is_grad_enabled():  # bf16 rollouts: float32 kv
-            h_new = host.mingru_step(kv.float().contiguous(), h, done)
+        kv32 = kv.float()  # bf16 rollouts: the host build takes float32 (a no-op for float32 kv)
+        if host.use_host(kv32, h) and not torch.is_grad_enabled():
+            h_new = host.mingru_step(kv32.contiguous(), h, done)
             return h_new if out is None else out.copy_(h_new)
         return reference.mingru_step(kv, h, done, out=out)
     batch, hidden = h.shape

@@ -184,9 +184,7 @@ def nature_cnn(channels: int, height: int, width: int, out: int) -> nn.Sequentia
         nn.ReLU(),
         nn.Flatten(),
     )
-    with torch.no_grad():
-        flat = conv(torch.zeros(1, channels, height, width)).shape[-1]
-    return nn.Sequential(conv, layer_init(nn.Linear(flat, out)), nn.ReLU())
+    return _with_head(conv, channels, height, width, out, nn.ReLU())
 
 
 def small_cnn(channels: int, height: int, width: int, out: int) -> nn.Sequential:
@@ -198,9 +196,17 @@ def small_cnn(channels: int, height: int, width: int, out: int) -> nn.Sequential
         nn.GELU(),
         nn.Flatten(),
     )
+    return _with_head(conv, channels, height, width, out, nn.GELU())
+
+
+def _with_head(
+    conv: nn.Sequential, channels: int, height: int, width: int, out: int, act: nn.Module
+) -> nn.Sequential:
+    """``conv``, then a Linear from its flattened output (sized by one pass over a blank frame) to
+    ``out``, then ``act``."""
     with torch.no_grad():
         flat = conv(torch.zeros(1, channels, height, width)).shape[-1]
-    return nn.Sequential(conv, layer_init(nn.Linear(flat, out)), nn.GELU())
+    return nn.Sequential(conv, layer_init(nn.Linear(flat, out)), act)
 
 
 class Policy(nn.Module):
