@@ -89,7 +89,7 @@ def make(
             raise ConfigError(
                 f"the serial backend is synchronous: batch_size must be num_envs ({num_envs}) or 'auto'"
             )
-        return Serial(source, sizes, seed=seed)
+        return Serial(source, sizes, seed=seed, recv_timeout=recv_timeout)
     if backend == "ray":
         from appliance.vector.ray_backend import RayVector
 
