@@ -38,7 +38,9 @@ GROWING = (
 def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -> None:
     """Refuse ``--parallel`` trials on this machine that cannot run at once: more than its usable
     cores (as ``train --nproc`` is capped), or more than its memory holds, each trial counted as a
-    process (:data:`TRIAL_PROCESS_BYTES`) and an Ocean env's buffers at the space's largest values."""
+    process (:data:`TRIAL_PROCESS_BYTES`) and its env's and training buffers at the space's largest
+    values: an Ocean env's from its layout, any other's (Gymnasium, PettingZoo, ``module:factory``)
+    from the first env made, as a single run's memory check measures it."""
     from appliance.config.memory import available_memory, estimate_memory, gib, training_on_host
     from appliance.ocean import names
     from appliance.vector.sizes import usable_cores
@@ -49,21 +51,19 @@ def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -
             f"--parallel {parallel}: at most {cores} trials at once on this machine, one per usable core "
             f"(affinity and cgroup quota); pass --parallel {cores} or fewer (or --ray-address for a cluster)"
         )
-    buffers = 0
-    if cfg.env_name in names():
-        data = {section: dict(values) for section, values in cfg.data.items()}
-        for name in GROWING:
-            spec = params.get(name)
-            if spec is None:
-                continue
-            section, _, key = name.partition(".")
-            values = [v for v in spec.get("choices", [spec.get("high")]) if isinstance(v, int | float)]
-            if values and not isinstance(data[section][key], str):
-                data[section][key] = max([*values, data[section][key]])
-            elif values:  # "auto": the space's values are the sizes a trial may take
-                data[section][key] = max(values)
-        need = estimate_memory(cfg.env_name, data)
-        buffers = need["vector"] + (need["training"] if training_on_host(data) else 0)
+    data = {section: dict(values) for section, values in cfg.data.items()}
+    for name in GROWING:
+        spec = params.get(name)
+        if spec is None:
+            continue
+        section, _, key = name.partition(".")
+        values = [v for v in spec.get("choices", [spec.get("high")]) if isinstance(v, int | float)]
+        if values and not isinstance(data[section][key], str):
+            data[section][key] = max([*values, data[section][key]])
+        elif values:  # "auto": the space's values are the sizes a trial may take
+            data[section][key] = max(values)
+    need = estimate_memory(cfg.env_name, data, None if cfg.env_name in names() else _layout(cfg))
+    buffers = need["vector"] + (need["training"] if training_on_host(data) else 0)
     each = TRIAL_PROCESS_BYTES + buffers
     available = available_memory()
     if parallel * each > available:
@@ -80,6 +80,17 @@ def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -
             f"--parallel {parallel}: {parallel} trials need about {gib(parallel * each)} of memory (each about "
             f"{gib(each)}: {parts}) but {gib(available)} is available; {fix}"
         )
+
+
+def _layout(cfg: Any) -> dict[str, Any]:
+    """A Python env's layout and one env's bytes, from its first env (made under vec.recv_timeout)."""
+    from appliance.config.memory import source_layout
+    from appliance.vector.sources import resolve_source
+
+    source = resolve_source(
+        cfg.env_name, preprocess=cfg.vec.preprocess, timeout=cfg.vec.recv_timeout, **dict(cfg.env)
+    )
+    return source_layout(source)
 
 
 class Pruned(Exception):
