@@ -1,5 +1,6 @@
 """tools/pufferlib_peer.py's reading of curves (no PufferLib needed: the reports are made here)."""
 
+import contextlib
 import importlib.util
 import io
 import json
@@ -418,36 +419,85 @@ import pufferlib_peer
 out = Path(sys.argv[2])
 driver = "import os, time; open(%r, 'w').write(str(os.getpid())); print('{}', flush=True); time.sleep(1000)"
 cmd = [sys.executable, "-c", driver % str(out / "driver.pid")]
+if len(sys.argv) > 3:  # a trainer with a worker of its own, which arms nothing (PufferLib's do not)
+    cmd = [sys.executable, "-c", sys.argv[3], str(out)]
 pufferlib_peer.run_driver(cmd, out, dict(os.environ), out / "curve.jsonl", "the trainer")
 """
 
+# the trainer starts a worker that starts one of its own and exits, leaving it orphaned; then sleeps
+TRAINER_WITH_WORKERS = """
+import os, subprocess, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(1000)"
+subprocess.Popen([sys.executable, "-c", sleeper, str(out / "worker.pid")])
+spawn = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]])"
+subprocess.run([sys.executable, "-c", spawn, sleeper, str(out / "orphan.pid")])
+while not (out / "worker.pid").exists() or not (out / "orphan.pid").exists():
+    time.sleep(0.01)
+(out / "driver.pid").write_text(str(os.getpid()))
+print('{}', flush=True)
+if os.environ.get("TRAINER_ENDS"):
+    sys.exit(3)
+time.sleep(1000)
+"""
 
-def test_a_peers_trainer_dies_with_a_harness_killed_outright(tmp_path):
+
+def _wait_for(path, harness):
+    import time
+
+    deadline = time.monotonic() + 60
+    while not path.exists() or not path.read_text():
+        assert harness.poll() is None or path.exists(), "the harness ended before it started them"
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+@pytest.mark.parametrize("workers", [False, True])
+def test_a_peers_trainer_dies_with_a_harness_killed_outright(tmp_path, workers):
     """The trainer run_driver starts (both peers' harnesses use it) went on training for its whole
-    budget after SIGKILL to the harness; now the kernel kills it with its parent."""
+    budget after SIGKILL to the harness; now the kernel kills it with its parent. Its own workers (a
+    PufferLib trainer's arm nothing), and a worker's worker left orphaned, stayed alive after that fix
+    until the trainer ran under appliance.lifeline's guard."""
     import signal
     import subprocess
-    import time
 
     import psutil
 
-    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(ROOT), str(tmp_path)])
-    pid_file, driver = tmp_path / "driver.pid", None
+    extra = [TRAINER_WITH_WORKERS] if workers else []
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(ROOT), str(tmp_path), *extra])
+    procs = []
     try:
-        deadline = time.monotonic() + 60
-        while not pid_file.exists() or not pid_file.read_text():
-            assert harness.poll() is None and time.monotonic() < deadline, "the harness never started it"
-            time.sleep(0.05)
-        driver = psutil.Process(int(pid_file.read_text()))
+        names = ["driver.pid", "worker.pid", "orphan.pid"] if workers else ["driver.pid"]
+        procs = [psutil.Process(_wait_for(tmp_path / name, harness)) for name in names]
         harness.send_signal(signal.SIGKILL)
         harness.wait()
-        _, alive = psutil.wait_procs([driver], timeout=10)
-        assert not alive, "the trainer outlived its harness"
+        _, alive = psutil.wait_procs(procs, timeout=10)
+        assert not alive, f"outlived their harness: {alive}"
     finally:
-        if driver is not None and driver.is_running():
-            driver.kill()
+        for proc in procs:
+            if proc.is_running():
+                proc.kill()
         if harness.poll() is None:
             harness.kill()
+
+
+def test_what_a_peers_trainer_leaves_running_goes_when_it_ends(tmp_path, peer):
+    import psutil
+
+    cmd = [sys.executable, "-c", TRAINER_WITH_WORKERS, str(tmp_path)]
+    env = {**os.environ, "TRAINER_ENDS": "1"}
+    with pytest.raises(peer.PeerError, match="the trainer exited with code 3"):
+        peer.run_driver(cmd, tmp_path, env, tmp_path / "curve.jsonl", "the trainer")
+    procs = []
+    for name in ("worker.pid", "orphan.pid"):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(int((tmp_path / name).read_text())))
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for proc in alive:
+        proc.kill()
+    assert not alive, f"left running: {alive}"
 
 
 # ---------------------------------------------------------------------- PufferLib 4.0 (tools/pufferlib4_peer.py)

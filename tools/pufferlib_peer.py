@@ -148,6 +148,15 @@ def dies_with_us() -> Any:
     return dies_with_parent()
 
 
+def guarded(cmd: list[str]) -> list[str]:
+    """``cmd`` under appliance.lifeline's guard: a trainer's own children (its vector workers, which
+    arm no parent-death signal) die with the harness too, and whatever it leaves running when it ends."""
+    use_our_package()
+    from appliance.lifeline import guarded as guard
+
+    return guard(cmd)
+
+
 def run(cmd: list[str], **kw: Any) -> None:
     log("$ " + shlex.join(cmd))
     result = subprocess.run(cmd, **kw)
@@ -555,7 +564,7 @@ def run_driver(cmd: list[str], cache: Path, env_vars: dict[str, str], jsonl: Pat
     dashboard redraws the terminal each epoch: it goes to the log beside the curve, not to ours."""
     with open(jsonl.with_suffix(".log"), "w") as console:
         proc = subprocess.Popen(
-            cmd, cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True,
+            guarded(cmd), cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True,
             preexec_fn=dies_with_us(),
         )  # fmt: skip
         assert proc.stdout is not None
