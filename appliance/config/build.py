@@ -25,7 +25,7 @@ from appliance.config.layers import _apply, _nearest, parse_overrides, unknown_n
 from appliance.config.memory import check_memory
 from appliance.config.schema import AUTO, RANGES, SECTIONS
 from appliance.errors import ConfigError
-from appliance.paths import defaults_dir
+from appliance.paths import PACKAGE_DIR, defaults_dir
 
 # ----------------------------------------------------------------------------- result
 
@@ -70,12 +70,19 @@ class Config:
         profile: str | None = None,
         sources: list[str] | None = None,
         family: families.Family | None = None,
+        origins: dict[tuple[str, str], str] | None = None,
     ) -> None:
         self.data = data
         self.env_name = env_name
         self.profile = profile
         self.sources = sources or []
         self.family = family  # a non-Ocean env's family (appliance.config.families); None for Ocean envs
+        # (section, key) -> the layer that set the value last (:data:`LAYERS`, then where: a path)
+        self.origins = origins or {}
+
+    def origin(self, section: str, key: str) -> str:
+        """Which layer set ``section.key`` (``built-in default (appliance/defaults/default.yaml)``...)."""
+        return self.origins.get((section, key), "built-in default")
 
     def __getattr__(self, section: str) -> Section:
         if section in SECTIONS:
@@ -103,6 +110,38 @@ class Config:
         return json.dumps(self.to_dict(), indent=2)
 
 
+# The layers of :func:`resolve`, as --show-origin names them (later wins).
+DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND_LINE, DERIVED = (
+    "built-in default",
+    "env ParamSpec",
+    "env YAML",
+    "hardware profile",
+    "env YAML for the profile",
+    "family YAML",
+    "--config file",
+    "command line",
+    "set by resolve",
+)
+
+
+def _short(path: str | Path) -> str:
+    """A shipped file by its path in the repository (appliance/defaults/...); any other as given."""
+    try:
+        return Path(path).resolve().relative_to(PACKAGE_DIR.parent).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _record(
+    origins: dict[tuple[str, str], str], layer: Mapping[str, Any], label: str, where: str | Path
+) -> None:
+    """Note ``label (where)`` as the origin of every key ``layer`` sets (after it was applied)."""
+    for section, values in layer.items():
+        if isinstance(values, Mapping):
+            for key in values:
+                origins[(str(section), str(key))] = f"{label} ({_short(where)})"
+
+
 def _strip_profile_meta(layer: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     meta = layer.pop("profile", None) or {}
     if not isinstance(meta, dict):
@@ -124,6 +163,7 @@ def resolve(
     schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(defaults_dir() / "default.yaml")]
+    origins = {(s, k): f"{DEFAULT} ({_short(sources[0])})" for s in SECTIONS for k in data[s]}
 
     env_path, ranges, family_of = None, RANGES, None
     python_env = env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env))
@@ -132,6 +172,7 @@ def resolve(
         # gymnasium.make; Python envs need a process backend. Its defaults: its own YAML
         # (defaults/gymnasium/<id>.yaml) if it has one, else its family's, applied after the profile.
         data["vec"]["backend"] = "multiprocessing"
+        origins[("vec", "backend")] = f"{DERIVED} (a Python env needs a process backend)"
         sources.append(env if is_import_path(env) else f"gymnasium:{env}")
         overrides = list(overrides) if not isinstance(overrides, Mapping) else overrides
         given = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
@@ -158,6 +199,7 @@ def resolve(
         # if any, is a layer of tuned values checked against it like every other layer
         schema["env"] = env_defaults(env)
         data["env"] = dict(schema["env"])
+        origins.update({("env", k): f"{PARAMSPEC} (envs/{env}.h)" for k in data["env"]})
         ranges = {**RANGES, **env_ranges(env)}
         env_path = env_yaml(env)
     if env_path is not None:
@@ -176,7 +218,9 @@ def resolve(
                 raise ConfigError(f"section 'env' in {path} must be a mapping of env parameters")
             schema["env"] = dict(env_params)
             data["env"] = dict(env_params)
+            _record(origins, {"env": env_params}, ENV_YAML, path)
         _apply(data, layer, schema, str(path), ranges)
+        _record(origins, layer, ENV_YAML, path)
         sources.append(str(path))
 
     if profile is not None:
@@ -188,15 +232,24 @@ def resolve(
         _apply(data, layer, schema, str(path), ranges)
         data["bench"]["profile"] = profile
         data["bench"]["expected_gpu"] = str(meta.get("gpu", ""))
+        _record(
+            origins,
+            {**layer, "bench": {**(layer.get("bench") or {}), "profile": 0, "expected_gpu": 0}},
+            PROFILE,
+            path,
+        )
         sources.append(str(path))
         if env_path is not None and per_profile.get(profile):  # the env's own values for this profile
             _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})", ranges)
+            _record(origins, per_profile[profile], ENV_PROFILE, f"{_short(env_path)}, profiles.{profile}")
             sources.append(f"{env_path} (profiles.{profile})")
 
     if family_of is not None and family_of.path is not None:
         # after the profile: a family's sizes are what its learning needs, not a machine's throughput
         path = family_of.path
-        _apply(data, read_yaml(path, "family defaults"), schema, str(path), ranges)
+        layer = read_yaml(path, "family defaults")
+        _apply(data, layer, schema, str(path), ranges)
+        _record(origins, layer, FAMILY, path)
         sources.append(str(path))
 
     if config_file is not None:
@@ -207,6 +260,7 @@ def resolve(
         if python_env:
             _open_env_keys(layer, schema)
         _apply(data, layer, schema, str(path), ranges)
+        _record(origins, layer, CONFIG_FILE, path)
         sources.append(str(path))
 
     layer = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
@@ -214,6 +268,11 @@ def resolve(
         if python_env:
             _open_env_keys(layer, schema)
         _apply(data, layer, schema, "command line", ranges)
+        for section, values in layer.items():
+            for key in values or {}:
+                origins[(str(section), str(key))] = (
+                    f"{COMMAND_LINE} (--{section}.{str(key).replace('_', '-')})"
+                )
         sources.append("command line")
 
     check_batch(data["train"])
@@ -221,7 +280,7 @@ def resolve(
         check_buffers(data["train"]["buffers"], data["vec"]["num_envs"])
     if env is not None and env in env_names():
         check_memory(env, data)
-    return Config(data, env_name=env, profile=profile, sources=sources, family=family_of)
+    return Config(data, env_name=env, profile=profile, sources=sources, family=family_of, origins=origins)
 
 
 def _open_env_keys(layer: Mapping[str, Any], schema: dict[str, dict[str, Any]]) -> None:
