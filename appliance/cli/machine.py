@@ -144,7 +144,7 @@ def origin_text(cfg: Any) -> str:
 
     head = [
         f"# env: {cfg.env_name}, profile: {cfg.profile}"
-        + (f", family: {cfg.family.name}" if cfg.family else "")
+        + (f", family: {cfg.family.name or 'none'}" if cfg.family else "")
     ]
     lines = []
     for section in SECTIONS:

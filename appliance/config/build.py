@@ -70,19 +70,21 @@ class Config:
         profile: str | None = None,
         sources: list[str] | None = None,
         family: families.Family | None = None,
-        origins: dict[tuple[str, str], str] | None = None,
+        history: dict[tuple[str, str], list[tuple[str, Any]]] | None = None,
     ) -> None:
         self.data = data
         self.env_name = env_name
         self.profile = profile
         self.sources = sources or []
         self.family = family  # a non-Ocean env's family (appliance.config.families); None for Ocean envs
-        # (section, key) -> the layer that set the value last (:data:`LAYERS`, then where: a path)
-        self.origins = origins or {}
+        # (section, key) -> every (layer, value) that set it, in order: the last is the value's origin
+        self.history = history or {}
 
     def origin(self, section: str, key: str) -> str:
-        """Which layer set ``section.key`` (``built-in default (appliance/defaults/default.yaml)``...)."""
-        return self.origins.get((section, key), "built-in default")
+        """Which layer set ``section.key`` last: ``hardware profile (bench/profiles/cpu.yaml)``; the
+        layers are named as in :data:`LAYERS`."""
+        steps = self.history.get((section, key))
+        return steps[-1][0] if steps else DEFAULT
 
     def __getattr__(self, section: str) -> Section:
         if section in SECTIONS:
@@ -110,7 +112,8 @@ class Config:
         return json.dumps(self.to_dict(), indent=2)
 
 
-# The layers of :func:`resolve`, as --show-origin names them (later wins).
+# The layers of :func:`resolve`, as --show-origin names them (later wins); DERIVED: a value resolve
+# sets itself (a Python env's process backend).
 DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND_LINE, DERIVED = (
     "built-in default",
     "env ParamSpec",
@@ -122,6 +125,7 @@ DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND
     "command line",
     "set by resolve",
 )
+LAYERS = (DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND_LINE, DERIVED)
 
 
 def _short(path: str | Path) -> str:
@@ -132,14 +136,18 @@ def _short(path: str | Path) -> str:
         return str(path)
 
 
+History = dict[tuple[str, str], list[tuple[str, Any]]]
+
+
 def _record(
-    origins: dict[tuple[str, str], str], layer: Mapping[str, Any], label: str, where: str | Path
+    history: History, data: Mapping[str, Mapping[str, Any]], layer: Mapping[str, Any], label: str
 ) -> None:
-    """Note ``label (where)`` as the origin of every key ``layer`` sets (after it was applied)."""
+    """Note ``label`` and the value it gave (typed, after the layer was applied) for every key ``layer`` sets."""
     for section, values in layer.items():
         if isinstance(values, Mapping):
             for key in values:
-                origins[(str(section), str(key))] = f"{label} ({_short(where)})"
+                s, k = str(section), str(key)
+                history.setdefault((s, k), []).append((label, data[s][k]))
 
 
 def _strip_profile_meta(layer: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -163,7 +171,8 @@ def resolve(
     schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(defaults_dir() / "default.yaml")]
-    origins = {(s, k): f"{DEFAULT} ({_short(sources[0])})" for s in SECTIONS for k in data[s]}
+    history: History = {}
+    _record(history, data, data, f"{DEFAULT} ({_short(sources[0])})")
 
     env_path, ranges, family_of = None, RANGES, None
     python_env = env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env))
@@ -172,7 +181,7 @@ def resolve(
         # gymnasium.make; Python envs need a process backend. Its defaults: its own YAML
         # (defaults/gymnasium/<id>.yaml) if it has one, else its family's, applied after the profile.
         data["vec"]["backend"] = "multiprocessing"
-        origins[("vec", "backend")] = f"{DERIVED} (a Python env needs a process backend)"
+        _record(history, data, {"vec": {"backend": 0}}, f"{DERIVED} (a Python env needs a process backend)")
         sources.append(env if is_import_path(env) else f"gymnasium:{env}")
         overrides = list(overrides) if not isinstance(overrides, Mapping) else overrides
         given = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
@@ -199,7 +208,7 @@ def resolve(
         # if any, is a layer of tuned values checked against it like every other layer
         schema["env"] = env_defaults(env)
         data["env"] = dict(schema["env"])
-        origins.update({("env", k): f"{PARAMSPEC} (envs/{env}.h)" for k in data["env"]})
+        _record(history, data, {"env": data["env"]}, f"{PARAMSPEC} (envs/{env}.h)")
         ranges = {**RANGES, **env_ranges(env)}
         env_path = env_yaml(env)
     if env_path is not None:
@@ -218,9 +227,9 @@ def resolve(
                 raise ConfigError(f"section 'env' in {path} must be a mapping of env parameters")
             schema["env"] = dict(env_params)
             data["env"] = dict(env_params)
-            _record(origins, {"env": env_params}, ENV_YAML, path)
+            _record(history, data, {"env": env_params}, f"{ENV_YAML} ({_short(path)})")
         _apply(data, layer, schema, str(path), ranges)
-        _record(origins, layer, ENV_YAML, path)
+        _record(history, data, layer, f"{ENV_YAML} ({_short(path)})")
         sources.append(str(path))
 
     if profile is not None:
@@ -232,16 +241,18 @@ def resolve(
         _apply(data, layer, schema, str(path), ranges)
         data["bench"]["profile"] = profile
         data["bench"]["expected_gpu"] = str(meta.get("gpu", ""))
+        meta_keys = {"profile": 0, "expected_gpu": 0}
         _record(
-            origins,
-            {**layer, "bench": {**(layer.get("bench") or {}), "profile": 0, "expected_gpu": 0}},
-            PROFILE,
-            path,
+            history,
+            data,
+            {**layer, "bench": {**(layer.get("bench") or {}), **meta_keys}},
+            f"{PROFILE} ({_short(path)})",
         )
         sources.append(str(path))
         if env_path is not None and per_profile.get(profile):  # the env's own values for this profile
             _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})", ranges)
-            _record(origins, per_profile[profile], ENV_PROFILE, f"{_short(env_path)}, profiles.{profile}")
+            where = f"{ENV_PROFILE} ({_short(env_path)}, profiles.{profile})"
+            _record(history, data, per_profile[profile], where)
             sources.append(f"{env_path} (profiles.{profile})")
 
     if family_of is not None and family_of.path is not None:
@@ -249,7 +260,7 @@ def resolve(
         path = family_of.path
         layer = read_yaml(path, "family defaults")
         _apply(data, layer, schema, str(path), ranges)
-        _record(origins, layer, FAMILY, path)
+        _record(history, data, layer, f"{FAMILY} ({_short(path)})")
         sources.append(str(path))
 
     if config_file is not None:
@@ -260,7 +271,7 @@ def resolve(
         if python_env:
             _open_env_keys(layer, schema)
         _apply(data, layer, schema, str(path), ranges)
-        _record(origins, layer, CONFIG_FILE, path)
+        _record(history, data, layer, f"{CONFIG_FILE} ({_short(path)})")
         sources.append(str(path))
 
     layer = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
@@ -270,9 +281,8 @@ def resolve(
         _apply(data, layer, schema, "command line", ranges)
         for section, values in layer.items():
             for key in values or {}:
-                origins[(str(section), str(key))] = (
-                    f"{COMMAND_LINE} (--{section}.{str(key).replace('_', '-')})"
-                )
+                flag = f"--{section}.{str(key).replace('_', '-')}"
+                _record(history, data, {section: {key: 0}}, f"{COMMAND_LINE} ({flag})")
         sources.append("command line")
 
     check_batch(data["train"])
@@ -280,7 +290,7 @@ def resolve(
         check_buffers(data["train"]["buffers"], data["vec"]["num_envs"])
     if env is not None and env in env_names():
         check_memory(env, data)
-    return Config(data, env_name=env, profile=profile, sources=sources, family=family_of, origins=origins)
+    return Config(data, env_name=env, profile=profile, sources=sources, family=family_of, history=history)
 
 
 def _open_env_keys(layer: Mapping[str, Any], schema: dict[str, dict[str, Any]]) -> None:
