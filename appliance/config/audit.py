@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         dead = dead_values()
         print("\n".join(dead) if dead else "no dead values")
         return 1 if dead else 0
-    print("usage: python -m appliance.config.audit snapshot FILE | compare BEFORE AFTER | dead", file=sys.stderr)
+    print(
+        "usage: python -m appliance.config.audit snapshot FILE | compare BEFORE AFTER | dead", file=sys.stderr
+    )
     return 2
 
 
