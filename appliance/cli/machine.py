@@ -105,26 +105,21 @@ def config(
         )
     if show_origin and as_json:
         raise click.BadParameter("--show-origin prints text: leave out --json", param_hint="--show-origin")
-    if explain == ALL_KEYS:
-        if env is not None or overrides or config_file:
-            raise click.BadParameter(
-                "without a KEY, --explain prints every key's default; name a KEY to see the value ENV "
-                "resolves to",
-                param_hint="--explain",
-            )
-        click.echo(explained.all_text())
-        return
     if explain is not None:
-        info = explained.find(explain)  # an unknown key: one line, before any env is resolved
-        if env is None and not overrides and not config_file:
-            click.echo(explained.text(info))
+        info = None if explain == ALL_KEYS else explained.find(explain)  # unknown: one line, first
+        if env is None and not overrides and not config_file:  # the schema alone
+            click.echo(explained.all_text() if info is None else explained.text(info))
             return
         cfg = run_config(env, profile, config_file, overrides, family=family)
-        value = _value(cfg[info.section][info.key])
-        origin = cfg.origin(info.section, info.key)
-        click.echo(
-            explained.text(info, f"{env or 'this run'} (profile {cfg.profile}): {value}, set by {origin}")
-        )
+
+        def resolved(section: str, key: str) -> str:
+            value = _value(cfg[section][key])
+            return f"{env or 'this run'} (profile {cfg.profile}): {value}, set by {cfg.origin(section, key)}"
+
+        if info is None:
+            click.echo(explained.all_text(resolved))
+        else:
+            click.echo(explained.text(info, resolved(info.section, info.key)))
         return
     cfg = run_config(env, profile, config_file, overrides, family=family)
     if show_origin:

@@ -8,6 +8,7 @@ default.yaml, for ``puffer-bench config --explain`` and docs/configuration.md.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,8 +138,9 @@ def text(info: KeyInfo, resolved: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def all_text() -> str:
-    """Every key, grouped by section: name, type, allowed values, default and meaning."""
+def all_text(resolved: Callable[[str, str], str] | None = None) -> str:
+    """Every key, grouped by section: name, type, allowed values, default and meaning (and
+    ``resolved(section, key)``: a line with the value an env and profile give it, where given)."""
     out = []
     for section in SECTIONS:
         infos = [i for i in describe() if i.section == section]
@@ -148,6 +150,8 @@ def all_text() -> str:
         for i in infos:
             out.append(f"  {i.key} = {_shown(i.default)}  ({i.type}; {i.allowed})")
             out.append(f"      {i.meaning}")
+            if resolved is not None:
+                out.append(f"      {resolved(i.section, i.key)}")
         out.append("")
     return "\n".join(out).rstrip("\n")
 
