@@ -65,6 +65,14 @@ def test_explain_with_an_env_adds_the_value_it_resolves_to_and_its_layer():
         result.output.splitlines()[-1]
         == "  squared (profile 4090): 512, set by command line (--vec.num-envs)"
     )
+    every = run("config", "squared", "--gpu", "cpu", "--explain")  # every key, each with its value
+    assert every.exit_code == 0, every.output
+    assert (
+        "      squared (profile cpu): 256, set by hardware profile (bench/profiles/cpu.yaml)" in every.output
+    )
+    assert every.output.count("squared (profile cpu): ") == sum(
+        len(defaults().get(s) or {}) for s in SECTIONS
+    )
 
 
 def test_explain_an_unknown_key_is_one_line_with_a_guess():
