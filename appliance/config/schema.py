@@ -117,8 +117,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "backend": "how the envs are stepped: native (Ocean's C threads), serial (one process), "
         "multiprocessing (worker processes) or ray (a Ray cluster's actors)",
         "num_envs": "env instances stepped together (a multi-agent env has several agents in each)",
-        "num_threads": "native backend: C worker threads that step the envs (auto: the physical cores)",
-        "num_workers": "multiprocessing and ray backends: worker processes (auto: the physical cores)",
+        "num_threads": "native backend: C worker threads that step the envs (auto: the physical cores, "
+        "at most num_envs)",
+        "num_workers": "multiprocessing and ray backends: worker processes (auto: the largest divisor of "
+        "num_envs within the physical cores)",
         "batch_size": "process backends: envs returned by each recv (auto: num_envs, every env each "
         "step); fewer is asynchronous stepping",
         "zero_copy": "multiprocessing backend: recv returns views into shared memory instead of copies",
@@ -147,11 +149,15 @@ MEANINGS: dict[str, dict[str, str]] = {
         "vtrace_rho_clip": "V-trace: the largest importance ratio that weights a TD error",
         "vtrace_c_clip": "V-trace: the largest ratio that carries a TD error back a step (0: one-step "
         "TD errors only)",
-        "prio_alpha": "minibatch segments drawn with probability |advantage| ** prio_alpha (0: uniformly)",
-        "prio_beta0": "the importance weight's exponent at the start, annealed to 1 over total_timesteps",
-        "clip_coef": "PPO's policy clip: the ratio's change counted per update",
+        "prio_alpha": "minibatch segments drawn without replacement with probability proportional to "
+        "(sum of |advantage| over the segment) ** prio_alpha (0: uniformly)",
+        "prio_beta0": "the exponent of the importance weights (segments * P) ** -beta that correct the "
+        "prioritized draw, annealed from this to 1 over total_timesteps",
+        "clip_coef": "PPO's clip: the policy loss counts the probability ratio only within "
+        "[1 - clip_coef, 1 + clip_coef]",
         "vf_coef": "weight of the value loss in the total loss",
-        "vf_clip_coef": "the value's change counted per update, as PPO's clipped value loss",
+        "vf_clip_coef": "the clipped value loss: the value may move at most this far from the "
+        "rollout's value before its loss stops pulling",
         "ent_coef": "weight of the entropy bonus in the total loss",
         "max_grad_norm": "gradients clipped to this global norm before each optimizer step",
         "update_epochs": "passes over the batch per update (when replay_ratio is auto)",
