@@ -131,3 +131,11 @@ def test_configuration_page_is_not_stale(tmp_path, monkeypatch):
     monkeypatch.setattr(explain, "PAGE", stale)
     assert explain.main(["--check"]) == 1
     assert explain.main([]) == 0 and explain.main(["--check"]) == 0  # regenerated
+
+
+def test_explain_and_show_origin_refuse_what_they_cannot_print_in_one_line():
+    for args in (("--explain", ""), ("--show-origin", "--json"), ("--explain", "train.seed", "--json")):
+        result = run("config", *args)
+        assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    result = run("config", "--explain", "env.width")  # an env's own parameter, not the schema's
+    assert result.exit_code == 2 and "puffer-bench envs show ENV" in result.output

@@ -104,7 +104,9 @@ def config(
             "--explain prints text: leave out --json and --show-origin", param_hint="--explain"
         )
     if show_origin and as_json:
-        raise click.BadParameter("--show-origin prints text: leave out --json", param_hint="--show-origin")
+        raise click.BadParameter(
+            "a value's layer is shown in text, not JSON: leave out --json", param_hint="--show-origin"
+        )
     if explain is not None:
         info = None if explain == ALL_KEYS else explained.find(explain)  # unknown: one line, first
         if env is None and not overrides and not config_file:  # the schema alone
@@ -138,7 +140,7 @@ def origin_text(cfg: Any) -> str:
     from appliance.config import SECTIONS
 
     head = [
-        f"# env: {cfg.env_name}, profile: {cfg.profile}"
+        f"# env: {cfg.env_name or '(none)'}, profile: {cfg.profile}"
         + (f", family: {cfg.family.name or 'none'}" if cfg.family else "")
     ]
     lines = []
