@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -29,6 +29,9 @@ from appliance.cli.common import (
     write_json,
     write_out,
 )
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 # ----------------------------------------------------------------------------- info, config
 
@@ -135,7 +138,7 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) and value.strip() == value and value else json.dumps(value)
 
 
-def origin_text(cfg: Any) -> str:
+def origin_text(cfg: Config) -> str:
     """The resolved config as YAML-like lines, each value with the layer that set it as a comment."""
     from appliance.config import SECTIONS
 

@@ -201,8 +201,11 @@ def markdown() -> str:
         "6. `--config FILE`",
         "7. `--section.key VALUE` on the command line",
         "",
-        "A value in a shipped YAML that no resolution would ever use (every later layer replaces it, or",
-        "a profile restates what it overrides) is refused by tests/test_config_dead_values.py.",
+        "A value in a shipped YAML that no resolution would ever use (a later layer replaces it in every",
+        "env x profile, no profile included: `envs sps` resolves without one), or a profile value that",
+        "restates what it overrides, is refused by tests/test_config_dead_values.py",
+        "(`python -m appliance.config.audit dead` lists them). An env's or family's own value equal to",
+        "default.yaml's is kept: it pins the recipe the env was measured with.",
         "",
     ]
     for section in SECTIONS:
