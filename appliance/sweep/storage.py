@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,17 +113,20 @@ def open_storage(shared: Shared, on_stale: Callable[[Any, Any], None]) -> Any:
     import sqlalchemy.exc
 
     try:
-        return optuna.storages.RDBStorage(
-            shared.url,
-            engine_kwargs={"pool_pre_ping": True},
-            heartbeat_interval=shared.heartbeat,
-            grace_period=shared.grace,
-            heartbeat_stale_trial_callback=on_stale,
-        )
-    except ModuleNotFoundError as e:  # the driver (SQLAlchemy imports it on connecting)
+        with warnings.catch_warnings():  # Optuna calls the heartbeat experimental: it is what we need
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                shared.url,
+                engine_kwargs={"pool_pre_ping": True},
+                heartbeat_interval=shared.heartbeat,
+                grace_period=shared.grace,
+                heartbeat_stale_trial_callback=on_stale,
+            )
+    except ImportError as e:  # the driver, which SQLAlchemy imports on connecting (Optuna wraps it)
+        missing = getattr(e.__cause__, "name", None) or getattr(e, "name", None) or "its module"
         raise ConfigError(
-            f"--storage {shared.shown}: the PostgreSQL driver is missing ({e.name}): "
-            "pip install 'puffer-bench[postgres]'"
+            f"--storage {shared.shown}: the PostgreSQL driver is missing ({missing}): "
+            "pip install 'puffer-bench[postgres]' (psycopg), and use postgresql:// URLs"
         ) from None
     except sqlalchemy.exc.NoSuchModuleError:
         raise ConfigError(
@@ -130,7 +134,8 @@ def open_storage(shared: Shared, on_stale: Callable[[Any, Any], None]) -> Any:
         ) from None
     except sqlalchemy.exc.OperationalError as e:
         raise ConfigError(
-            f"--storage {shared.shown}: cannot reach the server: {_first_line(e, shared)}"
+            f"--storage {shared.shown}: cannot connect (is the server running; are its host, port, user, "
+            f"password and database right?): {_first_line(e, shared)}"
         ) from None
     except (sqlalchemy.exc.SQLAlchemyError, RuntimeError, ValueError) as e:
         raise ConfigError(f"--storage {shared.shown}: {_first_line(e, shared)}") from None
@@ -194,7 +199,9 @@ class Heartbeat:
         from optuna.trial import TrialState
 
         if self.shared.kind != "journal":
-            optuna.storages.fail_stale_trials(self.study)  # RDBStorage calls on_stale itself
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(self.study)  # RDBStorage calls on_stale itself
             return
         storage, now = self.study._storage, time.time()
         with self.lock:

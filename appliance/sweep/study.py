@@ -326,26 +326,36 @@ def requeue_stale(study: Any) -> None:
     put_back(study, again, "the sweep died while it ran", rerun_of=True)
 
 
-def requeue_dead(study: Any, trial: Any) -> None:
-    """A trial of a worker that stopped sending heartbeats (killed, its machine lost), failed by the
-    storage: its settings run again, once, as :func:`requeue_stale` does for one machine's sweep."""
-    from optuna.trial import TrialState
+DEAD = "its worker stopped sending heartbeats (killed, or its machine lost)"
 
-    storage = study._storage
+
+def requeue_dead(study: Any, trial: Any) -> None:
+    """A trial of a worker that stopped sending heartbeats, failed by the storage: its settings run
+    again, once, as :func:`requeue_stale` does for one machine's sweep. A finished trial cannot take
+    attributes, so why it failed is a study attribute (``stale:N``, read by :func:`trial_error`)."""
     rerun_of = trial.user_attrs.get("rerun_of")
     if rerun_of is not None:
-        storage.set_trial_user_attr(
-            trial._trial_id,
-            "error",
+        study.set_user_attr(
+            f"stale:{trial.number}",
             f"the workers running these settings died twice (trials {rerun_of} and {trial.number}); not run again",
         )
         return
-    storage.set_trial_user_attr(trial._trial_id, "error", INTERRUPTED)
-    storage.set_trial_user_attr(trial._trial_id, "why", "its worker stopped sending heartbeats")
+    study.set_user_attr(f"stale:{trial.number}", f"{DEAD}; run again")
     attrs = {"baseline": True} if trial.user_attrs.get("baseline") else {}
-    attrs["rerun_of"] = trial.number
-    if trial.state == TrialState.FAIL:
-        study.enqueue_trial(trial.params, user_attrs=attrs)
+    study.enqueue_trial(trial.params, user_attrs={**attrs, "rerun_of": trial.number})
+
+
+def trial_error(study: Any, trial: Any) -> str | None:
+    """Why a trial failed: its own ``error``, or what the worker that failed it as stale wrote."""
+    return trial.user_attrs.get("error") or study.user_attrs.get(f"stale:{trial.number}")
+
+
+def interrupted(study: Any) -> set[int]:
+    """Trials that did not finish and whose settings run again: not counted, not in the table."""
+    trials = study.get_trials(deepcopy=False)
+    return {t.number for t in trials if t.user_attrs.get("error") == INTERRUPTED} | {
+        t.user_attrs["rerun_of"] for t in trials if t.user_attrs.get("rerun_of") is not None
+    }
 
 
 def running_trials(study: Any) -> int:
@@ -364,9 +374,8 @@ def finished_trials(study: Any, complete: bool = False) -> list[Any]:
     from optuna.trial import TrialState
 
     states = (TrialState.COMPLETE,) if complete else (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return [
-        t for t in study.get_trials(deepcopy=False, states=states) if t.user_attrs.get("error") != INTERRUPTED
-    ]
+    skip = interrupted(study)
+    return [t for t in study.get_trials(deepcopy=False, states=states) if t.number not in skip]
 
 
 class DiskFull(ApplianceError):
@@ -381,9 +390,13 @@ class DiskFull(ApplianceError):
 def record(study: Any, trial: Any, result: dict[str, Any]) -> str:
     """Tell the study a trial's result; the line to print. A full disk raises :class:`DiskFull`
     with the result line, for the driver to keep what fits and name it in one line."""
+    import optuna
+
     line = result_line(trial.number, result)
     try:
         _tell(study, trial, result)
+    except optuna.exceptions.UpdateFinishedTrialError:  # its heartbeat was late: another worker failed it
+        return f"{line} (not recorded: another worker failed it as stale, its heartbeat late; it runs again)"
     except Exception as e:
         if disk_full(e):
             raise DiskFull(disk_full_words(e), line) from None
