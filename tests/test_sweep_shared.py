@@ -185,10 +185,12 @@ def test_a_missing_driver_is_one_line_naming_the_extra(monkeypatch):
 
 
 def instant(spec):
-    """A trial that 'trains' at once, its result naming the GPU its process saw."""
-    time.sleep(0.2)
+    """A trial that 'trains' for a second, its result naming the GPU its process saw and when it ran."""
+    start = time.time()
+    time.sleep(1.0)
+    seen = f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'none')} {start} {time.time()}"
     return {"state": "complete", "score": 0.5, "seconds": 1.0, "steps": 64, "curve": [[64.0, 0.5]],
-            "reason": os.environ.get("CUDA_VISIBLE_DEVICES", "none"), "error": None}  # fmt: skip
+            "reason": seen, "error": None}  # fmt: skip
 
 
 def test_joining_a_shared_study_with_other_overrides_is_refused(tmp_path, space):
@@ -218,8 +220,12 @@ def test_gpus_run_one_trial_per_gpu_each_with_its_own_cuda_visible_devices(tmp_p
     options = sw.Options(trials=4, parallel=2, gpus=gpu_slots("2"))
     out = tmp_path / "sweep"
     list(sw.sweep("squared", out, options, space, overrides=TINY, profile="cpu", trial=instant))
-    seen = [t.user_attrs["reason"] for t in sw.open_study(out).trials]
-    assert sorted(seen) == ["0", "0", "1", "1"] or set(seen) == {"0", "1"}, seen  # each trial on one GPU
+    runs = [t.user_attrs["reason"].split() for t in sw.open_study(out).trials]
+    assert len(runs) == 4 and {gpu for gpu, _, _ in runs} == {"0", "1"}, runs
+    for i, (gpu, start, end) in enumerate(runs):  # two trials at once never share a GPU
+        for other, start2, end2 in runs[i + 1 :]:
+            overlap = float(start) < float(end2) and float(start2) < float(end)
+            assert not (overlap and gpu == other), runs
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # the driver's own environment as it was
 
 
@@ -247,6 +253,13 @@ def test_gpus_contradictions_are_one_line(monkeypatch):
     )
 
 
-def test_study_name_without_storage_is_refused(tmp_path):
-    result = _cli("--study-name", "other", "--out", str(tmp_path / "s"))
-    assert result.exit_code != 0 and "--study-name names a study in --storage" in result.output, result.output
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--study-name", "other"], "--study-name names a study in --storage"),
+        (["--heartbeat", "5"], "--heartbeat is for"),
+    ],
+)
+def test_shared_study_options_without_storage_are_refused(tmp_path, args, says):
+    result = _cli(*args, "--out", str(tmp_path / "s"))
+    assert result.exit_code != 0 and says in result.output, result.output

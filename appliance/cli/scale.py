@@ -54,11 +54,9 @@ from appliance.errors import ConfigError
 )
 @click.option(
     "--heartbeat",
-    default=30,
-    show_default=True,
     type=count(3600),
     help="With --storage: seconds between a worker's heartbeats; a trial with none for twice that "
-    "fails and runs again.",
+    "fails and runs again  [default: 30]",
 )
 @click.option(
     "--budget-seconds",
@@ -87,7 +85,7 @@ def sweep(
     gpus: str | None,
     storage: str | None,
     study_name: str,
-    heartbeat: int,
+    heartbeat: int | None,
     budget_seconds: float | None,
     trial_seconds: float | None,
     space_file: str | None,
@@ -113,6 +111,7 @@ def sweep(
     from pathlib import Path
 
     from appliance import sweep as sw
+    from appliance.sweep.storage import HEARTBEAT
     from appliance.sweep.storage import parse as parse_storage
     from appliance.sweep.trials import gpu_slots
     from appliance.train.loop import Interrupted, stop_signals
@@ -120,7 +119,11 @@ def sweep(
     env, overrides = split_env(args)
     if env is None:
         raise ConfigError("sweep needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
-    shared = parse_storage(storage, heartbeat) if storage else None
+    shared = parse_storage(storage, heartbeat or HEARTBEAT) if storage else None
+    if shared is None and heartbeat is not None:
+        raise ConfigError(
+            "--heartbeat is for workers sharing a study (--storage); one folder's sweep has none"
+        )
     if shared is None and study_name != sw.STUDY:
         raise ConfigError(
             "--study-name names a study in --storage; a sweep folder holds one study: pass --out"

@@ -352,9 +352,12 @@ def trial_error(study: Any, trial: Any) -> str | None:
 
 def interrupted(study: Any) -> set[int]:
     """Trials that did not finish and whose settings run again: not counted, not in the table."""
-    trials = study.get_trials(deepcopy=False)
-    return {t.number for t in trials if t.user_attrs.get("error") == INTERRUPTED} | {
-        t.user_attrs["rerun_of"] for t in trials if t.user_attrs.get("rerun_of") is not None
+    rerun = f"{DEAD}; run again"
+    dead = {
+        int(k.split(":", 1)[1]) for k, v in study.user_attrs.items() if k.startswith("stale:") and v == rerun
+    }
+    return dead | {
+        t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error") == INTERRUPTED
     }
 
 
