@@ -142,12 +142,17 @@ def test_a_step_whose_speed_check_ran_slow_is_flagged_even_with_a_quiet_proc():
     steps = {s["step"]: s for s in r.data["noise"]["steps"]}
     assert steps["fast"]["speed_ratio"] == {"int_mops": 1.0, "float_gflops": 1.0, "copy_gbs": 1.0}
     assert not steps["slightly slower"].get("slow"), "7.6 of 8 GB/s (95%) is within the 15% least drop"
-    assert "memory copy 81% of the median, floor 85%" in steps["slowed"]["slow"] and not steps["slowed"]["busy"]
+    assert (
+        "memory copy 81% of the median, floor 85%" in steps["slowed"]["slow"] and not steps["slowed"]["busy"]
+    )
     assert "memory copy 81%" in r.data["metrics"]["env_sps/slowed/threads=1"]["noise"]["slow"]
     assert "slow" not in r.data["metrics"]["env_sps/fast/threads=1"]["noise"]
     gate = r.data["analysis"]["noise"]["gate"]
     assert "5 speed checks before the first step" in gate and "memory copy 85%" in gate
-    assert any("1 step(s) ran their speed check below the median" in w and "'slowed'" in w for w in r.data["warnings"])
+    assert any(
+        "1 step(s) ran their speed check below the median" in w and "'slowed'" in w
+        for w in r.data["warnings"]
+    )
     md = rpt.to_markdown(r.data)
     assert "81%" in md and "Step gate: a step counts as slowed" in md
     rpt.validate(r.data, "report")
@@ -200,7 +205,9 @@ def test_without_start_checks_the_steps_own_checks_set_the_gate():
     fast = {"int_mops": 10.0, "float_gflops": 3.0, "copy_gbs": 8.0}
     for i, ratio in enumerate((1.0, 1.01, 0.99, 1.0, 0.6)):
         speed = {**fast, "int_mops": 10.0 * ratio}
-        with noise.watch(r, f"s{i}", sampler=Script([(0.5, 0.0, 0.0, 0.0)] * 2).sampler(), speed=lambda s=speed: s):
+        with noise.watch(
+            r, f"s{i}", sampler=Script([(0.5, 0.0, 0.0, 0.0)] * 2).sampler(), speed=lambda s=speed: s
+        ):
             r.add(f"env_sps/s{i}/threads=1", [1, 1, 1], "agent-steps/s")
     analysis = noise.finish(r)
     assert analysis["slow"] == ["s4"] and "5 step checks" in analysis["gate"]

@@ -34,7 +34,9 @@ def test_two_reports_that_agree_and_two_that_differ():
     assert selftest.lines(same)[0].startswith("agree: none of 2 metrics differs significantly beyond 5%")
     for factor, word in ((0.8, "regression"), (1.2, "improvement")):
         _, other = selftest.judge(report(1e6, 0), report(factor * 1e6, 1), 0.05)
-        assert not other["agree"] and [e["metric"] for e in other["disagree"]] == ["env_sps/squared/threads=1"]
+        assert not other["agree"] and [e["metric"] for e in other["disagree"]] == [
+            "env_sps/squared/threads=1"
+        ]
         text = selftest.lines(other)
         assert text[0].startswith("disagree: 1 of 2 metrics") and word in text[1], text
     _, busy = selftest.judge(report(1e6, 0), report(0.8e6, 1, busy=True), 0.05)
@@ -71,5 +73,7 @@ def test_selftest_errors_are_one_line(tmp_path):
     suite = tmp_path / "bad.yaml"
     suite.write_text(yaml.safe_dump({"name": "bad", "threshold": 1.5, "env_sps": {"envs": ["squared"]}}))
     refused = CliRunner().invoke(cli, ["selftest", "--suite", str(suite), "--out", str(tmp_path / "o")])
-    assert refused.exit_code == 2 and "threshold: must be a fraction below 1" in refused.output, refused.output
+    assert refused.exit_code == 2 and "threshold: must be a fraction below 1" in refused.output, (
+        refused.output
+    )
     assert "Traceback" not in refused.output

@@ -204,7 +204,9 @@ def test_noise_guard_rates_counts_flagged_steps_per_condition(tmp_path, capsys, 
     base = {"int_mops": 10.0, "float_gflops": 3.0, "copy_gbs": 8.0}
     monkeypatch.setattr(rates, "load", fake_load)
     monkeypatch.setattr(
-        rates.noise, "speed_check", lambda: {k: v * (0.6 if loaded and loaded[-1] else 1.0) for k, v in base.items()}
+        rates.noise,
+        "speed_check",
+        lambda: {k: v * (0.6 if loaded and loaded[-1] else 1.0) for k, v in base.items()},
     )
     monkeypatch.setattr(rates, "machine", lambda: {"line": "test machine", "family/model/stepping": "x"})
     out = tmp_path / "rates.json"

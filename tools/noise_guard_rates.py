@@ -86,9 +86,7 @@ def load(condition: str, core: int, membw_procs: int) -> Iterator[list[int]]:
     else:
         others = [c for c in usable_cpus() if c != core] or [core]
         cores = [others[i % len(others)] for i in range(membw_procs)]
-    procs = [
-        subprocess.Popen([taskset, "-c", str(c), sys.executable, "-c", HOGS[condition]]) for c in cores
-    ]
+    procs = [subprocess.Popen([taskset, "-c", str(c), sys.executable, "-c", HOGS[condition]]) for c in cores]
     try:
         time.sleep(SETTLE_S)
         for p in procs:
@@ -170,7 +168,9 @@ def body(a: Any) -> int:
             },
             "conditions": {},
         }
-        print(f"machine: {record['machine']['line']}; {record['machine']['family/model/stepping']}", flush=True)
+        print(
+            f"machine: {record['machine']['line']}; {record['machine']['family/model/stepping']}", flush=True
+        )
         for condition in a.conditions:
             runs = []
             for r in range(a.runs):

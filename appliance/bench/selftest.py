@@ -49,7 +49,9 @@ def lines(v: dict[str, Any]) -> list[str]:
     """The verdict in words: 'agree: ...' or 'disagree: ...', then one line per metric that differs."""
     t = f"{100 * v['threshold']:g}%"
     if v["agree"]:
-        out = [f"agree: none of {v['compared']} metrics differs significantly beyond {t} between the two runs"]
+        out = [
+            f"agree: none of {v['compared']} metrics differs significantly beyond {t} between the two runs"
+        ]
     else:
         out = [f"disagree: {len(v['disagree'])} of {v['compared']} metrics differ significantly beyond {t}:"]
     for e in v["disagree"]:
@@ -63,7 +65,9 @@ def lines(v: dict[str, Any]) -> list[str]:
     return out
 
 
-def judge(first: dict[str, Any], second: dict[str, Any], threshold: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def judge(
+    first: dict[str, Any], second: dict[str, Any], threshold: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(comparison, verdict) of two reports of this machine."""
     result = cmp.compare([first, second], threshold, same_machine=True)
     return result, verdict(result)

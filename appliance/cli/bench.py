@@ -189,7 +189,9 @@ def selftest_cmd(
     )
     if record.get("partial"):  # interrupted: what was written stays; exit as the signal asks
         sig = record["partial"].get("signal") or "SIGINT"
-        click.echo(f"selftest interrupted ({sig}); written: {', '.join(record['reports']) or 'nothing'}", err=True)
+        click.echo(
+            f"selftest interrupted ({sig}); written: {', '.join(record['reports']) or 'nothing'}", err=True
+        )
         sys.exit(128 + signal.Signals[sig].value)
     for line in selftest.lines(record):
         click.echo(line)

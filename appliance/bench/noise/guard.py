@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from appliance.bench.noise.gate import (
-    SLOW_RATIO,
     LOOP_NAMES,
+    SLOW_RATIO,
     SPEED_KEYS,
     SPREAD_CHECKS,
     SpeedGate,
