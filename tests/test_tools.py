@@ -218,3 +218,23 @@ def test_noise_guard_rates_counts_flagged_steps_per_condition(tmp_path, capsys, 
     assert record["settings"]["min_drop"] == rates.noise.MIN_DROP
     printed = capsys.readouterr().out
     assert "test machine" in printed and "wrote" in printed
+
+
+def test_noise_guard_rates_rejudges_a_report_with_the_step_gate(tmp_path, capsys):
+    """--rejudge: a report flagged under the old 85 %-of-best rule is judged by its steps' spread."""
+    from appliance.bench import report as rpt
+
+    r = rpt.Report({"name": "t", "definition": {}}, {"name": "cpu"}, {}, {}, seed=0, repeats=3)
+    steps = r.data.setdefault("noise", {"steps": []})["steps"]
+    for i, ratio in enumerate((1.0, 0.8, 0.82, 0.81, 0.5)):
+        steps.append(
+            {"step": f"s{i}", "speed": {"int_mops": 10 * ratio, "float_gflops": 3.0, "copy_gbs": 8.0}}
+        )
+        steps[-1]["slow"] = "old" if ratio < 0.85 else None
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(r.data))
+    assert tool("noise_guard_rates").main(["--rejudge", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "5 steps, 5 with a speed check; flagged then 4, now 1" in out, out
+    code, err = exit_and_err("noise_guard_rates", ["--rejudge", str(tmp_path / "none.json")], capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err

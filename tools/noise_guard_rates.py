@@ -25,6 +25,10 @@ a JSON record (``--out``). The full measurement, on a quiet machine (about 10 mi
         --out results/cpu/noise/guard-rates.json
 
 A smoke run (a few seconds; the rates mean nothing): ``--runs 1 --steps 2 --conditions idle,cpu``.
+
+``--rejudge REPORT.json ...`` measures nothing: it prints how many steps of committed suite reports
+the gate at the time flagged and how many the step gate flags now (judged by the spread of the
+report's own step checks where it has no start checks, as older reports do not).
 """
 
 from __future__ import annotations
@@ -143,7 +147,34 @@ def machine() -> dict[str, Any]:
     }
 
 
+def rejudge(paths: list[Path]) -> int:
+    """Per report: its steps, the steps flagged when it was written, the steps the step gate flags now."""
+    from appliance.bench import report as rpt
+    from appliance.errors import ApplianceError
+
+    for p in paths:
+        try:
+            data = rpt.load(p)
+        except ApplianceError as e:
+            raise tool_cli.ToolError(str(e)) from None
+        steps = (data.get("noise") or {}).get("steps") or []
+        before = sum(1 for s in steps if s.get("slow"))
+        for s in steps:
+            s.pop("slow", None)
+        for m in data["metrics"].values():
+            (m.get("noise") or {}).pop("slow", None)
+        now = noise.flag_slow_steps(data)
+        gate = (data.get("noise") or {}).get("gate")
+        print(
+            f"{p}: {len(steps)} steps, {sum('speed' in s for s in steps)} with a speed check; flagged then "
+            f"{before}, now {len(now)}" + (f" ({noise.gate_text(gate)})" if gate else "")
+        )
+    return 0
+
+
 def body(a: Any) -> int:
+    if a.rejudge:
+        return rejudge(a.rejudge)
     cpus = usable_cpus()
     core = cpus[-1] if a.core is None else a.core
     if core not in cpus:
@@ -221,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="memory-bandwidth load processes, on the other CPUs (default 1)")  # fmt: skip
     ap.add_argument("--out", type=tool_cli.path, default=None,
                     help="the JSON record (default results/noise-guard/<date>-<host>.json)")  # fmt: skip
+    ap.add_argument("--rejudge", type=tool_cli.path, nargs="+", metavar="REPORT",
+                    help="measure nothing: re-judge these suite reports' steps with the step gate")  # fmt: skip
     a = ap.parse_args(argv)
     unknown = [c for c in a.conditions if c not in CONDITIONS]
     if unknown:
