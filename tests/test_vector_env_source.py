@@ -25,7 +25,9 @@ def run(mode: str, steps: int, num_envs: int = 2) -> list[tuple]:
         vec.async_reset(3)
         out = []
         for _ in range(steps):
-            obs, rew, term, trunc, infos, _, masks = (np.copy(x) if isinstance(x, np.ndarray) else x for x in vec.recv())
+            obs, rew, term, trunc, infos, _, masks = (
+                np.copy(x) if isinstance(x, np.ndarray) else x for x in vec.recv()
+            )
             out.append((obs, rew, term | trunc, infos, masks))
             vec.send(np.zeros(num_envs, np.int32))
         return out
@@ -61,7 +63,7 @@ def test_next_step_autoreset_gives_the_same_episodes_as_same_step():
     # and holds the same first observation SameStep returned on its done step
     same_firsts = {i: [s[0][i] for s in same if s[2][i]] for i in range(2)}
     seen = {0: 0, 1: 0}
-    for t, (obs, rew, done, _, masks) in enumerate(nxt[:-1]):
+    for t, (_, rew, done, _, masks) in enumerate(nxt[:-1]):
         assert (masks == ~done).all()
         for i in np.flatnonzero(done):
             assert rew[i] == 1.0
@@ -116,7 +118,7 @@ def test_ale_atari_vector_env_trains_as_a_source():
         assert vec.single_observation_space.shape == (4, 84, 84)
         obs, _ = vec.reset(0)
         assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
-        obs, rew, term, trunc, _ = vec.step(np.zeros(2, np.int32))
+        obs, rew, *_ = vec.step(np.zeros(2, np.int32))
         assert obs.shape == (2, 4, 84, 84) and rew.shape == (2,)
     finally:
         vec.close()

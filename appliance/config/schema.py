@@ -108,7 +108,12 @@ RANGES: dict[tuple[str, str], Range] = {
     ("bench", "threads"): Range(1, 4096),
 }
 # String keys that must not be empty (paths).
-NON_EMPTY = {("train", "data_dir"), ("bench", "out"), ("bench", "threads")}  # a path, a list
+NON_EMPTY = {
+    ("train", "data_dir"),
+    ("train", "wandb_project"),
+    ("bench", "out"),
+    ("bench", "threads"),
+}  # a path, a list
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 

@@ -119,7 +119,9 @@ def vector(game: str = "pong", num_envs: int = 8, **kwargs: Any) -> Any:
     try:
         from ale_py.vector_env import AtariVectorEnv
     except ImportError:
-        raise ConfigError("appliance.emulation.atari:vector needs ale-py: pip install 'ale-py>=0.10'") from None
+        raise ConfigError(
+            "appliance.emulation.atari:vector needs ale-py: pip install 'ale-py>=0.10'"
+        ) from None
     import ale_py
 
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)

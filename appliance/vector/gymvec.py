@@ -110,7 +110,11 @@ class GymVector(Vector):
         self._lengths[live] += 1
         done = terminals | truncations
         infos = [
-            {"episode_return": float(self._returns[i]), "episode_length": int(self._lengths[i]), "env": int(i)}
+            {
+                "episode_return": float(self._returns[i]),
+                "episode_length": int(self._lengths[i]),
+                "env": int(i),
+            }
             for i in np.flatnonzero(done)
         ]
         self._returns[done], self._lengths[done] = 0.0, 0
