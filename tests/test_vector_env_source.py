@@ -4,6 +4,7 @@ either autoreset mode giving the trainer the same episodes."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import gymnasium
 import numpy as np
@@ -145,3 +146,46 @@ def test_vector_bench_times_a_vector_env_beside_our_backends():
         vec.close()
     result = CliRunner().invoke(cli, ["vector-bench", "--vector-env-param", "game=pong"])
     assert result.exit_code == 2 and "--vector-env-param needs --vector-env" in result.output
+
+
+class FakePool:
+    """EnvPool's gymnasium API as its docs describe it: single-env spaces, batched arrays, a
+    ``config`` dict, NextStep autoreset (here: CartPoles in a NextStep SyncVectorEnv)."""
+
+    def __init__(self, num_envs):
+        self.inner = cartpole_vector(num_envs, "NextStep")
+        self.config = {"num_envs": num_envs}
+        self.observation_space = self.inner.single_observation_space
+        self.action_space = self.inner.single_action_space
+        self.closed = False
+
+    def reset(self):
+        return self.inner.reset(seed=3)
+
+    def step(self, actions):
+        return self.inner.step(actions)
+
+    def close(self):
+        self.closed = True
+        self.inner.close()
+
+
+def test_an_envpool_pool_is_a_next_step_vector_env_source():
+    from appliance.vector.gymvec import EnvPoolVector
+
+    pool = FakePool(2)
+    vec = vector.make(lambda: EnvPoolVector(pool), backend="serial")
+    try:
+        assert vec.num_envs == 2 and vec.next_step and vec.single_observation_space.shape == (4,)
+        vec.async_reset(0)
+        ended = []
+        for _ in range(60):
+            ended += vec.recv()[4]
+            vec.send(np.zeros(2, np.int32))
+        assert ended and all(i["episode_length"] == i["episode_return"] for i in ended)
+    finally:
+        vec.close()
+    assert pool.closed
+    if importlib.util.find_spec("envpool") is None:
+        with pytest.raises(ConfigError, match="needs EnvPool"):
+            vector.make("appliance.vector.gymvec:envpool", backend="serial", num_envs=2)

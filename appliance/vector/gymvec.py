@@ -22,7 +22,7 @@ ALE vector env clips them to -1..1 unless made with ``reward_clipping=False``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -135,3 +135,49 @@ class GymVector(Vector):
         if not self._closed:
             self._closed = True
             self.env.close()
+
+
+class EnvPoolVector:
+    """EnvPool's gymnasium API (``envpool.make(task, env_type="gymnasium", num_envs=N)``) as a
+    gymnasium VectorEnv: EnvPool's pool is no VectorEnv subclass (its ``observation_space`` is one
+    env's, its arrays are batched) and it resets an env on the step after its episode ended
+    (NextStep). Seeds are EnvPool's own ``seed`` argument at make time: ``reset(seed)`` cannot
+    reseed a pool."""
+
+    def __new__(cls, pool: Any) -> Any:
+        from gymnasium.vector import AutoresetMode, VectorEnv
+        from gymnasium.vector.utils import batch_space
+
+        class _Pool(VectorEnv):
+            metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+            def __init__(self) -> None:
+                self.pool = pool
+                self.num_envs = int(pool.config["num_envs"])
+                self.single_observation_space = pool.observation_space
+                self.single_action_space = pool.action_space
+                self.observation_space = batch_space(pool.observation_space, self.num_envs)
+                self.action_space = batch_space(pool.action_space, self.num_envs)
+
+            def reset(self, *, seed: Any = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+                return self.pool.reset()
+
+            def step(self, actions: Any) -> tuple[Any, ...]:
+                return self.pool.step(actions)
+
+            def close(self, **_: Any) -> None:
+                close = getattr(self.pool, "close", None)
+                if callable(close):
+                    close()
+
+        return _Pool()
+
+
+def envpool(task_id: str = "Pong-v5", num_envs: int = 8, **kwargs: Any) -> Any:
+    """``--env appliance.vector.gymvec:envpool --env.task-id Pong-v5``: an EnvPool pool (gymnasium
+    API) as a VectorEnv source; ``kwargs`` go to ``envpool.make`` (``seed``, ``num_threads``, ...)."""
+    try:
+        import envpool as ep
+    except ImportError:
+        raise ConfigError("appliance.vector.gymvec:envpool needs EnvPool: pip install envpool") from None
+    return EnvPoolVector(ep.make(task_id, env_type="gymnasium", num_envs=int(num_envs), **kwargs))
