@@ -189,3 +189,21 @@ def test_an_envpool_pool_is_a_next_step_vector_env_source():
     if importlib.util.find_spec("envpool") is None:
         with pytest.raises(ConfigError, match="needs EnvPool"):
             vector.make("appliance.vector.gymvec:envpool", backend="serial", num_envs=2)
+
+
+def test_the_ranks_memory_check_closes_the_vector_env_it_made(monkeypatch):
+    from appliance.train import distributed
+
+    made = []
+
+    def factory(num_envs=2):
+        made.append(cartpole_vector(num_envs))
+        return made[-1]
+
+    import appliance.testing
+
+    monkeypatch.setattr(appliance.testing, "cartpole_vector_probe", factory, raising=False)
+    cfg = resolve(env="appliance.testing:cartpole_vector_probe", overrides=["--train.device", "cpu"])
+    made.clear()  # the family's look at the spaces made (and closed) one too
+    distributed.check_ranks_fit(cfg, 1)
+    assert len(made) == 1 and made[0].closed
