@@ -82,6 +82,71 @@ def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -
         )
 
 
+def gpu_slots(value: str) -> list[str]:
+    """``--gpus N`` or ``auto``: the CUDA_VISIBLE_DEVICES value of each trial slot, one GPU each (the
+    devices this process sees: its own CUDA_VISIBLE_DEVICES if set, else 0 .. count - 1)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if value == "auto":
+        if count == 0:
+            raise ConfigError(
+                "--gpus auto: torch sees no CUDA device here; drop --gpus to run trials on the CPU"
+            )
+        n = count
+    else:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ConfigError(f"--gpus {value}: give a number of GPUs or 'auto'") from None
+        if n < 1:
+            raise ConfigError(f"--gpus {value}: must be at least 1")
+        if n > count:
+            raise ConfigError(
+                f"--gpus {n}: torch sees {count} CUDA device{'s' if count != 1 else ''} here; "
+                f"pass --gpus {count} or fewer"
+                if count
+                else f"--gpus {n}: torch sees no CUDA device here"
+            )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = (
+        [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(i) for i in range(count)]
+    )
+    return names[:n]
+
+
+def check_gpus(options: Options) -> None:
+    """``--gpus`` with ``--parallel`` and ``--ray-address``: refuse what contradicts itself."""
+    if not options.gpus:
+        return
+    if options.ray_address:
+        raise ConfigError(
+            "--gpus places trials on this machine's GPUs; with --ray-address Ray places them: drop one"
+        )
+    if options.parallel > len(options.gpus):
+        raise ConfigError(
+            f"--parallel {options.parallel} with --gpus {len(options.gpus)}: one trial per GPU at once; "
+            f"pass --parallel {len(options.gpus)} or fewer (or leave it out)"
+        )
+
+
+@contextlib.contextmanager
+def _visible(gpu: str | None) -> Any:
+    """CUDA_VISIBLE_DEVICES = ``gpu`` while a trial process is spawned (it takes this environment)."""
+    if gpu is None:
+        yield
+        return
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
 class Pruned(Exception):
     """Raised inside a trial's loop when its curve is hopeless."""
 
@@ -209,6 +274,9 @@ class TrialRunner:
 
         self.trial = trial
         self.parallel = options.parallel
+        self.free_gpus = list(options.gpus or [])  # the GPUs no trial holds now
+        self.gpu_of: dict[int, str] = {}  # trial number -> its GPU
+        self.processes = self.parallel > 1 or bool(self.free_gpus)  # a GPU's trial: in its own process
         cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
         self.threads = max(1, cores // self.parallel) if self.parallel > 1 else None
         self.done: list[tuple[int, dict[str, Any]]] = []  # in-process results
@@ -233,7 +301,7 @@ class TrialRunner:
     def start(self, number: int, spec: dict[str, Any]) -> None:
         if self.ray is not None:
             self.futures[self.remote.remote(spec).future()] = number
-        elif self.parallel > 1:
+        elif self.processes:
             from appliance.vector.mp import children_ignore_sigint
 
             ctx = get_context("spawn")
@@ -244,10 +312,13 @@ class TrialRunner:
                 name=f"puffer-trial-{number}",
                 daemon=True,
             )
-            with children_ignore_sigint(), lifeline.spawned_children_die_with_us():
+            gpu = self.free_gpus.pop(0) if self.free_gpus else None
+            with children_ignore_sigint(), lifeline.spawned_children_die_with_us(), _visible(gpu):
                 proc.start()
             theirs.close()
             self.procs[number] = (proc, ours)
+            if gpu is not None:
+                self.gpu_of[number] = gpu
         else:
             self.done.append((number, self.trial(spec)))
 
@@ -280,8 +351,14 @@ class TrialRunner:
                 result = None  # died while sending
             conn.close()
             proc.join(timeout=None if result is None else 30)
+            self._free(number)
             out.append((number, result if result is not None else failed_result(_exit_text(proc.exitcode))))
         return out
+
+    def _free(self, number: int) -> None:
+        gpu = self.gpu_of.pop(number, None)
+        if gpu is not None:
+            self.free_gpus.append(gpu)
 
     def close(self) -> None:
         """Stop what still runs: SIGTERM to each trial process, SIGKILL after 5 s."""
@@ -295,6 +372,8 @@ class TrialRunner:
                 proc.kill()
                 proc.join()
             conn.close()
+        for number in list(self.gpu_of):
+            self._free(number)
         self.procs.clear()
         for fut in self.futures:
             fut.cancel()
