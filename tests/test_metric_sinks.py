@@ -97,7 +97,10 @@ def test_wandb_project_and_run_name_come_from_the_config_and_run_id(tmp_path, mo
         return run
 
     monkeypatch.setattr(wandb, "init", init)
-    train(config(tmp_path, "--train.wandb-project", "my-project"), wandb=True)
+    try:
+        train(config(tmp_path, "--train.wandb-project", "my-project"), wandb=True)
+    finally:
+        wandb.teardown()  # W&B's service process, which outlives runs, goes with this test
     run_dir = tmp_path / "r1"
     assert seen["project"] == "my-project" and seen["name"] == "r1" and seen["id"] == "r1"
     assert seen["finished"]
