@@ -7,7 +7,7 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH       ?= torch==2.13.0
-EXTRAS      ?= dev,ray,docker,postgres
+EXTRAS      ?= dev,ray,docker,postgres,logging,stats
 SYSTEM_SITE ?= 0
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed

@@ -5,6 +5,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -112,20 +113,52 @@ def test_the_tables_show_three_significant_digits_of_small_scores(peer):
 
 
 def test_the_means_average_each_setups_seeds_at_each_step_count(peer, tmp_path):
+    pytest.importorskip("rliable", reason="the IQM needs rliable: pip install 'puffer-bench[stats]'")
     a = _report(peer, tmp_path, "ours-4096-breakout-s0", "puffer-bench", [0.2] * 8)
     b = _report(peer, tmp_path, "ours-4096-breakout-s1", "puffer-bench", [0.4] * 4)
     c = _report(peer, tmp_path, "pufferlib-breakout-s42", "pufferlib-3.0.0", [0.5] * 8)
     first, versus = peer.means([a, b, c], (3e6, 6e6)).split("\n\n")
     lines = first.splitlines()
     rows = {line.split("|")[2].strip(): [cell.strip() for cell in line.split("|")[3:6]] for line in lines[2:]}
-    # seed 1 stopped at 4 M: it counts at 3 M and not at 6 M
-    assert rows["ours-4096-breakout"] == ["2", "0.300 (0.200-0.400, n=2)", "0.200 (0.200-0.200, n=1)"]
-    assert rows["pufferlib-breakout"] == ["1", "0.500 (0.500-0.500, n=1)", "0.500 (0.500-0.500, n=1)"]
+    # seed 1 stopped at 4 M: it counts at 3 M and not at 6 M; the IQM of two runs is their mean, and
+    # the bootstrap of two runs spans them
+    assert "IQM [95% CI] (min-max) at 3 M" in lines[0]
+    assert rows["ours-4096-breakout"] == [
+        "2",
+        "0.300 [0.200, 0.400] (0.200-0.400, n=2)",
+        "0.200 [0.200, 0.200] (0.200-0.200, n=1)",
+    ]
+    assert rows["pufferlib-breakout"] == [
+        "1",
+        "0.500 [0.500, 0.500] (0.500-0.500, n=1)",
+        "0.500 [0.500, 0.500] (0.500-0.500, n=1)",
+    ]
     # 2 vs 1 at 3 M: the pooled 0.2, 0.4, 0.5 split three ways (-0.2, -0.05, +0.25): two as far from 0
     assert versus.splitlines()[2].endswith("| 2 vs 1 | -0.200 (0.67) | -0.300 (1.00) |")
     with pytest.raises(peer.PeerError, match="needs --at"):
         peer.means([a], ())
     assert peer.main(["table", str(a), str(c), "--at", "3e6", "--means"]) == 0
+
+
+def test_the_seed_table_takes_the_iqm_of_five_seeds_and_says_when_rliable_is_missing(
+    peer, tmp_path, monkeypatch
+):
+    """Five seeds 0.1, 0.2, 0.3, 0.4, 0.9: the IQM (rliable's: scipy's 25 % trimmed mean, one run cut
+    at each end) is 0.3 where the mean is 0.38; without rliable the table keeps the mean and says why."""
+    reports = [
+        _report(peer, tmp_path, f"ours-4096-breakout-s{i}", "puffer-bench", [v] * 8)
+        for i, v in enumerate((0.1, 0.2, 0.3, 0.4, 0.9))
+    ]
+    from appliance.bench import stats
+
+    if stats.iqm_intervals({"x": [1.0]}) is not None:
+        row = peer.means(reports, (3e6,)).splitlines()[2]
+        mid, low, high = (float(x) for x in re.findall(r"\| ([\d.]+) \[([\d.]+), ([\d.]+)\]", row)[0])
+        assert mid == pytest.approx(0.3) and low < mid < high and low >= 0.1 and high <= 0.9
+    monkeypatch.setitem(sys.modules, "rliable", None)  # as if not installed
+    text = peer.means(reports, (3e6,))
+    assert "| 0.380 (0.100-0.900, n=5) |" in text and "mean (min-max) at 3 M" in text
+    assert "install rliable" in text
 
 
 def test_the_permutation_p_counts_every_split_of_the_pooled_runs(peer, tmp_path):

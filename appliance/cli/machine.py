@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import click
+import yaml
 
 from appliance.cli.common import (
     CONTEXT,
@@ -301,13 +302,39 @@ def envs_sps(
     type=click.Path(dir_okay=False),
     help="Also write all samples (with fingerprint) here.",
 )
+@click.option(
+    "--vector-env",
+    metavar="MODULE:FACTORY",
+    help="Also time an existing gymnasium VectorEnv: a factory taking num_envs "
+    "(e.g. appliance.emulation.atari:vector for ale-py's AtariVectorEnv).",
+)
+@click.option(
+    "--vector-env-param",
+    "vector_env_params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A keyword argument for --vector-env's factory (repeatable), e.g. game=pong.",
+)
+@click.option(
+    "--num-envs",
+    type=IntList(1, 65536),
+    help="Time every approach at these num_envs only (e.g. 8, or 8,16), instead of each at several.",
+)
 def vector_bench(
-    env: str, step_us: float | None, cores: int | None, seconds: float, json_out: str | None
+    env: str,
+    step_us: float | None,
+    cores: int | None,
+    seconds: float,
+    json_out: str | None,
+    vector_env: str | None,
+    vector_env_params: tuple[str, ...],
+    num_envs: list[int] | None,
 ) -> None:
     """Our vector backends against gymnasium's SyncVectorEnv and AsyncVectorEnv, side by side.
 
     Same env, same cores, random actions; each approach at its best num_envs. Prints SPS and the ratio
-    to the faster of gymnasium's two.
+    to the faster of gymnasium's two. --vector-env adds an existing VectorEnv (ale-py's
+    AtariVectorEnv, EnvPool, ...) as the trainer would run it.
     """
     from appliance.bench import vectorbench
     from appliance.sysinfo import physical_cores
@@ -320,6 +347,14 @@ def vector_bench(
         )
     check_out(json_out)
 
+    if vector_env_params and not vector_env:
+        raise click.BadParameter("--vector-env-param needs --vector-env", param_hint="--vector-env-param")
+    params = {}
+    for item in vector_env_params:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--vector-env-param")
+        params[key.strip()] = yaml.safe_load(value)
     cores = cores or physical_cores()
     result = vectorbench.run(
         env,
@@ -329,6 +364,9 @@ def vector_bench(
         progress=lambda r: click.echo(
             f"  {r['family']:<45} num_envs={r['num_envs']:<6} {r['sps']:>12,.0f} SPS", err=True
         ),
+        vector_env=vector_env,
+        vector_params=params,
+        num_envs=num_envs,
     )
     title = f"{result['env']} on {cores} cores: agent-steps/s, best num_envs per approach"
     print_table(title, ("approach", "num_envs", "SPS", "vs best gymnasium"), vectorbench.table_rows(result))

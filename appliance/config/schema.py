@@ -187,6 +187,7 @@ MEANINGS: dict[str, dict[str, str]] = {
         "on the device",
         "checkpoint_interval": "epochs between the checkpoints a run folder keeps (and one at the end)",
         "data_dir": "the folder that holds the run folders (checkpoints, metrics)",
+        "wandb_project": "--wandb: the Weights & Biases project (the run is named by its run id; W&B's files go in the run folder)",
     },
     "policy": {
         "core": "the network between encoder and heads: mlp, lstm, or mingru (PufferNet: minimal GRU "
@@ -216,7 +217,12 @@ MEANINGS: dict[str, dict[str, str]] = {
     },
 }
 # String keys that must not be empty (paths).
-NON_EMPTY = {("train", "data_dir"), ("bench", "out"), ("bench", "threads")}  # a path, a list
+NON_EMPTY = {
+    ("train", "data_dir"),
+    ("train", "wandb_project"),
+    ("bench", "out"),
+    ("bench", "threads"),
+}  # a path, a list
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
