@@ -601,6 +601,9 @@ def test_pufferlib4_config_puts_its_ini_on_our_keys_and_names_what_differs(peer4
     for left in ("env.width", "vec.num_threads", "vec.num_buffers", "train.seed", "train.anneal_ent_coef",
                  "base.checkpoint_interval", "[selfplay]", "[sweep]"):  # fmt: skip
         assert left in header, left
+    # its pong pays nothing for a return (3.0's and ours' default pay 0.1): the config sets ours to its rule
+    peer4.write_config(config, "pong", tmp_path / "pong.yaml")
+    assert yaml.safe_load((tmp_path / "pong.yaml").read_text())["env"]["return_reward"] == 0.0
     # a policy this mapping does not know is refused in one line, not written wrong
     _fake_config_dir(tmp_path / "lstm", "[torch]\nnetwork = LSTM\n")
     with pytest.raises(peer4.PeerError, match="not the MinGRU"):
