@@ -148,25 +148,30 @@ def _train_rank(
                     runs.find_checkpoint(cfg.train.data_dir, options.load_model_path), resume=False
                 )
             trainer.broadcast_weights()
-            writers = session._writers(options, cfg, run_dir) if lead and run_dir else []
-            if lead and run_dir is not None:
-                runs.start_run(base, run_dir)  # the config as given: train.seed is rank 0's
-                trainer.latest_pointer = Path(base.train.data_dir) / runs.LATEST  # as one process
-            reporter = Reporter(trainer, cfg.env_name, live=options.dashboard) if lead else None
+            # the metric sinks (TensorBoard, W&B) are the lead's, closed on every exit as one process's
+            sinks = session.Sinks(options, cfg, run_dir) if lead and run_dir else None
             try:
-                result = loop.run(
-                    trainer,
-                    session.stop_rule(cfg, options),
-                    checkpoint_interval=cfg.train.checkpoint_interval,
-                    on_epoch=[lambda _: reporter.update()] if reporter else [],
-                    on_metrics=writers,
-                    interruptible=True,
-                    guard=stop,
-                )
+                if lead and run_dir is not None:
+                    runs.start_run(base, run_dir)  # the config as given: train.seed is rank 0's
+                    trainer.latest_pointer = Path(base.train.data_dir) / runs.LATEST  # as one process
+                reporter = Reporter(trainer, cfg.env_name, live=options.dashboard) if lead else None
+                try:
+                    result = loop.run(
+                        trainer,
+                        session.stop_rule(cfg, options),
+                        checkpoint_interval=cfg.train.checkpoint_interval,
+                        on_epoch=[lambda _: reporter.update()] if reporter else [],
+                        on_metrics=sinks.writers if sinks else [],
+                        interruptible=True,
+                        guard=stop,
+                    )
+                finally:
+                    if reporter:
+                        reporter.update(force=True)
+                        reporter.close()
             finally:
-                if reporter:
-                    reporter.update(force=True)
-                    reporter.close()
+                if sinks:
+                    sinks.close()
             if not lead:
                 return {}
             if result.reason == "interrupted" and not result.epochs:
