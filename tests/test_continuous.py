@@ -154,7 +154,8 @@ def test_a_learn_item_whose_module_is_missing_is_skipped_and_said_so():
     )
 
     class Report:
-        data = {"skipped": [], "fingerprint": {}, "analysis": {}, "seed": 0}
+        def __init__(self):
+            self.data = {"skipped": [], "fingerprint": {}, "analysis": {}, "seed": 0}
 
         def skip(self, what, why):
             self.data["skipped"].append({"what": what, "why": why})

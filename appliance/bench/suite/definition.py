@@ -192,7 +192,8 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
         optional = {"repeats", "min_epochs", "overrides", "requires"}
         if not isinstance(item, dict) or not need <= set(item) or set(item) - need - optional:
             raise _fail(
-                where, f"needs {sorted(need)} (and optional repeats, min_epochs, overrides, requires), got {item!r}"
+                where,
+                f"needs {sorted(need)} (and optional repeats, min_epochs, overrides, requires), got {item!r}",
             )
         requires = item.get("requires", [])
         if not isinstance(requires, list) or not all(isinstance(m, str) and m for m in requires):
