@@ -7,13 +7,13 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH       ?= torch==2.13.0
-EXTRAS      ?= dev,ray,docker
+EXTRAS      ?= dev,ray,docker,postgres,logging,stats
 SYSTEM_SITE ?= 0
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 SOURCES     := pyproject.toml setup.py $(wildcard envs/*.c envs/*.h kernels/*.cpp kernels/*.cuh)
 
-.PHONY: bench test lint install clean env-debug readme-results kernels-check docker-test
+.PHONY: bench test lint install clean env-debug readme-results kernels-check docker-test config-docs
 
 $(PY):
 	$(PYTHON) -m venv $(if $(filter 1,$(SYSTEM_SITE)),--system-site-packages) $(VENV)
@@ -35,6 +35,10 @@ bench: $(STAMP)
 # The README's results table and results/summary.png, from the newest report of each profile.
 readme-results: $(STAMP)
 	$(VENV)/bin/puffer-bench report --readme README.md
+
+# docs/configuration.md from the schema (appliance/config/schema.py) and default.yaml.
+config-docs: $(STAMP)
+	$(PY) -m appliance.config.explain
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -5,6 +5,8 @@ image's ``results/`` and the container runs as the host user, so reports land on
 you; the GPU is passed through (``--gpus all``) when Docker has the NVIDIA runtime. Like ``docker.sh``
 (which does the same from plain shell for hosts without Python) the container gets an init (SIGTERM
 reaches puffer-bench), no network, and a /dev/shm of half the host's RAM for multiprocessing.
+The container goes with the process that started it, however that one ends (SIGKILL included: a
+watcher process, ``lifeline.OnParentDeath``, removes it).
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from typing import Any
 from appliance.errors import ApplianceError, DeviceError
 
 WORKDIR = "/opt/puffer-bench"  # the images' project folder (images/*.Dockerfile)
+# run by lifeline.OnParentDeath's watcher (sys.argv[2]: the container's id) when the caller died first
+REMOVE_CONTAINER = (
+    "import contextlib, docker, sys\n"
+    "with contextlib.suppress(Exception):\n"
+    "    docker.from_env().containers.get(sys.argv[2]).remove(force=True)\n"
+)
 
 
 class ContainerError(ApplianceError):
@@ -126,6 +134,10 @@ def run_in_container(image: str, args: list[str], results: Path, client: Any = N
         volumes={str(results): {"bind": f"{WORKDIR}/results", "mode": "rw"}},
         device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if gpus else None,
     )
+    from appliance.lifeline import OnParentDeath
+
+    # the container is the daemon's child, not ours: a watcher removes it if we die first (SIGKILL too)
+    watcher = OnParentDeath(REMOVE_CONTAINER, container.id)
     try:
         for chunk in container.logs(stream=True, follow=True):
             sys.stdout.write(chunk.decode(errors="replace"))
@@ -137,3 +149,4 @@ def run_in_container(image: str, args: list[str], results: Path, client: Any = N
     finally:
         with contextlib.suppress(Exception):  # already gone
             container.remove(force=True)
+        watcher.done()

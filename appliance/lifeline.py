@@ -16,6 +16,9 @@ One mechanism, in two forms:
   its parent dies goes at once, not when it reaches its own :func:`die_with_parent`.
 
 A child's own children are its own to take with it (the vector's workers do so with this module).
+For programs that are not ours, :func:`guarded` runs the command under a guard process that takes the
+command and everything below it along; for what is no child at all (a Docker container: the daemon's),
+:class:`OnParentDeath` runs a clean-up when the parent is gone.
 The shared-memory names a child registered with multiprocessing's resource tracker go with it: the
 tracker unlinks them once the last process holding its pipe has exited.
 """
@@ -128,3 +131,111 @@ def spawned_children_die_with_us() -> Iterator[None]:
         yield
     finally:
         spawn.get_command_line = command_line
+
+
+# A stdlib-only program (it runs under whatever Python starts it, with the environment the command
+# gets): the parent of COMMAND and of everything COMMAND starts. It is a child subreaper, so the
+# processes COMMAND's own children leave behind come to it, not to init; when its parent dies
+# (the parent-death signal, SIGTERM here) or COMMAND ends, it kills every process below it.
+_GUARD = r"""
+import ctypes, os, signal, subprocess, sys, time
+parent, cmd = int(sys.argv[1]), sys.argv[2:]
+libc = ctypes.CDLL(None)
+libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+me = os.getpid()
+def below():
+    kids = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            kids.setdefault(int(fields[1]), []).append((int(name), fields[0]))
+    found, todo = [], [me]
+    while todo:
+        for pid, state in kids.get(todo.pop(), []):
+            found.append((pid, state))
+            todo.append(pid)
+    return found
+def reap():
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+def kill_all():
+    for _ in range(200):
+        alive = [pid for pid, state in below() if state != "Z"]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap()
+        if not alive:
+            return
+        time.sleep(0.02)
+def gone(signum, frame):
+    kill_all()
+    os._exit(128 + signum)
+signal.signal(signal.SIGTERM, gone)
+signal.signal(signal.SIGHUP, gone)
+signal.signal(signal.SIGINT, lambda s, f: None)  # Ctrl-C reaches COMMAND itself (same process group)
+if os.getppid() != parent:
+    sys.exit(1)
+child = subprocess.Popen(cmd)
+rc = child.wait()
+kill_all()
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
+
+
+def guarded(cmd: list[str]) -> list[str]:
+    """``cmd`` run under a guard that takes it and every process below it along when this process
+    dies, however (SIGKILL included): for programs that are not ours, whose own children (a peer
+    trainer's vector workers) arm no parent-death signal. The guard is a child subreaper, so even a
+    grandchild that outlived its parent is found; when ``cmd`` ends, what it left running is killed
+    too. The guard's exit code is ``cmd``'s (128 + N for a signal N). Linux only (``/proc``, prctl);
+    elsewhere ``cmd`` is returned as it is."""
+    if _prctl() is None or not os.path.isdir("/proc"):
+        return list(cmd)
+    return [sys.executable, "-c", _GUARD, str(os.getpid()), *cmd]
+
+
+_WATCH = r"""
+import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; its death is ours
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+if sys.stdin.buffer.read(1) == b"":  # end of file: the parent is gone without saying it was done
+    exec(sys.argv[1])
+"""
+
+
+class OnParentDeath:
+    """A watcher process that runs ``code`` (Python source, with ``sys.argv[2:]`` = ``args``) when this
+    process dies without calling :meth:`done` first, however it dies: the watcher holds the read end
+    of a pipe only this process writes to, and the kernel closes the write end with the process.
+    For what the parent-death signal cannot reach: a Docker container, which is the daemon's child.
+    Start it from a process that forks no children meanwhile (a forked child would hold the pipe)."""
+
+    def __init__(self, code: str, *args: str, env: dict[str, str] | None = None) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WATCH, code, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # a signal to our process group (Ctrl-C, a kill -PGID) spares it
+        )
+
+    def done(self) -> None:
+        """The parent cleaned up itself: the watcher exits without running ``code``."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.write(b"x")
+                self.proc.stdin.close()
+        self.proc.wait()

@@ -429,3 +429,12 @@ class BrokenAgents(ParallelEnv):  # type: ignore[misc]
 
     def close(self) -> None:
         pass
+
+
+def cartpole_vector(num_envs: int = 2, autoreset_mode: str = "NextStep") -> gymnasium.vector.VectorEnv:
+    """A gymnasium ``SyncVectorEnv`` of CartPoles: a tiny ``module:factory`` VectorEnv source
+    (``appliance.vector.gymvec``) in either autoreset mode."""
+    return gymnasium.vector.SyncVectorEnv(
+        [lambda: gymnasium.make("CartPole-v1")] * int(num_envs),
+        autoreset_mode=gymnasium.vector.AutoresetMode(autoreset_mode),
+    )

@@ -3,8 +3,8 @@
  *   obs      float32[8]: own paddle y, opponent paddle y (over their range), ball x / 500, ball y / 640,
  *            (vx + 10) / 20, (vy + 13) / 26, opponent points / max_score, own points / max_score.
  *   action   Discrete(3): 0 stay, 1 paddle y + 8 px, 2 paddle y - 8 px, for `frameskip` frames.
- *   reward   +1 when the agent scores, -1 when the opponent does, 0.1 for returning the ball (the last
- *            of these in a step). Each point starts a new round with the ball leaving toward the
+ *   reward   +1 when the agent scores, -1 when the opponent does, return_reward (0.1, PufferLib 3.0's;
+ *            4.0's pong pays 0) for returning the ball (the last of these in a step). Each point starts a new round with the ball leaving toward the
  *            agent; returning it adds +-3 to its vertical speed in the paddle's direction (at most 13).
  *            First to max_score (21) ends the episode.
  *   perf     own points / all points.
@@ -37,6 +37,7 @@ typedef struct Pong {
     uint8_t* terminals;
     uint8_t* truncations;
     int frameskip, max_score, max_ticks;
+    float return_reward;
     float own_y, opp_y, ball_x, ball_y, ball_vx, ball_vy;
     int own_points, opp_points, tick, steps;
     float episode_return;
@@ -46,6 +47,7 @@ static const ParamSpec pong_params[] = {
     {"frameskip", PARAM_INT, 8, 1, 16},
     {"max_score", PARAM_INT, 21, 1, 100},
     {"max_ticks", PARAM_INT, 400000, 100, 10000000}, /* frames before truncation (PufferLib has none) */
+    {"return_reward", PARAM_FLOAT, 0.1, 0, 1},       /* paid for returning the ball */
     {NULL, 0, 0, 0, 0},
 };
 
@@ -61,6 +63,7 @@ static void pong_init(Pong* env, const double* p, Buffers b, Rng rng) {
     env->frameskip = (int)PARAM(p, 0);
     env->max_score = (int)PARAM(p, 1);
     env->max_ticks = (int)PARAM(p, 2);
+    env->return_reward = (float)PARAM(p, 3);
 }
 
 static void pong_observe(Pong* env) {
@@ -98,7 +101,7 @@ static void pong_reset(Pong* env) {
 static inline float pong_clamp(float v, float lo, float hi) { return fminf(fmaxf(v, lo), hi); }
 
 /* One frame. Returns 1 when a point ends the round (the step ends there too); *reward is set by a
- * return (0.1) or a point (+-1). */
+ * return (return_reward) or a point (+-1). */
 static int pong_frame(Pong* env, float dir, float* reward) {
     env->own_y += PONG_SPEED * dir;
     env->opp_y += pong_clamp(env->ball_y - (env->opp_y + PONG_PADDLE_H / 2), -PONG_SPEED, PONG_SPEED);
@@ -119,7 +122,7 @@ static int pong_frame(Pong* env, float dir, float* reward) {
     if (env->ball_x + PONG_BALL > PONG_W) {
         if (env->ball_y + PONG_BALL > env->own_y && env->ball_y < env->own_y + PONG_PADDLE_H) {
             env->ball_vx = -env->ball_vx;
-            *reward = 0.1f;
+            *reward = env->return_reward;
             env->ball_vy = pong_clamp(env->ball_vy + PONG_VY_STEP * dir, -PONG_VY_MAX, PONG_VY_MAX);
             if (fabsf(env->ball_vy) < 0.01f) env->ball_vy = PONG_VY_STEP; /* never level */
         } else {

@@ -115,6 +115,27 @@ def test_sweep_parallel_past_the_memory_is_refused_with_each_trials_footprint(tm
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.parametrize("env", ["CartPole-v1", "appliance.testing:ComingAndGoing"])
+def test_sweep_parallel_counts_a_python_envs_footprint_from_its_first_env(tmp_path, monkeypatch, env):
+    """Before the fix a Gymnasium, PettingZoo or module:factory env's trial counted as its process
+    alone: its env objects and buffers were left out, however many envs the space allowed."""
+    args = [
+        "--vec.num-envs",
+        "20000",
+        "--train.device",
+        "cpu",
+    ]  # the buffers: 100-300 MiB, at the space's largest sizes
+    monkeypatch.setattr("appliance.vector.sizes.usable_cores", lambda: 64)
+    monkeypatch.setattr(memory, "available_memory", lambda: 4 * trials.TRIAL_PROCESS_BYTES)
+    result = CliRunner().invoke(
+        cli, ["sweep", env, "--trials", "8", "--parallel", "4", "--out", str(tmp_path / "sweep"), *args]
+    )
+    line = one_line_error(result, "error: --parallel 4: 4 trials need about ", "for its process + ")
+    assert "MiB for its env's and training buffers" in line, line
+    assert line.endswith("pass --parallel 2 or fewer"), line
+    assert not (tmp_path / "sweep").exists()
+
+
 @pytest.mark.parametrize("env", ["squared", "CartPole-v1"])
 def test_train_nproc_counts_every_rank_of_the_machine_before_any_starts(tmp_path, monkeypatch, env):
     """Each rank checked its own buffers against the whole machine's memory: two that fit alone

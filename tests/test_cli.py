@@ -242,3 +242,22 @@ def test_ctrl_c_during_an_import_is_taken_once_the_import_is_over(tmp_path, monk
     finally:
         signal.signal(signal.SIGINT, previous)
         sys.modules.pop("slow_module_for_ctrl_c", None)
+
+
+@pytest.mark.parametrize(
+    "args, missing",
+    [
+        (["ab"], "Missing argument 'A'."),
+        (["ab", "base"], "Missing argument 'B'."),
+        (["compare"], "Missing argument 'REPORTS...'."),
+    ],
+)
+def test_a_missing_argument_is_named_in_one_line(args, missing):
+    """Before the fix `ab` with no variants printed `error: A: ` and nothing more."""
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {missing} (see puffer-bench {args[0]} --help)", result.output

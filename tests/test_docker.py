@@ -452,3 +452,83 @@ def test_container_option_parsing():
     assert strip_host_options(args) == ["--suite", "full", "--gpu", "h100"]
     assert option_value(args, "--gpu") == "h100" and option_value(["--gpu=cpu"], "--gpu") == "cpu"
     assert option_value(args, "--repeats") is None
+
+
+# ---------------------------------------------------------------------- the container dies with its caller
+
+WATCHED = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from appliance.lifeline import OnParentDeath
+watcher = OnParentDeath("open(sys.argv[2], 'w').write('cleaned up')", sys.argv[2])
+if sys.argv[3] == "done":
+    watcher.done()
+print("watching", flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.parametrize("done", [False, True])
+def test_a_clean_up_runs_when_its_process_is_killed_outright_and_not_after_done(tmp_path, done):
+    """lifeline.OnParentDeath, which removes an ab round's container: before it, SIGKILL to `ab`
+    left the container running (it is the daemon's child; no parent-death signal reaches it)."""
+    import signal
+
+    marker = tmp_path / "cleaned"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WATCHED, str(ROOT), str(marker), "done" if done else "-"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline() == "watching\n"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while not marker.exists() and time.monotonic() < deadline and not done:
+            time.sleep(0.05)
+        time.sleep(0.3 if done else 0)
+        assert marker.exists() != done
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+KILLED_AB = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from appliance.container import run_in_container
+run_in_container(sys.argv[2], ["run", "--suite", "results/long.yaml", "--repeats", "1", "--gpu", "cpu"], Path(sys.argv[3]))
+"""
+
+
+@pytest.mark.docker
+def test_a_container_goes_when_its_caller_is_killed_outright(client, tmp_path):
+    """`ab` with an image variant SIGKILLed mid-round: its container ran on to the round's end."""
+    import signal
+
+    results = tmp_path / "results"
+    results.mkdir()
+    suite = {"name": "long", "seconds": 60, "env_sps": {"envs": ["squared"], "threads": [1]}}
+    (results / "long.yaml").write_text(json.dumps(suite))
+    before = {c.id for c in client.containers.list(all=True)}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_AB, str(ROOT), IMAGE, str(results)])
+    try:
+        deadline = time.monotonic() + 120
+        while not ({c.id for c in client.containers.list()} - before):
+            assert proc.poll() is None and time.monotonic() < deadline, "no container started"
+            time.sleep(0.2)
+        time.sleep(2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while {c.id for c in client.containers.list(all=True)} - before and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = {c.id for c in client.containers.list(all=True)} - before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for cid in left:
+        client.containers.get(cid).remove(force=True)
+    assert not left, "the container outlived the process that started it"

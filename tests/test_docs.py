@@ -116,3 +116,36 @@ def test_the_stale_name_check_finds_renamed_members_and_moved_functions():
     modules = tool._modules()
     assert tool._candidate("Trainer._act", modules) == "Trainer._act"
     assert tool._candidate("train.learning_rate", modules) is None  # a config key, not code
+
+
+def _sweep_recipes() -> list[str]:
+    """The `puffer-bench sweep` lines of docs/scale-out.md's recipes (the code blocks of the section)."""
+    section = (DOCS / "scale-out.md").read_text(encoding="utf-8").split("### Sweep recipes", 1)[1]
+    blocks = re.findall(r"^```\n(.*?)^```", section.split("\n## ", 1)[0], re.S | re.M)
+    return [line for block in blocks for line in block.splitlines() if "puffer-bench sweep " in line]
+
+
+def test_the_sweep_recipes_are_commands_the_cli_takes(tmp_path):
+    """Each recipe parses with the sweep command's own options, and its --storage URL is one it takes
+    (the journal's shared folder stands for one here); tests/test_sweep_shared.py runs such workers."""
+    import shlex
+
+    from appliance.cli import cli
+    from appliance.sweep import storage
+
+    recipes = _sweep_recipes()
+    assert len(recipes) == 4, recipes  # one machine, GPUs, PostgreSQL, journal
+    command = cli.commands["sweep"]
+    seen = set()
+    for line in recipes:
+        args = shlex.split(line.split("puffer-bench sweep ", 1)[1])
+        with command.make_context("sweep", list(args)) as ctx:
+            params = ctx.params
+        assert params["args"][0] in ("squared", "breakout"), line
+        if params["gpus"]:
+            seen.add("gpus")
+            assert params["gpus"] == "auto" or params["gpus"].isdigit(), line
+        if params["storage"]:
+            url = params["storage"].replace("/shared/sweeps", str(tmp_path))
+            seen.add(storage.parse(url).kind)
+    assert seen == {"gpus", "postgresql", "journal"}, seen

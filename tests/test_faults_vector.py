@@ -508,3 +508,52 @@ def test_oversubscribed_native_threads_cost_little():
         over.append(_native_sps(4 * cores, 0.2))
     ratio = float(np.median(over) / np.median(fair))
     assert ratio > 0.6, f"{4 * cores} threads on {cores} cores: {ratio:.2f}x the speed of {cores} threads"
+
+
+def _serial_step_that_never_returns(timeout):
+    env = partial(CountingEnv, sleep_at=1, sleep_s=1e6)  # the first step sleeps for ~11 days
+    vec = vector.make(env, backend="serial", num_envs=2, recv_timeout=timeout)
+    vec.reset(0)
+    start = time.monotonic()
+    with pytest.raises(
+        vector.WorkerError, match=r"^partial: step did not return within 1 s under the serial"
+    ) as e:
+        vec.step(np.zeros(2, np.int64))
+    assert time.monotonic() - start < 10
+    assert "\n" not in str(e.value) and "vec.recv_timeout" in str(e.value)
+    with pytest.raises(RuntimeError, match="this vector is closed"):
+        vec.step(np.zeros(2, np.int64))
+    vec.close()
+
+
+def test_a_serial_step_that_never_returns_is_reported_after_recv_timeout():
+    _serial_step_that_never_returns(1)
+    import signal as signals
+
+    assert signals.getsignal(signals.SIGALRM) == signals.SIG_DFL  # the alarm is put back
+    assert signals.getitimer(signals.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_serial_step_that_never_returns_off_the_main_thread_is_reported_too():
+    import threading
+
+    failures = []
+
+    def run():
+        try:
+            _serial_step_that_never_returns(1)
+        except BaseException as e:  # pytest's outcome exceptions too
+            failures.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive() and not failures, failures
+
+
+def test_a_serial_vector_keeps_stepping_under_the_alarm():
+    with vector.make(partial(CountingEnv, length=3), backend="serial", num_envs=2, recv_timeout=5) as vec:
+        vec.reset(0)
+        for _ in range(7):
+            obs, *_ = vec.step(np.ones(2, np.int64))
+        assert obs.shape == (2, 2)

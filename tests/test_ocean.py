@@ -320,6 +320,20 @@ def test_pong_tracking_paddle_beats_random():
     assert play(track) > play(lambda obs, rng: rng.integers(0, 3, 4).astype(np.int32)) + 10
 
 
+@pytest.mark.parametrize("return_reward", [0.1, 0.0])
+def test_pong_return_reward_is_what_a_return_pays(return_reward):
+    # 3.0's pong pays 0.1 for a return and 4.0's nothing: the tracking paddle returns most balls
+    with make("pong", num_envs=4, seed=0, return_reward=return_reward) as vec:
+        obs, _ = vec.reset(0)
+        paid = set()
+        for _ in range(3000):
+            paddle_centre, ball_centre = obs[:, 0], obs[:, 3] + 16 / 640
+            action = np.where(ball_centre < paddle_centre - 0.02, 2, np.where(ball_centre > paddle_centre + 0.02, 1, 0))
+            obs, rew, *_ = vec.step(action.astype(np.int32))
+            paid |= {round(float(r), 4) for r in rew}
+    assert paid - {0.0, 1.0, -1.0} == ({0.1} if return_reward else set())
+
+
 def test_connect4_opponent_depth_matters():
     def random_win_rate(depth):
         with make("connect4", num_envs=32, seed=0, depth=depth) as vec:

@@ -1,9 +1,11 @@
 """tools/pufferlib_peer.py's reading of curves (no PufferLib needed: the reports are made here)."""
 
+import contextlib
 import importlib.util
 import io
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -111,20 +113,52 @@ def test_the_tables_show_three_significant_digits_of_small_scores(peer):
 
 
 def test_the_means_average_each_setups_seeds_at_each_step_count(peer, tmp_path):
+    pytest.importorskip("rliable", reason="the IQM needs rliable: pip install 'puffer-bench[stats]'")
     a = _report(peer, tmp_path, "ours-4096-breakout-s0", "puffer-bench", [0.2] * 8)
     b = _report(peer, tmp_path, "ours-4096-breakout-s1", "puffer-bench", [0.4] * 4)
     c = _report(peer, tmp_path, "pufferlib-breakout-s42", "pufferlib-3.0.0", [0.5] * 8)
     first, versus = peer.means([a, b, c], (3e6, 6e6)).split("\n\n")
     lines = first.splitlines()
     rows = {line.split("|")[2].strip(): [cell.strip() for cell in line.split("|")[3:6]] for line in lines[2:]}
-    # seed 1 stopped at 4 M: it counts at 3 M and not at 6 M
-    assert rows["ours-4096-breakout"] == ["2", "0.300 (0.200-0.400, n=2)", "0.200 (0.200-0.200, n=1)"]
-    assert rows["pufferlib-breakout"] == ["1", "0.500 (0.500-0.500, n=1)", "0.500 (0.500-0.500, n=1)"]
+    # seed 1 stopped at 4 M: it counts at 3 M and not at 6 M; the IQM of two runs is their mean, and
+    # the bootstrap of two runs spans them
+    assert "IQM [95% CI] (min-max) at 3 M" in lines[0]
+    assert rows["ours-4096-breakout"] == [
+        "2",
+        "0.300 [0.200, 0.400] (0.200-0.400, n=2)",
+        "0.200 [0.200, 0.200] (0.200-0.200, n=1)",
+    ]
+    assert rows["pufferlib-breakout"] == [
+        "1",
+        "0.500 [0.500, 0.500] (0.500-0.500, n=1)",
+        "0.500 [0.500, 0.500] (0.500-0.500, n=1)",
+    ]
     # 2 vs 1 at 3 M: the pooled 0.2, 0.4, 0.5 split three ways (-0.2, -0.05, +0.25): two as far from 0
     assert versus.splitlines()[2].endswith("| 2 vs 1 | -0.200 (0.67) | -0.300 (1.00) |")
     with pytest.raises(peer.PeerError, match="needs --at"):
         peer.means([a], ())
     assert peer.main(["table", str(a), str(c), "--at", "3e6", "--means"]) == 0
+
+
+def test_the_seed_table_takes_the_iqm_of_five_seeds_and_says_when_rliable_is_missing(
+    peer, tmp_path, monkeypatch
+):
+    """Five seeds 0.1, 0.2, 0.3, 0.4, 0.9: the IQM (rliable's: scipy's 25 % trimmed mean, one run cut
+    at each end) is 0.3 where the mean is 0.38; without rliable the table keeps the mean and says why."""
+    reports = [
+        _report(peer, tmp_path, f"ours-4096-breakout-s{i}", "puffer-bench", [v] * 8)
+        for i, v in enumerate((0.1, 0.2, 0.3, 0.4, 0.9))
+    ]
+    from appliance.bench import stats
+
+    if stats.iqm_intervals({"x": [1.0]}) is not None:
+        row = peer.means(reports, (3e6,)).splitlines()[2]
+        mid, low, high = (float(x) for x in re.findall(r"\| ([\d.]+) \[([\d.]+), ([\d.]+)\]", row)[0])
+        assert mid == pytest.approx(0.3) and low < mid < high and low >= 0.1 and high <= 0.9
+    monkeypatch.setitem(sys.modules, "rliable", None)  # as if not installed
+    text = peer.means(reports, (3e6,))
+    assert "| 0.380 (0.100-0.900, n=5) |" in text and "mean (min-max) at 3 M" in text
+    assert "install rliable" in text
 
 
 def test_the_permutation_p_counts_every_split_of_the_pooled_runs(peer, tmp_path):
@@ -418,36 +452,85 @@ import pufferlib_peer
 out = Path(sys.argv[2])
 driver = "import os, time; open(%r, 'w').write(str(os.getpid())); print('{}', flush=True); time.sleep(1000)"
 cmd = [sys.executable, "-c", driver % str(out / "driver.pid")]
+if len(sys.argv) > 3:  # a trainer with a worker of its own, which arms nothing (PufferLib's do not)
+    cmd = [sys.executable, "-c", sys.argv[3], str(out)]
 pufferlib_peer.run_driver(cmd, out, dict(os.environ), out / "curve.jsonl", "the trainer")
 """
 
+# the trainer starts a worker that starts one of its own and exits, leaving it orphaned; then sleeps
+TRAINER_WITH_WORKERS = """
+import os, subprocess, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+sleeper = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(1000)"
+subprocess.Popen([sys.executable, "-c", sleeper, str(out / "worker.pid")])
+spawn = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]])"
+subprocess.run([sys.executable, "-c", spawn, sleeper, str(out / "orphan.pid")])
+while not (out / "worker.pid").exists() or not (out / "orphan.pid").exists():
+    time.sleep(0.01)
+(out / "driver.pid").write_text(str(os.getpid()))
+print('{}', flush=True)
+if os.environ.get("TRAINER_ENDS"):
+    sys.exit(3)
+time.sleep(1000)
+"""
 
-def test_a_peers_trainer_dies_with_a_harness_killed_outright(tmp_path):
+
+def _wait_for(path, harness):
+    import time
+
+    deadline = time.monotonic() + 60
+    while not path.exists() or not path.read_text():
+        assert harness.poll() is None or path.exists(), "the harness ended before it started them"
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+@pytest.mark.parametrize("workers", [False, True])
+def test_a_peers_trainer_dies_with_a_harness_killed_outright(tmp_path, workers):
     """The trainer run_driver starts (both peers' harnesses use it) went on training for its whole
-    budget after SIGKILL to the harness; now the kernel kills it with its parent."""
+    budget after SIGKILL to the harness; now the kernel kills it with its parent. Its own workers (a
+    PufferLib trainer's arm nothing), and a worker's worker left orphaned, stayed alive after that fix
+    until the trainer ran under appliance.lifeline's guard."""
     import signal
     import subprocess
-    import time
 
     import psutil
 
-    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(ROOT), str(tmp_path)])
-    pid_file, driver = tmp_path / "driver.pid", None
+    extra = [TRAINER_WITH_WORKERS] if workers else []
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, str(ROOT), str(tmp_path), *extra])
+    procs = []
     try:
-        deadline = time.monotonic() + 60
-        while not pid_file.exists() or not pid_file.read_text():
-            assert harness.poll() is None and time.monotonic() < deadline, "the harness never started it"
-            time.sleep(0.05)
-        driver = psutil.Process(int(pid_file.read_text()))
+        names = ["driver.pid", "worker.pid", "orphan.pid"] if workers else ["driver.pid"]
+        procs = [psutil.Process(_wait_for(tmp_path / name, harness)) for name in names]
         harness.send_signal(signal.SIGKILL)
         harness.wait()
-        _, alive = psutil.wait_procs([driver], timeout=10)
-        assert not alive, "the trainer outlived its harness"
+        _, alive = psutil.wait_procs(procs, timeout=10)
+        assert not alive, f"outlived their harness: {alive}"
     finally:
-        if driver is not None and driver.is_running():
-            driver.kill()
+        for proc in procs:
+            if proc.is_running():
+                proc.kill()
         if harness.poll() is None:
             harness.kill()
+
+
+def test_what_a_peers_trainer_leaves_running_goes_when_it_ends(tmp_path, peer):
+    import psutil
+
+    cmd = [sys.executable, "-c", TRAINER_WITH_WORKERS, str(tmp_path)]
+    env = {**os.environ, "TRAINER_ENDS": "1"}
+    with pytest.raises(peer.PeerError, match="the trainer exited with code 3"):
+        peer.run_driver(cmd, tmp_path, env, tmp_path / "curve.jsonl", "the trainer")
+    procs = []
+    for name in ("worker.pid", "orphan.pid"):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(int((tmp_path / name).read_text())))
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for proc in alive:
+        proc.kill()
+    assert not alive, f"left running: {alive}"
 
 
 # ---------------------------------------------------------------------- PufferLib 4.0 (tools/pufferlib4_peer.py)
@@ -518,6 +601,9 @@ def test_pufferlib4_config_puts_its_ini_on_our_keys_and_names_what_differs(peer4
     for left in ("env.width", "vec.num_threads", "vec.num_buffers", "train.seed", "train.anneal_ent_coef",
                  "base.checkpoint_interval", "[selfplay]", "[sweep]"):  # fmt: skip
         assert left in header, left
+    # its pong pays nothing for a return (3.0's and ours' default pay 0.1): the config sets ours to its rule
+    peer4.write_config(config, "pong", tmp_path / "pong.yaml")
+    assert yaml.safe_load((tmp_path / "pong.yaml").read_text())["env"]["return_reward"] == 0.0
     # a policy this mapping does not know is refused in one line, not written wrong
     _fake_config_dir(tmp_path / "lstm", "[torch]\nnetwork = LSTM\n")
     with pytest.raises(peer4.PeerError, match="not the MinGRU"):

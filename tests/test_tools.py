@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ["pufferlib_peer", "pufferlib4_peer", "peer_crossplay", "breakout_scripted", "cpu_roofline",
-         "ctrl_c_startup", "pool_overhead", "train_ab"]  # fmt: skip
+         "ctrl_c_startup", "pool_overhead", "train_ab", "noise_guard_rates"]  # fmt: skip
 
 
 def tool(name):
@@ -67,6 +67,7 @@ def no_work(monkeypatch, name):
         "window",
         "timed",
         "envs_of",
+        "one_run",
     ):
         for module in (tool(name), tool("pufferlib_peer")):
             if hasattr(module, work):
@@ -109,6 +110,13 @@ BAD = [
     ("pool_overhead", ["--gap-us", "x"], "--gap-us: 'x' is not an int"),
     ("train_ab", ["squared", "--stop-steps", "3M", "--out", "a.json"], "--stop-steps: '3M' is not an int"),
     ("train_ab", ["squared", "--rounds", "-1", "--out", "a.json"], "--rounds: '-1' is out of range"),
+    # before the fix: stale_names took any argument and ran; mingru_bf16_ab printed a usage screen
+    ("stale_names", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("mingru_bf16_ab", ["--reps", "nan"], "--reps: 'nan' is not"),
+    ("mingru_bf16_ab", ["--batch", "1e12"], "--batch: '1e12' is out of range"),
+    ("noise_guard_rates", ["--steps", "0"], "--steps: '0' is out of range"),
+    ("noise_guard_rates", ["--conditions", "idle,nosuch"], "--conditions: unknown nosuch"),
+    ("noise_guard_rates", ["--core", "4096", "--out", "r.json"], "--core 4096 is not a usable CPU"),
 ]  # fmt: skip
 
 
@@ -138,6 +146,7 @@ RUN_OUTS = [
     ("train_ab", ["squared", "--out", "RUN/config.yaml"]),
     ("train_ab", ["squared", "--out", "RUN"]),
     ("learning_seeds", ["squared", "--out", "RUN/metrics.jsonl"]),
+    ("noise_guard_rates", ["--out", "RUN/metrics.jsonl"]),
 ]  # fmt: skip
 
 
@@ -180,3 +189,56 @@ def test_a_damaged_curve_is_one_line_naming_its_line(tmp_path, run_dir, capsys):
     (run_dir / "config.yaml").write_text("env_name: squared\nenv_name: breakout\n")
     with pytest.raises(peer.PeerError, match="key 'env_name' is given twice, on lines 1 and 2"):
         peer.our_rows(run_dir)
+
+
+def test_noise_guard_rates_counts_flagged_steps_per_condition(tmp_path, capsys, monkeypatch):
+    """The noise-guard tool on scripted checks: idle steps at the start's speed are not flagged, steps
+    under a load (here one that makes every check 40 % slower) all are; the JSON has both rates."""
+    import contextlib
+
+    rates = tool("noise_guard_rates")
+    loaded = []
+
+    @contextlib.contextmanager
+    def fake_load(condition, core, procs):
+        loaded.append(condition != "idle")
+        yield []
+        loaded.append(False)
+
+    base = {"int_mops": 10.0, "float_gflops": 3.0, "copy_gbs": 8.0}
+    monkeypatch.setattr(rates, "load", fake_load)
+    monkeypatch.setattr(
+        rates.noise,
+        "speed_check",
+        lambda: {k: v * (0.6 if loaded and loaded[-1] else 1.0) for k, v in base.items()},
+    )
+    monkeypatch.setattr(rates, "machine", lambda: {"line": "test machine", "family/model/stepping": "x"})
+    out = tmp_path / "rates.json"
+    assert rates.main(["--runs", "1", "--steps", "3", "--conditions", "idle,cpu", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    idle, cpu = record["conditions"]["idle"], record["conditions"]["cpu"]
+    assert (idle["flagged"], idle["steps"], idle["met"]) == (0, 3, True)
+    assert (cpu["flagged"], cpu["steps"], cpu["met"]) == (3, 3, True)
+    assert record["settings"]["min_drop"] == rates.noise.MIN_DROP
+    printed = capsys.readouterr().out
+    assert "test machine" in printed and "wrote" in printed
+
+
+def test_noise_guard_rates_rejudges_a_report_with_the_step_gate(tmp_path, capsys):
+    """--rejudge: a report flagged under the old 85 %-of-best rule is judged by its steps' spread."""
+    from appliance.bench import report as rpt
+
+    r = rpt.Report({"name": "t", "definition": {}}, {"name": "cpu"}, {}, {}, seed=0, repeats=3)
+    steps = r.data.setdefault("noise", {"steps": []})["steps"]
+    for i, ratio in enumerate((1.0, 0.8, 0.82, 0.81, 0.5)):
+        steps.append(
+            {"step": f"s{i}", "speed": {"int_mops": 10 * ratio, "float_gflops": 3.0, "copy_gbs": 8.0}}
+        )
+        steps[-1]["slow"] = "old" if ratio < 0.85 else None
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(r.data))
+    assert tool("noise_guard_rates").main(["--rejudge", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "5 steps, 5 with a speed check; flagged then 4, now 1" in out, out
+    code, err = exit_and_err("noise_guard_rates", ["--rejudge", str(tmp_path / "none.json")], capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err

@@ -9,9 +9,9 @@ alike. The shape defaults to PufferLib 4.0's breakout network (2 layers of 64) o
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -40,17 +40,21 @@ def _seconds(core: MinGRU, x: torch.Tensor, scan, reps: int) -> float:  # type: 
         mingru.kernels.mingru_scan = real
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--horizon", type=int, default=64)
-    parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=2)
-    args = parser.parse_args()
-    if min(args.rounds, args.reps, args.batch, args.horizon, args.size, args.layers) < 1:
-        parser.error("every number must be at least 1")
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tool_cli  # a sibling script, not a package
+
+    parser = tool_cli.Parser(description=__doc__.split("\n\n")[0])
+    for name, default, high in (
+        ("--rounds", 3, 1000),
+        ("--reps", 5, 10_000),
+        ("--batch", 256, 65_536),
+        ("--horizon", 64, 65_536),
+        ("--size", 64, 8192),
+        ("--layers", 2, 64),
+    ):
+        parser.add_argument(name, type=tool_cli.number(1, high, integer=True), default=default)
+    args = parser.parse_args(argv)
     if not host.available():
         print("error: the host build of the kernels is not built here (pip install -e .)", file=sys.stderr)
         return 2

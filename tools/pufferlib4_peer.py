@@ -426,10 +426,13 @@ ENV_NOTES = {
     "court, 62 x 8 paddle at 620 px/s, 32 x 32 ball from 256 to 448 px/s, 6 x 18 bricks) and a random "
     "stream per env (rand_r); those keys are the ones left out below.",
     "pong": "its pong.h at this commit pays no +0.1 for returning the ball (3.0.0's `rewards[0] = 0.1` line "
-    "is gone), which 3.0.0 and ours pay: the same perf and score, other rewards to learn from, and no "
-    "key of ours turns ours off. Its other [env] values are 3.0.0's defaults.",
+    "is gone), which 3.0.0 and ours pay by default: the same perf and score, other rewards to learn from; "
+    "env.return_reward 0 below makes ours pay none either. Its other [env] values are 3.0.0's defaults.",
     "squared": "its squared.h is 3.0.0's with a random stream per env (rand_r).",
 }
+
+# Its env rules where they differ from 3.0.0's (ours' defaults), set on our env keys (ENV_NOTES says why)
+ENV_RULES = {"pong": {"return_reward": 0.0}}
 
 # 4.0's [train] keys on ours: (our key, its key); the cast is our default's type
 TRAIN_KEYS = (
@@ -479,6 +482,7 @@ def our_config(ini: dict[str, dict[str, Any]], env: str) -> tuple[dict[str, Any]
     params = described["params"]
     out = {"vec": {"num_envs": total // agents}, "env": {k: v for k, v in pe.items() if k in params},
            "train": train, "policy": policy}  # fmt: skip
+    out["env"].update(ENV_RULES.get(env, {}))
     left = [f"env.{k}" for k in pe if k not in params]
     for section in ("base", "vec", "policy", "torch", "train"):
         left += [f"{section}.{k}" for k in ini.get(section, {}) if k not in MAPPED[section]]

@@ -148,6 +148,15 @@ def dies_with_us() -> Any:
     return dies_with_parent()
 
 
+def guarded(cmd: list[str]) -> list[str]:
+    """``cmd`` under appliance.lifeline's guard: a trainer's own children (its vector workers, which
+    arm no parent-death signal) die with the harness too, and whatever it leaves running when it ends."""
+    use_our_package()
+    from appliance.lifeline import guarded as guard
+
+    return guard(cmd)
+
+
 def run(cmd: list[str], **kw: Any) -> None:
     log("$ " + shlex.join(cmd))
     result = subprocess.run(cmd, **kw)
@@ -555,7 +564,7 @@ def run_driver(cmd: list[str], cache: Path, env_vars: dict[str, str], jsonl: Pat
     dashboard redraws the terminal each epoch: it goes to the log beside the curve, not to ours."""
     with open(jsonl.with_suffix(".log"), "w") as console:
         proc = subprocess.Popen(
-            cmd, cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True,
+            guarded(cmd), cwd=cache, env=env_vars, stdout=subprocess.PIPE, stderr=console, text=True,
             preexec_fn=dies_with_us(),
         )  # fmt: skip
         assert proc.stdout is not None
@@ -878,17 +887,29 @@ def seed_group(stem: str) -> str:
 
 
 def means(reports: list[Path], at: tuple[float, ...]) -> str:
-    """Markdown: per env and per setup (reports grouped by ``seed_group``), how many runs, the mean
-    (min-max) windowed score at each of ``at``, over the runs that got that far; then each of our
-    setups against each PufferLib setup of the env: the difference of means and its two-sided
-    permutation p (:func:`permutation_p`)."""
+    """Markdown: per env and per setup (reports grouped by ``seed_group``), how many runs and, at each
+    of ``at``, over the runs that got that far, the interquartile mean of their windowed scores with
+    a 95 % stratified bootstrap interval (the ``rliable`` library, :func:`appliance.bench.stats.iqm_intervals`;
+    where rliable is not installed, the plain mean, and the table says so), their range and count;
+    then each of our setups against each PufferLib setup of the env: the difference of means and
+    its two-sided permutation p (:func:`permutation_p`)."""
     if not at:
         raise PeerError("--means needs --at: the agent-steps at which to average the runs' scores")
+    use_our_package()
+    from appliance.bench.stats import iqm_intervals
+
     groups: dict[tuple[str, str], list[dict[str, list[float]]]] = {}
     for path, env, entry in curve_entries(reports):
         groups.setdefault((env, seed_group(path.stem)), []).append(entry["runs"][0])
+    at_values = {
+        (key, x): [v for curve in runs if (v := score_at(curve, x)) is not None]
+        for key, runs in groups.items()
+        for x in at
+    }
+    iqm = iqm_intervals({f"{k}": v for k, v in at_values.items()})
+    what = "IQM [95% CI] (min-max)" if iqm is not None else "mean (min-max)"
     lines = [
-        "| env | setup | runs |" + "".join(f" mean (min-max) at {x / 1e6:g} M |" for x in at),
+        "| env | setup | runs |" + "".join(f" {what} at {x / 1e6:g} M |" for x in at),
         "|---|---|---|" + "---|" * len(at),
     ]
     places = {
@@ -901,13 +922,19 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
         cells = []
         d = places[env]
         for x in at:
-            values = [v for curve in runs if (v := score_at(curve, x)) is not None]
-            cells.append(
-                f" {sum(values) / len(values):.{d}f} ({min(values):.{d}f}-{max(values):.{d}f}, n={len(values)}) |"
-                if values
-                else " - |"
-            )
+            values = at_values[((env, group), x)]
+            if not values:
+                cells.append(" - |")
+                continue
+            spread = f"({min(values):.{d}f}-{max(values):.{d}f}, n={len(values)})"
+            if iqm is None:
+                cells.append(f" {sum(values) / len(values):.{d}f} {spread} |")
+            else:
+                mid, low, high = iqm[f"{((env, group), x)}"]
+                cells.append(f" {mid:.{d}f} [{low:.{d}f}, {high:.{d}f}] {spread} |")
         lines.append(f"| {env} | {group} | {len(runs)} |" + "".join(cells))
+    if iqm is None:
+        lines += ["", "(means: install rliable, `pip install 'puffer-bench[stats]'`, for IQMs and intervals)"]
     versus = [
         (env, group, peer)
         for (env, group) in groups
@@ -1365,7 +1392,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     tb.add_argument(
         "--means", action="store_true",
-        help="a second table: per setup (reports named alike but for their -sN seed suffix), the mean score at each --at",
+        help="a second table: per setup (reports named alike but for their -sN seed suffix), the IQM of its seeds' scores with a 95%% stratified bootstrap interval (rliable) at each --at",
     )  # fmt: skip
     tb.add_argument("--out", type=tool_cli.path, default=None, help="write the table here too")
     pl = sub.add_parser("plot", help="the reports' curves in one figure")

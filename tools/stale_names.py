@@ -244,7 +244,11 @@ def stale() -> list[str]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tool_cli  # a sibling script, not a package
+
+    tool_cli.Parser(description=__doc__.splitlines()[0]).parse_args(argv)  # no arguments: any is refused
     sys.path.insert(0, str(ROOT))
     lines = stale()
     for line in lines:

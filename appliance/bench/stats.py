@@ -70,3 +70,32 @@ def ratio_interval(
         ratios = mb / ma
     ratios = ratios[np.isfinite(ratios)]
     return ratio, _interval(ratios, confidence) if ratios.size else None
+
+
+def iqm_intervals(
+    runs: dict[str, Sequence[float]], confidence: float = CONFIDENCE, reps: int = RESAMPLES, seed: int = 0
+) -> dict[str, tuple[float, float, float]] | None:
+    """Per setup, the interquartile mean of its runs' scores (one score per seed) and a stratified
+    bootstrap interval for it, from the ``rliable`` library (Agarwal et al. 2021): (iqm, low, high).
+    One task per setup, so the strata are its runs. None where rliable is not installed (the
+    ``stats`` extra); setups without a finite score are left out."""
+    import warnings
+
+    try:
+        from rliable import library, metrics
+    except ImportError:
+        return None
+    scores = {k: _clean(v).reshape(-1, 1) for k, v in runs.items()}
+    scores = {k: v for k, v in scores.items() if v.size}
+    if not scores:
+        return {}
+    with warnings.catch_warnings():  # arch's notice that RandomState is on its way out
+        warnings.simplefilter("ignore", FutureWarning)
+        point, ci = library.get_interval_estimates(
+            scores,
+            lambda s: np.array([metrics.aggregate_iqm(s)]),
+            reps=reps,
+            confidence_interval_size=confidence,
+            random_state=np.random.RandomState(seed),
+        )
+    return {k: (float(point[k][0]), float(ci[k][0, 0]), float(ci[k][1, 0])) for k in scores}

@@ -3,6 +3,10 @@ stable-baselines3's SubprocVecEnv when installed), same env, same core count, ra
 
 Each approach is measured at a few ``num_envs`` and keeps its best, so no side is judged at a size
 that does not suit it. The ratio column is SPS over the faster of gymnasium's two.
+
+``vector_env`` adds a row for an existing VectorEnv (``module:factory`` taking ``num_envs``, e.g.
+ale-py's ``AtariVectorEnv`` through ``appliance.emulation.atari:vector``), run as the trainer runs it
+(:mod:`appliance.vector.gymvec`); ``num_envs`` fixes every approach's sizes (a short Atari run).
 """
 
 from __future__ import annotations
@@ -49,12 +53,28 @@ def resolve_env(env: str, step_us: float | None) -> tuple[str, Any]:
     return env, make_factory(env)
 
 
-def approaches(target: Any, cores: int) -> list[Approach]:
+def approaches(
+    target: Any,
+    cores: int,
+    vector_env: str | None = None,
+    vector_params: dict[str, Any] | None = None,
+    num_envs: list[int] | None = None,
+) -> list[Approach]:
     from appliance import vector
 
     c = max(1, cores)
     sizes = [c, 4 * c, 16 * c, 32 * c, 64 * c]
     out = []
+    if vector_env is not None:
+        params = dict(vector_params or {})
+        out.append(
+            Approach(
+                f"VectorEnv {vector_env}",
+                False,
+                sizes,
+                lambda n: vector.make(vector_env, backend="serial", num_envs=n, **params),
+            )
+        )
     if isinstance(target, str):  # Ocean: native threads, and one native vector per worker process
         out.append(
             Approach(
@@ -118,6 +138,9 @@ def approaches(target: Any, cores: int) -> list[Approach]:
         )
     except ImportError:
         pass
+    if num_envs:
+        for a in out:
+            a.sizes = list(num_envs)
     return out
 
 
@@ -183,11 +206,14 @@ def run(
     cores: int,
     seconds: float,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    vector_env: str | None = None,
+    vector_params: dict[str, Any] | None = None,
+    num_envs: list[int] | None = None,
 ) -> dict[str, Any]:
     """Measure every approach at each of its sizes; return rows (best per family) and every sample."""
     label, target = resolve_env(env, step_us)
     samples = []
-    for approach in approaches(target, cores):
+    for approach in approaches(target, cores, vector_env, vector_params, num_envs):
         for n in approach.sizes:
             vec = approach.build(n)
             try:

@@ -1,4 +1,4 @@
-"""Benchmark commands: profile, run, compare, ab, report, gpu-check."""
+"""Benchmark commands: profile, run, selftest, compare, ab, report, gpu-check."""
 
 from __future__ import annotations
 
@@ -136,6 +136,69 @@ def run_cmd(
         import signal
 
         sys.exit(128 + signal.Signals[data["partial"]["signal"] or "SIGINT"].value)
+
+
+@cli.command("selftest", context_settings=CONTEXT)
+@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
+@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
+@click.option("--envs", "env_list", type=NameList(), help="Only measure these envs (comma-separated).")
+@click.option("--repeats", type=count(), help="Repeats per measurement (default: bench.repeats, 3).")
+@click.option("--seconds", type=duration(), help="Timed seconds per measurement (default: the suite's).")
+@click.option(
+    "--threshold",
+    type=Number(0, 1, low_open=True, high_open=True),
+    help="Relative change that counts as a difference (default: the suite's threshold, else 0.05).",
+)
+@click.option(
+    "--out", "out_dir", default="results/selftest", show_default=True, help="Reports and comparison go here."
+)
+def selftest_cmd(
+    suite_name: str,
+    profile: str | None,
+    env_list: list[str] | None,
+    repeats: int | None,
+    seconds: float | None,
+    threshold: float | None,
+    out_dir: str,
+) -> None:
+    """Run a suite twice back to back and compare: does this machine agree with itself? Exit 1 if not.
+
+    Writes both reports (OUT/first, OUT/second), the comparison (OUT/compare.md) and the verdict
+    (OUT/selftest.json). Run it on an idle machine: two reports of one machine must show no
+    significant difference beyond the threshold, in either direction.
+
+    \b
+    puffer-bench selftest                  # the quick suite, twice
+    puffer-bench selftest --suite quick --envs breakout --out results/cpu/selftest
+    """
+    import signal
+
+    from appliance.bench import selftest
+    from appliance.safe_files import check_output
+
+    check_output(out_dir, "--out", folder=True)
+    record = selftest.run(
+        suite_name,
+        out_dir,
+        profile,
+        env_list,
+        repeats,
+        seconds,
+        threshold,
+        announce=lambda s: click.echo(s, err=True),
+    )
+    if record.get("partial"):  # interrupted: what was written stays; exit as the signal asks
+        sig = record["partial"].get("signal") or "SIGINT"
+        click.echo(
+            f"selftest interrupted ({sig}); written: {', '.join(record['reports']) or 'nothing'}", err=True
+        )
+        sys.exit(128 + signal.Signals[sig].value)
+    for line in selftest.lines(record):
+        click.echo(line)
+    for p in record["written"]:
+        click.echo(f"wrote {p}")
+    if not record["agree"]:
+        sys.exit(1)
 
 
 @cli.command("compare", context_settings=CONTEXT)

@@ -29,6 +29,11 @@ class _Group(click.Group):
         except ApplianceError as e:
             click.echo(f"error: {e}", err=True)
             ctx.exit(e.exit_code)
+        except click.MissingParameter as e:  # its message is empty: click words it in format_message
+            click.echo(
+                f"error: {e.format_message()} (see puffer-bench {ctx.invoked_subcommand} --help)", err=True
+            )
+            ctx.exit(e.exit_code)
         except click.BadParameter as e:
             click.echo(f"error: {_param_name(e)}{e.message}", err=True)
             ctx.exit(e.exit_code)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+import yaml
 
 from appliance.cli.common import (
     CONTEXT,
@@ -29,6 +30,9 @@ from appliance.cli.common import (
     write_json,
     write_out,
 )
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 # ----------------------------------------------------------------------------- info, config
 
@@ -58,6 +62,9 @@ def info(as_json: bool) -> None:
     Console().print(table)
 
 
+ALL_KEYS = "\0all"  # --explain with no KEY
+
+
 @cli.command(context_settings=OVERRIDES)
 @click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.option(
@@ -65,20 +72,89 @@ def info(as_json: bool) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 @click.option("--family", metavar="NAME", help="A non-Ocean env's family of defaults (see train --help).")
+@click.option(
+    "--explain",
+    metavar="[KEY]",
+    is_flag=False,
+    flag_value=ALL_KEYS,
+    help="Explain KEY (e.g. train.learning_rate): type, range, default, meaning, and with ENV the value "
+    "it resolves to; without KEY, every key by section.",
+)
+@click.option("--show-origin", is_flag=True, help="Beside each value, the layer that set it.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def config(
-    profile: str | None, config_file: str | None, as_json: bool, family: str | None, args: tuple[str, ...]
+    profile: str | None,
+    config_file: str | None,
+    as_json: bool,
+    family: str | None,
+    explain: str | None,
+    show_origin: bool,
+    args: tuple[str, ...],
 ) -> None:
     """Print the resolved config a run would use: what train ENV runs with the same options, on
     this machine's hardware profile (detected, or --gpu).
 
     \b
     puffer-bench config [ENV] [--gpu PROFILE] [--config FILE] [--section.key VALUE ...]
+    puffer-bench config [ENV] --show-origin     each value with the layer that set it
+    puffer-bench config [ENV] --explain [KEY]   what a key means (all keys without KEY)
     e.g. puffer-bench config breakout --gpu 4090 --train.learning-rate 3e-4
     """
+    from appliance.config import explain as explained
+
     env, overrides = split_env(args)
+    if explain is not None and (as_json or show_origin):
+        raise click.BadParameter(
+            "--explain prints text: leave out --json and --show-origin", param_hint="--explain"
+        )
+    if show_origin and as_json:
+        raise click.BadParameter(
+            "a value's layer is shown in text, not JSON: leave out --json", param_hint="--show-origin"
+        )
+    if explain is not None:
+        info = None if explain == ALL_KEYS else explained.find(explain)  # unknown: one line, first
+        if env is None and not overrides and not config_file:  # the schema alone
+            click.echo(explained.all_text() if info is None else explained.text(info))
+            return
+        cfg = run_config(env, profile, config_file, overrides, family=family)
+
+        def resolved(section: str, key: str) -> str:
+            value = _value(cfg[section][key])
+            return f"{env or 'this run'} (profile {cfg.profile}): {value}, set by {cfg.origin(section, key)}"
+
+        if info is None:
+            click.echo(explained.all_text(resolved))
+        else:
+            click.echo(explained.text(info, resolved(info.section, info.key)))
+        return
     cfg = run_config(env, profile, config_file, overrides, family=family)
+    if show_origin:
+        click.echo(origin_text(cfg))
+        return
     click.echo((cfg.to_json() if as_json else cfg.to_yaml()).rstrip("\n"))
+
+
+def _value(value: Any) -> str:
+    """A value as YAML shows it: text bare (empty as ""), anything else as JSON (full float digits)."""
+    return value if isinstance(value, str) and value.strip() == value and value else json.dumps(value)
+
+
+def origin_text(cfg: Config) -> str:
+    """The resolved config as YAML-like lines, each value with the layer that set it as a comment."""
+    from appliance.config import SECTIONS
+
+    head = [
+        f"# env: {cfg.env_name or '(none)'}, profile: {cfg.profile}"
+        + (f", family: {cfg.family.name or 'none'}" if cfg.family else "")
+    ]
+    lines = []
+    for section in SECTIONS:
+        values = cfg[section]
+        lines.append(f"{section}:" + ("" if values else " {}"))
+        rows = [(f"  {key}: {_value(value)}", cfg.origin(section, key)) for key, value in values.items()]
+        width = max((len(r[0]) for r in rows), default=0)
+        lines += [f"{text.ljust(width)}  # {where}" for text, where in rows]
+    return "\n".join(head + lines)
 
 
 # ----------------------------------------------------------------------------- envs
@@ -226,13 +302,39 @@ def envs_sps(
     type=click.Path(dir_okay=False),
     help="Also write all samples (with fingerprint) here.",
 )
+@click.option(
+    "--vector-env",
+    metavar="MODULE:FACTORY",
+    help="Also time an existing gymnasium VectorEnv: a factory taking num_envs "
+    "(e.g. appliance.emulation.atari:vector for ale-py's AtariVectorEnv).",
+)
+@click.option(
+    "--vector-env-param",
+    "vector_env_params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A keyword argument for --vector-env's factory (repeatable), e.g. game=pong.",
+)
+@click.option(
+    "--num-envs",
+    type=IntList(1, 65536),
+    help="Time every approach at these num_envs only (e.g. 8, or 8,16), instead of each at several.",
+)
 def vector_bench(
-    env: str, step_us: float | None, cores: int | None, seconds: float, json_out: str | None
+    env: str,
+    step_us: float | None,
+    cores: int | None,
+    seconds: float,
+    json_out: str | None,
+    vector_env: str | None,
+    vector_env_params: tuple[str, ...],
+    num_envs: list[int] | None,
 ) -> None:
     """Our vector backends against gymnasium's SyncVectorEnv and AsyncVectorEnv, side by side.
 
     Same env, same cores, random actions; each approach at its best num_envs. Prints SPS and the ratio
-    to the faster of gymnasium's two.
+    to the faster of gymnasium's two. --vector-env adds an existing VectorEnv (ale-py's
+    AtariVectorEnv, EnvPool, ...) as the trainer would run it.
     """
     from appliance.bench import vectorbench
     from appliance.sysinfo import physical_cores
@@ -245,6 +347,14 @@ def vector_bench(
         )
     check_out(json_out)
 
+    if vector_env_params and not vector_env:
+        raise click.BadParameter("--vector-env-param needs --vector-env", param_hint="--vector-env-param")
+    params = {}
+    for item in vector_env_params:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--vector-env-param")
+        params[key.strip()] = yaml.safe_load(value)
     cores = cores or physical_cores()
     result = vectorbench.run(
         env,
@@ -254,6 +364,9 @@ def vector_bench(
         progress=lambda r: click.echo(
             f"  {r['family']:<45} num_envs={r['num_envs']:<6} {r['sps']:>12,.0f} SPS", err=True
         ),
+        vector_env=vector_env,
+        vector_params=params,
+        num_envs=num_envs,
     )
     title = f"{result['env']} on {cores} cores: agent-steps/s, best num_envs per approach"
     print_table(title, ("approach", "num_envs", "SPS", "vs best gymnasium"), vectorbench.table_rows(result))

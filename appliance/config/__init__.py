@@ -23,11 +23,15 @@ attribute access on top (``cfg.train.learning_rate``).
 
 The package, one job a module: :mod:`~appliance.config.files` (bounded YAML reads, the shipped
 defaults, env and profile names), :mod:`~appliance.config.schema` (sections, choices, ranges,
-typing), :mod:`~appliance.config.layers` (one layer checked and merged, overrides parsed),
+typing, each key's meaning), :mod:`~appliance.config.layers` (one layer checked and merged,
+overrides parsed),
 :mod:`~appliance.config.env_params` (an Ocean env's section from its ParamSpec),
 :mod:`~appliance.config.build` (:func:`resolve`, :class:`Config`, the checks across keys) and
-:mod:`~appliance.config.memory` (the buffers' size against the memory available). Import from
-``appliance.config``.
+:mod:`~appliance.config.memory` (the buffers' size against the memory available);
+:mod:`~appliance.config.explain` (every key described: ``config --explain``, docs/configuration.md)
+and :mod:`~appliance.config.audit` (the shipped YAMLs against every env x profile: no dead values).
+Each resolved value keeps the layers that set it (``Config.history``, ``config --show-origin``).
+Import from ``appliance.config``.
 """
 
 from appliance.config.build import Config, Section, check_batch, check_buffers, resolve

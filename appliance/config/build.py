@@ -25,7 +25,7 @@ from appliance.config.layers import _apply, _nearest, parse_overrides, unknown_n
 from appliance.config.memory import check_memory
 from appliance.config.schema import AUTO, RANGES, SECTIONS
 from appliance.errors import ConfigError
-from appliance.paths import defaults_dir
+from appliance.paths import PACKAGE_DIR, defaults_dir
 
 # ----------------------------------------------------------------------------- result
 
@@ -70,12 +70,21 @@ class Config:
         profile: str | None = None,
         sources: list[str] | None = None,
         family: families.Family | None = None,
+        history: dict[tuple[str, str], list[tuple[str, Any]]] | None = None,
     ) -> None:
         self.data = data
         self.env_name = env_name
         self.profile = profile
         self.sources = sources or []
         self.family = family  # a non-Ocean env's family (appliance.config.families); None for Ocean envs
+        # (section, key) -> every (layer, value) that set it, in order: the last is the value's origin
+        self.history = history or {}
+
+    def origin(self, section: str, key: str) -> str:
+        """Which layer set ``section.key`` last: ``hardware profile (bench/profiles/cpu.yaml)``; the
+        layers are named as in :data:`LAYERS`."""
+        steps = self.history.get((section, key))
+        return steps[-1][0] if steps else DEFAULT
 
     def __getattr__(self, section: str) -> Section:
         if section in SECTIONS:
@@ -103,6 +112,44 @@ class Config:
         return json.dumps(self.to_dict(), indent=2)
 
 
+# The layers of :func:`resolve`, as --show-origin names them (later wins); DERIVED: a value resolve
+# sets itself (a Python env's process backend).
+DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND_LINE, DERIVED = (
+    "built-in default",
+    "env ParamSpec",
+    "env YAML",
+    "hardware profile",
+    "env YAML for the profile",
+    "family YAML",
+    "--config file",
+    "command line",
+    "set by resolve",
+)
+LAYERS = (DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND_LINE, DERIVED)
+
+
+def _short(path: str | Path) -> str:
+    """A shipped file by its path in the repository (appliance/defaults/...); any other as given."""
+    try:
+        return Path(path).resolve().relative_to(PACKAGE_DIR.parent).as_posix()
+    except ValueError:
+        return str(path)
+
+
+History = dict[tuple[str, str], list[tuple[str, Any]]]
+
+
+def _record(
+    history: History, data: Mapping[str, Mapping[str, Any]], layer: Mapping[str, Any], label: str
+) -> None:
+    """Note ``label`` and the value it gave (typed, after the layer was applied) for every key ``layer`` sets."""
+    for section, values in layer.items():
+        if isinstance(values, Mapping):
+            for key in values:
+                s, k = str(section), str(key)
+                history.setdefault((s, k), []).append((label, data[s][k]))
+
+
 def _strip_profile_meta(layer: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     meta = layer.pop("profile", None) or {}
     if not isinstance(meta, dict):
@@ -124,6 +171,8 @@ def resolve(
     schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(defaults_dir() / "default.yaml")]
+    history: History = {}
+    _record(history, data, data, f"{DEFAULT} ({_short(sources[0])})")
 
     env_path, ranges, family_of = None, RANGES, None
     python_env = env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env))
@@ -132,6 +181,7 @@ def resolve(
         # gymnasium.make; Python envs need a process backend. Its defaults: its own YAML
         # (defaults/gymnasium/<id>.yaml) if it has one, else its family's, applied after the profile.
         data["vec"]["backend"] = "multiprocessing"
+        _record(history, data, {"vec": {"backend": 0}}, f"{DERIVED} (a Python env needs a process backend)")
         sources.append(env if is_import_path(env) else f"gymnasium:{env}")
         overrides = list(overrides) if not isinstance(overrides, Mapping) else overrides
         given = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
@@ -158,6 +208,7 @@ def resolve(
         # if any, is a layer of tuned values checked against it like every other layer
         schema["env"] = env_defaults(env)
         data["env"] = dict(schema["env"])
+        _record(history, data, {"env": data["env"]}, f"{PARAMSPEC} (envs/{env}.h)")
         ranges = {**RANGES, **env_ranges(env)}
         env_path = env_yaml(env)
     if env_path is not None:
@@ -176,7 +227,9 @@ def resolve(
                 raise ConfigError(f"section 'env' in {path} must be a mapping of env parameters")
             schema["env"] = dict(env_params)
             data["env"] = dict(env_params)
+            _record(history, data, {"env": env_params}, f"{ENV_YAML} ({_short(path)})")
         _apply(data, layer, schema, str(path), ranges)
+        _record(history, data, layer, f"{ENV_YAML} ({_short(path)})")
         sources.append(str(path))
 
     if profile is not None:
@@ -188,15 +241,26 @@ def resolve(
         _apply(data, layer, schema, str(path), ranges)
         data["bench"]["profile"] = profile
         data["bench"]["expected_gpu"] = str(meta.get("gpu", ""))
+        meta_keys = {"profile": 0, "expected_gpu": 0}
+        _record(
+            history,
+            data,
+            {**layer, "bench": {**(layer.get("bench") or {}), **meta_keys}},
+            f"{PROFILE} ({_short(path)})",
+        )
         sources.append(str(path))
         if env_path is not None and per_profile.get(profile):  # the env's own values for this profile
             _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})", ranges)
+            where = f"{ENV_PROFILE} ({_short(env_path)}, profiles.{profile})"
+            _record(history, data, per_profile[profile], where)
             sources.append(f"{env_path} (profiles.{profile})")
 
     if family_of is not None and family_of.path is not None:
         # after the profile: a family's sizes are what its learning needs, not a machine's throughput
         path = family_of.path
-        _apply(data, read_yaml(path, "family defaults"), schema, str(path), ranges)
+        layer = read_yaml(path, "family defaults")
+        _apply(data, layer, schema, str(path), ranges)
+        _record(history, data, layer, f"{FAMILY} ({_short(path)})")
         sources.append(str(path))
 
     if config_file is not None:
@@ -207,6 +271,7 @@ def resolve(
         if python_env:
             _open_env_keys(layer, schema)
         _apply(data, layer, schema, str(path), ranges)
+        _record(history, data, layer, f"{CONFIG_FILE} ({_short(path)})")
         sources.append(str(path))
 
     layer = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)
@@ -214,6 +279,10 @@ def resolve(
         if python_env:
             _open_env_keys(layer, schema)
         _apply(data, layer, schema, "command line", ranges)
+        for section, values in layer.items():
+            for key in values or {}:
+                flag = f"--{section}.{str(key).replace('_', '-')}"
+                _record(history, data, {section: {key: 0}}, f"{COMMAND_LINE} ({flag})")
         sources.append("command line")
 
     check_batch(data["train"])
@@ -221,7 +290,7 @@ def resolve(
         check_buffers(data["train"]["buffers"], data["vec"]["num_envs"])
     if env is not None and env in env_names():
         check_memory(env, data)
-    return Config(data, env_name=env, profile=profile, sources=sources, family=family_of)
+    return Config(data, env_name=env, profile=profile, sources=sources, family=family_of, history=history)
 
 
 def _open_env_keys(layer: Mapping[str, Any], schema: dict[str, dict[str, Any]]) -> None:

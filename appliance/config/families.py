@@ -160,7 +160,8 @@ def _spaces(env: str) -> tuple[Any, Any, int | None] | str:
             else:
                 for part in attr.split("."):
                     target = getattr(target, part)
-                made = target()
+                # a VectorEnv factory (appliance.vector.gymvec) is read with one env
+                made = target(num_envs=1) if _takes_num_envs(target) else target()
         else:
             made = gymnasium.make(env)
         try:
@@ -171,8 +172,21 @@ def _spaces(env: str) -> tuple[Any, Any, int | None] | str:
         return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
 
 
+def _takes_num_envs(factory: Any) -> bool:
+    import inspect
+
+    try:
+        return "num_envs" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _read_spaces(env: Any) -> tuple[Any, Any, int | None]:
+    from gymnasium.vector import VectorEnv
     from pettingzoo import ParallelEnv
+
+    if isinstance(env, VectorEnv):  # a VectorEnv source: its spaces per env
+        return env.single_observation_space, env.single_action_space, None
 
     if isinstance(env, ParallelEnv):
         agents = list(env.possible_agents)

@@ -107,8 +107,122 @@ RANGES: dict[tuple[str, str], Range] = {
     ("bench", "seconds"): Range(0, 1e6, low_open=True),
     ("bench", "threads"): Range(1, 4096),
 }
+# What each key of default.yaml means, section by section, one line each (its type is its default's,
+# its range is in RANGES or CHOICES above): `puffer-bench config --explain` and docs/configuration.md
+# are made from this. Every key of default.yaml needs an entry and every entry a key
+# (tests/test_config_explain.py checks); the env section's keys are an env's own (its ParamSpec, or
+# keyword arguments for gymnasium.make), described by `puffer-bench envs show ENV`.
+MEANINGS: dict[str, dict[str, str]] = {
+    "vec": {
+        "backend": "how the envs are stepped: native (Ocean's C threads), serial (one process), "
+        "multiprocessing (worker processes) or ray (a Ray cluster's actors)",
+        "num_envs": "env instances stepped together (a multi-agent env has several agents in each)",
+        "num_threads": "native backend: C worker threads that step the envs (auto: the physical cores, "
+        "at most num_envs)",
+        "num_workers": "multiprocessing and ray backends: worker processes (auto: the largest divisor of "
+        "num_envs within the physical cores)",
+        "batch_size": "process backends: envs returned by each recv (auto: num_envs, every env each "
+        "step); fewer is asynchronous stepping",
+        "zero_copy": "multiprocessing backend: recv returns views into shared memory instead of copies",
+        "overwork": "allow more worker processes than physical cores (refused otherwise)",
+        "recv_timeout": "seconds a recv (and a worker's first reset) may wait for a worker before it is "
+        "reported as stuck",
+        "ray_address": 'ray backend: the cluster to join ("": start a local Ray runtime)',
+        "preprocess": "Python envs' wrappers: atari (AtariPreprocessing and 4 stacked frames), none, or "
+        "auto (atari for ALE ids)",
+    },
+    "train": {
+        "seed": "seeds torch, the minibatch sampler and the envs",
+        "device": "where the policy trains: cpu, cuda, or auto (cuda when torch sees one)",
+        "total_timesteps": "agent-steps to train for; the learning rate and prio_beta0 anneal over them",
+        "learning_rate": "the optimizer's step size at the start (annealed when anneal_lr)",
+        "anneal_lr": "cosine-anneal the learning rate over total_timesteps, down to learning_rate * "
+        "min_lr_ratio",
+        "min_lr_ratio": "the cosine anneal ends at learning_rate * this (PufferLib 4.0's min_lr_ratio)",
+        "optimizer": "adam, or muon (PufferLib 3.0's optimizer, momentum adam_beta1) over every parameter",
+        "adam_beta1": "Adam's first-moment decay; Muon's momentum",
+        "adam_beta2": "Adam's second-moment decay (Muon does not read it)",
+        "adam_eps": "Adam's epsilon in the denominator (Muon does not read it)",
+        "gamma": "discount factor of future rewards (also the horizon of reward_norm's return)",
+        "gae_lambda": "the advantage's lambda: how far back each TD error is carried (V-trace, as GAE "
+        "when no ratio is clipped)",
+        "vtrace_rho_clip": "V-trace: the largest importance ratio that weights a TD error",
+        "vtrace_c_clip": "V-trace: the largest ratio that carries a TD error back a step (0: one-step "
+        "TD errors only)",
+        "prio_alpha": "minibatch segments drawn without replacement with probability proportional to "
+        "(sum of |advantage| over the segment) ** prio_alpha (0: uniformly)",
+        "prio_beta0": "the exponent of the importance weights (segments * P) ** -beta that correct the "
+        "prioritized draw, annealed from this to 1 over total_timesteps",
+        "clip_coef": "PPO's clip: the policy loss counts the probability ratio only within "
+        "[1 - clip_coef, 1 + clip_coef]",
+        "vf_coef": "weight of the value loss in the total loss",
+        "vf_clip_coef": "the clipped value loss: the value may move at most this far from the "
+        "rollout's value before its loss stops pulling",
+        "ent_coef": "weight of the entropy bonus in the total loss",
+        "max_grad_norm": "gradients clipped to this global norm before each optimizer step",
+        "update_epochs": "passes over the batch per update (when replay_ratio is auto)",
+        "replay_ratio": "passes over the batch per update, may be fractional: int(ratio * batch / "
+        "minibatch) minibatches; auto: update_epochs",
+        "bptt_horizon": "steps in each segment of an agent's experience (the recurrent core's "
+        "backpropagation through time)",
+        "batch_size": "agent-steps collected per update (auto: the agents * bptt_horizon)",
+        "minibatch_size": "agent-steps in each minibatch; a multiple of bptt_horizon",
+        "max_minibatch_size": "the largest chunk of a minibatch computed at once (a larger minibatch "
+        "accumulates its chunks' gradients)",
+        "reward_clamp": "rewards clamped to [-reward_clamp, reward_clamp] after any scaling",
+        "reward_norm": "scale rewards by 1 / the discounted return's std when that std exceeds 1",
+        "reset_state": "zero every agent's recurrent state at the start of each rollout (PufferLib "
+        "3.0); false: carry it on",
+        "noise_corr": "Box actions: the exploration noise is AR(1) from step to step with this rho "
+        "(0: white noise)",
+        "precision": "float32, or bfloat16 (bf16 rollout weights, bf16 autocast over float32 "
+        "masters); auto: bf16 where the hardware has it (CUDA sm80+, AVX512-BF16 or AMX)",
+        "compile": "torch.compile the policy's step and sequence",
+        "engine": "the rollout engine for native Ocean envs: auto (use it there), on (insist), off "
+        "(the plain Python loop)",
+        "buffers": "rollout engine: agent groups stepped on their own threads (and CUDA streams); "
+        "divides num_envs",
+        "graphs": "on a GPU: capture each training minibatch once as a CUDA graph and replay it",
+        "cpu_offload": "keep the rollout's observations in host memory (pinned on a GPU) instead of "
+        "on the device",
+        "checkpoint_interval": "epochs between the checkpoints a run folder keeps (and one at the end)",
+        "data_dir": "the folder that holds the run folders (checkpoints, metrics)",
+        "wandb_project": "--wandb: the Weights & Biases project (the run is named by its run id; W&B's files go in the run folder)",
+    },
+    "policy": {
+        "core": "the network between encoder and heads: mlp, lstm, or mingru (PufferNet: minimal GRU "
+        "layers with highway connections)",
+        "hidden_size": "width of the encoder's output and of the core",
+        "num_layers": "mingru and mlp: layers of the core (lstm: always 1)",
+        "expansion_factor": "mingru: each layer's state is expansion_factor * hidden_size wide",
+        "encoder": "how observations become features: linear, onehot, cnn, nature (the Nature CNN), "
+        "or auto (nature for images of 36x36 or more, cnn for smaller, onehot for small-range ints)",
+        "init": "weight init: pufferlib (orthogonal gain 1, zero biases) or cleanrl (encoder sqrt 2, "
+        "logits 0.01)",
+        "obs_norm": "normalize observations by a running mean and std: on, off, or auto (on for Box actions)",
+        "obs_scale": "bounds: divide each feature by its declared bound where that exceeds 1; none: "
+        "raw, as PufferLib",
+    },
+    "env": {},
+    "bench": {
+        "suite": "not read by any command today (bench run --suite has its own default, quick)",
+        "repeats": "repeats of each measurement in a suite when bench run gives no --repeats",
+        "seconds": "not read by any command today (each suite step gives its own duration)",
+        "threads": "thread counts a suite's env speed checks run at where a step asks for the "
+        "profile's (threads: profile)",
+        "out": "not read by any command today (bench run --out has its own default, results)",
+        "profile": "the hardware profile this config was resolved for (set by the profile layer)",
+        "expected_gpu": 'the GPU that profile was written for ("": none); train names it, a '
+        "benchmark report warns when this machine's GPU differs",
+    },
+}
 # String keys that must not be empty (paths).
-NON_EMPTY = {("train", "data_dir"), ("bench", "out"), ("bench", "threads")}  # a path, a list
+NON_EMPTY = {
+    ("train", "data_dir"),
+    ("train", "wandb_project"),
+    ("bench", "out"),
+    ("bench", "threads"),
+}  # a path, a list
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 

@@ -104,3 +104,33 @@ def make_atari(env_id: str, kwargs: dict[str, Any]) -> gymnasium.Env:
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # not a banner per env on stderr
     env = gymnasium.make(env_id, **{"frameskip": 1, "obs_type": "grayscale", **kwargs})
     return gymnasium.wrappers.FrameStackObservation(AtariFrames(env), STACK)
+
+
+def vector(game: str = "pong", num_envs: int = 8, **kwargs: Any) -> Any:
+    """ale-py's ``AtariVectorEnv`` (its envs stepped by C++ threads, preprocessed in C++ as above:
+    (4, 84, 84) uint8 frames), for ``--env appliance.emulation.atari:vector --env.game pong``.
+
+    ``game`` is an ALE ROM name (``pong``, ``space_invaders``) or an id (``ALE/Pong-v5``). Defaults
+    follow the ``-v5`` ids and :func:`make_atari`: sticky actions 0.25, rewards not clipped; the
+    episodes reset on the same step they end (``autoreset_mode`` SameStep). ``kwargs`` go to
+    ``AtariVectorEnv``."""
+    import re
+
+    try:
+        from ale_py.vector_env import AtariVectorEnv
+    except ImportError:
+        raise ConfigError(
+            "appliance.emulation.atari:vector needs ale-py: pip install 'ale-py>=0.10'"
+        ) from None
+    import ale_py
+
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    if "/" in game or "-v" in game:  # ALE/Pong-v5 -> pong
+        base = game.split("/")[-1].split("-v")[0]
+        game = re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
+    options = {"repeat_action_probability": 0.25, "reward_clipping": False, "autoreset_mode": "SameStep"}
+    try:
+        return AtariVectorEnv(game, int(num_envs), **{**options, **kwargs})
+    except (RuntimeError, ValueError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"AtariVectorEnv({game!r}, {num_envs}): {first}") from None

@@ -12,7 +12,8 @@ Pareto front of the two is the answer, as in PufferLib's Protein: for each cost 
   is fitted to the base config, so trial 0, the config as given, always lies inside it.
 * **Trials in parallel**: ``--parallel K`` processes (each with ``cores / K`` threads), one per
   trial, or Ray tasks with ``--ray-address`` (``local`` starts a Ray runtime here). The driver alone
-  talks to the study (ask/tell), so one SQLite file is enough. A trial whose process dies (a
+  talks to the study (ask/tell). ``--gpus N`` runs up to one trial per GPU, each process with its own
+  ``CUDA_VISIBLE_DEVICES``. A trial whose process dies (a
   segfault, the OOM killer) fails with its signal and the sweep goes on. Trial processes ignore
   Ctrl-C (the driver stops them) and die with the driver (the kernel's parent-death signal).
 * **Pruning**: Optuna's pruners are single-objective only, so a trial prunes itself: after
@@ -25,6 +26,10 @@ Pareto front of the two is the answer, as in PufferLib's Protein: for each cost 
   changed base config is refused), and trials that were running when it stopped run again (once:
   a trial running when the sweep died twice is marked failed). A damaged, foreign or old-schema
   ``study.db`` is one line saying what to do.
+* **Workers sharing a study** (:mod:`appliance.sweep.storage`): with ``--storage URL``
+  (PostgreSQL, or a journal file on a shared file system) sweep workers on several machines join one
+  study by name, each with its own sweep folder; a worker that stops sending heartbeats has its
+  trials failed by the others and their settings run again once.
 * **Time**: ``--trial-seconds`` stops a trial once its score window is full; ``--budget-seconds``
   bounds the whole sweep: no trial starts after it, and a trial stops at the first epoch past it.
 * **Output**: ``trials.md`` (the table), ``pareto.png`` (score against seconds, the front joined),
@@ -32,7 +37,7 @@ Pareto front of the two is the answer, as in PufferLib's Protein: for each cost 
   ``puffer-bench train ENV --config best.yaml`` takes as is. A disk that fills keeps what fits.
 
 The package by job: :mod:`~appliance.sweep.space` (the search space), :mod:`~appliance.sweep.study`
-(the folder's lock, ``study.db``, resume), :mod:`~appliance.sweep.trials` (one trial, and running
+(the folder's lock, ``study.db``, resume), :mod:`~appliance.sweep.storage` (a shared study), :mod:`~appliance.sweep.trials` (one trial, and running
 trials in processes or Ray tasks), :mod:`~appliance.sweep.driver` (:func:`sweep`),
 :mod:`~appliance.sweep.results` (the table, the front, the output files).
 """

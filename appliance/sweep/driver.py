@@ -22,8 +22,10 @@ from appliance.report_io import disk_full
 from appliance.safe_files import check_output
 from appliance.sweep.results import write_outputs
 from appliance.sweep.space import Base, Space, inside, load_space, split_params, trial_overrides
+from appliance.sweep.storage import Heartbeat, Shared
 from appliance.sweep.study import (
     DB,
+    STUDY,
     DiskFull,
     adopt,
     disk_full_words,
@@ -33,10 +35,12 @@ from appliance.sweep.study import (
     put_back,
     queued,
     record,
+    requeue_dead,
     requeue_stale,
     result_line,
+    running_trials,
 )
-from appliance.sweep.trials import TrialRunner, check_parallel, failed_result, run_trial
+from appliance.sweep.trials import TrialRunner, check_gpus, check_parallel, failed_result, run_trial
 
 
 class Stopped(ApplianceError):
@@ -58,6 +62,9 @@ class Options:
     baseline: bool = True  # trial 0 is the config as given (the values the space would vary)
     startup_trials: int | None = None  # random trials before TPE models the front (default: trials // 3)
     extra: dict[str, Any] = field(default_factory=dict)
+    shared: Shared | None = None  # a study shared by workers (--storage); None: the folder's study.db
+    study_name: str = STUDY  # the shared study's name (--study-name)
+    gpus: list[str] | None = None  # CUDA_VISIBLE_DEVICES of each slot: one trial per GPU at once
 
 
 def sweep(
@@ -79,6 +86,7 @@ def sweep(
     """
     if options.trials < 1 or options.parallel < 1:
         raise ConfigError("--trials and --parallel must be at least 1")
+    check_gpus(options)
     base = Base(
         env, profile, str(Path(config_file).resolve()) if config_file else None, list(overrides or [])
     )
@@ -93,7 +101,12 @@ def sweep(
         yield f"space fitted to your config: {note}"
     with locked(out):
         study = load_study(
-            out, create=True, seed=options.seed, startup=options.startup_trials or max(2, options.trials // 3)
+            out,
+            create=True,
+            seed=options.seed,
+            startup=options.startup_trials or max(2, options.trials // 3),
+            shared=options.shared,
+            name=options.study_name,
         )
         try:
             yield from _run(study, out, base, cfg, space, baseline, options, trial)
@@ -126,42 +139,93 @@ def _run(
     trial: Callable[[dict[str, Any]], dict[str, Any]],
 ) -> Iterator[str]:
     """The sweep in its locked folder, from adopting the study to its outputs."""
+    env = base.env
+    shared = options.shared
+    where = f"study '{options.study_name}' in {shared.shown}" if shared else str(out / DB)
+    adopt(study, out, base, cfg, space, where)
+    if shared is not None:  # two workers that started at once: the second one to write sees the first
+        adopt(study, out, base, cfg, space, where)
+    if shared is None:
+        requeue_stale(study)  # the folder is ours alone: a trial left RUNNING was a dead sweep's
+    beats = Heartbeat(study, shared, requeue_dead) if shared else None
+    try:
+        if beats is not None:
+            beats.fail_stale()
+        finished, requeued = finished_trials(study), queued(study)
+        if finished or requeued or (shared and running_trials(study)):
+            verb = "joining" if shared else "resuming"
+            yield f"{verb} {where}: {len(finished)} trials done, {requeued} interrupted ones run again"
+        elif baseline is not None and not study.trials:
+            study.enqueue_trial(baseline, user_attrs={"baseline": True})
+        yield from _loop(study, base, space, options, trial, beats, where)
+    finally:
+        if beats is not None:
+            beats.close()
+    yield from write_outputs(study, space, out, env)
+
+
+def _to_start(study: Any, options: Options) -> int:
+    """Trials still to start: --trials less those finished and those running (in every worker)."""
+    return options.trials - len(finished_trials(study)) - running_trials(study)
+
+
+def _loop(
+    study: Any,
+    base: Base,
+    space: Space,
+    options: Options,
+    trial: Callable[[dict[str, Any]], dict[str, Any]],
+    beats: Heartbeat | None,
+    where: str,
+) -> Iterator[str]:
+    """Ask, start and record trials until --trials are done or the budget is spent; a worker of a
+    shared study then waits for the other workers' trials (they may fail and run again here)."""
     from appliance.train.loop import Interrupted, stop_signals
 
-    env = base.env
-    adopt(study, out, base, cfg, space)
-    requeue_stale(study)
-    finished, requeued = finished_trials(study), queued(study)
-    if finished or requeued:
-        yield f"resuming {out / DB}: {len(finished)} trials done, {requeued} interrupted ones run again"
-    elif baseline is not None and not study.trials:
-        study.enqueue_trial(baseline, user_attrs={"baseline": True})
-
     distributions = space.distributions()
-    remaining = options.trials - len(finished)
     runner = TrialRunner(options, trial)
     running: dict[int, Any] = {}
     sweep_start = time.perf_counter()
+    waiting = False
     with stop_signals() as guard:
         try:
-            while remaining > 0 or running:
+            while True:
                 left = None
                 if options.budget_seconds is not None:
                     left = options.budget_seconds - (time.perf_counter() - sweep_start)
-                while remaining > 0 and len(running) < options.parallel and (left is None or left > 0):
+                if beats is not None:
+                    beats.fail_stale()
+                while (
+                    len(running) < options.parallel
+                    and (left is None or left > 0)
+                    and _to_start(study, options) > 0
+                ):
                     with guard.deferred():
                         asked = study.ask(distributions)
                         running[asked.number] = asked  # before it starts: in-process, it runs in start
-                    remaining -= 1
+                        if beats is not None:
+                            beats.add(asked)
                     refused = _start(runner, study, asked, base, space, options, left)
                     if refused:
-                        running.pop(asked.number)
+                        _forget(running, asked.number, beats)
                         yield refused
                 if not running:
                     if left is not None and left <= 0:
                         yield f"--budget-seconds {options.budget_seconds:g} spent: no more trials start"
-                    break
-                yield from _record_all(study, running, runner.wait(), guard)
+                        break
+                    others = running_trials(study) if beats is not None else 0
+                    if not others:
+                        break
+                    if not waiting:
+                        yield f"waiting for {others} trials of other workers in {where}"
+                        waiting = True
+                    time.sleep(min(5.0, beats.shared.heartbeat) if beats is not None else 1.0)
+                    continue
+                results = runner.wait()
+                for number, _ in results:
+                    if beats is not None:
+                        beats.remove(running[number])
+                yield from _record_all(study, running, results, guard)
         except Interrupted as e:
             runner.close()
             put_back(study, running.values(), "the sweep was stopped while it ran")
@@ -177,7 +241,12 @@ def _run(
                 put_back(study, running.values(), "the sweep failed while it ran")
             raise
         runner.close()
-    yield from write_outputs(study, space, out, env)
+
+
+def _forget(running: dict[int, Any], number: int, beats: Heartbeat | None) -> None:
+    asked = running.pop(number)
+    if beats is not None:
+        beats.remove(asked)
 
 
 def _record_all(

@@ -15,7 +15,7 @@ from appliance.config import resolve
 from appliance.errors import ApplianceError
 from appliance.report_io import write_what_fits
 from appliance.sweep.space import SECTIONS, Base, Space, merge, sections_of, trial_overrides
-from appliance.sweep.study import DB, INTERRUPTED, finished_trials
+from appliance.sweep.study import DB, finished_trials, interrupted, trial_error
 
 
 def rows(study: Any) -> list[dict[str, Any]]:
@@ -23,9 +23,10 @@ def rows(study: Any) -> list[dict[str, Any]]:
     from optuna.trial import TrialState
 
     front = {t.number for t in study.best_trials}
+    skip = interrupted(study)
     out = []
     for t in study.get_trials(deepcopy=False):
-        if t.state in (TrialState.RUNNING, TrialState.WAITING) or t.user_attrs.get("error") == INTERRUPTED:
+        if t.state in (TrialState.RUNNING, TrialState.WAITING) or t.number in skip:
             continue
         out.append(
             {
@@ -37,7 +38,7 @@ def rows(study: Any) -> list[dict[str, Any]]:
                 "pareto": t.number in front,
                 "baseline": bool(t.user_attrs.get("baseline")),
                 "params": dict(t.params),
-                "error": t.user_attrs.get("error"),
+                "error": trial_error(study, t),
             }
         )
     return out

@@ -24,6 +24,7 @@ from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import disk_full, lock_or_refuse
 from appliance.safe_files import open_lock, refuse_link
 from appliance.sweep.space import SECTIONS, Base, Space, sections_of
+from appliance.sweep.storage import Shared, open_storage
 
 STUDY = "sweep"
 DB = "study.db"
@@ -126,23 +127,32 @@ def _check_schema(db: Path, version: str | None, written_by: str) -> None:
     )
 
 
-def load_study(out: Path, create: bool = False, seed: int = 0, startup: int = 2) -> Any:
-    """The sweep's study in ``out`` (checked first: see :func:`_check_db`); ``create`` makes a new one."""
+def load_study(
+    out: Path,
+    create: bool = False,
+    seed: int = 0,
+    startup: int = 2,
+    shared: Shared | None = None,
+    name: str = STUDY,
+) -> Any:
+    """The sweep's study in ``out`` (checked first: see :func:`_check_db`), or the study ``name`` of a
+    shared storage (:mod:`appliance.sweep.storage`); ``create`` makes a new one."""
     import optuna
     import sqlalchemy.exc
 
+    if shared is not None:
+        return _load_shared(shared, name, create, seed, startup)
     db = out / DB
     _check_db(db)
     if not create and not db.is_file():
         raise ConfigError(f"no sweep in {out}: no {DB} there")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
     try:
         return optuna.create_study(
             study_name=STUDY,
             storage=f"sqlite:///{db}",
             directions=["maximize", "minimize"],
-            sampler=sampler,
+            sampler=_sampler(seed, startup),
             load_if_exists=True,
         )
     except (sqlalchemy.exc.SQLAlchemyError, RuntimeError, ValueError) as e:
@@ -152,15 +162,54 @@ def load_study(out: Path, create: bool = False, seed: int = 0, startup: int = 2)
         raise ConfigError(f"cannot open {db}: {first}; {_fresh(db)}") from None
 
 
-def open_study(out: str | Path) -> Any:
-    """The study of the sweep folder ``out`` (for reading its trials)."""
-    return load_study(Path(out))
+def _sampler(seed: int, startup: int) -> Any:
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
 
 
-def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space) -> None:
+def _load_shared(shared: Shared, name: str, create: bool, seed: int, startup: int) -> Any:
+    """The study ``name`` of a shared storage; a worker joins it if it exists (workers racing to
+    create it: Optuna's load_if_exists lets one create and the rest load it)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(shared, requeue_dead)
+    try:
+        if not create:
+            return optuna.load_study(study_name=name, storage=storage, sampler=_sampler(seed, startup))
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            directions=["maximize", "minimize"],
+            sampler=_sampler(seed, startup),
+            load_if_exists=True,
+        )
+    except KeyError:
+        raise ConfigError(f"no study '{name}' in {shared.shown}") from None
+    except Exception as e:
+        if isinstance(e, ApplianceError):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot open study '{name}' in {shared.shown}: {first}") from None
+    if [d.name for d in study.directions] != ["MAXIMIZE", "MINIMIZE"]:
+        raise ConfigError(
+            f"study '{name}' in {shared.shown} is not a sweep (its directions are "
+            f"{', '.join(d.name.lower() for d in study.directions)}); pass another --study-name"
+        )
+    return study
+
+
+def open_study(out: str | Path, shared: Shared | None = None, name: str = STUDY) -> Any:
+    """The study of the sweep folder ``out``, or of a shared storage (for reading its trials)."""
+    return load_study(Path(out), shared=shared, name=name)
+
+
+def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space, where: str | None = None) -> None:
     """A new study records what its trials start from and what it searches; a resumed one must be
     given the same: the same base config, and the same space and objective (a trial scored on
     another metric, or pruned against curves of another one, would be compared with the rest)."""
+    where = where or str(out / DB)
     given = {
         "schema": SCHEMA,
         "env": base.env,
@@ -173,27 +222,29 @@ def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space) -> None:
     }
     attrs = study.user_attrs
     if attrs.get("env") not in (None, base.env):
-        raise ConfigError(f"{out} holds a sweep of {attrs['env']}, not {base.env}; pick another --out")
+        raise ConfigError(
+            f"{where} holds a sweep of {attrs['env']}, not {base.env}; pick another --out (or --study-name)"
+        )
     if "base" in attrs:
         changed = _differences(attrs["base"], given["base"])
         if changed:
             raise ConfigError(
-                f"{out / DB} was swept from another config: {'; '.join(changed)} (from the overrides, "
-                "--config or --gpu); give the same ones to resume, or pass another --out for a new sweep"
+                f"{where} was swept from another config: {'; '.join(changed)} (from the overrides, "
+                "--config or --gpu); give the same ones to resume, or pass another --out (or --study-name) for a new sweep"
             )
     elif study.trials:  # made before the study kept its base config: compare what it did keep
         old = {"overrides": attrs.get("overrides", []), "config_file": attrs.get("config_file")}
         if old["overrides"] != base.overrides or old["config_file"] != base.config_file:
             raise ConfigError(
-                f"{out / DB} was swept with overrides {' '.join(old['overrides']) or '(none)'} and --config "
+                f"{where} was swept with overrides {' '.join(old['overrides']) or '(none)'} and --config "
                 f"{old['config_file'] or '(none)'}; give the same ones to resume, or pass another --out"
             )
     before = attrs.get("space") or ({"objective": {"metric": attrs["metric"]}} if "metric" in attrs else {})
     changed = _space_differences(before, given["space"])
     if changed:
         raise ConfigError(
-            f"{out / DB} was swept over another space: {'; '.join(changed)} (now from {space.source}); "
-            "give the same space to resume, or pass another --out for a new sweep"
+            f"{where} was swept over another space: {'; '.join(changed)} (now from {space.source}); "
+            "give the same space to resume, or pass another --out (or --study-name) for a new sweep"
         )
     for k, v in given.items():
         if k not in attrs or attrs.get("base") is None:
@@ -275,6 +326,47 @@ def requeue_stale(study: Any) -> None:
     put_back(study, again, "the sweep died while it ran", rerun_of=True)
 
 
+DEAD = "its worker stopped sending heartbeats (killed, or its machine lost)"
+
+
+def requeue_dead(study: Any, trial: Any) -> None:
+    """A trial of a worker that stopped sending heartbeats, failed by the storage: its settings run
+    again, once, as :func:`requeue_stale` does for one machine's sweep. A finished trial cannot take
+    attributes, so why it failed is a study attribute (``stale:N``, read by :func:`trial_error`)."""
+    rerun_of = trial.user_attrs.get("rerun_of")
+    if rerun_of is not None:
+        study.set_user_attr(
+            f"stale:{trial.number}",
+            f"the workers running these settings died twice (trials {rerun_of} and {trial.number}); not run again",
+        )
+        return
+    study.set_user_attr(f"stale:{trial.number}", f"{DEAD}; run again")
+    attrs = {"baseline": True} if trial.user_attrs.get("baseline") else {}
+    study.enqueue_trial(trial.params, user_attrs={**attrs, "rerun_of": trial.number})
+
+
+def trial_error(study: Any, trial: Any) -> str | None:
+    """Why a trial failed: its own ``error``, or what the worker that failed it as stale wrote."""
+    return trial.user_attrs.get("error") or study.user_attrs.get(f"stale:{trial.number}")
+
+
+def interrupted(study: Any) -> set[int]:
+    """Trials that did not finish and whose settings run again: not counted, not in the table."""
+    rerun = f"{DEAD}; run again"
+    dead = {
+        int(k.split(":", 1)[1]) for k, v in study.user_attrs.items() if k.startswith("stale:") and v == rerun
+    }
+    return dead | {
+        t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("error") == INTERRUPTED
+    }
+
+
+def running_trials(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+
 def queued(study: Any) -> int:
     from optuna.trial import TrialState
 
@@ -285,9 +377,8 @@ def finished_trials(study: Any, complete: bool = False) -> list[Any]:
     from optuna.trial import TrialState
 
     states = (TrialState.COMPLETE,) if complete else (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return [
-        t for t in study.get_trials(deepcopy=False, states=states) if t.user_attrs.get("error") != INTERRUPTED
-    ]
+    skip = interrupted(study)
+    return [t for t in study.get_trials(deepcopy=False, states=states) if t.number not in skip]
 
 
 class DiskFull(ApplianceError):
@@ -302,9 +393,13 @@ class DiskFull(ApplianceError):
 def record(study: Any, trial: Any, result: dict[str, Any]) -> str:
     """Tell the study a trial's result; the line to print. A full disk raises :class:`DiskFull`
     with the result line, for the driver to keep what fits and name it in one line."""
+    import optuna
+
     line = result_line(trial.number, result)
     try:
         _tell(study, trial, result)
+    except optuna.exceptions.UpdateFinishedTrialError:  # its heartbeat was late: another worker failed it
+        return f"{line} (not recorded: another worker failed it as stale, its heartbeat late; it runs again)"
     except Exception as e:
         if disk_full(e):
             raise DiskFull(disk_full_words(e), line) from None

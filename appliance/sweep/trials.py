@@ -38,7 +38,9 @@ GROWING = (
 def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -> None:
     """Refuse ``--parallel`` trials on this machine that cannot run at once: more than its usable
     cores (as ``train --nproc`` is capped), or more than its memory holds, each trial counted as a
-    process (:data:`TRIAL_PROCESS_BYTES`) and an Ocean env's buffers at the space's largest values."""
+    process (:data:`TRIAL_PROCESS_BYTES`) and its env's and training buffers at the space's largest
+    values: an Ocean env's from its layout, any other's (Gymnasium, PettingZoo, ``module:factory``)
+    from the first env made, as a single run's memory check measures it."""
     from appliance.config.memory import available_memory, estimate_memory, gib, training_on_host
     from appliance.ocean import names
     from appliance.vector.sizes import usable_cores
@@ -49,21 +51,19 @@ def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -
             f"--parallel {parallel}: at most {cores} trials at once on this machine, one per usable core "
             f"(affinity and cgroup quota); pass --parallel {cores} or fewer (or --ray-address for a cluster)"
         )
-    buffers = 0
-    if cfg.env_name in names():
-        data = {section: dict(values) for section, values in cfg.data.items()}
-        for name in GROWING:
-            spec = params.get(name)
-            if spec is None:
-                continue
-            section, _, key = name.partition(".")
-            values = [v for v in spec.get("choices", [spec.get("high")]) if isinstance(v, int | float)]
-            if values and not isinstance(data[section][key], str):
-                data[section][key] = max([*values, data[section][key]])
-            elif values:  # "auto": the space's values are the sizes a trial may take
-                data[section][key] = max(values)
-        need = estimate_memory(cfg.env_name, data)
-        buffers = need["vector"] + (need["training"] if training_on_host(data) else 0)
+    data = {section: dict(values) for section, values in cfg.data.items()}
+    for name in GROWING:
+        spec = params.get(name)
+        if spec is None:
+            continue
+        section, _, key = name.partition(".")
+        values = [v for v in spec.get("choices", [spec.get("high")]) if isinstance(v, int | float)]
+        if values and not isinstance(data[section][key], str):
+            data[section][key] = max([*values, data[section][key]])
+        elif values:  # "auto": the space's values are the sizes a trial may take
+            data[section][key] = max(values)
+    need = estimate_memory(cfg.env_name, data, None if cfg.env_name in names() else _layout(cfg))
+    buffers = need["vector"] + (need["training"] if training_on_host(data) else 0)
     each = TRIAL_PROCESS_BYTES + buffers
     available = available_memory()
     if parallel * each > available:
@@ -80,6 +80,82 @@ def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -
             f"--parallel {parallel}: {parallel} trials need about {gib(parallel * each)} of memory (each about "
             f"{gib(each)}: {parts}) but {gib(available)} is available; {fix}"
         )
+
+
+def _layout(cfg: Any) -> dict[str, Any]:
+    """A Python env's layout and one env's bytes, from its first env (made under vec.recv_timeout)."""
+    from appliance.config.memory import source_layout
+    from appliance.vector.sources import resolve_source
+
+    source = resolve_source(
+        cfg.env_name, preprocess=cfg.vec.preprocess, timeout=cfg.vec.recv_timeout, **dict(cfg.env)
+    )
+    return source_layout(source)
+
+
+def gpu_slots(value: str) -> list[str]:
+    """``--gpus N`` or ``auto``: the CUDA_VISIBLE_DEVICES value of each trial slot, one GPU each (the
+    devices this process sees: its own CUDA_VISIBLE_DEVICES if set, else 0 .. count - 1)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if value == "auto":
+        if count == 0:
+            raise ConfigError(
+                "--gpus auto: torch sees no CUDA device here; drop --gpus to run trials on the CPU"
+            )
+        n = count
+    else:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ConfigError(f"--gpus {value}: give a number of GPUs or 'auto'") from None
+        if n < 1:
+            raise ConfigError(f"--gpus {value}: must be at least 1")
+        if n > count:
+            raise ConfigError(
+                f"--gpus {n}: torch sees {count} CUDA device{'s' if count != 1 else ''} here; "
+                f"pass --gpus {count} or fewer"
+                if count
+                else f"--gpus {n}: torch sees no CUDA device here"
+            )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = (
+        [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(i) for i in range(count)]
+    )
+    return names[:n]
+
+
+def check_gpus(options: Options) -> None:
+    """``--gpus`` with ``--parallel`` and ``--ray-address``: refuse what contradicts itself."""
+    if not options.gpus:
+        return
+    if options.ray_address:
+        raise ConfigError(
+            "--gpus places trials on this machine's GPUs; with --ray-address Ray places them: drop one"
+        )
+    if options.parallel > len(options.gpus):
+        raise ConfigError(
+            f"--parallel {options.parallel} with --gpus {len(options.gpus)}: one trial per GPU at once; "
+            f"pass --parallel {len(options.gpus)} or fewer (or leave it out)"
+        )
+
+
+@contextlib.contextmanager
+def _visible(gpu: str | None) -> Any:
+    """CUDA_VISIBLE_DEVICES = ``gpu`` while a trial process is spawned (it takes this environment)."""
+    if gpu is None:
+        yield
+        return
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 class Pruned(Exception):
@@ -209,6 +285,9 @@ class TrialRunner:
 
         self.trial = trial
         self.parallel = options.parallel
+        self.free_gpus = list(options.gpus or [])  # the GPUs no trial holds now
+        self.gpu_of: dict[int, str] = {}  # trial number -> its GPU
+        self.processes = self.parallel > 1 or bool(self.free_gpus)  # a GPU's trial: in its own process
         cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
         self.threads = max(1, cores // self.parallel) if self.parallel > 1 else None
         self.done: list[tuple[int, dict[str, Any]]] = []  # in-process results
@@ -233,7 +312,7 @@ class TrialRunner:
     def start(self, number: int, spec: dict[str, Any]) -> None:
         if self.ray is not None:
             self.futures[self.remote.remote(spec).future()] = number
-        elif self.parallel > 1:
+        elif self.processes:
             from appliance.vector.mp import children_ignore_sigint
 
             ctx = get_context("spawn")
@@ -244,10 +323,13 @@ class TrialRunner:
                 name=f"puffer-trial-{number}",
                 daemon=True,
             )
-            with children_ignore_sigint(), lifeline.spawned_children_die_with_us():
+            gpu = self.free_gpus.pop(0) if self.free_gpus else None
+            with children_ignore_sigint(), lifeline.spawned_children_die_with_us(), _visible(gpu):
                 proc.start()
             theirs.close()
             self.procs[number] = (proc, ours)
+            if gpu is not None:
+                self.gpu_of[number] = gpu
         else:
             self.done.append((number, self.trial(spec)))
 
@@ -280,8 +362,14 @@ class TrialRunner:
                 result = None  # died while sending
             conn.close()
             proc.join(timeout=None if result is None else 30)
+            self._free(number)
             out.append((number, result if result is not None else failed_result(_exit_text(proc.exitcode))))
         return out
+
+    def _free(self, number: int) -> None:
+        gpu = self.gpu_of.pop(number, None)
+        if gpu is not None:
+            self.free_gpus.append(gpu)
 
     def close(self) -> None:
         """Stop what still runs: SIGTERM to each trial process, SIGKILL after 5 s."""
@@ -295,6 +383,8 @@ class TrialRunner:
                 proc.kill()
                 proc.join()
             conn.close()
+        for number in list(self.gpu_of):
+            self._free(number)
         self.procs.clear()
         for fut in self.futures:
             fut.cancel()

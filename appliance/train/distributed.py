@@ -94,6 +94,8 @@ def check_ranks_fit(cfg: Any, nproc: int) -> None:
         source = resolve_source(
             cfg.env_name, preprocess=cfg.vec.preprocess, timeout=cfg.vec.recv_timeout, **dict(cfg.env)
         )
+        if source.vector_env is not None:  # a factory's VectorEnv (vector.gymvec): only its spaces count
+            source.vector_env.close()
         vector.check_fits(source, cfg.vec.num_envs, cfg.data, ranks=nproc)
 
 

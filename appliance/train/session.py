@@ -76,12 +76,25 @@ def nothing_trained(signal_name: str, resumed: Path | None) -> str:
 
 
 def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) -> Iterator[tuple[str, bool]]:
+    sinks = Sinks(options, cfg, run_dir)
+    try:
+        yield from _train_with(cfg, options, run_dir, resume_from, sinks.writers)
+    finally:
+        sinks.close()
+
+
+def _train_with(
+    cfg: Any,
+    options: Options,
+    run_dir: Path,
+    resume_from: Path | None,
+    writers: list[Callable[[dict[str, Any]], None]],
+) -> Iterator[tuple[str, bool]]:
     from appliance import vector
     from appliance.train.dashboard import Reporter
     from appliance.train.trainer import Trainer
 
     t = cfg.train
-    writers = _writers(options, cfg, run_dir)
     vec = vector.make_from_config(cfg)
     try:
         trainer = Trainer(cfg, vec, run_dir=run_dir, profile=bool(options.profile_trace))
@@ -180,32 +193,75 @@ def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> Non
     write_or_keep(path, (json.dumps(report, indent=2) + "\n").encode(), "--report")
 
 
-def _writers(options: Options, cfg: Any, run_dir: Path) -> list[Callable[[dict[str, Any]], None]]:
-    """Metric sinks besides metrics.jsonl: TensorBoard events in the run folder, Weights & Biases."""
-    writers: list[Callable[[dict[str, Any]], None]] = []
-    if options.tensorboard:
+class Sinks:
+    """Metric sinks besides metrics.jsonl: TensorBoard events in the run folder, Weights & Biases
+    (project ``train.wandb_project``, the run named by its run id, its files in the run folder).
+    :meth:`close` flushes and closes them; the session calls it on every exit (the end, an error, a
+    stop signal)."""
+
+    def __init__(self, options: Options, cfg: Any, run_dir: Path) -> None:
+        self.writers: list[Callable[[dict[str, Any]], None]] = []
+        self._closers: list[Callable[[], None]] = []
+        try:
+            if options.tensorboard:
+                self._tensorboard(run_dir)
+            if options.wandb:
+                self._wandb(cfg, run_dir)
+        except BaseException:
+            self.close()
+            raise
+
+    def _tensorboard(self, run_dir: Path) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise ConfigError(
-                "--tensorboard needs the tensorboard package: pip install tensorboard"
+                "--tensorboard needs the tensorboard package: pip install 'puffer-bench[logging]'"
             ) from None
         tb = SummaryWriter(str(run_dir))  # beside the run's checkpoints and metrics
+        self._closers.append(tb.close)
 
         def to_tensorboard(record: dict[str, Any]) -> None:
             for k, v in record.items():
-                if isinstance(v, int | float):
+                if isinstance(v, int | float) and not isinstance(v, bool):
                     tb.add_scalar(k, v, record["global_step"])
 
-        writers.append(to_tensorboard)
-    if options.wandb:
+        self.writers.append(to_tensorboard)
+
+    def _wandb(self, cfg: Any, run_dir: Path) -> None:
         try:
             import wandb
         except ImportError:
-            raise ConfigError("--wandb needs wandb: pip install wandb") from None
-        wandb.init(project="puffer-bench", config=cfg.to_dict())
-        writers.append(lambda r: wandb.log(r, step=r["global_step"]))
-    return writers
+            raise ConfigError("--wandb needs wandb: pip install 'puffer-bench[logging]'") from None
+        run = wandb.init(
+            project=cfg.train.wandb_project,
+            name=run_dir.name,  # the run id
+            id=_wandb_id(run_dir.name),
+            dir=str(run_dir),  # wandb/ under the run folder
+            config=cfg.to_dict(),
+            resume="allow",  # a resumed run continues its W&B run
+        )
+        self._closers.append(run.finish)
+        self.writers.append(lambda r: run.log(r, step=r["global_step"]))
+
+    def close(self) -> None:
+        """Close every sink once, the last opened first; one that fails is warned about and does not
+        keep the rest open (nor hide the run's own error, when there is one)."""
+        import warnings
+
+        closers, self._closers = self._closers[::-1], []
+        for close in closers:
+            try:
+                close()
+            except Exception as e:
+                warnings.warn(f"closing a metrics sink failed: {type(e).__name__}: {e}", stacklevel=2)
+
+
+def _wandb_id(run_id: str) -> str:
+    """A W&B run id from ours: W&B ids may not hold ``/\\#?%:``."""
+    import re
+
+    return re.sub(r"[/\\#?%:]", "-", run_id)[:128]
 
 
 def _profile(trainer: Any, path: str) -> str:

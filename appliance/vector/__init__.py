@@ -7,7 +7,9 @@
 
 ``env`` is an Ocean name ("breakout", or "ocean:breakout"), a Gymnasium id ("CartPole-v1"), or a
 zero-argument creator of a Gymnasium env or a PettingZoo parallel env (emulated: structured spaces
-flattened; ``vec.obs_codec.unflatten`` restores them). ``env_params`` are an Ocean env's parameters or
+flattened; ``vec.obs_codec.unflatten`` restores them). A creator or ``module:factory`` that returns a
+``gymnasium.vector.VectorEnv`` is used as it is (:mod:`appliance.vector.gymvec`); a factory with a
+``num_envs`` parameter is given ``num_envs``. ``env_params`` are an Ocean env's parameters or
 keyword arguments for ``gymnasium.make``; ``preprocess`` (``auto``: the Atari preprocessing for ALE
 ids) wraps Python envs. Sizes are checked by
 :func:`appliance.vector.sizes.check_sizes`; broken rules raise ConfigError with valid alternatives.
@@ -21,7 +23,7 @@ from typing import Any
 from appliance.errors import ConfigError
 from appliance.vector.base import Vector, WorkerError
 from appliance.vector.sizes import check_sizes
-from appliance.vector.sources import resolve_source
+from appliance.vector.sources import accepts_num_envs, resolve_source
 
 BACKENDS = ("native", "serial", "multiprocessing", "ray")
 
@@ -78,7 +80,18 @@ def make(
                 f"got {batch_size}; use backend='multiprocessing' for async batches"
             )
         return OceanVec(name, num_envs, num_threads=num_threads, seed=seed, **env_params)
+    from appliance import ocean
+
+    if (
+        isinstance(env, str)
+        and ocean.ocean_name(env) is None
+        and "num_envs" not in env_params
+        and accepts_num_envs(env)
+    ):
+        env_params["num_envs"] = num_envs  # a VectorEnv factory makes the vector's envs itself
     source = resolve_source(env, preprocess=preprocess, timeout=recv_timeout, **env_params)
+    if source.kind == "vector":
+        return _vector_env(source, backend, batch_size)
     if backend != "ray":  # a Ray cluster's envs live on its machines
         check_fits(source, num_envs, run_config)
     if backend == "serial":
@@ -89,7 +102,7 @@ def make(
             raise ConfigError(
                 f"the serial backend is synchronous: batch_size must be num_envs ({num_envs}) or 'auto'"
             )
-        return Serial(source, sizes, seed=seed)
+        return Serial(source, sizes, seed=seed, recv_timeout=recv_timeout)
     if backend == "ray":
         from appliance.vector.ray_backend import RayVector
 
@@ -102,6 +115,28 @@ def make(
     return Multiprocessing(
         source, sizes, zero_copy=zero_copy, recv_timeout=recv_timeout, start_method=start_method
     )
+
+
+def _vector_env(source: Any, backend: str, batch_size: Any) -> Any:
+    """A factory's own gymnasium VectorEnv, used as it is (:mod:`appliance.vector.gymvec`): it steps its
+    envs its own way, so ``vec.backend`` serial or multiprocessing (the default) both mean "as it is"."""
+    from appliance.vector.gymvec import GymVector
+
+    env = source.vector_env
+    if backend == "ray":
+        env.close()
+        raise ConfigError(
+            f"{source.name} returned a gymnasium VectorEnv, which steps its envs in this process; "
+            "it cannot run on backend ray: use --vec.backend multiprocessing (or serial)"
+        )
+    n = int(env.num_envs)
+    if batch_size not in (None, "auto", n):
+        env.close()
+        raise ConfigError(
+            f"{source.name} returned a gymnasium VectorEnv of {n} envs, stepped all at once: "
+            f"vec.batch_size must be {n} or auto, got {batch_size}"
+        )
+    return GymVector(source, env)
 
 
 def make_from_config(cfg: Any, env: Any | None = None) -> Any:

@@ -23,7 +23,7 @@ from appliance.errors import ConfigError
 class EnvSource:
     """A buildable description of one env kind and its per-agent spaces."""
 
-    kind: str  # "ocean" | "emulated"
+    kind: str  # "ocean" | "emulated" | "vector" (a live gymnasium VectorEnv, see vector.gymvec)
     name: str
     params: dict[str, Any] = field(default_factory=dict)
     creator: bytes = b""  # cloudpickled zero-argument creator (emulated)
@@ -32,6 +32,7 @@ class EnvSource:
     action_space: spaces.Space | None = None
     obs_codec: Any = None  # emulation.SpaceCodec restoring the structure before the policy
     env_bytes: int = 0  # what one env object holds (Ocean: its C struct; emulated: measured, see _measure)
+    vector_env: Any = field(default=None, repr=False)  # kind "vector": the VectorEnv the factory made
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -102,6 +103,8 @@ def resolve_source(
     import cloudpickle
 
     creator, probe, env_bytes = _probe(env, timeout, params, preprocess)
+    if _is_vector_env(probe):
+        return _vector_source(env, probe)
     try:
         return EnvSource(
             kind="emulated",
@@ -134,7 +137,11 @@ def _probe(
     def build() -> None:
         try:
             made["creator"] = make_factory(env, params, preprocess)
-            made["probe"] = emulate(made["creator"]())
+            first = made["creator"]()
+            if _is_vector_env(first):  # used as it is (vector.gymvec): nothing to emulate or measure
+                made["probe"], made["env_bytes"] = first, 0
+                return
+            made["probe"] = emulate(first)
             made["env_bytes"] = _measure(made["creator"])
         except BaseException as e:
             made["error"] = e
@@ -157,6 +164,57 @@ def _probe(
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ConfigError(f"creating env {env!r}{given} failed: {type(error).__name__}: {first}") from error
     return made["creator"], made["probe"], made["env_bytes"]
+
+
+def _is_vector_env(obj: Any) -> bool:
+    from gymnasium.vector import VectorEnv
+
+    return isinstance(obj, VectorEnv)
+
+
+def _vector_source(env: Any, vec: Any) -> EnvSource:
+    """An :class:`EnvSource` of kind "vector" around the live VectorEnv a factory returned."""
+    from appliance.vector.gymvec import check_spaces
+
+    name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
+    try:
+        check_spaces(name, vec)
+    except ConfigError:
+        with contextlib.suppress(Exception):
+            vec.close()
+        raise
+    return EnvSource(
+        kind="vector",
+        name=name,
+        observation_space=vec.single_observation_space,
+        action_space=vec.single_action_space,
+        vector_env=vec,
+    )
+
+
+def accepts_num_envs(env: Any) -> bool:
+    """Whether ``env`` (a creator, or a ``module:factory`` string) takes a ``num_envs`` keyword: a
+    VectorEnv factory is then given the vector's ``vec.num_envs``."""
+    import importlib
+    import inspect
+
+    target = env
+    if isinstance(env, str):
+        module_name, _, attr = env.partition(":")
+        if not module_name or not attr:
+            return False
+        try:
+            target = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError):
+            return False
+    if not callable(target):
+        return False
+    try:
+        return "num_envs" in inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _measure(creator: Callable[[], Any]) -> int:

@@ -11,8 +11,10 @@ and, before and after each measurement, a speed check (the fingerprint's calibra
 of three runs, about 0.2 s): how fast this CPU runs a fixed integer loop, a float loop and a memory copy
 right then. A machine can be slowed where /proc cannot see it (other virtual machines on the same
 host sharing its caches and memory bandwidth; no steal is reported for that), and the speed check
-is what shows it: :func:`finish` warns about steps whose checks ran below ``SLOW_RATIO`` of the run's
-best (a warning, not a busy flag: a CPU's clocks also drop with its own load).
+is what shows it: :func:`start` takes ``SPREAD_CHECKS`` checks before the first step, and
+:func:`finish` warns about steps whose checks ran below what that spread allows (median minus
+``SPREAD_Z`` robust SDs, a drop of ``MIN_DROP`` to ``MAX_DROP``; a warning, not a busy flag: a
+CPU's clocks also drop with its own load).
 
 Each measurement step keeps its readings (``report["noise"]["steps"]``) and every metric the step
 produced gets a summary (``metric["noise"]``) with ``busy: true`` and the reasons when the mean
@@ -35,12 +37,19 @@ from __future__ import annotations
 from appliance.bench.noise.gate import (
     GATE_KEYS,
     GATE_MAX_CPUS,
+    MAX_DROP,
+    MIN_DROP,
     SLOW_RATIO,
+    SPREAD_CHECKS,
+    SPREAD_Z,
     SpeedGate,
     gate_check,
+    gate_text,
+    slowed_loops,
     speed_check,
+    spread_gate,
 )
-from appliance.bench.noise.guard import finish, flag_slow_steps, unstable, watch
+from appliance.bench.noise.guard import finish, flag_slow_steps, start, step_gate, unstable, watch
 from appliance.bench.noise.readings import (
     INTERVAL,
     GpuWatch,
@@ -57,19 +66,28 @@ __all__ = [
     "GATE_KEYS",
     "GATE_MAX_CPUS",
     "INTERVAL",
+    "MAX_DROP",
+    "MIN_DROP",
     "NOISE_COLUMNS",
     "NOISE_NOTE",
     "SLOW_RATIO",
+    "SPREAD_CHECKS",
+    "SPREAD_Z",
     "GpuWatch",
     "Sampler",
     "SpeedGate",
     "finish",
     "flag_slow_steps",
     "gate_check",
+    "gate_text",
     "noise_table",
     "own_cpu_seconds",
     "read_stat",
+    "slowed_loops",
     "speed_check",
+    "spread_gate",
+    "start",
+    "step_gate",
     "summarize",
     "thresholds",
     "unstable",

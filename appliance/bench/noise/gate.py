@@ -10,13 +10,27 @@ runs at its speed. What was measured that led to this design: ``docs/noise.md``.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-SLOW_RATIO = 0.85  # a step whose speed check ran below this share of the run's best counts as slowed
+SLOW_RATIO = 0.85  # the speed gate's samples: a check below this share of the run's best is slow
 SPEED_KEYS = ("int_mops", "float_gflops", "copy_gbs")
 SPEED_RUNS = 3  # medians of 3 runs (about 0.2 s): single runs scatter too much to flag a step
+
+# The step gate (which steps a report calls slowed) is set by the check's own spread: SPREAD_CHECKS
+# speed checks before the first step give, per loop, a median and a robust SD (1.4826 x the median
+# absolute deviation); a step is slowed when a loop's check ran below median x (1 - drop), where
+# drop = SPREAD_Z robust SDs, at least MIN_DROP (a tight spread must not flag a few % of wobble) and
+# at most MAX_DROP (a noisy start must not hide a 30 % slowdown). docs/noise.md has the method and
+# tools/noise_guard_rates.py measures its false- and true-positive rates.
+SPREAD_CHECKS = 5
+SPREAD_Z = 4.0
+MIN_DROP = 0.15
+MAX_DROP = 0.25
+MAD_TO_SD = 1.4826  # the MAD of a normal distribution times this is its SD
+LOOP_NAMES = {"int_mops": "integer loop", "float_gflops": "float loop", "copy_gbs": "memory copy"}
 
 
 def speed_check() -> dict[str, float]:
@@ -25,6 +39,64 @@ def speed_check() -> dict[str, float]:
 
     result = calibrate(runs=SPEED_RUNS)
     return {k: float(result[k]) for k in SPEED_KEYS}
+
+
+def spread_gate(
+    checks: list[dict[str, float]],
+    z: float = SPREAD_Z,
+    min_drop: float = MIN_DROP,
+    max_drop: float = MAX_DROP,
+    source: str = "start",
+) -> dict[str, Any]:
+    """The step gate from speed checks of the same machine (``source``: "start", checks before the
+    first step; "steps", the steps' own checks where a run has no start checks): per loop the
+    median, the robust SD and the ``floor`` below which a step's check counts as slowed."""
+    loops: dict[str, dict[str, float]] = {}
+    for k in SPEED_KEYS:
+        values = [float(c[k]) for c in checks if isinstance(c.get(k), int | float) and c[k] > 0]
+        if not values:
+            continue
+        median = statistics.median(values)
+        sd = MAD_TO_SD * statistics.median(abs(v - median) for v in values)
+        drop = min(max_drop, max(min_drop, z * sd / median))
+        loops[k] = {
+            "median": round(median, 4),
+            "robust_sd": round(sd, 4),
+            "floor": round(median * (1 - drop), 4),
+            "floor_ratio": round(1 - drop, 3),
+        }
+    return {
+        "source": source,
+        "checks": len(checks),
+        "z": z,
+        "min_drop": min_drop,
+        "max_drop": max_drop,
+        "loops": loops,
+    }
+
+
+def slowed_loops(gate: dict[str, Any], speed: dict[str, float]) -> dict[str, float]:
+    """Loop -> the check's ratio to the gate's median, for each loop whose check ran below its floor."""
+    return {
+        k: speed[k] / loop["median"]
+        for k, loop in gate["loops"].items()
+        if isinstance(speed.get(k), int | float) and loop["median"] > 0 and speed[k] < loop["floor"]
+    }
+
+
+def gate_text(gate: dict[str, Any]) -> str:
+    """The gate in words: 'below median - 4 robust SDs of 5 start checks (at least 10%, at most 25%):
+    integer loop 88%, ...'."""
+    where = f"{gate['checks']} speed checks before the first step" if gate["source"] == "start" else (
+        f"the run's {gate['checks']} step checks (no start checks recorded)"
+    )  # fmt: skip
+    floors = ", ".join(
+        f"{LOOP_NAMES.get(k, k)} {100 * loop['floor_ratio']:.0f}%" for k, loop in gate["loops"].items()
+    )
+    return (
+        f"below the median of {where} by more than {gate['z']:g} robust SDs (MAD x {MAD_TO_SD}), "
+        f"at least {100 * gate['min_drop']:.0f}% and at most {100 * gate['max_drop']:.0f}%: {floors} of the median"
+    )
 
 
 GATE_KEYS = ("int_mops", "float_gflops")  # the check between samples: no 64 MiB copy (~70 ms)

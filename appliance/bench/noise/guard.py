@@ -3,8 +3,9 @@
 :func:`watch` samples the load while a step runs (:mod:`~appliance.bench.noise.readings`), with a
 speed check before and after it (:mod:`~appliance.bench.noise.gate`), and attaches the summary to
 every metric the step added. :func:`finish` then names, in the report's analysis and warnings, the
-busy metrics, the steps whose speed check ran below ``SLOW_RATIO`` of the run's best (a warning,
-not a busy flag: a CPU's clocks also drop with its own load), the samples the speed gate took
+busy metrics, the steps whose speed check ran below what the check's own spread allows (the step
+gate, :func:`~appliance.bench.noise.gate.spread_gate`, from the checks :func:`start` takes before the
+first step; a warning, not a busy flag: a CPU's clocks also drop with its own load), the samples the speed gate took
 again, and the metrics whose repeats disagree beyond the suite's stated CV (``cv`` in the suite,
 default 3 %).
 """
@@ -15,11 +16,31 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from appliance.bench.noise.gate import SLOW_RATIO, SPEED_KEYS, SpeedGate, speed_check
+from appliance.bench.noise.gate import (
+    LOOP_NAMES,
+    SLOW_RATIO,
+    SPEED_KEYS,
+    SPREAD_CHECKS,
+    SpeedGate,
+    gate_text,
+    slowed_loops,
+    speed_check,
+    spread_gate,
+)
 from appliance.bench.noise.readings import Sampler, gpu_watch, summarize
 
 SLOWED_BY = "something slowed the CPU (other processes, or, where /proc shows none, other virtual machines on its host)"
 DEFAULT_CV = 0.03  # repeats of a headline figure should agree within this CV unless the suite says otherwise
+
+
+def start(
+    report: Any, speed: Callable[[], dict[str, float]] = speed_check, n: int = SPREAD_CHECKS
+) -> list[dict[str, float]]:
+    """Before the first step: ``n`` speed checks back to back, kept in ``report["noise"]["start"]``;
+    their spread sets the step gate (:func:`flag_slow_steps`)."""
+    checks = [{k: round(float(c[k]), 4) for k in SPEED_KEYS} for c in (speed() for _ in range(n))]
+    report.data.setdefault("noise", {"steps": []})["start"] = checks
+    return checks
 
 
 @contextlib.contextmanager
@@ -42,7 +63,9 @@ def watch(
     if speed:
         checks.append(speed())
     summary = summarize(sampler.readings)
-    steps = report.data.setdefault("noise", {"interval_s": sampler.interval, "steps": []})["steps"]
+    noise_data = report.data.setdefault("noise", {"steps": []})
+    noise_data.setdefault("interval_s", sampler.interval)
+    steps = noise_data.setdefault("steps", [])
     step = {"step": label, **summary, "readings": sampler.readings}
     if checks:  # the mean of the checks before and after, loop by loop
         step["speed"] = {k: round(sum(c[k] for c in checks) / len(checks), 4) for k in SPEED_KEYS}
@@ -56,45 +79,56 @@ def watch(
             metrics[name]["noise"]["gate"] = gated
 
 
-def flag_slow_steps(data: dict[str, Any], ratio: float = SLOW_RATIO) -> list[dict[str, Any]]:
-    """Mark the steps whose speed check ran below ``ratio`` of the run's best (over the steps and
-    the fingerprint's calibration) ``slow``, with the reason, on the step and on its metrics. Not
-    ``busy``: on a many-core GPU machine a CPU's clocks drop with its own load too
-    (``docs/noise.md``), so a slow check is a reason to look, said in a warning, not a verdict on
-    the figures."""
+def step_gate(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The step gate of a report: from its start checks, else (older reports, runs without them)
+    from its steps' own checks; None without any check."""
+    noise_data = data.get("noise") or {}
+    start_checks = noise_data.get("start") or []
+    if start_checks:
+        return spread_gate(start_checks, source="start")
+    checks = [s["speed"] for s in noise_data.get("steps", []) if "speed" in s]
+    return spread_gate(checks, source="steps") if checks else None
+
+
+def flag_slow_steps(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mark the steps whose speed check ran below the step gate (:func:`step_gate`: what the check's
+    own spread allows) ``slow``, with the reason, on the step and on its metrics; the gate goes to
+    ``data["noise"]["gate"]``. Not ``busy``: on a many-core GPU machine a CPU's clocks drop with its
+    own load too (``docs/noise.md``), so a slow check is a reason to look, said in a warning, not a
+    verdict on the figures. Steps whose samples went through the speed gate are judged by it."""
     steps = (data.get("noise") or {}).get("steps", [])
-    calibration = (data.get("fingerprint") or {}).get("calibration") or {}
-    best = {
-        k: max(
-            [s["speed"][k] for s in steps if "speed" in s] + ([calibration[k]] if calibration.get(k) else [])
-        )
-        for k in SPEED_KEYS
-        if any("speed" in s for s in steps)
-    }
+    gate = step_gate(data)
+    if gate:
+        data["noise"]["gate"] = gate
     slowed = []
     for index, s in enumerate(steps):
-        gate = s.get("gate")
-        if "speed" in s and best:
-            ratios = {k: s["speed"][k] / best[k] for k in best if best[k] > 0}
-            s["speed_ratio"] = {k: round(v, 3) for k, v in ratios.items()}
-        if gate:  # the samples went through the speed gate: it judged each one, not the step's checks
-            if not gate.get("slow_kept"):
+        speed_gate = s.get("gate")
+        if "speed" in s and gate:
+            s["speed_ratio"] = {
+                k: round(s["speed"][k] / loop["median"], 3)
+                for k, loop in gate["loops"].items()
+                if loop["median"] > 0 and k in s["speed"]
+            }
+        if speed_gate:  # the samples went through the speed gate: it judged each one, not the step's checks
+            if not speed_gate.get("slow_kept"):
                 continue
             reason = (
-                f"{gate['slow_kept']} of {gate['samples']} sample(s) kept although the CPU's speed check "
-                f"ran below {100 * ratio:.0f}% of its best after {gate.get('waited_s', 0)} s of waiting and "
-                f"every retake: {SLOWED_BY}"
+                f"{speed_gate['slow_kept']} of {speed_gate['samples']} sample(s) kept although the CPU's speed "
+                f"check ran below {100 * SLOW_RATIO:.0f}% of its best after {speed_gate.get('waited_s', 0)} s of "
+                f"waiting and every retake: {SLOWED_BY}"
             )
         else:
-            if "speed" not in s or not best:
+            if "speed" not in s or not gate:
                 continue
-            low = {k: v for k, v in s["speed_ratio"].items() if v < ratio}
+            low = slowed_loops(gate, s["speed"])
             if not low:
                 continue
-            names = {"int_mops": "integer loop", "float_gflops": "float loop", "copy_gbs": "memory copy"}
             reason = (
-                "the CPU ran its speed check slower than at its best in this run ("
-                + ", ".join(f"{names[k]} {100 * v:.0f}%" for k, v in sorted(low.items()))
+                "the CPU ran its speed check slower than its spread allows ("
+                + ", ".join(
+                    f"{LOOP_NAMES[k]} {100 * v:.0f}% of the median, floor {100 * gate['loops'][k]['floor_ratio']:.0f}%"
+                    for k, v in sorted(low.items())
+                )
                 + f"): {SLOWED_BY}"
             )
         s["slow"] = reason
@@ -147,10 +181,13 @@ def finish(report: Any, cv_limit: float | None = None) -> dict[str, Any]:
             f"{waited:.0f} s for the CPU to get its speed back: it ran slowed where /proc shows nothing "
             "(the discarded values are in each metric's noise.gate)"
         )
+    gate = (data.get("noise") or {}).get("gate")
+    if gate:
+        analysis["gate"] = gate_text(gate)
     if slow:
         analysis["slow"] = [st["step"] for st in slow]
         report.warn(
-            f"{len(slow)} step(s) ran their speed check below {100 * SLOW_RATIO:.0f}% of this run's best "
+            f"{len(slow)} step(s) ran their speed check {analysis.get('gate', 'slower than its spread allows')} "
             f"({', '.join(repr(st['step']) for st in slow[:4])}{', ...' if len(slow) > 4 else ''}): the CPU ran "
             "slower then, from contention /proc cannot show (other virtual machines on the host) or its own "
             "clocks; compare such figures with care"

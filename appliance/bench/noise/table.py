@@ -6,7 +6,7 @@ from typing import Any
 
 NOISE_COLUMNS = (
     "step", "readings", "others' load, cores (mean/max)", "steal, cores (mean/max)",
-    "speed check (int/float/copy vs run's best)", "speed gate: samples, retaken, kept slow, waited", "busy",
+    "speed check (int/float/copy vs start median)", "speed gate: samples, retaken, kept slow, waited", "busy",
 )  # fmt: skip
 NOISE_NOTE = (
     "Sampled during each measurement: CPU used by processes outside puffer-bench, hypervisor steal "

@@ -113,7 +113,11 @@ def to_markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
             ]
     noise_rows = noise_table(report)
     if noise_rows:
-        lines += ["", "## Noise guard", "", NOISE_NOTE, "", "| " + " | ".join(NOISE_COLUMNS) + " |"]
+        lines += ["", "## Noise guard", "", NOISE_NOTE]
+        gate = ((report.get("analysis") or {}).get("noise") or {}).get("gate")
+        if isinstance(gate, str):
+            lines += ["", md_format("Step gate: a step counts as slowed when its speed check ran {}.", gate)]
+        lines += ["", "| " + " | ".join(NOISE_COLUMNS) + " |"]
         lines += ["|---" * len(NOISE_COLUMNS) + "|"]
         for cells, busy in noise_rows:
             row = "| " + " | ".join("{}" for _ in cells[:-1]) + (" | **busy**: {} |" if busy else " | {} |")

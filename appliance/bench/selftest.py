@@ -1,0 +1,110 @@
+"""Self-agreement: two back-to-back reports of one machine must compare as "no difference".
+
+``puffer-bench selftest`` runs a suite twice in a row on this machine and compares the second report
+with the first (:func:`appliance.bench.compare.compare`, judged as one machine's) at the suite's
+threshold (its ``threshold`` key; 5 %, compare's default, where it has none). The machine agrees
+with itself when no metric changed significantly beyond the threshold, in either direction: a
+machine that is "faster" than itself is as wrong as one that regressed. Metrics the noise guard
+marked busy or slowed in either report are listed apart (a reason outside the code), not counted as
+disagreement; descriptive figures (phase shares) never count. What it writes: both reports (under
+``OUT/first`` and ``OUT/second``), the comparison (``OUT/compare.md``) and the verdict
+(``OUT/selftest.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from appliance.bench import compare as cmp
+
+DEFAULT_THRESHOLD = 0.05  # compare's default; a suite's ``threshold`` key overrides it
+DISAGREE = ("regression", "improvement", cmp.SLOWER, cmp.FASTER)  # significant beyond the threshold
+EXCUSED = (cmp.UNRELIABLE, cmp.SLOWED)  # the noise guard saw a reason outside the code
+
+
+def verdict(result: dict[str, Any]) -> dict[str, Any]:
+    """Whether a comparison of two reports of one machine agrees: the metrics that differ beyond the
+    threshold (``disagree``), those the noise guard excused, and how many were compared."""
+    disagree, excused = [], []
+    for row in result["rows"]:
+        x = row["ratios"][0]
+        entry = {"metric": row["metric"], "ratio": x["ratio"], "ci": x["ci"], "verdict": x["verdict"]}
+        if x["verdict"] in DISAGREE:
+            disagree.append(entry)
+        elif x["verdict"] in EXCUSED:
+            excused.append(entry)
+    return {
+        "agree": not disagree,
+        "threshold": result["threshold"],
+        "compared": len(result["rows"]),
+        "disagree": disagree,
+        "excused": excused,
+    }
+
+
+def lines(v: dict[str, Any]) -> list[str]:
+    """The verdict in words: 'agree: ...' or 'disagree: ...', then one line per metric that differs."""
+    t = f"{100 * v['threshold']:g}%"
+    if v["agree"]:
+        out = [
+            f"agree: none of {v['compared']} metrics differs significantly beyond {t} between the two runs"
+        ]
+    else:
+        out = [f"disagree: {len(v['disagree'])} of {v['compared']} metrics differ significantly beyond {t}:"]
+    for e in v["disagree"]:
+        ci = f" ({e['ci'][0]:.3f}-{e['ci'][1]:.3f})" if e["ci"] else ""
+        out.append(f"  {e['metric']}: second/first {e['ratio']:.3f}{ci} {e['verdict']}")
+    if v["excused"]:
+        out.append(
+            f"not judged ({len(v['excused'])}, the noise guard saw a busy or slowed CPU): "
+            + ", ".join(e["metric"] for e in v["excused"])
+        )
+    return out
+
+
+def judge(
+    first: dict[str, Any], second: dict[str, Any], threshold: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(comparison, verdict) of two reports of this machine."""
+    result = cmp.compare([first, second], threshold, same_machine=True)
+    return result, verdict(result)
+
+
+def run(
+    suite_name: str,
+    out_dir: str | Path,
+    profile: str | None = None,
+    envs: list[str] | None = None,
+    repeats: int | None = None,
+    seconds: float | None = None,
+    threshold: float | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the suite twice, compare, write both reports, ``compare.md`` and ``selftest.json`` under
+    ``out_dir``; return the record (``partial`` with the signal when a run was interrupted)."""
+    from appliance.bench.suite.definition import load
+    from appliance.bench.suite.session import run_suite
+
+    suite, _ = load(suite_name)
+    threshold = float(threshold or suite.get("threshold") or DEFAULT_THRESHOLD)
+    out = Path(out_dir)
+    reports, paths = [], []
+    for label in ("first", "second"):
+        if announce:
+            announce(f"selftest: {label} run of suite '{suite['name']}'")
+        data, written = run_suite(
+            suite_name, profile, envs, repeats, seconds, out / label, plots=False, announce=announce
+        )
+        if data.get("partial"):
+            return {"partial": data["partial"], "reports": [str(p) for p in paths + written[:1]]}
+        reports.append({**data, "_path": str(written[0])})
+        paths.append(written[0])
+    result, v = judge(reports[0], reports[1], threshold)
+    (out / "compare.md").write_text(cmp.to_markdown(result))
+    record = {"suite": suite["name"], "reports": [str(p) for p in paths], **v}
+    (out / "selftest.json").write_text(json.dumps(record, indent=1) + "\n")
+    record["written"] = [*map(str, paths), str(out / "compare.md"), str(out / "selftest.json")]
+    return record
