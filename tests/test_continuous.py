@@ -136,3 +136,35 @@ def test_the_learn_suite_holds_both_tasks_and_waits_out_mountain_cars_first_epis
     bad["time_to_score"][0]["min_epochs"] = 0
     with pytest.raises(ConfigError, match=r"min_epochs: must be a positive integer"):
         suite.validate(bad)
+
+
+def test_a_learn_item_whose_module_is_missing_is_skipped_and_said_so():
+    """The learn suite's Hopper-v5 and simple_spread entries need mujoco and mpe2: where one is not
+    installed the suite still loads and its runner skips that item with the module named."""
+    from appliance.bench.suite import definition as suite
+    from appliance.bench.suite.steps import SuiteRunner
+    from appliance.errors import ConfigError
+
+    items = {item["env"]: item for item in suite.load("learn")[0]["time_to_score"]}
+    assert items["Hopper-v5"]["requires"] == ["mujoco"] and items["Hopper-v5"]["target"] == 1000
+    assert items["mpe2.simple_spread_v3:parallel_env"]["requires"] == ["mpe2"]
+    item = {"env": "squared", "metric": "perf", "target": 1, "max_timesteps": 9}
+    data = suite.validate(
+        {"name": "t", "time_to_score": [{**item, "requires": ["no_such_module_here"]}, item]}
+    )
+
+    class Report:
+        def __init__(self):
+            self.data = {"skipped": [], "fingerprint": {}, "analysis": {}, "seed": 0}
+
+        def skip(self, what, why):
+            self.data["skipped"].append({"what": what, "why": why})
+
+    report = Report()
+    runner = SuiteRunner(data, "cpu", report, 1)
+    assert [s.label for s in runner.steps] == ["time to perf >= 1 on squared"]
+    assert report.data["skipped"] == [
+        {"what": "time to perf >= 1 on squared", "why": "needs no_such_module_here (not installed)"}
+    ]
+    with pytest.raises(ConfigError, match=r"requires: must be a list of module names"):
+        suite.validate({"name": "t", "time_to_score": [{**item, "requires": "mujoco"}]})

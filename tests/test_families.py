@@ -97,6 +97,20 @@ def test_a_misspelt_id_gets_a_did_you_mean_over_gymnasium_and_ocean_names():
         vector.make("cartpole-v1", backend="serial")
 
 
+def test_a_pettingzoo_module_named_without_its_factory_gets_the_import_path(tmp_path, monkeypatch):
+    """``mpe2.simple_spread_v3``, as PettingZoo's docs import it, names the module: the error offers
+    ``mpe2.simple_spread_v3:parallel_env``, the form that trains (a stand-in package here)."""
+    pkg = tmp_path / "fakempe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "spread_v3.py").write_text("def parallel_env(**kwargs):\n    raise RuntimeError\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"did you mean 'fakempe.spread_v3:parallel_env'\?"):
+        resolve(env="fakempe.spread_v3")
+    with pytest.raises(ConfigError, match="unknown env 'fakempe.nothing_here'"):
+        resolve(env="fakempe.nothing_here")
+
+
 def test_a_namespace_whose_plugin_is_missing_says_what_to_install(monkeypatch):
     monkeypatch.setitem(gymids.PLUGINS, "Fake", ("no_such_plugin_module", "pip install fake-envs"))
     with pytest.raises(

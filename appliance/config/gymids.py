@@ -92,6 +92,22 @@ def _load_plugins() -> None:
             importlib.import_module(module)
 
 
+def _module_factory(env: str) -> str | None:
+    """``mpe2.simple_spread_v3:parallel_env`` for ``mpe2.simple_spread_v3``: an installed module that
+    has PettingZoo's ``parallel_env`` factory, named without it (None otherwise)."""
+    import importlib.util
+
+    if "." not in env or "/" in env:
+        return None
+    try:
+        if importlib.util.find_spec(env) is None:
+            return None
+        module = importlib.import_module(env)
+    except Exception:  # a parent package that is missing or fails to import: no hint
+        return None
+    return f"{env}:parallel_env" if callable(getattr(module, "parallel_env", None)) else None
+
+
 def unknown_env(env: str) -> ConfigError:
     """ "unknown env 'CartPol-v1'; did you mean 'CartPole-v1'? ..." over the Ocean names and every
     Gymnasium id (installed plugins' included), matched without regard to case."""
@@ -103,10 +119,14 @@ def unknown_env(env: str) -> ConfigError:
     plugin = PLUGINS.get(_namespace(env) or "")
     if plugin is not None:
         registered(env)  # a known namespace whose plugin is missing: say which package to install
-    _load_plugins()
-    candidates = {name.lower(): name for name in [*gymnasium.registry, *ocean_names]}
-    close = difflib.get_close_matches(env.lower(), list(candidates), n=1, cutoff=0.6)
-    hint = f"did you mean {candidates[close[0]]!r}? " if close else ""
+    factory = _module_factory(env)
+    if factory is not None:  # a PettingZoo module named as PettingZoo's docs import it
+        hint = f"did you mean {factory!r}? "
+    else:
+        _load_plugins()
+        candidates = {name.lower(): name for name in [*gymnasium.registry, *ocean_names]}
+        close = difflib.get_close_matches(env.lower(), list(candidates), n=1, cutoff=0.6)
+        hint = f"did you mean {candidates[close[0]]!r}? " if close else ""
     return ConfigError(
         f"unknown env {env!r}; {hint}known envs: the Ocean envs {', '.join(ocean_names)}, any registered "
         "Gymnasium id (e.g. CartPole-v1, ALE/Pong-v5 with ale-py), or package.module:factory"

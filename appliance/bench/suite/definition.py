@@ -14,7 +14,8 @@ suite definitions. Suite keys::
     vector_sps: [{env, backends: [native|serial|multiprocessing|ray|gymnasium-sync|gymnasium-async],
                   num_envs}]
     train_sps: {envs: [...], seconds: 8, variants: {label: {section.key: value}}}
-    time_to_score: [{env, metric, target, max_timesteps, repeats, min_epochs, overrides: {section.key: value}}]
+    time_to_score: [{env, metric, target, max_timesteps, repeats, min_epochs, overrides: {section.key: value},
+                     requires: [module, ...]}]  # requires: skipped (and said so) where one is not installed
 """
 
 from __future__ import annotations
@@ -49,15 +50,30 @@ def _fail(where: str, message: str) -> ConfigError:
     return ConfigError(f"{where}: {message}" if where.startswith("-") else f"suite {where}: {message}")
 
 
+def missing_modules(names: list[str]) -> list[str]:
+    """The modules of ``names`` that are not installed (a ``time_to_score`` item's ``requires``)."""
+    import importlib.util
+
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
 def _env_list(where: str, value: Any, gymnasium_ok: bool = False) -> list[str]:
     from appliance import ocean
-    from appliance.config import _is_gymnasium_id
+    from appliance.config import _is_gymnasium_id, is_import_path
 
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise _fail(where, f"must be a list of env names, got {value!r}")
     known = ocean.names()
     for v in value:
-        if v not in known and not (gymnasium_ok and _is_gymnasium_id(v)):
+        if v not in known and not (gymnasium_ok and (is_import_path(v) or _is_gymnasium_id(v))):
             raise _fail(where, f"unknown env {v!r}; Ocean envs: {', '.join(known)}")
     return value
 
@@ -178,11 +194,17 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
     for i, item in enumerate(scores):
         where = f"time_to_score[{i}]"
         need = {"env", "metric", "target", "max_timesteps"}
-        optional = {"repeats", "min_epochs", "overrides"}
+        optional = {"repeats", "min_epochs", "overrides", "requires"}
         if not isinstance(item, dict) or not need <= set(item) or set(item) - need - optional:
             raise _fail(
-                where, f"needs {sorted(need)} (and optional repeats, min_epochs, overrides), got {item!r}"
+                where,
+                f"needs {sorted(need)} (and optional repeats, min_epochs, overrides, requires), got {item!r}",
             )
+        requires = item.get("requires", [])
+        if not isinstance(requires, list) or not all(isinstance(m, str) and m for m in requires):
+            raise _fail(where + ".requires", f"must be a list of module names, got {requires!r}")
+        if missing_modules(requires):
+            continue  # the runner skips it and says why; its env may not even be registered here
         _env_list(where + ".env", [item["env"]], gymnasium_ok=True)
         _positive(where + ".max_timesteps", item["max_timesteps"], int, MOST_STEPS)
         target = item["target"]

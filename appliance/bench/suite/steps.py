@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.bench.suite import training
-from appliance.bench.suite.definition import _env_list
+from appliance.bench.suite.definition import _env_list, missing_modules
 from appliance.errors import ConfigError, DeviceError
 
 
@@ -151,7 +151,15 @@ class SuiteRunner:
                         )
                     )
         for item in self.suite.get("time_to_score", []):
-            if self.wanted(item["env"]):
+            if not self.wanted(item["env"]):
+                continue
+            missing = missing_modules(item.get("requires", []))
+            if missing:
+                self.report.skip(
+                    f"time to {item['metric']} >= {item['target']} on {item['env']}",
+                    f"needs {', '.join(missing)} (not installed)",
+                )
+            else:
                 self.steps.append(
                     Step(
                         f"time to {item['metric']} >= {item['target']} on {item['env']}",
