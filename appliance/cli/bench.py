@@ -79,12 +79,28 @@ def profile_cmd(
         click.echo(f"wrote {out}")
 
 
+def _suite_options(command: Any) -> Any:
+    """The options `run` and `selftest` share: which suite, profile, envs, repeats and seconds."""
+    options = [
+        click.option(
+            "--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path."
+        ),
+        click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP),
+        click.option(
+            "--envs", "env_list", type=NameList(), help="Only measure these envs (comma-separated)."
+        ),
+        click.option("--repeats", type=count(), help="Repeats per measurement (default: bench.repeats, 3)."),
+        click.option(
+            "--seconds", type=duration(), help="Timed seconds per measurement (default: the suite's)."
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @cli.command("run", context_settings=CONTEXT)
-@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
-@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
-@click.option("--envs", "env_list", type=NameList(), help="Only measure these envs (comma-separated).")
-@click.option("--repeats", type=count(), help="Repeats per measurement (default: bench.repeats, 3).")
-@click.option("--seconds", type=duration(), help="Timed seconds per measurement (default: the suite's).")
+@_suite_options
 @click.option("--out", "out_dir", default="results", show_default=True, help="Reports go to OUT/<profile>/.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--container", metavar="IMAGE", help="Run the suite inside this Docker image (see docker.sh).")
@@ -139,11 +155,7 @@ def run_cmd(
 
 
 @cli.command("selftest", context_settings=CONTEXT)
-@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite name or YAML path.")
-@click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
-@click.option("--envs", "env_list", type=NameList(), help="Only measure these envs (comma-separated).")
-@click.option("--repeats", type=count(), help="Repeats per measurement (default: bench.repeats, 3).")
-@click.option("--seconds", type=duration(), help="Timed seconds per measurement (default: the suite's).")
+@_suite_options
 @click.option(
     "--threshold",
     type=Number(0, 1, low_open=True, high_open=True),
