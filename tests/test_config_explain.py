@@ -4,6 +4,8 @@ print it, and docs/configuration.md is generated from it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 from click.testing import CliRunner
 
@@ -123,6 +125,8 @@ def test_show_origin_names_a_family_and_the_process_backend():
 
 
 def test_configuration_page_is_not_stale(tmp_path, monkeypatch):
+    # the page in this checkout (an installed package, as in the image, has no docs/ beside it)
+    monkeypatch.setattr(explain, "PAGE", Path(__file__).resolve().parents[1] / "docs" / "configuration.md")
     assert explain.main(["--check"]) == 0, (
         "docs/configuration.md is stale: python -m appliance.config.explain"
     )
@@ -139,3 +143,17 @@ def test_explain_and_show_origin_refuse_what_they_cannot_print_in_one_line():
         assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
     result = run("config", "--explain", "env.width")  # an env's own parameter, not the schema's
     assert result.exit_code == 2 and "puffer-bench envs show ENV" in result.output
+
+
+def test_a_layer_is_named_by_its_repository_path_from_a_wheel_too(tmp_path, monkeypatch):
+    """A wheel keeps bench/ under appliance/_data/: its profiles are still bench/profiles/NAME.yaml
+    (the Docker image's --show-origin said appliance/_data/bench/profiles/cpu.yaml)."""
+    from appliance.config import build
+
+    package = tmp_path / "site" / "appliance"
+    (package / "_data" / "bench" / "profiles").mkdir(parents=True)
+    (package / "defaults").mkdir()
+    monkeypatch.setattr(build, "PACKAGE_DIR", package)
+    assert build._short(package / "_data" / "bench" / "profiles" / "cpu.yaml") == "bench/profiles/cpu.yaml"
+    assert build._short(package / "defaults" / "default.yaml") == "appliance/defaults/default.yaml"
+    assert build._short(tmp_path / "mine.yaml") == str(tmp_path / "mine.yaml")

@@ -129,11 +129,15 @@ LAYERS = (DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FIL
 
 
 def _short(path: str | Path) -> str:
-    """A shipped file by its path in the repository (appliance/defaults/...); any other as given."""
-    try:
-        return Path(path).resolve().relative_to(PACKAGE_DIR.parent).as_posix()
-    except ValueError:
-        return str(path)
+    """A shipped file by its path in the repository (appliance/defaults/..., bench/profiles/...), from a
+    checkout and from a wheel alike (a wheel keeps bench/ under appliance/_data/); any other as given."""
+    resolved = Path(path).resolve()
+    for root in (PACKAGE_DIR / "_data", PACKAGE_DIR.parent):
+        try:
+            return resolved.relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+    return str(path)
 
 
 History = dict[tuple[str, str], list[tuple[str, Any]]]
