@@ -328,7 +328,9 @@ def test_pong_return_reward_is_what_a_return_pays(return_reward):
         paid = set()
         for _ in range(3000):
             paddle_centre, ball_centre = obs[:, 0], obs[:, 3] + 16 / 640
-            action = np.where(ball_centre < paddle_centre - 0.02, 2, np.where(ball_centre > paddle_centre + 0.02, 1, 0))
+            action = np.where(
+                ball_centre < paddle_centre - 0.02, 2, np.where(ball_centre > paddle_centre + 0.02, 1, 0)
+            )
             obs, rew, *_ = vec.step(action.astype(np.int32))
             paid |= {round(float(r), 4) for r in rew}
     assert paid - {0.0, 1.0, -1.0} == ({0.1} if return_reward else set())
