@@ -438,3 +438,14 @@ def cartpole_vector(num_envs: int = 2, autoreset_mode: str = "NextStep") -> gymn
         [lambda: gymnasium.make("CartPole-v1")] * int(num_envs),
         autoreset_mode=gymnasium.vector.AutoresetMode(autoreset_mode),
     )
+
+
+def tiny_sweep_args(total_timesteps: int) -> list[str]:
+    """A sweep trial on a small squared (5x5, 32 envs, an MLP of 32) for ``total_timesteps`` steps:
+    a few seconds a trial on one core, for the sweep tests."""
+    return [
+        "--train.device", "cpu", "--policy.core", "mlp", "--train.optimizer", "adam", "--env.size", "5",
+        "--vec.num-envs", "32", "--vec.num-threads", "1", "--train.bptt-horizon", "16",
+        "--train.minibatch-size", "512", "--train.total-timesteps", str(total_timesteps),
+        "--train.prio-alpha", "0", "--policy.hidden-size", "32",
+    ]  # fmt: skip

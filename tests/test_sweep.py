@@ -17,14 +17,10 @@ from appliance import sweep as sw
 from appliance.cli import cli
 from appliance.config import resolve
 from appliance.errors import ConfigError
+from appliance.testing import tiny_sweep_args
 
 # a few thousand steps of a small squared per trial
-TINY = [
-    "--train.device", "cpu", "--policy.core", "mlp", "--train.optimizer", "adam", "--env.size", "5",
-    "--vec.num-envs", "32", "--vec.num-threads", "1", "--train.bptt-horizon", "16",
-    "--train.minibatch-size", "512", "--train.total-timesteps", "3072", "--train.prio-alpha", "0",
-    "--policy.hidden-size", "32",
-]  # fmt: skip
+TINY = tiny_sweep_args(3072)
 SPACE = {
     "objective": {"metric": "perf", "target": 0.95, "window": 2},
     "space": {

@@ -23,14 +23,10 @@ from appliance.cli import cli
 from appliance.errors import ConfigError
 from appliance.sweep import storage as st
 from appliance.sweep.trials import check_gpus, gpu_slots
+from appliance.testing import tiny_sweep_args
 
 # squared at a small size: a trial of 20,000 steps takes a few seconds on one core
-TINY = [
-    "--train.device", "cpu", "--policy.core", "mlp", "--train.optimizer", "adam", "--env.size", "5",
-    "--vec.num-envs", "32", "--vec.num-threads", "1", "--train.bptt-horizon", "16",
-    "--train.minibatch-size", "512", "--train.total-timesteps", "20000", "--train.prio-alpha", "0",
-    "--policy.hidden-size", "32",
-]  # fmt: skip
+TINY = tiny_sweep_args(20000)
 SPACE = {
     "objective": {"metric": "perf", "window": 2},  # no target: a trial runs its steps out
     "space": {
