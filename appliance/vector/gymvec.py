@@ -26,6 +26,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 from appliance.errors import ConfigError
 from appliance.vector.base import Vector
@@ -76,6 +78,7 @@ class GymVector(Vector):
         self._returns = np.zeros(n, np.float64)
         self._lengths = np.zeros(n, np.int64)
         self._resetting = np.zeros(n, bool)  # NextStep: these envs reset on the step in flight
+        self._all_live = np.ones(n, bool)  # every row's mask where no row is a NextStep reset
         self._result: tuple[Any, ...] | None = None
         self._closed = False
 
@@ -95,7 +98,7 @@ class GymVector(Vector):
             np.zeros(n, bool),
             [],
             self.agent_ids,
-            np.ones(n, bool),
+            self._all_live,
         )
 
     def send(self, actions: Any) -> None:
@@ -122,7 +125,7 @@ class GymVector(Vector):
             masks = ~done  # the last observation's row: its action is ignored by the reset step
             self._resetting = done
         else:
-            masks = np.ones(self.num_envs, bool)
+            masks = self._all_live
         self._result = (obs, rewards, terminals, truncations, infos, self.agent_ids, masks)
 
     def recv(self) -> tuple[Any, ...]:
@@ -137,40 +140,33 @@ class GymVector(Vector):
             self.env.close()
 
 
-class EnvPoolVector:
+class EnvPoolVector(VectorEnv):
     """EnvPool's gymnasium API (``envpool.make(task, env_type="gymnasium", num_envs=N)``) as a
     gymnasium VectorEnv: EnvPool's pool is no VectorEnv subclass (its ``observation_space`` is one
     env's, its arrays are batched) and it resets an env on the step after its episode ended
     (NextStep). Seeds are EnvPool's own ``seed`` argument at make time: ``reset(seed)`` cannot
     reseed a pool."""
 
-    def __new__(cls, pool: Any) -> Any:
-        from gymnasium.vector import AutoresetMode, VectorEnv
-        from gymnasium.vector.utils import batch_space
+    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.NEXT_STEP}
 
-        class _Pool(VectorEnv):
-            metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.num_envs = int(pool.config["num_envs"])
+        self.single_observation_space = pool.observation_space
+        self.single_action_space = pool.action_space
+        self.observation_space = batch_space(pool.observation_space, self.num_envs)
+        self.action_space = batch_space(pool.action_space, self.num_envs)
 
-            def __init__(self) -> None:
-                self.pool = pool
-                self.num_envs = int(pool.config["num_envs"])
-                self.single_observation_space = pool.observation_space
-                self.single_action_space = pool.action_space
-                self.observation_space = batch_space(pool.observation_space, self.num_envs)
-                self.action_space = batch_space(pool.action_space, self.num_envs)
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        return self.pool.reset()  # type: ignore[no-any-return]
 
-            def reset(self, *, seed: Any = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
-                return self.pool.reset()
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        return self.pool.step(actions)  # type: ignore[no-any-return]
 
-            def step(self, actions: Any) -> tuple[Any, ...]:
-                return self.pool.step(actions)
-
-            def close(self, **_: Any) -> None:
-                close = getattr(self.pool, "close", None)
-                if callable(close):
-                    close()
-
-        return _Pool()
+    def close(self, **_: Any) -> None:
+        close = getattr(self.pool, "close", None)
+        if callable(close):
+            close()
 
 
 def envpool(task_id: str = "Pong-v5", num_envs: int = 8, **kwargs: Any) -> Any:
