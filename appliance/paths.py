@@ -28,6 +28,19 @@ def data_dir(name: str) -> Path:
     raise FileNotFoundError(f"data folder {name!r} is neither in {_INSTALLED} nor in {_CHECKOUT}")
 
 
+def repo_path(path: str | Path) -> str:
+    """A shipped file by its path in the repository (``appliance/defaults/...``, ``bench/profiles/...``),
+    from a checkout and from a wheel alike (a wheel keeps bench/ under ``appliance/_data/``); any other
+    file as given."""
+    resolved = Path(path).resolve()
+    for root in (PACKAGE_DIR / "_data", PACKAGE_DIR.parent):
+        try:
+            return resolved.relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+    return str(path)
+
+
 def defaults_dir() -> Path:
     """Folder of ``default.yaml`` and ``envs/<name>.yaml``."""
     return PACKAGE_DIR / "defaults"

@@ -148,12 +148,12 @@ def test_explain_and_show_origin_refuse_what_they_cannot_print_in_one_line():
 def test_a_layer_is_named_by_its_repository_path_from_a_wheel_too(tmp_path, monkeypatch):
     """A wheel keeps bench/ under appliance/_data/: its profiles are still bench/profiles/NAME.yaml
     (the Docker image's --show-origin said appliance/_data/bench/profiles/cpu.yaml)."""
-    from appliance.config import build
+    from appliance import paths
 
     package = tmp_path / "site" / "appliance"
     (package / "_data" / "bench" / "profiles").mkdir(parents=True)
     (package / "defaults").mkdir()
-    monkeypatch.setattr(build, "PACKAGE_DIR", package)
-    assert build._short(package / "_data" / "bench" / "profiles" / "cpu.yaml") == "bench/profiles/cpu.yaml"
-    assert build._short(package / "defaults" / "default.yaml") == "appliance/defaults/default.yaml"
-    assert build._short(tmp_path / "mine.yaml") == str(tmp_path / "mine.yaml")
+    monkeypatch.setattr(paths, "PACKAGE_DIR", package)
+    assert paths.repo_path(package / "_data" / "bench" / "profiles" / "cpu.yaml") == "bench/profiles/cpu.yaml"
+    assert paths.repo_path(package / "defaults" / "default.yaml") == "appliance/defaults/default.yaml"
+    assert paths.repo_path(tmp_path / "mine.yaml") == str(tmp_path / "mine.yaml")

@@ -25,7 +25,7 @@ from appliance.config.layers import _apply, _nearest, parse_overrides, unknown_n
 from appliance.config.memory import check_memory
 from appliance.config.schema import AUTO, RANGES, SECTIONS
 from appliance.errors import ConfigError
-from appliance.paths import PACKAGE_DIR, defaults_dir
+from appliance.paths import defaults_dir, repo_path
 
 # ----------------------------------------------------------------------------- result
 
@@ -128,18 +128,6 @@ DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND
 LAYERS = (DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND_LINE, DERIVED)
 
 
-def _short(path: str | Path) -> str:
-    """A shipped file by its path in the repository (appliance/defaults/..., bench/profiles/...), from a
-    checkout and from a wheel alike (a wheel keeps bench/ under appliance/_data/); any other as given."""
-    resolved = Path(path).resolve()
-    for root in (PACKAGE_DIR / "_data", PACKAGE_DIR.parent):
-        try:
-            return resolved.relative_to(root.resolve()).as_posix()
-        except ValueError:
-            continue
-    return str(path)
-
-
 History = dict[tuple[str, str], list[tuple[str, Any]]]
 
 
@@ -176,7 +164,7 @@ def resolve(
     data: dict[str, dict[str, Any]] = {s: dict(v) for s, v in schema.items()}
     sources = [str(defaults_dir() / "default.yaml")]
     history: History = {}
-    _record(history, data, data, f"{DEFAULT} ({_short(sources[0])})")
+    _record(history, data, data, f"{DEFAULT} ({repo_path(sources[0])})")
 
     env_path, ranges, family_of = None, RANGES, None
     python_env = env is not None and env not in env_names() and (_is_gymnasium_id(env) or is_import_path(env))
@@ -231,9 +219,9 @@ def resolve(
                 raise ConfigError(f"section 'env' in {path} must be a mapping of env parameters")
             schema["env"] = dict(env_params)
             data["env"] = dict(env_params)
-            _record(history, data, {"env": env_params}, f"{ENV_YAML} ({_short(path)})")
+            _record(history, data, {"env": env_params}, f"{ENV_YAML} ({repo_path(path)})")
         _apply(data, layer, schema, str(path), ranges)
-        _record(history, data, layer, f"{ENV_YAML} ({_short(path)})")
+        _record(history, data, layer, f"{ENV_YAML} ({repo_path(path)})")
         sources.append(str(path))
 
     if profile is not None:
@@ -250,12 +238,12 @@ def resolve(
             history,
             data,
             {**layer, "bench": {**(layer.get("bench") or {}), **meta_keys}},
-            f"{PROFILE} ({_short(path)})",
+            f"{PROFILE} ({repo_path(path)})",
         )
         sources.append(str(path))
         if env_path is not None and per_profile.get(profile):  # the env's own values for this profile
             _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})", ranges)
-            where = f"{ENV_PROFILE} ({_short(env_path)}, profiles.{profile})"
+            where = f"{ENV_PROFILE} ({repo_path(env_path)}, profiles.{profile})"
             _record(history, data, per_profile[profile], where)
             sources.append(f"{env_path} (profiles.{profile})")
 
@@ -264,7 +252,7 @@ def resolve(
         path = family_of.path
         layer = read_yaml(path, "family defaults")
         _apply(data, layer, schema, str(path), ranges)
-        _record(history, data, layer, f"{FAMILY} ({_short(path)})")
+        _record(history, data, layer, f"{FAMILY} ({repo_path(path)})")
         sources.append(str(path))
 
     if config_file is not None:
@@ -275,7 +263,7 @@ def resolve(
         if python_env:
             _open_env_keys(layer, schema)
         _apply(data, layer, schema, str(path), ranges)
-        _record(history, data, layer, f"{CONFIG_FILE} ({_short(path)})")
+        _record(history, data, layer, f"{CONFIG_FILE} ({repo_path(path)})")
         sources.append(str(path))
 
     layer = overrides if isinstance(overrides, Mapping) else parse_overrides(overrides)

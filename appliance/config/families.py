@@ -21,7 +21,7 @@ from typing import Any
 
 from appliance.config.images import image_layout
 from appliance.errors import ConfigError
-from appliance.paths import defaults_dir
+from appliance.paths import defaults_dir, repo_path
 
 FAMILIES = ("classic", "continuous", "atari", "multiagent")
 CHOICES = ("auto", *FAMILIES, "none")
@@ -43,17 +43,7 @@ class Family:
         """One line for the run's header: the family, why, and how to change it."""
         if self.name is None:
             return f"family: none ({self.reason})"
-        return f"family: {self.name} ({self.reason}; {_shown(self.path)}; --family NAME to change)"
-
-
-def _shown(path: Path | None) -> str:
-    """``appliance/defaults/families/NAME.yaml``: a shipped file by its place in the package."""
-    from appliance.paths import PACKAGE_DIR
-
-    try:
-        return str(Path(path).relative_to(PACKAGE_DIR.parent)) if path else ""
-    except ValueError:
-        return str(path)
+        return f"family: {self.name} ({self.reason}; {repo_path(self.path) if self.path else ''}; --family NAME to change)"
 
 
 def family_path(name: str) -> Path:
@@ -90,7 +80,7 @@ def detect(env: str, timeout: float = 30.0) -> Family:
 
     own = own_yaml(env)
     if own is not None:
-        return Family(None, f"its own YAML {_shown(own)}")
+        return Family(None, f"its own YAML {repo_path(own)}")
     if gymids.is_ale(env):
         return Family("atari", "an Arcade Learning Environment game")
     probed = _spaces_within(env, timeout)
