@@ -26,6 +26,9 @@ a JSON record (``--out``). The full measurement, on a quiet machine (about 10 mi
 
 A smoke run (a few seconds; the rates mean nothing): ``--runs 1 --steps 2 --conditions idle,cpu``.
 
+``--rescore RATES.json`` measures nothing: it counts a record's flags again with the step gate as it
+is now (its start checks, :func:`appliance.bench.noise.step_slowed`).
+
 ``--rejudge REPORT.json ...`` measures nothing: it prints how many steps of committed suite reports
 the gate at the time flagged and how many the step gate flags now (judged by the spread of the
 report's own step checks where it has no start checks, as older reports do not).
@@ -120,7 +123,7 @@ def one_run(condition: str, steps: int, core: int, membw_procs: int) -> dict[str
     sampler = noise.Sampler()
     with load(condition, core, membw_procs) as pids, sampler:
         checks = [step_check() for _ in range(steps)]
-    flagged = [noise.slowed_loops(gate, c) for c in checks]
+    flagged = [noise.step_slowed(gate, c) for c in checks]
     summary = noise.summarize(sampler.readings)
     return {
         "load_pids": pids,
@@ -145,6 +148,51 @@ def machine() -> dict[str, Any]:
         "family/model/stepping": facts.get("CPU family/model/stepping"),
         "host": socket.gethostname(),
     }
+
+
+def tally(condition: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A condition's flagged steps, rate and verdict over its runs."""
+    total = sum(len(run["flagged"]) for run in runs)
+    flagged = sum(bool(f) for run in runs for f in run["flagged"])
+    how, target = TARGETS[condition]
+    rate = flagged / max(1, total)
+    others = [run["others_cores_mean"] for run in runs if run["others_cores_mean"] is not None]
+    return {
+        "steps": total,
+        "flagged": flagged,
+        "rate": rate,
+        "target": f"{how} {target:g}",
+        "met": rate <= target if how == "at most" else rate >= target,
+        "others_cores_mean": max(others) if others else None,
+        "runs": runs,
+    }
+
+
+def print_rates(record: dict[str, Any]) -> None:
+    print(f"{'condition':<10}{'flagged':>14}{'rate':>8}  target          others' load (cores)")
+    for condition, c in record["conditions"].items():
+        others = "-" if c["others_cores_mean"] is None else f"{c['others_cores_mean']:.2f}"
+        print(
+            f"{condition:<10}{c['flagged']:>6} of {c['steps']:<6}{c['rate']:>8.3f}  "
+            f"{c['target']:<10} {'met' if c['met'] else 'MISSED':<6}{others:>8}"
+        )
+
+
+def rescore(path: Path) -> int:
+    """A rates record's checks judged again by today's step gate (its start checks, ``step_slowed``)."""
+    try:
+        record = json.loads(path.read_text())
+        conditions = record["conditions"]
+        for condition, c in conditions.items():
+            for run in c["runs"]:
+                gate = noise.spread_gate(run["start_checks"])
+                run["flagged"] = [sorted(noise.step_slowed(gate, check)) for check in run["step_checks"]]
+            conditions[condition] = tally(condition, c["runs"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise tool_cli.ToolError(f"{path} is not a record of this tool: {e}") from None
+    print(f"{path} ({record.get('machine', {}).get('line')}), judged by the step gate now:")
+    print_rates(record)
+    return 0
 
 
 def rejudge(paths: list[Path]) -> int:
@@ -175,18 +223,21 @@ def rejudge(paths: list[Path]) -> int:
 def body(a: Any) -> int:
     if a.rejudge:
         return rejudge(a.rejudge)
+    if a.rescore:
+        return rescore(a.rescore)
     cpus = usable_cpus()
     core = cpus[-1] if a.core is None else a.core
     if core not in cpus:
         raise tool_cli.ToolError(f"--core {core} is not a usable CPU (usable: {cpus})")
     out = a.out or ROOT / "results" / "noise-guard" / f"{dt.date.today()}-{socket.gethostname()}.json"
     tool_cli.check_output(out, ours=tool_cli.written_by("noise_guard_rates.py"))
+    facts = machine()  # before pinning: the machine's usable cores, not the one the checks run on
     os.sched_setaffinity(0, {core})
     try:
         record: dict[str, Any] = {
             "command": "python tools/noise_guard_rates.py " + " ".join(sys.argv[1:]),
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "machine": machine(),
+            "machine": facts,
             "core": core,
             "settings": {
                 "runs": a.runs,
@@ -195,6 +246,7 @@ def body(a: Any) -> int:
                 "z": noise.SPREAD_Z,
                 "min_drop": noise.MIN_DROP,
                 "max_drop": noise.MAX_DROP,
+                "slowed_loops": noise.SLOWED_LOOPS,
                 "membw_procs": a.membw_procs,
             },
             "conditions": {},
@@ -208,30 +260,10 @@ def body(a: Any) -> int:
                 runs.append(one_run(condition, a.steps, core, a.membw_procs))
                 flagged = sum(bool(f) for f in runs[-1]["flagged"])
                 print(f"  {condition} run {r + 1}/{a.runs}: {flagged} of {a.steps} steps flagged", flush=True)
-            total = a.runs * a.steps
-            flagged = sum(bool(f) for run in runs for f in run["flagged"])
-            how, target = TARGETS[condition]
-            rate = flagged / total
-            met = rate <= target if how == "at most" else rate >= target
-            others = [run["others_cores_mean"] for run in runs if run["others_cores_mean"] is not None]
-            record["conditions"][condition] = {
-                "steps": total,
-                "flagged": flagged,
-                "rate": rate,
-                "target": f"{how} {target:g}",
-                "met": met,
-                "others_cores_mean": max(others) if others else None,
-                "runs": runs,
-            }
+            record["conditions"][condition] = tally(condition, runs)
     finally:
         os.sched_setaffinity(0, cpus)
-    print(f"{'condition':<10}{'flagged':>14}{'rate':>8}  target          others' load (cores)")
-    for condition, c in record["conditions"].items():
-        others = "-" if c["others_cores_mean"] is None else f"{c['others_cores_mean']:.2f}"
-        print(
-            f"{condition:<10}{c['flagged']:>6} of {c['steps']:<6}{c['rate']:>8.3f}  "
-            f"{c['target']:<10} {'met' if c['met'] else 'MISSED':<6}{others:>8}"
-        )
+    print_rates(record)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
@@ -254,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the JSON record (default results/noise-guard/<date>-<host>.json)")  # fmt: skip
     ap.add_argument("--rejudge", type=tool_cli.path, nargs="+", metavar="REPORT",
                     help="measure nothing: re-judge these suite reports' steps with the step gate")  # fmt: skip
+    ap.add_argument("--rescore", type=tool_cli.path, metavar="RATES.json",
+                    help="measure nothing: count this record's flags again with the step gate as it is now")  # fmt: skip
     a = ap.parse_args(argv)
     unknown = [c for c in a.conditions if c not in CONDITIONS]
     if unknown:

@@ -40,6 +40,7 @@ from appliance.bench.noise.gate import (
     MAX_DROP,
     MIN_DROP,
     SLOW_RATIO,
+    SLOWED_LOOPS,
     SPREAD_CHECKS,
     SPREAD_Z,
     SpeedGate,
@@ -48,6 +49,7 @@ from appliance.bench.noise.gate import (
     slowed_loops,
     speed_check,
     spread_gate,
+    step_slowed,
 )
 from appliance.bench.noise.guard import finish, flag_slow_steps, start, step_gate, unstable, watch
 from appliance.bench.noise.readings import (
@@ -70,6 +72,7 @@ __all__ = [
     "MIN_DROP",
     "NOISE_COLUMNS",
     "NOISE_NOTE",
+    "SLOWED_LOOPS",
     "SLOW_RATIO",
     "SPREAD_CHECKS",
     "SPREAD_Z",
@@ -88,6 +91,7 @@ __all__ = [
     "spread_gate",
     "start",
     "step_gate",
+    "step_slowed",
     "summarize",
     "thresholds",
     "unstable",

@@ -25,6 +25,10 @@ SPEED_RUNS = 3  # medians of 3 runs (about 0.2 s): single runs scatter too much 
 # drop = SPREAD_Z robust SDs, at least MIN_DROP (a tight spread must not flag a few % of wobble) and
 # at most MAX_DROP (a noisy start must not hide a 30 % slowdown). docs/noise.md has the method and
 # tools/noise_guard_rates.py measures its false- and true-positive rates.
+# A step is slowed when at least SLOWED_LOOPS of its loops ran below their floors (all of them where
+# a check has fewer): a competing process or a throttled core slows more than one loop, while a single
+# loop's dip is the short check's own scatter (docs/noise.md: the measured rates, both rules).
+SLOWED_LOOPS = 2
 SPREAD_CHECKS = 5
 SPREAD_Z = 4.0
 MIN_DROP = 0.15
@@ -84,6 +88,14 @@ def slowed_loops(gate: dict[str, Any], speed: dict[str, float]) -> dict[str, flo
     }
 
 
+def step_slowed(gate: dict[str, Any], speed: dict[str, float], loops: int = SLOWED_LOOPS) -> dict[str, float]:
+    """:func:`slowed_loops` when at least ``loops`` of the loops judged ran below their floors (all of
+    them when fewer were judged), else nothing: the loops that make a step slowed."""
+    low = slowed_loops(gate, speed)
+    judged = sum(1 for k in gate["loops"] if isinstance(speed.get(k), int | float))
+    return low if low and len(low) >= min(loops, judged) else {}
+
+
 def gate_text(gate: dict[str, Any]) -> str:
     """The gate in words: 'below median - 4 robust SDs of 5 start checks (at least 10%, at most 25%):
     integer loop 88%, ...'."""
@@ -95,7 +107,8 @@ def gate_text(gate: dict[str, Any]) -> str:
     )
     return (
         f"below the median of {where} by more than {gate['z']:g} robust SDs (MAD x {MAD_TO_SD}), "
-        f"at least {100 * gate['min_drop']:.0f}% and at most {100 * gate['max_drop']:.0f}%: {floors} of the median"
+        f"at least {100 * gate['min_drop']:.0f}% and at most {100 * gate['max_drop']:.0f}%, in "
+        f"{SLOWED_LOOPS} or more loops: {floors} of the median"
     )
 
 

@@ -23,9 +23,9 @@ from appliance.bench.noise.gate import (
     SPREAD_CHECKS,
     SpeedGate,
     gate_text,
-    slowed_loops,
     speed_check,
     spread_gate,
+    step_slowed,
 )
 from appliance.bench.noise.readings import Sampler, gpu_watch, summarize
 
@@ -120,7 +120,7 @@ def flag_slow_steps(data: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             if "speed" not in s or not gate:
                 continue
-            low = slowed_loops(gate, s["speed"])
+            low = step_slowed(gate, s["speed"])
             if not low:
                 continue
             reason = (
