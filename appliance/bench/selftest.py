@@ -6,7 +6,8 @@ threshold (its ``threshold`` key; 5 %, compare's default, where it has none). Th
 with itself when no metric changed significantly beyond the threshold, in either direction: a
 machine that is "faster" than itself is as wrong as one that regressed. Metrics the noise guard
 marked busy or slowed in either report are listed apart (a reason outside the code), not counted as
-disagreement; descriptive figures (phase shares) never count. What it writes: both reports (under
+disagreement; descriptive figures (phase shares) never count. When more than half of the metrics are
+set apart so, the verdict is "inconclusive", not "agree": agreement of the few left says little. What it writes: both reports (under
 ``OUT/first`` and ``OUT/second``), the comparison (``OUT/compare.md``) and the verdict
 (``OUT/selftest.json``).
 """
@@ -36,8 +37,12 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
             disagree.append(entry)
         elif x["verdict"] in EXCUSED:
             excused.append(entry)
+    judged = len(result["rows"]) - len(excused)
+    inconclusive = not disagree and judged < len(result["rows"]) / 2
     return {
-        "agree": not disagree,
+        "agree": not disagree and not inconclusive,
+        "inconclusive": inconclusive,
+        "judged": judged,
         "threshold": result["threshold"],
         "compared": len(result["rows"]),
         "disagree": disagree,
@@ -51,6 +56,12 @@ def lines(v: dict[str, Any]) -> list[str]:
     if v["agree"]:
         out = [
             f"agree: none of {v['compared']} metrics differs significantly beyond {t} between the two runs"
+        ]
+    elif v.get("inconclusive"):
+        out = [
+            f"inconclusive: only {v['judged']} of {v['compared']} metrics could be judged (the noise guard saw "
+            "a busy or slowed CPU while the others were measured); none of those differs beyond "
+            f"{t}; run it again when the machine is quieter"
         ]
     else:
         out = [f"disagree: {len(v['disagree'])} of {v['compared']} metrics differ significantly beyond {t}:"]

@@ -173,7 +173,8 @@ def selftest_cmd(
     threshold: float | None,
     out_dir: str,
 ) -> None:
-    """Run a suite twice back to back and compare: does this machine agree with itself? Exit 1 if not.
+    """Run a suite twice back to back and compare: does this machine agree with itself? Exit 1 if
+    not, or if it is inconclusive (most metrics measured while the CPU was busy or slowed).
 
     Writes both reports (OUT/first, OUT/second), the comparison (OUT/compare.md) and the verdict
     (OUT/selftest.json). Run it on an idle machine: two reports of one machine must show no
