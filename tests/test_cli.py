@@ -180,6 +180,41 @@ def test_train_then_eval_then_resume(tmp_path):
     )
 
 
+def test_resume_takes_the_runs_own_config_and_the_command_line_over_it(tmp_path):
+    """``--resume RUN`` with no ENV and none of the run's settings continues it as it was trained (it
+    refused before: "trained with policy.core 'mingru', this run has 'lstm'"); the command line
+    changes what it names and says so; another env is refused in one line."""
+    data = str(tmp_path / "exp")
+    first = [*SMALL, "--train.data-dir", data, "--policy.hidden-size", "32", "--train.seed", "7"]
+    result = run(
+        "train", "squared", "--run-id", "r1", "--no-dashboard", "--train.total-timesteps", "256", *first
+    )
+    assert result.exit_code == 0, result.output
+    result = run(
+        "train",
+        "--resume",
+        "r1",
+        "--no-dashboard",
+        "--train.data-dir",
+        data,
+        "--train.total-timesteps",
+        "512",
+    )
+    assert result.exit_code == 0, result.output
+    assert f"resuming with the run's config {tmp_path / 'exp' / 'r1' / 'config.yaml'}" in result.output
+    assert "changed for this resume: train.total_timesteps 256 -> 512" in result.output
+    saved = yaml.safe_load((tmp_path / "exp" / "r1" / "config.yaml").read_text())
+    assert saved["policy"]["hidden_size"] == 32 and saved["train"]["seed"] == 7
+    assert saved["vec"]["num_envs"] == 8 and saved["train"]["total_timesteps"] == 512
+    result = run("train", "pong", "--resume", "r1", "--no-dashboard", "--train.data-dir", data)
+    assert result.exit_code == 2 and "--resume r1 is a run of squared, not pong" in result.output
+    (tmp_path / "exp" / "r1" / "config.yaml").unlink()  # a copied model.pt: ENV and settings as given
+    result = run("train", "--resume", "r1", "--no-dashboard", "--train.data-dir", data)
+    assert (
+        result.exit_code == 2 and "has no config.yaml" in result.output and "Traceback" not in result.output
+    )
+
+
 def test_train_errors_are_one_line(tmp_path):
     result = run("train", "--train.device", "cpu")
     assert result.exit_code == 2 and "train needs an ENV" in result.output

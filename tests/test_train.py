@@ -289,6 +289,65 @@ def test_checkpoint_resume_restores_counters_and_weights(tmp_path):
     assert not list(tmp_path.glob("*.tmp")), "no temp files left by atomic writes"
 
 
+def test_a_resume_keeps_the_reward_scale_statistics(tmp_path):
+    """train.reward_norm's running std of the discounted return is in the checkpoint: before, a resume
+    started it afresh (scale 1, then estimated from the restarted games' early returns only)."""
+    cfg = small_config("breakout", "--train.reward-norm", "true")
+    first = Trainer(cfg, vector.make_from_config(cfg), run_dir=tmp_path)
+    for _ in range(2):
+        first.evaluate()
+        first.train()
+    first.save_checkpoint()
+    saved = first.return_scale.state_dict()
+    first.close()
+    assert saved["count"] > 0
+    second = Trainer(cfg, vector.make_from_config(cfg), run_dir=tmp_path)
+    try:
+        assert second.return_scale.state_dict()["count"] == 0
+        second.load_checkpoint(tmp_path, resume=True)
+        assert second.return_scale.state_dict() == saved
+        assert not second.return_scale.returns.any(), "the restarted games' returns start at zero"
+    finally:
+        second.close()
+
+
+def test_a_resumed_trainer_updates_as_the_one_it_was_saved_from(tmp_path):
+    """Everything an update reads comes back from a checkpoint: given the same rollout, the resumed
+    trainer's update is bit-identical to the saved trainer's. So a resumed run differs from the run
+    whole by its games alone, which restart (docs/learning.md, "What a resume changes")."""
+    cfg = small_config(
+        "breakout", "--policy.core", "mingru", "--policy.num-layers", "2", "--train.optimizer", "muon",
+        "--train.replay-ratio", "1.5", "--train.learning-rate", "0.05",
+    )  # fmt: skip
+    saved = Trainer(cfg, vector.make_from_config(cfg), run_dir=tmp_path / "a")
+    resumed = None
+    try:
+        for _ in range(3):
+            saved.evaluate()
+            saved.train()
+        saved.save_checkpoint()
+        resumed = Trainer(cfg, vector.make_from_config(cfg), run_dir=tmp_path / "b")
+        resumed.load_checkpoint(tmp_path / "a", resume=True)
+        saved.evaluate()  # the saved trainer's next rollout, handed to both
+        for name, value in vars(saved.rollout).items():
+            if isinstance(value, torch.Tensor):
+                getattr(resumed.rollout, name).copy_(value)
+            elif isinstance(value, tuple) and all(isinstance(t, torch.Tensor) for t in value):
+                for mine, theirs in zip(getattr(resumed.rollout, name), value, strict=True):
+                    mine.copy_(theirs)
+        resumed.global_step = saved.global_step
+        before = {k: v.clone() for k, v in saved.policy.state_dict().items()}
+        losses = saved.train(), resumed.train()
+        assert losses[0] == losses[1]
+        for key, value in saved.policy.state_dict().items():
+            assert not torch.equal(value, before[key]) or key.endswith("bias"), f"{key} did not move"
+            assert torch.equal(resumed.policy.state_dict()[key], value), key
+    finally:
+        saved.close()
+        if resumed is not None:
+            resumed.close()
+
+
 def test_a_timing_section_closed_after_its_phase_ended_counts_there_and_raises_nothing():
     """A SIGTERM between a section's start and its ``with`` taking hold leaves the section to the
     garbage collector, which closed it after its phase had ended: it raised KeyError 'None.env'

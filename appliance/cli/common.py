@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 import appliance
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, ConfigError
 
 if TYPE_CHECKING:
     from appliance.config import Config
@@ -296,6 +296,68 @@ def run_config(
     return resolve(
         env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides, family=family
     )
+
+
+def resume_config(
+    resume: str,
+    env: str | None,
+    profile: str | None,
+    config_file: str | None,
+    overrides: list[str],
+    family: str | None = None,
+) -> tuple[Config, list[str]]:
+    """The config ``train --resume RUN`` continues with: the run's own config.yaml (its env, core,
+    recipe and seed), then ``--config`` and the command line over it, as :func:`run_config`'s layers
+    are. Returns it and the lines that say so (which config, what the command line changed). ENV may
+    be left out; one that is not the run's env is refused. A run folder without config.yaml (a copied
+    model.pt) resolves from ENV as a new run does."""
+    from appliance.config import parse_overrides, resolve
+    from appliance.config.files import read_yaml
+    from appliance.train import runs
+
+    given = parse_overrides(overrides)
+    data_dir = (given.get("train") or {}).get("data_dir")
+    if data_dir is None:
+        data_dir = (
+            run_config(env, profile, config_file, overrides, family) if env else resolve()
+        ).train.data_dir
+    checkpoint = runs.find_checkpoint(data_dir, resume)
+    saved = checkpoint.parent / "config.yaml"
+    if not saved.is_file():
+        if env is None:
+            raise ConfigError(
+                f"--resume {resume}: {checkpoint.parent} has no config.yaml to take the run's settings from; "
+                "name the ENV and the settings it was trained with (--config FILE, --section.key VALUE)"
+            )
+        return run_config(env, profile, config_file, overrides, family), []
+    run_env = read_yaml(saved, "the resumed run's config").get("env_name")
+    if not isinstance(run_env, str) or not run_env:
+        raise ConfigError(
+            f"the resumed run's config {saved} names no env_name: it is not a run's config.yaml"
+        )
+    if env is not None and env != run_env:
+        raise ConfigError(
+            f"--resume {resume} is a run of {run_env}, not {env}: pass {run_env} or leave ENV out"
+        )
+    cfg = resolve(
+        env=run_env,
+        profile=pick_profile(profile),
+        config_file=config_file,
+        overrides=overrides,
+        family=family,
+        resumed=saved,
+    )
+    before = resolve(env=run_env, profile=pick_profile(profile), family=family, resumed=saved)
+    changed = [
+        f"{section}.{key} {before.data[section][key]!r} -> {value!r}"
+        for section, values in cfg.data.items()
+        for key, value in values.items()
+        if before.data[section].get(key) != value
+    ]
+    lines = [f"resuming with the run's config {saved}"]
+    if changed:
+        lines.append("changed for this resume: " + "; ".join(changed))
+    return cfg, lines
 
 
 def split_env(args: tuple[str, ...]) -> tuple[str | None, list[str]]:

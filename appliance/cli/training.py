@@ -15,6 +15,7 @@ from appliance.cli.common import (
     check_out,
     cli,
     count,
+    resume_config,
     run_config,
     split_env,
 )
@@ -40,7 +41,10 @@ from appliance.errors import ConfigError
 )
 @click.option("--run-id", help="Name of the run folder under train.data_dir (default: ENV-UTC time).")
 @click.option(
-    "--resume", "resume", metavar="RUN|latest", help="Continue a run: weights, optimizer and counters."
+    "--resume",
+    "resume",
+    metavar="RUN|latest",
+    help="Continue a run with its own config (ENV may be left out): weights, optimizer, counters.",
 )
 @click.option(
     "--load-model-path", metavar="PATH|latest", help="Start from these weights (a run folder or model.pt)."
@@ -104,6 +108,7 @@ def train(**options: Any) -> None:
     \b
     puffer-bench train ENV [--gpu PROFILE] [--config FILE] [--section.key VALUE ...]
     e.g. puffer-bench train squared --train.device cpu --train.total-timesteps 2e6
+    puffer-bench train --resume RUN [--section.key VALUE ...]: the run's config, these over it
     With --nproc N: N ranks, each with vec.num_envs envs; total-timesteps counts all ranks.
     """
     try:
@@ -139,7 +144,7 @@ def _train(
     from appliance.train import launcher, session
 
     env, overrides = split_env(args)
-    if env is None:
+    if env is None and not resume:
         raise ConfigError("train needs an ENV: an Ocean env (puffer-bench envs) or a Gymnasium id")
     where = launcher.Launch(nproc, nnodes, node_rank, master_addr, master_port or None)
     if nproc == nnodes == 1 and master_port is not None:
@@ -148,7 +153,12 @@ def _train(
             "one process trains without one: drop it"
         )
     where.check()  # --node-rank 5 of one machine is refused on one process too
-    cfg = run_config(env, profile, config_file, overrides, family=family)
+    if resume:
+        cfg, notes = resume_config(resume, env, profile, config_file, overrides, family=family)
+        for line in notes:
+            click.echo(line)
+    else:
+        cfg = run_config(env, profile, config_file, overrides, family=family)
     options = session.Options(
         run_id=run_id,
         resume=resume,

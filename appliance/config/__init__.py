@@ -10,6 +10,8 @@ Layers, later wins::
                                            defines that section)
     bench/profiles/<profile>.yaml          sizes for a class of machine (``--gpu 4090``)
     profiles.<profile> in the env's YAML   the env's own values on that class of machine
+    families/<family>.yaml                 a Gymnasium id's family defaults (classic control ...)
+    <run>/config.yaml                      with ``train --resume RUN``: the run's own config
     --config FILE                          the user's YAML
     --section.key VALUE                    command-line overrides (dashes or underscores)
 

@@ -114,18 +114,31 @@ class Config:
 
 # The layers of :func:`resolve`, as --show-origin names them (later wins); DERIVED: a value resolve
 # sets itself (a Python env's process backend).
-DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND_LINE, DERIVED = (
+DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, RESUMED, CONFIG_FILE, COMMAND_LINE, DERIVED = (
     "built-in default",
     "env ParamSpec",
     "env YAML",
     "hardware profile",
     "env YAML for the profile",
     "family YAML",
+    "the resumed run's config",
     "--config file",
     "command line",
     "set by resolve",
 )
-LAYERS = (DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, CONFIG_FILE, COMMAND_LINE, DERIVED)
+LAYERS = (
+    DEFAULT,
+    PARAMSPEC,
+    ENV_YAML,
+    PROFILE,
+    ENV_PROFILE,
+    FAMILY,
+    RESUMED,
+    CONFIG_FILE,
+    COMMAND_LINE,
+    DERIVED,
+)
+SAVED_META = ("env_name", "profile", "family", "sources")  # what Config.to_dict adds to the sections
 
 
 History = dict[tuple[str, str], list[tuple[str, Any]]]
@@ -155,9 +168,12 @@ def resolve(
     config_file: str | Path | None = None,
     overrides: Iterable[str] | Mapping[str, Mapping[str, Any]] = (),
     family: str | None = None,
+    resumed: str | Path | None = None,
 ) -> Config:
     """Build the config a run would use; see the module docstring for the layers. ``family``
-    (``--family``): a non-Ocean env's family, ``auto`` or None to detect it (:mod:`~appliance.config.families`)."""
+    (``--family``): a non-Ocean env's family, ``auto`` or None to detect it (:mod:`~appliance.config.families`).
+    ``resumed``: the config.yaml of the run ``--resume`` continues, a layer over the family's and
+    under ``config_file`` and the command line (its own env_name/profile/family/sources set nothing)."""
     base = defaults()
     per_profile: dict[str, Any] = {}
     schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}
@@ -254,6 +270,15 @@ def resolve(
         _apply(data, layer, schema, str(path), ranges)
         _record(history, data, layer, f"{FAMILY} ({repo_path(path)})")
         sources.append(str(path))
+
+    if resumed is not None:
+        path = Path(resumed)
+        layer = {k: v for k, v in read_yaml(path, "the resumed run's config").items() if k not in SAVED_META}
+        if python_env:
+            _open_env_keys(layer, schema)
+        _apply(data, layer, schema, str(path), ranges)
+        _record(history, data, layer, f"{RESUMED} ({path})")
+        sources.append(f"{path} (resumed run)")
 
     if config_file is not None:
         path = Path(config_file)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import pickle
 import re
@@ -25,6 +26,7 @@ import torch
 from appliance.config import Config, check_layer
 from appliance.errors import ConfigError
 from appliance.report_io import write_temp
+from appliance.train.rewards import ReturnScale
 from appliance.train.runs import (
     MODEL,
     CheckpointError,
@@ -48,6 +50,7 @@ class TrainState:
     device: torch.device
     epoch: int = 0
     global_step: int = 0
+    return_scale: ReturnScale | None = None  # train.reward_norm's running statistics
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,8 @@ def save(state: TrainState, run_dir: Path, latest: Path | None = None, previous:
         "torch_rng": torch.get_rng_state(),
         "generator": state.generator.get_state(),
     }
+    if state.return_scale is not None:
+        blob["return_scale"] = state.return_scale.state_dict()
     model, snapshot = run_dir / MODEL, run_dir / f"model_{state.epoch:06d}.pt"
     tmp = None
     try:
@@ -235,6 +240,21 @@ def _check_state(path: Path, state: Any) -> None:
             raise CheckpointError(
                 f"checkpoint {path}: {key} is not an RNG state (a byte tensor){_instead(path)}"
             )
+    if "return_scale" in state and not _is_return_scale(state["return_scale"]):
+        raise CheckpointError(
+            f"checkpoint {path}: return_scale is not reward-scale statistics "
+            f"(count, mean, m2 >= 0, scale > 0){_instead(path)}"
+        )
+
+
+def _is_return_scale(value: Any) -> bool:
+    if not isinstance(value, dict) or not _is_count(value.get("count")):
+        return False
+    try:
+        mean, m2, scale = (float(value[k]) for k in ("mean", "m2", "scale"))
+    except (KeyError, TypeError, ValueError):
+        return False
+    return all(map(math.isfinite, (mean, m2, scale))) and m2 >= 0 and scale > 0
 
 
 def _check_meta(path: Path, meta: Any) -> None:
@@ -345,6 +365,8 @@ def load(state: TrainState, path: Path, resume: bool = True) -> Loaded:
         state.optimizer.load_state_dict(saved["optimizer"])
         torch.set_rng_state(saved["torch_rng"])
         state.generator.set_state(saved["generator"])
+        if state.return_scale is not None and isinstance(saved.get("return_scale"), dict):
+            state.return_scale.load_state_dict(saved["return_scale"])
     except (RuntimeError, KeyError, ValueError, TypeError) as e:
         raise CheckpointError(
             f"checkpoint {path}: its optimizer state does not fit this run's optimizer "

@@ -31,6 +31,16 @@ class ReturnScale:
         self.count, self.mean, self.m2 = 0, 0.0, 0.0
         self.scale = 1.0
 
+    def state_dict(self) -> dict[str, float]:
+        """The running statistics a checkpoint keeps (not the agents' partial returns: a resumed run
+        starts its games afresh, so those start at zero again)."""
+        return {"count": self.count, "mean": self.mean, "m2": self.m2, "scale": self.scale}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.count, self.mean, self.m2 = int(state["count"]), float(state["mean"]), float(state["m2"])
+        self.scale = float(state["scale"])
+        self.returns[:] = 0.0
+
     def update(self, ids: np.ndarray, rewards: Any, dones: np.ndarray) -> float:
         r = np.asarray(rewards, np.float64)
         if not np.isfinite(r).all():

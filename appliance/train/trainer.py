@@ -406,6 +406,7 @@ class Trainer:
             self.device,
             self.epoch,
             self.global_step,
+            self.return_scale,
         )
 
     def save_checkpoint(self) -> Path | None:
