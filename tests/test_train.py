@@ -633,6 +633,90 @@ def test_muon_newton_schulz_in_float32_stays_near_the_bfloat16_reference(monkeyp
     assert (step - ref_step).norm() < 0.05 * ref_step.norm()
 
 
+PUFFERLIB4_NS = [
+    (4.0848, -6.8946, 2.9270),
+    (3.9505, -6.3029, 2.6377),
+    (3.7418, -5.5913, 2.3037),
+    (2.8769, -3.1427, 1.2046),
+    (2.8366, -3.0525, 1.2012),
+]
+
+
+def _pufferlib4_orthogonalize(g):
+    """PufferLib 4.0's muon.py Newton-Schulz, written out from its formulas: x = g (the wide way
+    round) / max(|g|, 1e-7); per triple (a, b, c): s = x x^T, y = c s + b I, y = y s + a I, x = y x;
+    back the original way round, times sqrt(max(1, rows/cols))."""
+    rows, cols = g.shape
+    x = g.T if rows > cols else g
+    x = x / torch.clamp(x.norm(), min=1e-7)
+    eye = torch.eye(x.shape[0], dtype=x.dtype)
+    for a, b, c in PUFFERLIB4_NS:
+        s = x @ x.T
+        y = c * s + b * eye
+        y = y @ s + a * eye
+        x = y @ x
+    x = x.T if rows > cols else x
+    return x * max(1.0, rows / cols) ** 0.5
+
+
+@pytest.mark.parametrize("graph_safe", [False, True])
+def test_muon_ns_pufferlib4_takes_the_steps_of_its_muon_py(graph_safe):
+    """train.muon_ns pufferlib4: our Muon's steps are PufferLib 4.0's muon.py's (Nesterov momentum as
+    a running sum, its Newton-Schulz with a triple per step for matrices and a conv kernel viewed as
+    one, plain momentum for vectors), written out in _pufferlib4_orthogonalize; exact in float64, and
+    in float32 (its dtype on every device) to float32's rounding. The default, heavyball, takes other
+    steps (test_muon_takes_pufferlibs_steps holds it to heavyball 1.7.2)."""
+    from appliance.train.optim import Muon
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(512, 128), (128, 118), (3, 128), (1, 128), (512,), (3,), (8, 3, 3, 3)]
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-4)):
+        ours = [torch.nn.Parameter(torch.randn(s, generator=gen, dtype=dtype)) for s in shapes]
+        ref = [p.detach().clone() for p in ours]
+        heavy = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+        momenta = [torch.zeros_like(p) for p in ref]
+        lr = torch.tensor(0.04, dtype=dtype) if graph_safe else 0.04
+        ns_dtype = torch.float64 if dtype == torch.float64 else None  # float32: its default everywhere
+        opt = Muon(ours, lr=lr, momentum=0.89, ns="pufferlib4", ns_dtype=ns_dtype)
+        heavy_opt = Muon(heavy, lr=lr, momentum=0.89, ns_dtype=dtype)
+        for _ in range(4):
+            for p, q in zip(ours, heavy, strict=True):
+                p.grad = torch.randn(p.shape, generator=gen, dtype=dtype)
+                q.grad = p.grad.clone()
+            for p, r, m in zip(ours, ref, momenta, strict=True):
+                m.mul_(0.89).add_(p.grad)
+                u = p.grad + 0.89 * m
+                if u.ndim >= 2:
+                    u = _pufferlib4_orthogonalize(u.reshape(u.shape[0], -1)).view(u.shape)
+                r.sub_(0.04 * u)
+            opt.step()
+            heavy_opt.step()
+        for p, r in zip(ours, ref, strict=True):
+            torch.testing.assert_close(p.detach(), r, rtol=tol, atol=tol)
+        assert not torch.allclose(ours[0].detach(), heavy[0].detach(), rtol=1e-3, atol=1e-4)
+        assert torch.equal(ours[4].detach(), heavy[4].detach())  # vectors: no Newton-Schulz in either
+    with pytest.raises(ValueError, match="unknown train.muon_ns 'keller'; choose heavyball or pufferlib4"):
+        Muon(ours, lr=0.04, ns="keller")
+
+
+def test_muon_ns_reaches_the_optimizer_and_defaults_to_heavyball():
+    """train.muon_ns: heavyball by default (the Muon of before the switch), pufferlib4 when set."""
+    from appliance.train.optim import make_optimizer
+
+    for extra, want in (((), "heavyball"), (("--train.muon-ns", "pufferlib4"), "pufferlib4")):
+        cfg = small_config("squared", *extra)
+        assert cfg.train.muon_ns == want
+        vec = vector.make_from_config(cfg)
+        try:
+            policy = make_policy(cfg, vec)
+        finally:
+            vec.close()
+        (muon,) = make_optimizer(policy, cfg.train).optimizers
+        assert muon.ns == want
+    with pytest.raises(ConfigError, match="muon-ns.*heavyball, pufferlib4"):
+        small_config("squared", "--train.muon-ns", "keller")
+
+
 @pytest.mark.parametrize("core", ["lstm", "mingru"])
 def test_bfloat16_rollout_weights_follow_the_float32_masters(core):
     """train.precision bfloat16 on a GPU: the rollout steps a bfloat16 copy of the weights. The copy

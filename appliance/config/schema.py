@@ -22,6 +22,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("vec", "preprocess"): ("auto", "atari", "none"),
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "optimizer"): ("adam", "muon"),
+    ("train", "muon_ns"): ("heavyball", "pufferlib4"),
     ("train", "precision"): ("auto", "float32", "bfloat16"),
     ("train", "engine"): ("auto", "on", "off"),
     ("policy", "core"): ("mlp", "lstm", "mingru"),
@@ -140,6 +141,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "min_lr_ratio",
         "min_lr_ratio": "the cosine anneal ends at learning_rate * this (PufferLib 4.0's min_lr_ratio)",
         "optimizer": "adam, or muon (PufferLib 3.0's optimizer, momentum adam_beta1) over every parameter",
+        "muon_ns": "Muon's 5 Newton-Schulz steps: heavyball (one coefficient triple for all, PufferLib "
+        "3.0's), or pufferlib4 (PufferLib 4.0's muon.py: a triple per step, in float32)",
         "adam_beta1": "Adam's first-moment decay; Muon's momentum",
         "adam_beta2": "Adam's second-moment decay (Muon does not read it)",
         "adam_eps": "Adam's epsilon in the denominator (Muon does not read it)",

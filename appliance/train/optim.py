@@ -53,8 +53,8 @@ def set_lr(optimizer: MultiOptimizer, scale: float) -> float:
 
 def make_optimizer(policy: torch.nn.Module, hp: Any, graph_safe: bool = False) -> MultiOptimizer:
     """``train.optimizer adam``: Adam over every parameter; ``muon``: :class:`Muon` over every
-    parameter (PufferLib 3.0's optimizer), momentum ``adam_beta1``. ``graph_safe``: the learning rate
-    is a device tensor and Adam is capturable."""
+    parameter (PufferLib 3.0's optimizer), momentum ``adam_beta1``, Newton-Schulz coefficients
+    ``train.muon_ns``. ``graph_safe``: the learning rate is a device tensor and Adam is capturable."""
     device = next(policy.parameters()).device
     lr: float | torch.Tensor = (
         torch.tensor(float(hp.learning_rate), device=device) if graph_safe else hp.learning_rate
@@ -65,7 +65,7 @@ def make_optimizer(policy: torch.nn.Module, hp: Any, graph_safe: bool = False) -
         if graph_safe:  # torch allows capturable on accelerators only; a tensor lr off them needs foreach off
             kwargs.update(capturable=True) if device.type == "cuda" else kwargs.update(foreach=False)
         return MultiOptimizer([torch.optim.Adam(params, lr=lr, **kwargs)], hp.learning_rate)
-    return MultiOptimizer([Muon(params, lr=lr, momentum=hp.adam_beta1)], hp.learning_rate)
+    return MultiOptimizer([Muon(params, lr=lr, momentum=hp.adam_beta1, ns=hp.muon_ns)], hp.learning_rate)
 
 
 class Muon(torch.optim.Optimizer):
@@ -77,14 +77,29 @@ class Muon(torch.optim.Optimizer):
     keep ``u`` as it is. Then ``p -= lr * u``; no weight decay, no second moment (PufferLib passes
     ``adam_beta2`` and ``adam_eps``, which this optimizer never reads).
 
+    ``ns`` (``train.muon_ns``) picks the Newton-Schulz iteration: ``heavyball`` (the default) is
+    heavyball's, one coefficient triple for every step (:meth:`orthogonalize`); ``pufferlib4`` is
+    PufferLib 4.0's muon.py, five steps of five different triples (:meth:`orthogonalize_pufferlib4`).
+
     The Newton-Schulz matmuls run in bfloat16 on CUDA (as heavyball everywhere) and in float32
     elsewhere (``ns_dtype`` overrides): on a CPU without bf16 units the bf16 iteration made an
-    optimizer step cost more than the rest of the update. ``lr`` may be a 0-dim tensor: the step is
-    then torch ops on the device with nothing read back, so a CUDA graph can hold it.
-    tests/test_train.py checks the steps against heavyball 1.7.2's.
+    optimizer step cost more than the rest of the update. ``pufferlib4`` runs them in float32 on
+    every device, as its muon.py runs them in the gradient's dtype. ``lr`` may be a 0-dim tensor:
+    the step is then torch ops on the device with nothing read back, so a CUDA graph can hold it.
+    tests/test_train.py checks the steps against heavyball 1.7.2's, and ``pufferlib4``'s against
+    the formulas of PufferLib 4.0's muon.py.
     """
 
     COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+    # PufferLib 4.0's muon.py: one (a, b, c) per step, x <- (a I + b S + c S^2) x with S = x x^T
+    PUFFERLIB4_COEFFICIENTS = (
+        (4.0848, -6.8946, 2.9270),
+        (3.9505, -6.3029, 2.6377),
+        (3.7418, -5.5913, 2.3037),
+        (2.8769, -3.1427, 1.2046),
+        (2.8366, -3.0525, 1.2012),
+    )
+    NS_CHOICES = ("heavyball", "pufferlib4")
 
     def __init__(
         self,
@@ -93,10 +108,17 @@ class Muon(torch.optim.Optimizer):
         momentum: float = 0.95,
         steps: int = 5,
         ns_dtype: torch.dtype | None = None,
+        ns: str = "heavyball",
     ) -> None:
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"Muon momentum must be in [0, 1), got {momentum}")
+        if ns not in self.NS_CHOICES:
+            raise ValueError(f"unknown train.muon_ns {ns!r}; choose heavyball or pufferlib4")
+        if ns == "pufferlib4" and steps != len(self.PUFFERLIB4_COEFFICIENTS):
+            raise ValueError(f"train.muon_ns pufferlib4 takes exactly 5 Newton-Schulz steps, not {steps}")
         super().__init__(params, {"lr": lr, "momentum": momentum, "steps": steps, "ns_dtype": ns_dtype})
+        # the config's choice, not a param group's: a checkpoint's groups replace those on load
+        self.ns = ns
 
     @classmethod
     def orthogonalize(cls, g: torch.Tensor, steps: int, dtype: torch.dtype) -> torch.Tensor:
@@ -114,6 +136,27 @@ class Muon(torch.optim.Optimizer):
             x = x.T
         return x.to(g.dtype) * math.sqrt(max(1.0, g.size(0) / g.size(1)))
 
+    @classmethod
+    def orthogonalize_pufferlib4(cls, g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """:meth:`orthogonalize` as PufferLib 4.0's muon.py does it: ``g`` divided by its norm (at
+        least 1e-7), the wide way round, then for each of its five triples (a, b, c)
+        ``s = x x^T``, ``y = c s + b I``, ``y = y s + a I``, ``x = y x``; back the original way
+        round, times sqrt(max(1, rows/cols))."""
+        x = g.to(dtype)
+        tall = x.size(0) > x.size(1)
+        if tall:
+            x = x.T
+        x = x / x.norm().clamp(min=1e-7)
+        eye = torch.eye(x.size(0), dtype=dtype, device=x.device)
+        for a, b, c in cls.PUFFERLIB4_COEFFICIENTS:
+            s = x @ x.T
+            y = s * c + eye * b
+            y = torch.addmm(eye, y, s, beta=a)  # y s + a I
+            x = y @ x
+        if tall:
+            x = x.T
+        return x.to(g.dtype) * math.sqrt(max(1.0, g.size(0) / g.size(1)))
+
     @torch.no_grad()
     def step(self) -> None:  # type: ignore[override]
         for group in self.param_groups:
@@ -127,7 +170,12 @@ class Muon(torch.optim.Optimizer):
                 buf = state["momentum_buffer"]
                 buf.mul_(beta).add_(p.grad)
                 update = p.grad.add(buf, alpha=beta)
-                if p.ndim >= 2:
+                if p.ndim >= 2 and self.ns == "pufferlib4":
+                    flat = update.reshape(p.shape[0], -1)
+                    update = self.orthogonalize_pufferlib4(flat, group["ns_dtype"] or torch.float32).view_as(
+                        p
+                    )
+                elif p.ndim >= 2:
                     dtype = group["ns_dtype"] or (torch.bfloat16 if p.is_cuda else torch.float32)
                     flat = update.reshape(p.shape[0], -1)
                     update = self.orthogonalize(flat, group["steps"], dtype).view_as(p)
