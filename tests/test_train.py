@@ -506,6 +506,82 @@ def test_prioritized_sampling_matches_its_probabilities_and_weights():
     torch.testing.assert_close(weights, torch.ones(4))
 
 
+def test_prio_replacement_draws_as_torch_multinomial_with_the_same_weights():
+    """train.prio_replacement's draw (kernels.prio_sample with replacement): from one generator state,
+    the very indices of PufferLib 4.0's torch.multinomial(P, n, replacement=True), P proportional to
+    (sum|A| + floor)^alpha, with the importance weights (N P)^-beta of the draw without replacement;
+    a segment may come more than once, more draws than segments are allowed, and without given
+    uniforms (Philox's, keyed on seed and step) the draws' frequencies follow P."""
+    from appliance.gpu.reference import PRIO_FLOOR
+
+    gen = torch.Generator().manual_seed(3)
+    adv = torch.randn(64, 8, generator=gen) * torch.rand(64, 1, generator=gen) ** 3
+    alpha, beta = 0.8, 0.3
+    prio = (adv.double().abs().sum(1) + PRIO_FLOOR) ** alpha
+    probs = prio / prio.sum()
+    for n in (16, 64, 200):
+        state = gen.get_state()
+        want = torch.multinomial(probs, n, replacement=True, generator=gen)
+        gen.set_state(state)
+        u = torch.rand(n, dtype=torch.float64, generator=gen)
+        idx, weights = kernels.prio_sample(adv, alpha, beta, n, 0, 0, uniform=u, replacement=True)
+        assert torch.equal(idx, want), n
+        torch.testing.assert_close(weights, (64 * probs[idx]).pow(-beta).float())
+        assert len(set(idx.tolist())) < n  # repeats (P(none) is below 1e-2 at n = 16)
+    idx, _ = kernels.prio_sample(adv, alpha, beta, 100_000, 5, 7, replacement=True)
+    assert torch.equal(idx, kernels.prio_sample(adv, alpha, beta, 100_000, 5, 7, replacement=True)[0])
+    freq = torch.bincount(idx, minlength=64).double() / len(idx)
+    assert torch.allclose(freq, probs, atol=0.005), (freq - probs).abs().max()
+    with pytest.raises(ValueError, match="at least 1 segment"):
+        kernels.prio_sample(adv, alpha, beta, 0, 0, 0, replacement=True)
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+def test_the_trainers_minibatches_come_from_its_generator_with_or_without_replacement(
+    replacement, monkeypatch
+):
+    """Each minibatch's segments are drawn from the trainer's CPU generator: by default
+    (train.prio_replacement false) one uniform per segment and the top-k of the keys log(1 - u) / P,
+    distinct segments, as before the switch existed; with it, PufferLib 4.0's draw,
+    torch.multinomial(P, minibatch segments, replacement=True) from the same generator state,
+    repeats included."""
+    from appliance.gpu.reference import PRIO_FLOOR
+
+    calls = []
+    real = kernels.prio_sample
+
+    def spy(adv, *args, **kwargs):
+        idx, weights = real(adv, *args, **kwargs)
+        calls.append((adv.clone(), idx.clone(), kwargs.get("replacement")))
+        return idx, weights
+
+    monkeypatch.setattr(kernels, "prio_sample", spy)
+    flag = "true" if replacement else "false"
+    cfg = small_config("squared", "--policy.core", "mlp", "--vec.num-envs", "16",
+                       "--train.update-epochs", "4", "--train.prio-replacement", flag)  # fmt: skip
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        trainer.evaluate()
+        gen = torch.Generator()
+        gen.set_state(trainer.generator.get_state())
+        trainer.train()
+    finally:
+        trainer.close()
+    assert (trainer.segments, trainer.mb_segments, len(calls)) == (16, 8, trainer.minibatches) and calls
+    repeats = False
+    for adv, idx, flagged in calls:
+        assert flagged is replacement
+        prio = (adv.double().abs().sum(1) + PRIO_FLOOR) ** cfg.train.prio_alpha
+        if replacement:
+            want = torch.multinomial(prio / prio.sum(), 8, replacement=True, generator=gen)
+        else:
+            u = torch.rand(16, dtype=torch.float64, generator=gen)
+            want = (torch.log1p(-u) / prio).topk(8).indices
+        assert torch.equal(idx, want)
+        repeats |= len(set(idx.tolist())) < len(idx)
+    assert repeats == replacement
+
+
 def test_nan_advantages_stop_with_the_epoch_named():
     cfg = small_config("squared")
     trainer = Trainer(cfg, vector.make_from_config(cfg))

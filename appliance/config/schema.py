@@ -152,10 +152,12 @@ MEANINGS: dict[str, dict[str, str]] = {
         "vtrace_rho_clip": "V-trace: the largest importance ratio that weights a TD error",
         "vtrace_c_clip": "V-trace: the largest ratio that carries a TD error back a step (0: one-step "
         "TD errors only)",
-        "prio_alpha": "minibatch segments drawn without replacement with probability proportional to "
-        "(sum of |advantage| over the segment) ** prio_alpha (0: uniformly)",
+        "prio_alpha": "minibatch segments drawn with probability proportional to (sum of |advantage| "
+        "over the segment) ** prio_alpha (0: uniformly)",
         "prio_beta0": "the exponent of the importance weights (segments * P) ** -beta that correct the "
         "prioritized draw, annealed from this to 1 over total_timesteps",
+        "prio_replacement": "draw a minibatch's segments with replacement (PufferLib 4.0: a segment may "
+        "come twice); false: distinct segments, without replacement (PufferLib 3.0)",
         "clip_coef": "PPO's clip: the policy loss counts the probability ratio only within "
         "[1 - clip_coef, 1 + clip_coef]",
         "vf_coef": "weight of the value loss in the total loss",

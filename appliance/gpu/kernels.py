@@ -309,7 +309,13 @@ def prio_sample(
     uniform: torch.Tensor | None = None,
     idx: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
+    replacement: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if replacement:  # a cumulative sum and a binary search: torch ops on any device, no kernel
+        return reference.prio_sample(
+            adv, alpha, beta, samples, seed, step, floor=floor, uniform=uniform, idx=idx, weight=weight,
+            replacement=True,
+        )  # fmt: skip
     if uniform is not None and host.use_host(adv):  # the CPU trainer's draw: its generator's uniforms
         reference._check_samples(samples, adv.shape[0], floor)
         prio, key = host.prio_keys(adv, uniform, alpha, floor)

@@ -195,14 +195,28 @@ def prio_sample(
     uniform: torch.Tensor | None = None,
     idx: torch.Tensor | None = None,
     weight: torch.Tensor | None = None,
+    replacement: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Trainer.train's segment sampling: ``adv [segments, horizon]`` -> (idx int64 [samples], importance
     float32 [samples]): ``samples`` distinct segments drawn one after another with P proportional to
-    (sum_t |A| + floor)^alpha among those left (without replacement, as PufferLib), and the
+    (sum_t |A| + floor)^alpha among those left (without replacement, as PufferLib 3.0), and the
     importance weights (S P)^-beta of the single-draw probabilities. Exponential keys and a top-k
-    (:func:`prio_keys`) instead of ``torch.multinomial`` on the host: no sync, same draws on CPU and GPU."""
+    (:func:`prio_keys`) instead of ``torch.multinomial`` on the host: no sync, same draws on CPU and GPU.
+
+    ``replacement`` (``train.prio_replacement``): ``samples`` independent draws by the same P, so a
+    segment may come more than once (PufferLib 4.0's ``torch.multinomial(P, samples,
+    replacement=True)``), with the same weights: :func:`draw_with_replacement` at the given uniforms
+    (float64 [samples]) or at Philox's keyed on (seed, step, draw)."""
     segments = adv.shape[0]
-    _check_samples(samples, segments, floor)
+    _check_samples(samples, segments, floor, replacement)
+    if replacement:
+        prio = (adv.double().abs().sum(1) + floor).pow(alpha)
+        if uniform is None:
+            r = philox(seed, _scalar(step), torch.arange(samples, device=adv.device), PRIO_LANE)
+            uniform = uniform53(r[0], r[1])
+        k = draw_with_replacement(prio, uniform)
+        w = (segments * prio[k] / prio.sum()).pow(-beta).float()
+        return _into(idx, k), _into(weight, w)
     if uniform is None:
         prio, key = prio_keys(adv, alpha, seed, step, floor)
     else:  # the caller's uniforms in [0, 1) (float64 [segments]) instead of Philox's
@@ -213,8 +227,19 @@ def prio_sample(
     return _into(idx, k), _into(weight, w)
 
 
-def _check_samples(samples: int, segments: int, floor: float) -> None:
-    if not 1 <= samples <= segments:
+def draw_with_replacement(prio: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """For each uniform u in [0, 1), the first index whose share of the cumulative priorities reaches
+    u: independent draws proportional to ``prio``, torch.multinomial's CPU algorithm with replacement
+    (the same indices from the same float64 uniforms), in torch ops that need no sync."""
+    cdf = prio.cumsum(0)
+    cdf = cdf / cdf[-1]
+    return torch.searchsorted(cdf, uniform.to(cdf.dtype)).clamp_(max=prio.shape[0] - 1)
+
+
+def _check_samples(samples: int, segments: int, floor: float, replacement: bool = False) -> None:
+    if replacement and samples < 1:
+        raise ValueError(f"prio_sample draws at least 1 segment, not {samples}")
+    if not replacement and not 1 <= samples <= segments:
         raise ValueError(f"prio_sample draws 1 to {segments} distinct segments, not {samples}")
     if not floor > 0:
         raise ValueError(f"prio_sample's floor must be > 0 (zero-|A| segments stay drawable), got {floor}")

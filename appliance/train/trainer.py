@@ -7,7 +7,8 @@ path (fused kernels, graphs) can replace pieces behind the same calls.
 
 Per minibatch: advantages are recomputed over the whole buffer with the values and ratios the
 previous minibatches wrote back (V-trace), distinct segments are drawn with probability
-proportional to (sum_t |A| + floor)^alpha and weighted by (N P)^-beta (beta annealed to 1;
+proportional to (sum_t |A| + floor)^alpha (with ``train.prio_replacement``, independent draws by
+the same probabilities, as PufferLib 4.0) and weighted by (N P)^-beta (beta annealed to 1;
 ``kernels.prio_sample``), then the clipped policy loss, clipped value loss and entropy bonus
 (:func:`appliance.train.losses.ppo_loss`; on a GPU the fused ``kernels.ppo_loss`` gives the same
 loss and its gradient with respect to the logits and value in one kernel) are minimized, with
@@ -279,7 +280,8 @@ class Trainer:
 
     def _update_minibatch(self) -> None:
         """One minibatch, all on the device: V-trace advantages with the ratios and values the
-        previous minibatches wrote back, distinct segments by priority, the loss and its gradient,
+        previous minibatches wrote back, segments by priority (distinct, unless
+        ``train.prio_replacement``), the loss and its gradient,
         clipping and the optimizer step; statistics summed into ``epoch_scalars``."""
         hp, b, acc = self.hp, self.rollout, self.epoch_scalars
         adv = advantage.compute(  # fused on CUDA, the host build on a CPU, as check_at_start allowed
@@ -294,14 +296,17 @@ class Trainer:
             accelerated=self.advantage_accelerated,
         )
         acc.sums[graphs.NONFINITE] += (~torch.isfinite(adv)).any()
-        # distinct segments by priority, drawn on the device (exponential keys and a top-k), from
-        # torch's generator's uniforms (docs/notes.md: why not the kernel's Philox stream)
+        # segments by priority, drawn on the device from torch's generator's uniforms (docs/notes.md:
+        # why not the kernel's Philox stream): distinct ones by exponential keys and a top-k (one
+        # uniform per segment), or with replacement by the inverse cumulative priorities (one per draw)
+        replace = hp.prio_replacement
         u = torch.rand(
-            adv.shape[0], generator=self.generator if adv.device.type == "cpu" else None,
+            self.mb_segments if replace else adv.shape[0],
+            generator=self.generator if adv.device.type == "cpu" else None,
             dtype=torch.float64, device=adv.device,
         )  # fmt: skip
         idx, importance = kernels.prio_sample(
-            adv, hp.prio_alpha, acc.beta, self.mb_segments, hp.seed, acc.step, uniform=u
+            adv, hp.prio_alpha, acc.beta, self.mb_segments, hp.seed, acc.step, uniform=u, replacement=replace
         )
         mb_adv = adv[idx]
         mb_returns = mb_adv + b.values[idx]
