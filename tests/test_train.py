@@ -973,6 +973,123 @@ def test_pufferlib_init_is_what_pufferlib_leaves(core):
         Policy(obs, act, core=core, init="xavier")
 
 
+def _torch_default_bound(layer):
+    """The bound b of torch's default U(-b, b) for ``layer``'s weights and biases (1/sqrt(fan_in);
+    an LSTM's: 1/sqrt(hidden size))."""
+    if isinstance(layer, torch.nn.LSTM):
+        return layer.hidden_size**-0.5
+    return (layer.weight[0].numel()) ** -0.5
+
+
+@pytest.mark.parametrize("core", ["lstm", "mingru", "mlp"])
+def test_torch_init_leaves_every_layer_as_torch_makes_it(core):
+    """policy.init torch (PufferLib 4.0's models): no layer keeps an override. Every weight and bias of
+    the encoder, core and heads lies in torch's U(-b, b), b = 1/sqrt(fan_in) (the LSTM's 1/sqrt(h)),
+    with that uniform's spread b/sqrt(3); no bias is zero and the logits are not scaled to 0.01 (the
+    pufferlib and cleanrl inits break these: orthogonal weights spill past b); the LSTM cell still
+    shares the LSTM's weights. The Nature CNN's convolutions too."""
+    torch.manual_seed(0)
+    obs, act = spaces.Box(-1, 1, (118,), np.float32), spaces.Discrete(3)
+    policy = Policy(obs, act, core=core, hidden_size=128, init="torch")
+    image = Policy(spaces.Box(0, 255, (40, 40, 3), np.uint8), act, core=core, hidden_size=64, init="torch")
+    layers = [m for p in (policy, image) for m in p.modules() if hasattr(m, "reset_parameters")]
+    assert {type(m).__name__ for m in layers} >= {"Linear", "Conv2d"}
+    for layer in layers:
+        if isinstance(layer, torch.nn.LSTMCell):  # the LSTM's own weights, checked there
+            continue
+        bound = _torch_default_bound(layer)
+        for name, p in layer.named_parameters(recurse=False):
+            p = p.detach()
+            assert p.abs().max() <= bound, (type(layer).__name__, name)
+            assert p.all(), (type(layer).__name__, name)
+            if p.numel() >= 300:
+                assert p.std() == pytest.approx(bound / 3**0.5, rel=0.15), (type(layer).__name__, name)
+    assert policy.decoder.weight.detach().norm(dim=1).min() > 0.1
+    torch.manual_seed(0)
+    pufferlib = Policy(obs, act, core=core, hidden_size=128)
+    if core == "mlp":  # its Default policy: torch's encoder, logits at 0.01
+        assert pufferlib.decoder.weight.detach().norm(dim=1).max() < 0.02
+    else:  # its LSTM wrapper: orthogonal weights
+        assert pufferlib.encoder[0].weight.detach().abs().max() > _torch_default_bound(pufferlib.encoder[0])
+    if core == "lstm":
+        assert policy.cell.weight_ih is policy.core.weight_ih_l0
+
+
+def test_encoder_activation_none_is_one_linear_and_image_encoders_refuse_it():
+    """policy.encoder_activation none: the linear and onehot encoders are their Linear alone (PufferLib
+    4.0's encoder), with the weights' names and, from one seed, the weights of gelu (the default:
+    Linear then GELU); the cnn and nature encoders, whose layers have their own activations, refuse
+    it in one line."""
+    from torch.nn import functional as F
+
+    for space, kind in (
+        (spaces.Box(-1, 1, (6,), np.float32), "linear"),
+        (spaces.Box(0, 2, (12,), np.uint8), "onehot"),
+    ):
+        torch.manual_seed(0)
+        gelu = Policy(space, spaces.Discrete(3), core="mlp", hidden_size=16)
+        torch.manual_seed(0)
+        bare = Policy(space, spaces.Discrete(3), core="mlp", hidden_size=16, encoder_activation="none")
+        assert gelu.encoder_choice[0] == bare.encoder_choice[0] == kind
+        assert [type(m) for m in gelu.encoder] == [torch.nn.Linear, torch.nn.GELU]
+        assert [type(m) for m in bare.encoder] == [torch.nn.Linear]
+        want, got = gelu.state_dict(), bare.state_dict()
+        assert list(want) == list(got) and all(torch.equal(want[k], got[k]) for k in want)
+        obs = torch.as_tensor(np.stack([space.sample() for _ in range(5)]))
+        linear = F.linear(bare.to_float(obs), bare.encoder[0].weight, bare.encoder[0].bias)
+        with torch.no_grad():
+            torch.testing.assert_close(bare.encode(obs), linear)
+            torch.testing.assert_close(gelu.encode(obs), F.gelu(linear))
+        assert (linear < 0).any()  # what GELU would have bent
+    for encoder in ("cnn", "nature"):
+        with pytest.raises(
+            ConfigError,
+            match=f"encoder_activation none applies to the linear and onehot encoders, not {encoder}",
+        ):
+            Policy(spaces.Box(0, 255, (40, 40, 3), np.uint8), spaces.Discrete(3), encoder=encoder,
+                   encoder_activation="none")  # fmt: skip
+    with pytest.raises(ValueError, match="encoder_activation 'relu'; choose gelu or none"):
+        Policy(spaces.Box(-1, 1, (6,), np.float32), spaces.Discrete(3), encoder_activation="relu")
+
+
+def test_the_policy_switches_default_to_todays_policy_and_reach_it_from_the_config():
+    """policy.init (default pufferlib) and policy.encoder_activation (default gelu): the default
+    config builds, from one seed, the very weights of a Policy given neither argument, with GELU
+    after the encoder; --policy.init torch --policy.encoder-activation none builds PufferLib 4.0's
+    (one bare Linear, no zero biases)."""
+    cfg = small_config("squared", "--policy.core", "mingru")
+    assert (cfg.policy.init, cfg.policy.encoder_activation) == ("pufferlib", "gelu")
+    assert (cfg.train.prio_replacement, cfg.train.muon_ns) == (False, "heavyball")
+    vec = vector.make_from_config(cfg)
+    try:
+        torch.manual_seed(0)
+        made = make_policy(cfg, vec)
+        torch.manual_seed(0)
+        p = cfg.policy
+        plain = Policy(vec.single_observation_space, vec.single_action_space, core=p.core,
+                       hidden_size=p.hidden_size, encoder=p.encoder, obs_scale=p.obs_scale,
+                       num_layers=p.num_layers)  # fmt: skip
+        want, got = plain.state_dict(), made.state_dict()
+        assert list(want) == list(got) and all(torch.equal(want[k], got[k]) for k in want)
+        assert isinstance(made.encoder[-1], torch.nn.GELU)
+        cfg4 = small_config(
+            "squared",
+            "--policy.core",
+            "mingru",
+            "--policy.init",
+            "torch",
+            "--policy.encoder-activation",
+            "none",
+        )
+        made4 = make_policy(cfg4, vec)
+    finally:
+        vec.close()
+    assert [type(m) for m in made4.encoder] == [torch.nn.Linear]
+    assert made4.encoder[0].bias.detach().all() and made4.value.bias.detach().all()
+    with pytest.raises(ConfigError, match="pufferlib.*cleanrl.*torch"):
+        small_config("squared", "--policy.init", "xavier")
+
+
 def test_stop_steps_ends_the_run_early_with_the_schedule_of_total_timesteps(tmp_path):
     """train --stop-steps N stops after N agent-steps, while the learning rate still anneals over
     train.total_timesteps (so a run stopped at 30 M steps of 90 M matches a 90 M run up to there)."""
@@ -1164,6 +1281,22 @@ def test_a_run_saved_before_obs_scale_is_evaluated_on_the_observations_it_traine
     assert config_of_run(resolve(env="go"), tmp_path).policy.obs_scale == "none"
     (tmp_path / "config.yaml").unlink()  # no saved config: the command's own settings
     assert config_of_run(resolve(env="go"), tmp_path).policy.obs_scale == "none"
+
+
+def test_a_run_saved_before_encoder_activation_is_evaluated_with_its_gelu(tmp_path):
+    """A run saved before policy.encoder_activation existed had GELU after its encoder: eval rebuilds
+    that, whatever the command line says; a run that saved the key gets its own."""
+    from appliance.train.evaluate import config_of_run
+
+    old = {"policy": {"core": "lstm", "hidden_size": 128, "encoder": "auto", "init": "pufferlib"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    asked = ["--policy.encoder-activation", "none"]
+    assert (
+        config_of_run(resolve(env="squared", overrides=asked), tmp_path).policy.encoder_activation == "gelu"
+    )
+    new = {"policy": {**old["policy"], "encoder_activation": "none"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(new))
+    assert config_of_run(resolve(env="squared"), tmp_path).policy.encoder_activation == "none"
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,8 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("train", "engine"): ("auto", "on", "off"),
     ("policy", "core"): ("mlp", "lstm", "mingru"),
     ("policy", "encoder"): ("auto", "linear", "onehot", "cnn", "nature"),
-    ("policy", "init"): ("pufferlib", "cleanrl"),
+    ("policy", "encoder_activation"): ("gelu", "none"),
+    ("policy", "init"): ("pufferlib", "cleanrl", "torch"),
     ("policy", "obs_norm"): ("auto", "on", "off"),
     ("policy", "obs_scale"): ("bounds", "none"),
     ("bench", "suite"): ("quick", "full"),
@@ -202,8 +203,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "expansion_factor": "mingru: each layer's state is expansion_factor * hidden_size wide",
         "encoder": "how observations become features: linear, onehot, cnn, nature (the Nature CNN), "
         "or auto (nature for images of 36x36 or more, cnn for smaller, onehot for small-range ints)",
-        "init": "weight init: pufferlib (orthogonal gain 1, zero biases) or cleanrl (encoder sqrt 2, "
-        "logits 0.01)",
+        "encoder_activation": "the activation after the linear and onehot encoders' Linear: gelu, or "
+        "none (PufferLib 4.0's encoder; refused for the cnn and nature encoders)",
+        "init": "weight init: pufferlib (orthogonal gain 1, zero biases), cleanrl (encoder sqrt 2, "
+        "logits 0.01), or torch (every layer as torch makes it, as PufferLib 4.0)",
         "obs_norm": "normalize observations by a running mean and std: on, off, or auto (on for Box actions)",
         "obs_scale": "bounds: divide each feature by its declared bound where that exceeds 1; none: "
         "raw, as PufferLib",

@@ -28,13 +28,14 @@ def config_of_run(cfg: Any, run_dir: Path, saved: dict[str, Any] | None = None) 
     value checked against the config's types and ranges before a policy is built from it (a
     damaged or crafted ``hidden_size: 1e6`` would otherwise allocate terabytes). Keys this version
     does not know are left out; a saved policy without ``obs_scale`` predates the key and was
-    trained on observations divided by their bounds."""
+    trained on observations divided by their bounds, one without ``encoder_activation`` with GELU
+    after its encoder."""
     saved = saved_config(run_dir) if saved is None else saved
     policy = saved.get("policy") or {}
     if not isinstance(policy, dict):
         raise ConfigError(f"run config {run_dir / 'config.yaml'}: 'policy' must be a mapping of keys")
     if policy:
-        policy = {"obs_scale": "bounds", **policy}
+        policy = {"obs_scale": "bounds", "encoder_activation": "gelu", **policy}
     known = {k: v for k, v in policy.items() if k in cfg.data["policy"]}
     cfg.data["policy"].update(check_layer({"policy": known}, str(run_dir / "config.yaml"))["policy"])
     vec = saved.get("vec") or {}

@@ -56,4 +56,5 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         obs_scale=p.obs_scale,
         num_layers=p.num_layers,
         expansion_factor=p.expansion_factor,
+        encoder_activation=p.encoder_activation,
     )

@@ -1,7 +1,8 @@
 """Policies: encoder -> core -> action head + value head, shared by every agent row.
 
 * Encoder: observations to floats (restoring emulated structure, scaling by the space's bounds
-  unless ``policy.obs_scale`` is ``none``), then Linear + GELU (``linear``, ``onehot``), or for
+  unless ``policy.obs_scale`` is ``none``), then Linear + GELU (``linear``, ``onehot``; the Linear
+  alone with ``policy.encoder_activation none``, as PufferLib 4.0's encoder), or for
   image observations either way round ((H, W, C), (C, H, W), stacked frames:
   :func:`appliance.config.images.image_layout`) the Nature CNN (``nature``, the default for frames of
   36x36 or more) or a small CNN (``cnn``). :attr:`Policy.encoder_choice` says which and why.
@@ -16,7 +17,8 @@
   policies: with a recurrent core, what its LSTM wrapper does (every encoder and head weight
   orthogonal with gain 1, every bias zero, the core as torch makes it); with ``mlp``, its Default
   policy (torch's encoder init, logits 0.01, value 1). ``cleanrl``: encoder gain sqrt(2), logits
-  0.01, value 1 (CleanRL's PPO). docs/learning.md has the breakout curves of each.
+  0.01, value 1 (CleanRL's PPO). docs/learning.md has the breakout curves of each. ``torch``: every
+  layer of encoder, core and heads as torch initializes it, no override (PufferLib 4.0's models).
 
 The recurrent state carries across episode boundaries in rollout and training alike, and each
 training segment starts from the state its rollout started with, so the training forward pass
@@ -223,19 +225,27 @@ class Policy(nn.Module):
         obs_scale: str = "bounds",
         num_layers: int = 1,
         expansion_factor: int = 1,
+        encoder_activation: str = "gelu",
     ) -> None:
         super().__init__()
         if core not in CORES:
             raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
         if expansion_factor != 1 and core != "mingru":
             raise ValueError(f"policy.expansion_factor {expansion_factor}: only the mingru core has one")
-        if init not in ("pufferlib", "cleanrl"):
-            raise ValueError(f"unknown policy init {init!r}; choose pufferlib or cleanrl")
+        if init not in ("pufferlib", "cleanrl", "torch"):
+            raise ValueError(f"unknown policy init {init!r}; choose pufferlib, cleanrl or torch")
+        if encoder_activation not in ("gelu", "none"):
+            raise ValueError(f"unknown policy encoder_activation {encoder_activation!r}; choose gelu or none")
         if obs_scale not in ("bounds", "none"):
             raise ValueError(f"unknown policy obs_scale {obs_scale!r}; choose bounds or none")
         self.hidden_size = hidden_size
         kind, layout, why = choose_encoder(encoder, obs_space, obs_codec)
         image = layout is not None and kind in ("cnn", "nature")
+        if image and encoder_activation != "gelu":
+            raise ConfigError(
+                f"policy.encoder_activation {encoder_activation} applies to the linear and onehot encoders, not "
+                f"{kind} (its layers have their own activations); use --policy.encoder-activation gelu"
+            )
         onehot = kind == "onehot"
         self.to_float = ObsToFloat(obs_space, obs_codec, onehot=onehot, obs_scale=obs_scale)
         box = isinstance(action_space, spaces.Box)
@@ -248,7 +258,8 @@ class Policy(nn.Module):
             build = nature_cnn if kind == "nature" else small_cnn
             self.encoder = build(layout.channels, layout.height, layout.width, hidden_size)
         else:
-            self.encoder = nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), nn.GELU())
+            act = [nn.GELU()] if encoder_activation == "gelu" else []
+            self.encoder = nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), *act)
         self.encoder_choice = (kind, why)  # what the run's header prints
         factor = {"expansion_factor": expansion_factor} if core == "mingru" else {}
         self.core: Core = CORES[core](hidden_size, num_layers=num_layers, **factor)
@@ -272,7 +283,12 @@ class Policy(nn.Module):
                          for b in (action_space.low, action_space.high))  # fmt: skip
             self.register_buffer("action_low", low, persistent=False)
             self.register_buffer("action_high", high, persistent=False)
-        if init == "pufferlib" and not self.core.recurrent:  # PufferLib's Default: torch's encoder init
+        if init == "torch":  # every layer as torch constructs it: undo layer_init's overrides
+            for module in (self.encoder, self.core, self.decoder, self.value):
+                for layer in module.modules():
+                    if hasattr(layer, "reset_parameters"):  # Linear, Conv2d, LSTM
+                        layer.reset_parameters()
+        elif init == "pufferlib" and not self.core.recurrent:  # PufferLib's Default: torch's encoder init
             for layer in self.encoder.modules():
                 if isinstance(layer, (nn.Linear, nn.Conv2d)):
                     layer.reset_parameters()
