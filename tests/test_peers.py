@@ -598,6 +598,16 @@ def test_pufferlib4_config_puts_its_ini_on_our_keys_and_names_what_differs(peer4
         and "int(replay_ratio x batch / minibatch_size) = 5 minibatches" in header
     )
     assert "b0 + (1 - b0) * prio_alpha * epoch / total_epochs" in header and "never reads them" in header
+    # each difference a switch of ours reproduces is named with the switch and its value (the recipe keeps ours)
+    from appliance.config import defaults
+    from appliance.config.schema import CHOICES
+
+    for key, value in (("train.prio_replacement", "true"), ("train.muon_ns", "pufferlib4"),
+                       ("policy.encoder_activation", "none"), ("policy.init", "torch")):  # fmt: skip
+        assert f"ours: {key} {value}" in header, key
+        section, name = key.split(".")
+        assert name in defaults()[section] and value in CHOICES.get((section, name), ("true", "false"))
+        assert name not in cfg[section]
     for left in ("env.width", "vec.num_threads", "vec.num_buffers", "train.seed", "train.anneal_ent_coef",
                  "base.checkpoint_interval", "[selfplay]", "[sweep]"):  # fmt: skip
         assert left in header, left

@@ -513,21 +513,23 @@ clamped to [-1, 1] in the update and not scaled, the recurrent state zeroed at t
 Same name, other meaning, or not the same model:
 - train.replay_ratio {pt["replay_ratio"]}: int(replay_ratio x batch / minibatch_size) = {n["minibatches"]} minibatches an epoch
   (3.0's update_epochs and ours are whole passes), each of {n["segments"]} horizon-long segments drawn by priority WITH
-  replacement (torch.multinomial(..., replacement=True)); 3.0.0 drew them without. The advantage is computed
-  again before every minibatch over the whole batch, with the ratios and values the earlier ones left (3.0 too).
+  replacement (torch.multinomial(..., replacement=True); ours: train.prio_replacement true); 3.0.0 drew them
+  without. The advantage is computed again before every minibatch over the whole batch, with the ratios and
+  values the earlier ones left (3.0 too).
 - train.prio_beta0: beta anneals b0 + (1 - b0) * prio_alpha * epoch / total_epochs, total_epochs = total_timesteps
   // batch ({n["epochs"]}); 3.0.0's pufferl.py has the same alpha factor (checked in its sdist), so this is no change.
 - train.learning_rate / min_lr_ratio: cosine from learning_rate down to min_lr_ratio x learning_rate over
   total_epochs, set at the start of each update (the first epoch at the full rate).
 - train.adam_beta1: the momentum of its Muon (Nesterov, m = beta*m + g, u = g + beta*m; matrices
-  orthogonalized by 5 Newton-Schulz steps with a different coefficient triple each step, scaled by
-  sqrt(max(1, rows/cols)); vectors plain momentum SGD). train.adam_beta2 and train.adam_eps are copied but
-  its Muon never reads them (eps is stored, its Newton-Schulz uses 1e-7).
+  orthogonalized by 5 Newton-Schulz steps with a different coefficient triple each step (ours: train.muon_ns
+  pufferlib4), scaled by sqrt(max(1, rows/cols)); vectors plain momentum SGD). train.adam_beta2 and
+  train.adam_eps are copied but its Muon never reads them (eps is stored, its Newton-Schulz uses 1e-7).
 - train.minibatch_size = max_minibatch_size: it has no gradient accumulation (3.0 had).
 - policy: its MinGRU (pufferlib/models.py) is num_layers layers of Linear(h, 3h, no bias) -> hidden, gate, proj;
   state lerp toward g(hidden) by sigmoid(gate) from a zero state, then a highway out = s*state + (1-s)*input,
-  s = sigmoid(proj); its encoder is one Linear with no activation (ours linear adds GELU), its decoder one
-  Linear for logits and one for the value; torch's default initialization (ours: policy.init).
+  s = sigmoid(proj); its encoder is one Linear with no activation (ours: policy.encoder_activation none; gelu
+  adds GELU), its decoder one Linear for logits and one for the value; torch's default initialization (ours:
+  policy.init torch).
   policy.expansion_factor is copied but nothing at this commit reads it (MinGRU swallows it in **kwargs).
 - train.ent_coef: constant (its [train] anneal_ent_coef is 0 and its torch path never reads it).
 The env: {ENV_NOTES[env]}
