@@ -15,22 +15,28 @@ from appliance.train.graphs import restore, update_state
 pytestmark = pytest.mark.gpu
 
 
-def _trainer() -> Trainer:
+# PufferLib 4.0's switches: segments drawn with replacement and its Muon inside the captured update
+PUFFERLIB4 = ("--train.prio-replacement", "true", "--train.muon-ns", "pufferlib4", "--policy.init", "torch",
+              "--policy.encoder-activation", "none")  # fmt: skip
+
+
+def _trainer(*extra: str) -> Trainer:
     cfg = resolve(
         env="breakout",
         overrides=[
             "--train.device", "cuda", "--train.graphs", "true", "--vec.num-envs", "256",
             "--train.bptt-horizon", "16", "--train.minibatch-size", "1024", "--train.max-minibatch-size", "512",
-            "--train.update-epochs", "2",
+            "--train.update-epochs", "2", *extra,
         ],
     )  # fmt: skip
     return Trainer(cfg, vector.make_from_config(cfg))
 
 
-def test_graphed_update_matches_the_called_one_and_does_not_allocate() -> None:
+@pytest.mark.parametrize("extra", [(), PUFFERLIB4], ids=["defaults", "pufferlib4"])
+def test_graphed_update_matches_the_called_one_and_does_not_allocate(extra: tuple[str, ...]) -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    trainer = _trainer()
+    trainer = _trainer(*extra)
     try:
         assert trainer.update_step.capture
         for _ in range(2):  # 8 minibatches an epoch: warm-up, capture, replays
