@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ["pufferlib_peer", "pufferlib4_peer", "peer_crossplay", "breakout_scripted", "cpu_roofline",
-         "ctrl_c_startup", "pool_overhead", "train_ab", "noise_guard_rates"]  # fmt: skip
+         "ctrl_c_startup", "pool_overhead", "train_ab", "noise_guard_rates", "resume_variants"]  # fmt: skip
 
 
 def tool(name):
@@ -117,6 +117,10 @@ BAD = [
     ("noise_guard_rates", ["--steps", "0"], "--steps: '0' is out of range"),
     ("noise_guard_rates", ["--conditions", "idle,nosuch"], "--conditions: unknown nosuch"),
     ("noise_guard_rates", ["--core", "4096", "--out", "r.json"], "--core 4096 is not a usable CPU"),
+    ("noise_guard_rates", ["--rescore", "nosuch.json"], "nosuch.json is not a record of this tool"),
+    ("resume_variants", ["RUN", "--stop-steps", "0"], "--stop-steps: '0' is out of range"),
+    ("resume_variants", ["RUN", "--stop-steps", "1e6", "--mode", "cold"], "--mode: invalid choice"),
+    ("resume_variants", ["nosuch", "--stop-steps", "1e6"], "nosuch needs a model.pt and the run's config.yaml"),
 ]  # fmt: skip
 
 
@@ -232,7 +236,7 @@ def test_noise_guard_rates_rejudges_a_report_with_the_step_gate(tmp_path, capsys
     steps = r.data.setdefault("noise", {"steps": []})["steps"]
     for i, ratio in enumerate((1.0, 0.8, 0.82, 0.81, 0.5)):
         steps.append(
-            {"step": f"s{i}", "speed": {"int_mops": 10 * ratio, "float_gflops": 3.0, "copy_gbs": 8.0}}
+            {"step": f"s{i}", "speed": {"int_mops": 10 * ratio, "float_gflops": 3.0 * ratio, "copy_gbs": 8.0}}
         )
         steps[-1]["slow"] = "old" if ratio < 0.85 else None
     path = tmp_path / "r.json"
@@ -242,3 +246,17 @@ def test_noise_guard_rates_rejudges_a_report_with_the_step_gate(tmp_path, capsys
     assert "5 steps, 5 with a speed check; flagged then 4, now 1" in out, out
     code, err = exit_and_err("noise_guard_rates", ["--rejudge", str(tmp_path / "none.json")], capsys)
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_noise_guard_rates_rescores_a_record_with_the_two_loop_rule(tmp_path, capsys):
+    """--rescore: a record's step checks judged again; one loop's dip no longer flags a step."""
+    base = {"int_mops": 10.0, "float_gflops": 3.0, "copy_gbs": 8.0}
+    steps = [base, {**base, "copy_gbs": 5.0}, {**base, "int_mops": 6.0, "copy_gbs": 5.0}]
+    run = {"start_checks": [base] * 5, "step_checks": steps, "flagged": [[], ["copy_gbs"], ["copy_gbs", "int_mops"]],
+           "others_cores_mean": 0.0, "steal_cores_mean": 0.0}  # fmt: skip
+    record = {"machine": {"line": "m"}, "conditions": {"idle": {"runs": [run]}}}
+    path = tmp_path / "rates.json"
+    path.write_text(json.dumps(record))
+    assert tool("noise_guard_rates").main(["--rescore", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "idle           1 of 3" in out, out
