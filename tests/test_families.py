@@ -241,19 +241,19 @@ def test_the_area_resize_averages_what_each_output_pixel_covers():
 def test_atari_preprocessing_refuses_what_is_no_ale_game():
     with pytest.raises(ConfigError, match="ALE/Pong-v5 with ale-py.*--vec.preprocess none"):
         vector.make("CartPole-v1", backend="serial", preprocess="atari")
-    with pytest.raises(ConfigError, match="choose one of: auto, atari, none"):
+    with pytest.raises(ConfigError, match="choose one of: auto, ale_vector, atari, none"):
         resolve(env="CartPole-v1", overrides=["--vec.preprocess", "atar"])
 
 
 @needs_ale
 def test_ale_games_come_as_four_stacked_84x84_frames():
-    with vector.make("ALE/Pong-v5", backend="serial") as vec:
+    with vector.make("ALE/Pong-v5", backend="serial", preprocess="atari") as vec:  # Python workers' frames
         assert vec.obs_codec.space.shape == (4, 84, 84)
         obs, *_ = vec.reset(0)
         obs, *_ = vec.step(np.zeros(1, np.int32))
         assert obs.dtype == np.uint8 and obs.max() > 0
     with pytest.raises(ConfigError, match="leave env.frameskip out"):
-        vector.make("ALE/Pong-v5", backend="serial", frameskip=4)
+        vector.make("ALE/Pong-v5", backend="serial", preprocess="atari", frameskip=4)
     with vector.make("ALE/Pong-v5", backend="serial", preprocess="none") as raw:
         assert raw.obs_codec.space.shape == (210, 160, 3)
 

@@ -19,7 +19,7 @@ AUTO = "auto"
 # String keys that take one of a fixed set of values (checked with a "did you mean").
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("vec", "backend"): ("native", "serial", "multiprocessing", "ray"),
-    ("vec", "preprocess"): ("auto", "atari", "none"),
+    ("vec", "preprocess"): ("auto", "ale_vector", "atari", "none"),
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "muon_ns"): ("heavyball", "pufferlib4"),
@@ -130,8 +130,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "recv_timeout": "seconds a recv (and a worker's first reset) may wait for a worker before it is "
         "reported as stuck",
         "ray_address": 'ray backend: the cluster to join ("": start a local Ray runtime)',
-        "preprocess": "Python envs' wrappers: atari (AtariPreprocessing and 4 stacked frames), none, or "
-        "auto (atari for ALE ids)",
+        "preprocess": "Python envs' wrappers: atari (AtariPreprocessing and 4 stacked frames in Python "
+        "workers), ale_vector (the same frames from ale-py's AtariVectorEnv, its C++ threads), none, or "
+        "auto (ALE ids: ale_vector where ale-py has it, else atari)",
     },
     "train": {
         "seed": "seeds torch, the minibatch sampler and the envs",

@@ -321,7 +321,7 @@ def emulate(env: Any, name: str | None = None) -> GymnasiumEmulator | PettingZoo
     )
 
 
-PREPROCESS = ("auto", "atari", "none")
+PREPROCESS = ("auto", "ale_vector", "atari", "none")
 
 
 def make_factory(
@@ -338,7 +338,7 @@ def make_factory(
     if preprocess not in PREPROCESS:
         raise ConfigError(f"vec.preprocess {preprocess!r}: choose one of {', '.join(PREPROCESS)}")
     args = tuple(sorted((kwargs or {}).items()))
-    atari = preprocess == "atari" or (preprocess == "auto" and gymids.is_ale(env))
+    atari = preprocess in ("atari", "ale_vector") or (preprocess == "auto" and gymids.is_ale(env))
     if atari and not gymids.is_ale(env):
         raise ConfigError(
             f"vec.preprocess atari applies to Arcade Learning Environment ids (ALE/Pong-v5 with ale-py); "
