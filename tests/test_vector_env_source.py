@@ -217,6 +217,31 @@ def test_an_envpool_pool_is_a_next_step_vector_env_source():
             vector.make("appliance.vector.gymvec:envpool", backend="serial", num_envs=2)
 
 
+def test_envpool_itself_steps_pong_as_a_vector_env_source():
+    """EnvPool 1.2.5 (where installed; not a dependency): its Pong-v5 pool through
+    ``appliance.vector.gymvec:envpool`` gives the atari family's frames, and its episodes end and
+    are reported (random play loses a game of Pong within a few thousand steps)."""
+    pytest.importorskip("envpool", reason="EnvPool is not installed (pip install envpool)")
+    vec = vector.make(
+        "appliance.vector.gymvec:envpool", backend="serial", num_envs=2, task_id="Pong-v5", recv_timeout=120
+    )
+    try:
+        assert type(vec.env).__name__ == "EnvPoolVector" and vec.next_step
+        assert vec.single_observation_space.shape == (4, 84, 84) and vec.single_action_space.n == 6
+        vec.async_reset(0)
+        ended, rng = [], np.random.default_rng(0)
+        for _ in range(6000):
+            obs, *_, infos, _, _ = vec.recv()
+            ended += infos
+            if len(ended) >= 2:
+                break
+            vec.send(rng.integers(0, 6, 2))
+        assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+        assert len(ended) >= 2 and all(-21 <= i["episode_return"] <= 21 for i in ended)
+    finally:
+        vec.close()
+
+
 def test_the_ranks_memory_check_closes_the_vector_env_it_made(monkeypatch):
     from appliance.train import distributed
 
