@@ -205,7 +205,7 @@ def test_damage_in_place_points_past_the_snapshot_that_shares_the_file(trained_r
 @pytest.mark.parametrize(
     ("args", "key"),
     [
-        (["pong"], "env 'squared'"),
+        (["pong"], "is a run of squared, not pong"),
         (["squared", "--policy.hidden-size", "64"], "policy.hidden-size 32"),
         (["squared", "--train.optimizer", "adam"], "train.optimizer 'muon'"),
     ],

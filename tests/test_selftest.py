@@ -71,7 +71,8 @@ def test_selftest_runs_a_tiny_suite_twice_and_writes_both_reports_and_the_compar
     assert result.exit_code in (0, 1), result.output
     record = json.loads((out / "selftest.json").read_text())
     assert record["threshold"] == 0.5 and record["compared"] >= 1 and record["suite"] == "tiny"
-    assert ("agree: " if record["agree"] else "disagree: ") in result.output
+    verdict = "agree: " if record["agree"] else ("inconclusive: " if record["inconclusive"] else "disagree: ")
+    assert verdict in result.output
     assert result.exit_code == (0 if record["agree"] else 1)
     first, second = (rpt.load(p) for p in record["reports"])
     assert "/first/" in record["reports"][0] and "/second/" in record["reports"][1]

@@ -337,7 +337,7 @@ def resume_config(
         )
     if env is not None and env != run_env:
         raise ConfigError(
-            f"--resume {resume} is a run of {run_env}, not {env}: pass {run_env} or leave ENV out"
+            f"--resume {resume} ({checkpoint}) is a run of {run_env}, not {env}: pass {run_env} or leave ENV out"
         )
     cfg = resolve(
         env=run_env,

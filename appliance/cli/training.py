@@ -153,10 +153,9 @@ def _train(
             "one process trains without one: drop it"
         )
     where.check()  # --node-rank 5 of one machine is refused on one process too
+    notes: list[str] = []
     if resume:
         cfg, notes = resume_config(resume, env, profile, config_file, overrides, family=family)
-        for line in notes:
-            click.echo(line)
     else:
         cfg = run_config(env, profile, config_file, overrides, family=family)
     options = session.Options(
@@ -169,6 +168,7 @@ def _train(
         wandb=use_wandb,
         report=report,
         stop_steps=stop_steps,
+        notes=tuple(notes),
     )
     if nproc > 1 or nnodes > 1:
         from appliance.train import distributed

@@ -71,6 +71,7 @@ def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[s
         if where.node_rank == 0:
             with runs.claim(cfg.train.data_dir, cfg.env_name, options.run_id, options.resume) as run:
                 yield from ((f"warning: {note}", True) for note in run.notes)
+                yield from ((note, False) for note in options.notes)
                 yield from _launch(cfg, options, where, run.run_dir, run.resume_from)
         else:  # the other machines need the folder only to resume, from their own copy
             resume_from = runs.find_checkpoint(cfg.train.data_dir, options.resume) if options.resume else None

@@ -28,6 +28,7 @@ class Options:
     wandb: bool = False
     report: str | None = None  # write a JSON summary here at the end
     stop_steps: int | None = None  # end after this many agent-steps (schedules still span total_timesteps)
+    notes: tuple[str, ...] = ()  # lines said once the run has started (a resume's config and changes)
 
 
 def stop_rule(cfg: Any, options: Options) -> loop.Stop:
@@ -109,6 +110,8 @@ def _train_with(
         runs.require_checkpoint_room(run_dir, trainer.policy)
         runs.start_run(cfg, run_dir)
         trainer.latest_pointer = Path(t.data_dir) / runs.LATEST  # moves at the first checkpoint
+        for line in options.notes:
+            yield line, False
         yield header(cfg, trainer), False
         for line in defaults_chosen(cfg, trainer):
             yield line, False
