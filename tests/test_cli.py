@@ -206,6 +206,16 @@ def test_resume_takes_the_runs_own_config_and_the_command_line_over_it(tmp_path)
     saved = yaml.safe_load((tmp_path / "exp" / "r1" / "config.yaml").read_text())
     assert saved["policy"]["hidden_size"] == 32 and saved["train"]["seed"] == 7
     assert saved["vec"]["num_envs"] == 8 and saved["train"]["total_timesteps"] == 512
+    saved_path = (
+        tmp_path / "exp" / "r1" / "config.yaml"
+    )  # a run saved by an older version: a key since removed
+    old = yaml.safe_load(saved_path.read_text())
+    saved_path.write_text(
+        yaml.safe_dump({**old, "train": {**old["train"], "retired_key": 1}}, sort_keys=False)
+    )
+    result = run("train", "--resume", "r1", "--no-dashboard", "--train.data-dir", data)
+    assert result.exit_code == 0, result.output
+    assert "keys no longer known, not applied: train.retired_key" in result.output
     result = run("train", "pong", "--resume", "r1", "--no-dashboard", "--train.data-dir", data)
     assert result.exit_code == 2 and "is a run of squared, not pong" in result.output
     (tmp_path / "exp" / "r1" / "config.yaml").unlink()  # a copied model.pt: ENV and settings as given

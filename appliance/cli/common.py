@@ -355,6 +355,9 @@ def resume_config(
         if before.data[section].get(key) != value
     ]
     lines = [f"resuming with the run's config {saved}"]
+    lines += [
+        f"  {src.split(' (', 1)[1].rstrip(')')}" for src in cfg.sources if src.startswith(f"{saved} (keys")
+    ]
     if changed:
         lines.append("changed for this resume: " + "; ".join(changed))
     return cfg, lines

@@ -276,7 +276,10 @@ def resolve(
         layer = {k: v for k, v in read_yaml(path, "the resumed run's config").items() if k not in SAVED_META}
         if python_env:
             _open_env_keys(layer, schema)
+        layer, gone = _known_keys(layer, schema)
         _apply(data, layer, schema, str(path), ranges)
+        if gone:  # a run saved by an older version: keys since removed do not stop its resume
+            sources.append(f"{path} (keys no longer known, not applied: {', '.join(gone)})")
         _record(history, data, layer, f"{RESUMED} ({path})")
         sources.append(f"{path} (resumed run)")
 
@@ -308,6 +311,21 @@ def resolve(
     if env is not None and env in env_names():
         check_memory(env, data)
     return Config(data, env_name=env, profile=profile, sources=sources, family=family_of, history=history)
+
+
+def _known_keys(
+    layer: Mapping[str, Any], schema: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, Any], list[str]]:
+    """``layer`` without the sections and keys ``schema`` does not know, and their dotted names."""
+    kept: dict[str, Any] = {}
+    gone: list[str] = []
+    for section, values in layer.items():
+        if section not in schema or not isinstance(values, Mapping):
+            gone.append(str(section))
+            continue
+        kept[section] = {k: v for k, v in values.items() if k in schema[section]}
+        gone += [f"{section}.{k}" for k in values if k not in schema[section]]
+    return kept, gone
 
 
 def _open_env_keys(layer: Mapping[str, Any], schema: dict[str, dict[str, Any]]) -> None:
