@@ -118,6 +118,7 @@ BAD = [
     ("noise_guard_rates", ["--conditions", "idle,nosuch"], "--conditions: unknown nosuch"),
     ("noise_guard_rates", ["--core", "4096", "--out", "r.json"], "--core 4096 is not a usable CPU"),
     ("noise_guard_rates", ["--rescore", "nosuch.json"], "nosuch.json is not a record of this tool"),
+    ("pufferlib_peer", ["ours", "RUN", "--env", "squared", "--window", "0", "--out", "a.json"], "--window: '0' is out of range"),
     ("resume_variants", ["RUN", "--stop-steps", "0"], "--stop-steps: '0' is out of range"),
     ("resume_variants", ["RUN", "--stop-steps", "1e6", "--mode", "cold"], "--mode: invalid choice"),
     ("resume_variants", ["nosuch", "--stop-steps", "1e6"], "nosuch needs a model.pt and the run's config.yaml"),

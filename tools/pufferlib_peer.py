@@ -580,9 +580,10 @@ def run_driver(cmd: list[str], cache: Path, env_vars: dict[str, str], jsonl: Pat
 # ---------------------------------------------------------------------- reports
 
 
-def windowed(rows: list[dict[str, float]], metric: str) -> dict[str, list[float]]:
+def windowed(rows: list[dict[str, float]], metric: str, window: int = 0) -> dict[str, list[float]]:
     """The curve as the learn suite keeps it: per logged epoch with ``metric``, its steps, seconds
-    and the mean of the last WINDOW values."""
+    and the mean of the last ``window`` values (default WINDOW)."""
+    window = window or WINDOW
     curve: dict[str, list[float]] = {"steps": [], "seconds": [], "score": []}
     values: list[float] = []
     for r in rows:
@@ -590,7 +591,7 @@ def windowed(rows: list[dict[str, float]], metric: str) -> dict[str, list[float]
             values.append(r[metric])
             curve["steps"].append(r["steps"])
             curve["seconds"].append(r["seconds"])
-            curve["score"].append(sum(values[-WINDOW:]) / len(values[-WINDOW:]))
+            curve["score"].append(sum(values[-window:]) / len(values[-window:]))
     return curve
 
 
@@ -601,12 +602,12 @@ def score_at(curve: dict[str, list[float]], step: float) -> float | None:
 
 def make_report(system: str, env: str, metric: str, target: float, rows: list[dict[str, float]],
                 config: dict[str, Any], command: str, seed: int | None, at: list[float],
-                device: str = "cpu") -> dict[str, Any]:  # fmt: skip
+                device: str = "cpu", window: int = 0) -> dict[str, Any]:  # fmt: skip
     use_our_package()
     from appliance.bench.report import Report
     from appliance.sysinfo import fingerprint
 
-    curve = windowed(rows, metric)
+    curve = windowed(rows, metric, window)
     if not curve["steps"]:
         raise PeerError(
             f"the run logged no {metric!r}; stats it logged: {sorted({k for r in rows for k in r})}"
@@ -1344,6 +1345,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("run_dir", type=tool_cli.path)
             p.add_argument("--env", required=True)
             p.add_argument("--seed", type=SEED, default=None)
+            p.add_argument("--window", type=tool_cli.number(1, 10**6, integer=True), default=WINDOW,
+                           help="logged epochs averaged into the score (default %(default)s, the learn "
+                           "suite's; more where an epoch ends one or two episodes, as 8 Atari envs do)")  # fmt: skip
         else:
             p.add_argument("curve", type=tool_cli.path)
             p.add_argument("--env", required=True)
@@ -1497,7 +1501,7 @@ def run_command(a: argparse.Namespace) -> None:
             if copy.resolve() != (a.run_dir / "metrics.jsonl").resolve():
                 copy.write_bytes((a.run_dir / "metrics.jsonl").read_bytes())
             data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
-                               f"our run folder {a.run_dir}", a.seed, at)  # fmt: skip
+                               f"our run folder {a.run_dir}", a.seed, at, window=a.window)  # fmt: skip
         write_report(data, a.out)
 
 
