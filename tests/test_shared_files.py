@@ -527,6 +527,10 @@ def test_a_checkpoint_holding_pickled_code_is_refused_for_safety(run_copy):
         (lambda b: b.update(meta="squared"), "'meta'"),
         (lambda b: b.update(epoch="one"), "epoch must be a whole number"),
         (lambda b: b.update(model={"w": [1.0, 2.0]}), "named tensors"),
+        (
+            lambda b: b.update(return_scale={"count": 1, "mean": 0.0, "m2": -1.0, "scale": 0.0}),
+            "return_scale is not reward-scale statistics",
+        ),
     ],
 )
 def test_crafted_checkpoint_fields_are_one_line_on_eval_and_resume(run_copy, change, fragment):
