@@ -147,11 +147,12 @@ class Muon(torch.optim.Optimizer):
         if tall:
             x = x.T
         x = x / x.norm().clamp(min=1e-7)
-        eye = torch.eye(x.size(0), dtype=dtype, device=x.device)
         for a, b, c in cls.PUFFERLIB4_COEFFICIENTS:
             s = x @ x.T
-            y = s * c + eye * b
-            y = torch.addmm(eye, y, s, beta=a)  # y s + a I
+            y = s * c
+            y.diagonal().add_(b)
+            y = y @ s
+            y.diagonal().add_(a)  # the identity's terms on the diagonal: no identity matrix made per step
             x = y @ x
         if tall:
             x = x.T
