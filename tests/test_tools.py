@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ["pufferlib_peer", "pufferlib4_peer", "peer_crossplay", "breakout_scripted", "cpu_roofline",
-         "ctrl_c_startup", "pool_overhead", "train_ab", "noise_guard_rates", "resume_variants"]  # fmt: skip
+         "ctrl_c_startup", "pool_overhead", "train_ab", "noise_guard_rates", "resume_variants", "protein_peer",
+         "squared_cells"]  # fmt: skip
 
 
 def tool(name):
@@ -68,6 +69,10 @@ def no_work(monkeypatch, name):
         "timed",
         "envs_of",
         "one_run",
+        "sweep",
+        "race",
+        "ours",
+        "cells",
     ):
         for module in (tool(name), tool("pufferlib_peer")):
             if hasattr(module, work):
@@ -122,6 +127,13 @@ BAD = [
     ("resume_variants", ["RUN", "--stop-steps", "0"], "--stop-steps: '0' is out of range"),
     ("resume_variants", ["RUN", "--stop-steps", "1e6", "--mode", "cold"], "--mode: invalid choice"),
     ("resume_variants", ["nosuch", "--stop-steps", "1e6"], "nosuch needs a model.pt and the run's config.yaml"),
+    ("protein_peer", ["sweep", "squared", "--budget-seconds", "0", "--out", "x"], "--budget-seconds: '0' is out of range"),
+    ("protein_peer", ["sweep", "squared", "--budget-seconds", "60", "--timesteps", "1,2", "--out", "x"], "MIN,MEAN,MAX"),
+    ("protein_peer", ["sweep", "squared", "--budget-seconds", "60", "--out", "RUN"], "not empty; name a new folder"),
+    ("protein_peer", ["race", "--protein", "RUN", "--ours", "RUN", "--out", "r.txt"], "a .md path"),
+    ("protein_peer", ["race", "--protein", "RUN", "--ours", "RUN", "--out", "r.md", "--minutes", "0"], "positive numbers"),
+    ("squared_cells", ["nosuch"], "no model.pt"),
+    ("squared_cells", ["RUN", "--episodes", "0"], "--episodes: '0' is out of range"),
 ]  # fmt: skip
 
 

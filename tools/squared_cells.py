@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Which targets a trained squared policy reaches: success per target cell.
+
+    python tools/squared_cells.py experiments/p4-squared100-s0 --episodes 50000
+
+squared's perf is the share of episodes that reach the target. A run whose perf levels off at
+0.9917 = 119/120 may be missing one cell of the 120 a target can take on the 11x11 grid; this plays
+the run's newest weights (its own config, sampled actions as in training, ``--num-envs`` games at
+once) and counts, per cell, the episodes whose target sat there and how many ended with +1. Prints
+the grid of success rates and the cells below ``--below``; ``--out`` keeps the counts as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tool_cli  # a sibling script, not a package
+
+
+def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, list[list[int]]]:
+    import numpy as np
+    import torch
+
+    from appliance.cli.common import run_config
+    from appliance.train import checkpoint
+    from appliance.train.evaluate import check_env, config_of_run, saved_config
+    from appliance.train.make import make_policy
+    from appliance import vector
+
+    saved = saved_config(run_dir)
+    if saved.get("env_name") not in (None, "squared"):
+        raise tool_cli.ToolError(f"{run_dir} is a run of {saved['env_name']}, not squared")
+    import tempfile
+
+    import yaml
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:  # the run's own sections of its config.yaml
+        yaml.safe_dump({k: v for k, v in saved.items() if k in ("vec", "train", "policy", "env")}, f)
+        f.flush()
+        cfg = run_config("squared", None, f.name, ["--vec.num-envs", str(num_envs)])
+    path = run_dir / checkpoint.MODEL
+    ckpt = checkpoint.read(path)
+    check_env(cfg, path, ckpt["meta"], saved)
+    vec = vector.make_from_config(config_of_run(cfg, run_dir, saved))
+    try:
+        size = int(round(vec.single_observation_space.shape[0] ** 0.5))
+        tries = np.zeros((size, size), dtype=np.int64)
+        wins = np.zeros((size, size), dtype=np.int64)
+        policy = make_policy(cfg, vec)
+        checkpoint.load_weights(policy, path, ckpt["model"])
+        policy.eval()
+        torch.manual_seed(seed)
+        state = policy.initial_state(vec.num_agents)
+        obs, _ = vec.reset(seed)
+        target = np.argmax(obs.reshape(vec.num_agents, -1) == 2, axis=1)
+        done_count = 0
+        while done_count < episodes:
+            with torch.no_grad():
+                out, _, state = policy.step(torch.as_tensor(obs), state)
+                action, _ = policy.sample(out)
+            obs, rew, term, trunc, _ = vec.step(policy.env_actions(action).numpy())
+            ended = np.flatnonzero(np.asarray(term) | np.asarray(trunc))
+            for i in ended:
+                r, c = divmod(int(target[i]), size)
+                tries[r, c] += 1
+                wins[r, c] += int(rew[i] > 0)
+            done_count += len(ended)
+            if len(ended):
+                target[ended] = np.argmax(obs.reshape(vec.num_agents, -1)[ended] == 2, axis=1)
+        return {"tries": tries.tolist(), "wins": wins.tolist()}
+    finally:
+        vec.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = tool_cli.Parser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", type=tool_cli.path)
+    ap.add_argument("--episodes", type=tool_cli.number(1, 10**8, integer=True), default=50_000)
+    ap.add_argument("--num-envs", type=tool_cli.number(1, 65536, integer=True), default=1024)
+    ap.add_argument("--seed", type=tool_cli.number(0, 2**31 - 1, integer=True), default=0)
+    ap.add_argument("--below", type=tool_cli.number(0, 1), default=0.9, help="list cells under this rate")
+    ap.add_argument("--out", type=tool_cli.path, default=None)
+    a = ap.parse_args(argv)
+
+    def body() -> None:
+        if not (a.run_dir / "model.pt").is_file():
+            raise tool_cli.ToolError(f"{a.run_dir}: no model.pt (a run folder of puffer-bench train)")
+        got = cells(a.run_dir, a.episodes, a.num_envs, a.seed)
+        tries, wins = got["tries"], got["wins"]
+        total = sum(map(sum, tries))
+        print(f"{sum(map(sum, wins)) / total:.4f} of {total} episodes reached their target; per cell:")
+        low = []
+        for r, row in enumerate(tries):
+            line = []
+            for c, n in enumerate(row):
+                rate = wins[r][c] / n if n else float("nan")
+                line.append("  -  " if not n else f"{rate:5.2f}")
+                if n and rate < a.below:
+                    low.append(f"row {r} col {c}: {wins[r][c]} of {n}")
+            print(" ".join(line))
+        print("cells below %g: %s" % (a.below, "; ".join(low) or "none"))
+        if a.out:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps({"run": str(a.run_dir), "episodes": total, "seed": a.seed, **got}) + "\n")
+
+    return tool_cli.guarded(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
