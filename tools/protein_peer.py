@@ -449,7 +449,6 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("env")
     o.add_argument("--budget-seconds", type=tool_cli.number(1, 1e7), required=True)
     o.add_argument("--out", type=tool_cli.path, required=True, help="a new sweep folder")
-    o.add_argument("rest", nargs=argparse.REMAINDER, help="after --: more puffer-bench sweep options")
     r = sub.add_parser("race", help="a Protein sweep beside one of ours: best score against wall minutes")
     r.add_argument("--protein", type=tool_cli.path, required=True, help="a folder `sweep` wrote")
     r.add_argument("--ours", type=tool_cli.path, required=True, help="a `puffer-bench sweep` folder")
@@ -458,7 +457,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--out", type=tool_cli.path, required=True, help="the table (.md); .json and .png beside it"
     )
-    a = ap.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = argv[argv.index("--") + 1 :] if "--" in argv else []  # ours: more puffer-bench sweep options
+    a = ap.parse_args(argv[: len(argv) - len(rest) - (1 if "--" in argv else 0)])
+    a.rest = rest
+    if rest and a.cmd != "ours":
+        ap.error(f"options after -- are for `ours` only: {' '.join(rest)}")
     return tool_cli.guarded(lambda: run_command(a))
 
 
@@ -476,8 +480,7 @@ def run_command(a: argparse.Namespace) -> None:
     elif a.cmd == "ours":
         if a.out.exists() and any(a.out.iterdir()):
             raise RaceError(f"--out {a.out}: not empty; name a new folder")
-        rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
-        peer.write_report(ours(a.env, a.budget_seconds, rest, a.out), a.out / "race.json")
+        peer.write_report(ours(a.env, a.budget_seconds, a.rest, a.out), a.out / "race.json")
     else:
         if a.out.suffix != ".md":
             raise RaceError(f"--out {a.out}: a .md path (the .json and .png go beside it)")
