@@ -347,6 +347,23 @@ def ours_side(folder: Path) -> dict[str, Any]:
     }
 
 
+def machine_words(m: dict[str, Any]) -> str:
+    """The fingerprint in a line: CPU, its family/model, cores, host hash and the calibration loops."""
+    if not m:
+        return "not recorded"
+    cpu, cal = m.get("cpu") or {}, m.get("calibration") or {}
+    loops = ", ".join(
+        f"{k} {cal[k]:.2f}"
+        for k in ("int_mops", "float_gflops", "copy_gbs")
+        if isinstance(cal.get(k), int | float)
+    )
+    return (
+        f"{cpu.get('model', '?')} (family {cpu.get('family', '?')} model {cpu.get('model_number', '?')}"
+        f"{', ' + cpu['codename'] if cpu.get('codename') else ''}), {cpu.get('usable_cores', '?')} usable cores, "
+        f"host {m.get('host_hash', '?')}; calibration at its start: {loops or 'none'}"
+    )
+
+
 def best_by(trials: list[dict[str, Any]], seconds: float) -> tuple[float, int] | None:
     done = [t for t in trials if t["end_s"] <= seconds]
     if not done:
@@ -387,10 +404,7 @@ def race(protein: Path, ours: Path, out: Path, minutes: tuple[float, ...]) -> st
                 f"{t['score']:.3f} | {settings or 'its base config'} |"
             )
     for label, s in sides:
-        m = s["machine"] or {}
-        cpu = m.get("cpu") or {}
-        lines.append("")
-        lines.append(f"{label}'s machine: {cpu.get('model', '?')} ({m.get('fingerprint', '?')})")
+        lines += ["", f"{label}'s machine: {machine_words(s['machine'] or {})}"]
     text = "\n".join(lines) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
