@@ -74,17 +74,23 @@ def test_the_parity_configs_count_the_envs_pufferlibs_serial_backend_steps(peer)
     assert "num_envs: 4096" in text
 
 
+def parity_configs(pattern="*.yaml"):
+    """bench/parity's train configs (its sweep-*.yaml are sweep spaces, for tools/protein_peer.py);
+    ``**/*.yaml``: 4.0's in pufferlib4/ too."""
+    return sorted(p for p in (ROOT / "bench" / "parity").glob(pattern) if not p.name.startswith("sweep-"))
+
+
 def test_the_parity_configs_zero_the_recurrent_state_at_each_rollout_as_pufferlib():
     """PufferLib 3.0's trainer starts every rollout (and every trained segment) from a zero LSTM state;
     the configs its runs are compared with (made by the harness's config command) say so."""
-    for path in (ROOT / "bench" / "parity").glob("*.yaml"):
+    for path in parity_configs():
         assert yaml.safe_load(path.read_text())["train"]["reset_state"] is True, path
 
 
 def test_the_parity_configs_feed_the_raw_observation_floats_as_pufferlibs_default_policy():
     """PufferLib's Default policy reads the observation floats as they are; ours divides by the
     declared bounds unless policy.obs_scale is none (go's captures: bound 147)."""
-    paths = list((ROOT / "bench" / "parity").glob("*.yaml"))
+    paths = parity_configs()
     assert paths
     for path in paths:
         assert yaml.safe_load(path.read_text())["policy"]["obs_scale"] == "none", path
@@ -826,7 +832,7 @@ def test_every_parity_config_is_one_our_trainer_runs():
     exists and is in range, and 4.0's PufferNet, replay ratio and schedule floor arrive as written."""
     from appliance.config import resolve
 
-    paths = sorted((ROOT / "bench" / "parity").rglob("*.yaml"))
+    paths = parity_configs("**/*.yaml")
     assert any(p.parent.name == "pufferlib4" for p in paths)
     for path in paths:
         cfg = resolve(env=path.stem, config_file=path)
