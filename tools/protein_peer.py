@@ -56,7 +56,7 @@ SWEEP_DRIVER = r"""
 import json, os, random, sys, time, traceback
 env_name = sys.argv.pop(1)
 budget, out_dir = float(os.environ["PEER_BUDGET_SECONDS"]), os.environ["PEER_OUT_DIR"]
-metric, base_seed = os.environ["PEER_METRIC"], int(os.environ["PEER_SEED"])
+metric, base_seed, window = os.environ["PEER_METRIC"], int(os.environ["PEER_SEED"]), int(os.environ["PEER_WINDOW"])
 space_set = json.loads(os.environ.get("PEER_SWEEP_SPACE") or "{}")
 import numpy as np
 import torch
@@ -154,7 +154,7 @@ while i < args["max_runs"] and time.time() - t0 < budget:
     row["ended_s"] = time.time() - t0
     values = [float(l[key]) for l in logger.logs if key in l]
     row.update(state=state, steps=int(logger.logs[-1]["agent_steps"]) if logger.logs else 0,
-               score=sum(values[-5:]) / len(values[-5:]) if values else None)
+               score=sum(values[-window:]) / len(values[-window:]) if values else None)
     if all_logs is not None:
         logs = [e for e in all_logs if key in e]
         scores = pl.downsample([l[key] for l in logs], points)
@@ -212,6 +212,7 @@ def sweep(cache: Path, env: str, budget: float, metric: str, seed: int, timestep
         "PEER_OUT_DIR": str(out.resolve()),
         "PEER_METRIC": metric,
         "PEER_SEED": str(seed),
+        "PEER_WINDOW": str(WINDOW),
         "PEER_SWEEP_SPACE": json.dumps(space),
     }
     args = ["--train.device", "cpu", "--vec.backend", "Serial", *extra]
@@ -314,14 +315,16 @@ def ours(env: str, budget: float, extra: list[str], out: Path) -> dict[str, Any]
 
 
 def ours_side(folder: Path) -> dict[str, Any]:
-    db = folder / "study.db"
-    if not db.is_file():
-        raise RaceError(f"--ours {folder}: no study.db (a folder `puffer-bench sweep ... --out` wrote)")
     peer.use_our_package()
     import optuna
 
+    from appliance.sweep.study import DB, STUDY
+
+    db = folder / DB
+    if not db.is_file():
+        raise RaceError(f"--ours {folder}: no {DB} (a folder `puffer-bench sweep ... --out` wrote)")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{db}")
+    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{db}")
     every = [t for t in study.get_trials(deepcopy=False) if t.datetime_start is not None]
     if not every:
         raise RaceError(f"--ours {folder}: the study has no trial that started")
@@ -374,8 +377,9 @@ def best_by(trials: list[dict[str, Any]], seconds: float) -> tuple[float, int] |
 
 def race(protein: Path, ours: Path, out: Path, minutes: tuple[float, ...]) -> str:
     sides = [("Protein", protein_side(protein)), ("ours", ours_side(ours))]
-    horizon = max(max((t["end_s"] for t in s["trials"]), default=s["budget_s"] or 0.0) for _, s in sides)
-    horizon = max([horizon] + [s["budget_s"] for _, s in sides if s["budget_s"]])
+    horizon = max(
+        [t["end_s"] for _, s in sides for t in s["trials"]] + [s["budget_s"] or 0.0 for _, s in sides]
+    )
     cols = [m for m in minutes if m * 60 <= horizon + 60] or [minutes[0]]
     lines = [
         f"Best score found so far against wall minutes since the side's first trial started (a trial counts "

@@ -580,10 +580,9 @@ def run_driver(cmd: list[str], cache: Path, env_vars: dict[str, str], jsonl: Pat
 # ---------------------------------------------------------------------- reports
 
 
-def windowed(rows: list[dict[str, float]], metric: str, window: int = 0) -> dict[str, list[float]]:
+def windowed(rows: list[dict[str, float]], metric: str, window: int = WINDOW) -> dict[str, list[float]]:
     """The curve as the learn suite keeps it: per logged epoch with ``metric``, its steps, seconds
-    and the mean of the last ``window`` values (default WINDOW)."""
-    window = window or WINDOW
+    and the mean of the last ``window`` values."""
     curve: dict[str, list[float]] = {"steps": [], "seconds": [], "score": []}
     values: list[float] = []
     for r in rows:
@@ -602,7 +601,7 @@ def score_at(curve: dict[str, list[float]], step: float) -> float | None:
 
 def make_report(system: str, env: str, metric: str, target: float, rows: list[dict[str, float]],
                 config: dict[str, Any], command: str, seed: int | None, at: list[float],
-                device: str = "cpu", window: int = 0) -> dict[str, Any]:  # fmt: skip
+                device: str = "cpu", window: int = WINDOW) -> dict[str, Any]:  # fmt: skip
     use_our_package()
     from appliance.bench.report import Report
     from appliance.sysinfo import fingerprint

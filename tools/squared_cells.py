@@ -12,7 +12,6 @@ the grid of success rates and the cells below ``--below``; ``--out`` keeps the c
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,29 +24,26 @@ def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, l
     import numpy as np
     import torch
 
-    from appliance.cli.common import run_config
+    from appliance import vector
+    from appliance.cli.common import pick_profile
+    from appliance.config import resolve
     from appliance.train import checkpoint
     from appliance.train.evaluate import check_env, config_of_run, saved_config
     from appliance.train.make import make_policy
-    from appliance import vector
 
     saved = saved_config(run_dir)
     if saved.get("env_name") not in (None, "squared"):
         raise tool_cli.ToolError(f"{run_dir} is a run of {saved['env_name']}, not squared")
-    import tempfile
-
-    import yaml
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:  # the run's own sections of its config.yaml
-        yaml.safe_dump({k: v for k, v in saved.items() if k in ("vec", "train", "policy", "env")}, f)
-        f.flush()
-        cfg = run_config("squared", None, f.name, ["--vec.num-envs", str(num_envs)])
+    cfg = resolve(  # the run's own config.yaml, as train --resume takes it, with this many games at once
+        env="squared", profile=pick_profile(None), overrides=["--vec.num-envs", str(num_envs)],
+        resumed=run_dir / "config.yaml",
+    )  # fmt: skip
     path = run_dir / checkpoint.MODEL
     ckpt = checkpoint.read(path)
     check_env(cfg, path, ckpt["meta"], saved)
     vec = vector.make_from_config(config_of_run(cfg, run_dir, saved))
     try:
-        size = int(round(vec.single_observation_space.shape[0] ** 0.5))
+        size = round(vec.single_observation_space.shape[0] ** 0.5)
         tries = np.zeros((size, size), dtype=np.int64)
         wins = np.zeros((size, size), dtype=np.int64)
         policy = make_policy(cfg, vec)
@@ -102,10 +98,12 @@ def main(argv: list[str] | None = None) -> int:
                 if n and rate < a.below:
                     low.append(f"row {r} col {c}: {wins[r][c]} of {n}")
             print(" ".join(line))
-        print("cells below %g: %s" % (a.below, "; ".join(low) or "none"))
+        print(f"cells below {a.below:g}: {'; '.join(low) or 'none'}")
         if a.out:
             a.out.parent.mkdir(parents=True, exist_ok=True)
-            a.out.write_text(json.dumps({"run": str(a.run_dir), "episodes": total, "seed": a.seed, **got}) + "\n")
+            a.out.write_text(
+                json.dumps({"run": str(a.run_dir), "episodes": total, "seed": a.seed, **got}) + "\n"
+            )
 
     return tool_cli.guarded(body)
 
