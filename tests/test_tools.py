@@ -273,3 +273,18 @@ def test_noise_guard_rates_rescores_a_record_with_the_two_loop_rule(tmp_path, ca
     assert tool("noise_guard_rates").main(["--rescore", str(path)]) == 0
     out = capsys.readouterr().out
     assert "idle           1 of 3" in out, out
+
+
+def test_squared_cells_counts_each_games_first_episodes_so_long_missed_ones_are_not_cut_off():
+    # stopping at a total count kept the quick, reached targets and dropped the misses still running to
+    # the time limit: a cell never reached showed no episodes at all (5,000 episodes over 1,024 games)
+    tally = tool("squared_cells").Tally(size=3, games=2, per_game=2)
+    targets, rewards = [0, 8], [1.0, -1.0]  # game 0: target in cell (0,0), reached; game 1: (2,2), missed
+    for _ in range(3):  # game 0 ends an episode every step, game 1 one at its time limit
+        tally.add([0], targets, rewards)
+    assert not tally.done and tally.tries[0][0] == 2  # game 0's third episode is not counted
+    tally.add([1], targets, rewards)
+    assert not tally.done
+    tally.add([0, 1], targets, rewards)
+    assert tally.done and tally.tries.tolist() == [[2, 0, 0], [0, 0, 0], [0, 0, 2]]
+    assert tally.wins.tolist() == [[2, 0, 0], [0, 0, 0], [0, 0, 0]]

@@ -6,7 +6,8 @@
 squared's perf is the share of episodes that reach the target. A run whose perf levels off at
 0.9917 = 119/120 may be missing one cell of the 120 a target can take on the 11x11 grid; this plays
 the run's newest weights (its own config, sampled actions as in training, ``--num-envs`` games at
-once) and counts, per cell, the episodes whose target sat there and how many ended with +1. Prints
+once; the first ceil(episodes / num-envs) episodes of every game, so long, missed ones count as
+much as short ones) and counts, per cell, the episodes whose target sat there and how many ended with +1. Prints
 the grid of success rates and the cells below ``--below``; ``--out`` keeps the counts as JSON.
 """
 
@@ -15,9 +16,40 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tool_cli  # a sibling script, not a package
+
+
+class Tally:
+    """Episodes and reached targets per cell, counting each game's first ``per_game`` episodes only.
+
+    Stopping at a total count instead keeps the short episodes and cuts off the long ones: a target
+    that is missed runs to the time limit (3 x size ticks), one that is reached ends in a few, so a
+    cell never reached was under-counted, or (with few episodes per game) not counted at all."""
+
+    def __init__(self, size: int, games: int, per_game: int) -> None:
+        import numpy as np
+
+        self.size, self.per_game = size, per_game
+        self.tries = np.zeros((size, size), dtype=np.int64)
+        self.wins = np.zeros((size, size), dtype=np.int64)
+        self.counted = np.zeros(games, dtype=np.int64)
+
+    def add(self, ended: Any, targets: Any, rewards: Any) -> None:
+        """Games ``ended`` finished an episode whose target cell was ``targets[i]``, reward ``rewards[i]``."""
+        for i in ended:
+            if self.counted[i] >= self.per_game:
+                continue
+            self.counted[i] += 1
+            r, c = divmod(int(targets[i]), self.size)
+            self.tries[r, c] += 1
+            self.wins[r, c] += int(rewards[i] > 0)
+
+    @property
+    def done(self) -> bool:
+        return bool((self.counted >= self.per_game).all())
 
 
 def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, list[list[int]]]:
@@ -44,8 +76,7 @@ def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, l
     vec = vector.make_from_config(config_of_run(cfg, run_dir, saved))
     try:
         size = round(vec.single_observation_space.shape[0] ** 0.5)
-        tries = np.zeros((size, size), dtype=np.int64)
-        wins = np.zeros((size, size), dtype=np.int64)
+        tally = Tally(size, vec.num_agents, -(-episodes // vec.num_agents))
         policy = make_policy(cfg, vec)
         checkpoint.load_weights(policy, path, ckpt["model"])
         policy.eval()
@@ -53,21 +84,16 @@ def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, l
         state = policy.initial_state(vec.num_agents)
         obs, _ = vec.reset(seed)
         target = np.argmax(obs.reshape(vec.num_agents, -1) == 2, axis=1)
-        done_count = 0
-        while done_count < episodes:
+        while not tally.done:
             with torch.no_grad():
                 out, _, state = policy.step(torch.as_tensor(obs), state)
                 action, _ = policy.sample(out)
             obs, rew, term, trunc, _ = vec.step(policy.env_actions(action).numpy())
             ended = np.flatnonzero(np.asarray(term) | np.asarray(trunc))
-            for i in ended:
-                r, c = divmod(int(target[i]), size)
-                tries[r, c] += 1
-                wins[r, c] += int(rew[i] > 0)
-            done_count += len(ended)
+            tally.add(ended, target, rew)
             if len(ended):
                 target[ended] = np.argmax(obs.reshape(vec.num_agents, -1)[ended] == 2, axis=1)
-        return {"tries": tries.tolist(), "wins": wins.tolist()}
+        return {"tries": tally.tries.tolist(), "wins": tally.wins.tolist()}
     finally:
         vec.close()
 
@@ -75,7 +101,8 @@ def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, l
 def main(argv: list[str] | None = None) -> int:
     ap = tool_cli.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=tool_cli.path)
-    ap.add_argument("--episodes", type=tool_cli.number(1, 10**8, integer=True), default=50_000)
+    ap.add_argument("--episodes", type=tool_cli.number(1, 10**8, integer=True), default=50_000,
+                    help="at least this many: each game's first ceil(N / num-envs) episodes (default: %(default)s)")  # fmt: skip
     ap.add_argument("--num-envs", type=tool_cli.number(1, 65536, integer=True), default=1024)
     ap.add_argument("--seed", type=tool_cli.number(0, 2**31 - 1, integer=True), default=0)
     ap.add_argument("--below", type=tool_cli.number(0, 1), default=0.9, help="list cells under this rate")
