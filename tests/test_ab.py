@@ -352,3 +352,36 @@ def test_sigterm_during_a_git_ab_removes_and_prunes_both_worktrees(tmp_path, mon
     assert seen[0] == 3, "A and B had their worktrees; the abandoned one was gone"
     assert _worktrees(repo) == [f"worktree {repo}"]
     assert list(scratch.iterdir()) == []
+
+
+def test_config_rounds_train_on_the_variants_seed_plus_the_round(tmp_path):
+    """A learning step's rounds drew the same seed (0) every round, whatever train.seed the variant
+    set: round k now trains on the variant's train.seed + k, on both sides alike."""
+    from appliance.sysinfo import fingerprint
+
+    seen = []
+
+    class Runner:  # stands in for the suite runner: records the seed the round's report carries
+        def __init__(self, suite, profile, report, *rest):
+            self.report = report
+
+        def run_all(self):
+            seen.append(self.report.data["seed"])
+
+        def resolved_configs(self):
+            return {}
+
+    (tmp_path / "v.yaml").write_text("train:\n  seed: 5\n")
+    (tmp_path / "bad.yaml").write_text("train:\n  seed: one\n")
+    fp = fingerprint(calibration=False)
+    for spec, want in (("base", [0, 1]), ("train.seed=7", [7, 8]), (str(tmp_path / "v.yaml"), [5, 6])):
+        seen.clear()
+        side = abvariants.InProcess(ab.parse_variant(spec), {"name": "tiny"}, fp, {"profile": "cpu"})
+        side.cls = Runner
+        side.round(0)
+        side.round(1)
+        assert seen == want, spec
+    with pytest.raises(ConfigError, match="not an integer"):
+        abvariants.InProcess(
+            ab.parse_variant(str(tmp_path / "bad.yaml")), {"name": "tiny"}, fp, {"profile": "cpu"}
+        )

@@ -591,7 +591,8 @@ def test_pufferlib4_config_puts_its_ini_on_our_keys_and_names_what_differs(peer4
     assert cfg["vec"] == {"num_envs": 4096}  # total_agents / our breakout's 1 agent per env
     assert cfg["env"] == {"frameskip": 4}  # the [env] keys our breakout has
     assert cfg["policy"] == {"core": "mingru", "hidden_size": 64, "num_layers": 2, "expansion_factor": 1,
-                             "encoder": "linear", "obs_scale": "none"}  # fmt: skip
+                             "encoder": "linear", "obs_scale": "none", "encoder_activation": "none",
+                             "init": "torch"}  # fmt: skip
     t = cfg["train"]
     assert (t["adam_beta1"], t["adam_beta2"], t["adam_eps"]) == (0.7279, 0.9986, 0.0000834)
     assert (t["replay_ratio"], t["min_lr_ratio"], t["bptt_horizon"]) == (1.4242, 0.0, 64)
@@ -604,7 +605,8 @@ def test_pufferlib4_config_puts_its_ini_on_our_keys_and_names_what_differs(peer4
         and "int(replay_ratio x batch / minibatch_size) = 5 minibatches" in header
     )
     assert "b0 + (1 - b0) * prio_alpha * epoch / total_epochs" in header and "never reads them" in header
-    # each difference a switch of ours reproduces is named with the switch and its value (the recipe keeps ours)
+    # each difference a switch of ours reproduces is named with the switch and its value, and set: the
+    # recipe is 4.0's, not a mix of its keys and our defaults
     from appliance.config import defaults
     from appliance.config.schema import CHOICES
 
@@ -613,7 +615,7 @@ def test_pufferlib4_config_puts_its_ini_on_our_keys_and_names_what_differs(peer4
         assert f"ours: {key} {value}" in header, key
         section, name = key.split(".")
         assert name in defaults()[section] and value in CHOICES.get((section, name), ("true", "false"))
-        assert name not in cfg[section]
+        assert str(cfg[section][name]).lower() == value and cfg[section][name] != defaults()[section][name]
     for left in ("env.width", "vec.num_threads", "vec.num_buffers", "train.seed", "train.anneal_ent_coef",
                  "base.checkpoint_interval", "[selfplay]", "[sweep]"):  # fmt: skip
         assert left in header, left

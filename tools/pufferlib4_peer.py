@@ -434,6 +434,13 @@ ENV_NOTES = {
 # Its env rules where they differ from 3.0.0's (ours' defaults), set on our env keys (ENV_NOTES says why)
 ENV_RULES = {"pong": {"return_reward": 0.0}}
 
+# Where 4.0's torch path does otherwise than our defaults and a switch of ours does as it does (the header
+# names each beside the difference): set in every config written, so the recipe is its, not a mix
+SWITCHES = {
+    "train": {"prio_replacement": True, "muon_ns": "pufferlib4"},
+    "policy": {"encoder_activation": "none", "init": "torch"},
+}
+
 # 4.0's [train] keys on ours: (our key, its key); the cast is our default's type
 TRAIN_KEYS = (
     ("total_timesteps", "total_timesteps", int), ("learning_rate", "learning_rate", float),
@@ -475,10 +482,11 @@ def our_config(ini: dict[str, dict[str, Any]], env: str) -> tuple[dict[str, Any]
         raise PeerError(f"[vec] total_agents {total} is not a whole number of {env}'s {agents}-agent envs")
     train: dict[str, Any] = {"device": "cpu", "optimizer": "muon", "precision": "float32"}
     train.update({ours: cast(pt[theirs]) for ours, theirs, cast in TRAIN_KEYS if theirs in pt})
-    train.update(max_minibatch_size=train["minibatch_size"], batch_size="auto",
-                 reward_clamp=1.0, reward_norm=False, reset_state=True)  # fmt: skip
+    train.update(max_minibatch_size=train["minibatch_size"], batch_size="auto", reward_clamp=1.0,
+                 reward_norm=False, reset_state=True, **SWITCHES["train"])  # fmt: skip
     policy = {"core": "mingru", "hidden_size": int(pp.get("hidden_size", 128)), "num_layers": int(pp.get("num_layers", 1)),
-              "expansion_factor": int(pp.get("expansion_factor", 1)), "encoder": "linear", "obs_scale": "none"}  # fmt: skip
+              "expansion_factor": int(pp.get("expansion_factor", 1)), "encoder": "linear", "obs_scale": "none",
+              **SWITCHES["policy"]}  # fmt: skip
     params = described["params"]
     out = {"vec": {"num_envs": total // agents}, "env": {k: v for k, v in pe.items() if k in params},
            "train": train, "policy": policy}  # fmt: skip
@@ -510,6 +518,7 @@ vector (num_buffers forced to 1, num_threads unread). A batch is {n["batch"]:,} 
 Spelled out, what its torch path does without a key: Muon (pufferlib/muon.py, its own), float32, rewards
 clamped to [-1, 1] in the update and not scaled, the recurrent state zeroed at the start of every rollout
 (whatever [base] reset_state says) and every trained segment run from zero, the raw observation floats.
+Each "(ours: KEY VALUE)" below is a switch of ours that does what it does, set in this file.
 Same name, other meaning, or not the same model:
 - train.replay_ratio {pt["replay_ratio"]}: int(replay_ratio x batch / minibatch_size) = {n["minibatches"]} minibatches an epoch
   (3.0's update_epochs and ours are whole passes), each of {n["segments"]} horizon-long segments drawn by priority WITH

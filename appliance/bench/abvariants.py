@@ -111,13 +111,36 @@ def _suite_runner_class() -> type:
     return VariantRunner
 
 
+def variant_seed(variant: Variant) -> int:
+    """The ``train.seed`` a config variant sets (its overrides, else its file), else the defaults'."""
+    import yaml
+
+    from appliance.config import defaults
+
+    seed = variant.overrides.get("train", {}).get("seed")
+    if seed is None and variant.config_file:
+        try:
+            layer = yaml.safe_load(Path(variant.config_file).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"variant {variant.spec!r}: cannot read {variant.config_file}: {e}") from None
+        train = layer.get("train") if isinstance(layer, dict) else None
+        seed = train.get("seed") if isinstance(train, dict) else None
+    try:
+        return int(defaults()["train"]["seed"] if seed is None else seed)
+    except (TypeError, ValueError):
+        raise ConfigError(f"variant {variant.spec!r}: train.seed {seed!r} is not an integer") from None
+
+
 class InProcess:
-    """Config variants: the suite runs in this process with the variant's config layers."""
+    """Config variants: the suite runs in this process with the variant's config layers. Round k's
+    training steps train with seed ``train.seed + k`` (both sides alike), so a time-to-score ratio
+    over the rounds spans seeds as well as the machine's drift; the speed steps do not depend on it."""
 
     def __init__(
         self, variant: Variant, suite: dict[str, Any], fingerprint: dict[str, Any], options: dict[str, Any]
     ):
         self.variant, self.suite, self.fp, self.options = variant, suite, fingerprint, options
+        self.seed = variant_seed(variant)
         self.cls = _suite_runner_class()
         self.cls.variant = variant
 
@@ -129,7 +152,7 @@ class InProcess:
 
         report = Report(
             {"name": self.suite["name"], "definition": self.suite}, {"name": self.options["profile"]},
-            self.fp, {}, seed=0, repeats=1,
+            self.fp, {}, seed=self.seed + index, repeats=1,
         )  # fmt: skip
         runner = self.cls(
             self.suite,
@@ -175,7 +198,8 @@ def _read_round(out: Path, profile: str, what: str) -> dict[str, Any]:
 
 
 class Subprocess:
-    """Commit and image variants: ``puffer-bench run --repeats 1`` in a fresh process per round."""
+    """Commit and image variants: ``puffer-bench run --repeats 1`` in a fresh process per round (its
+    training steps train every round with that config's own ``train.seed``)."""
 
     def __init__(
         self,
