@@ -829,6 +829,291 @@ def test_pufferlib4_refuses_bad_arguments_and_a_taken_out_in_one_line(peer4, tmp
         assert stop.value.code == 2 and err.startswith(f"error: {why}") and err.count("\n") == 1, err
 
 
+# ---------------------------------------------------------------------- PufferLib 4.0's CUDA trainer (no GPU needed)
+
+
+def _fake_cuda(tmp_path, peer4, monkeypatch):
+    """A CUDA toolkit without cuBLAS/NVML (as pip's nvcc wheels make one), a site folder with the
+    nvidia-* wheels' layout (cu13, cudnn, nccl: libraries only as lib<name>.so.N) and the driver's NVML
+    elsewhere; no system folder is looked at."""
+    home, site, drv = tmp_path / "cuda", tmp_path / "site", tmp_path / "driver"
+    files = ["cuda/include/cuda_runtime.h", "cuda/include/cuda_profiler_api.h", "cuda/include/cuda_bf16.h",
+             "cuda/include/nvtx3/nvToolsExt.h", "cuda/bin/nvcc", "cuda/lib64/libcudart.so",
+             "site/nvidia/cu13/include/cublas_v2.h", "site/nvidia/cu13/include/curand_kernel.h",
+             "site/nvidia/cu13/include/nvml.h", "site/nvidia/cu13/lib/libcublas.so.13",
+             "site/nvidia/cu13/lib/libcusolver.so.12", "site/nvidia/cu13/lib/libcurand.so.10",
+             "site/nvidia/cudnn/include/cudnn.h", "site/nvidia/cudnn/lib/libcudnn.so.9",
+             "site/nvidia/cudnn/lib/libcudnn_adv.so.9", "site/nvidia/nccl/include/nccl.h",
+             "site/nvidia/nccl/lib/libnccl.so.2", "driver/libnvidia-ml.so.1"]  # fmt: skip
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("")
+    monkeypatch.setattr(peer4, "CUDNN_SYSTEM", ((), ()))
+    monkeypatch.setattr(peer4, "NCCL_SYSTEM", ((), ()))
+    monkeypatch.setattr(peer4, "LIB_CANDIDATES", ())
+    monkeypatch.setenv("LIBRARY_PATH", str(drv))
+    paths = {"include": "/py/include", "pybind11": "/pybind", "numpy": "/numpy", "ext_suffix": ".so",
+             "site": [str(site)], "cudnn": str(site / "nvidia/cudnn"), "nccl": str(site / "nvidia/nccl")}  # fmt: skip
+    return home, site, drv, paths
+
+
+def test_pufferlib4_cuda_build_runs_build_shs_default_steps_with_nvcc(peer4, tmp_path, monkeypatch):
+    """build.sh ENV without --cpu: the same static binding object (plus -I$CUDA_HOME/include), nvcc on
+    src/bindings.cu with its flags and defines (bf16: no -DPRECISION_FLOAT), the link against CUDA,
+    NCCL, NVML, cuBLAS, cuSOLVER, cuRAND and cuDNN in its order; cuDNN's and NCCL's folders from the
+    nvidia.cudnn / nvidia.nccl packages with a run path as build.sh; headers and libraries the toolkit
+    lacks from the wheels or the driver, libraries found only as .so.N linked by a lib<name>.so link."""
+    home, site, drv, paths = _fake_cuda(tmp_path, peer4, monkeypatch)
+    cu13, cudnn, nccl = site / "nvidia/cu13", site / "nvidia/cudnn", site / "nvidia/nccl"
+    includes = peer4.cuda_includes(home, paths)
+    assert includes == [home / "include", cudnn / "include", nccl / "include", cu13 / "include"]
+    shims = tmp_path / "build" / "lib"
+    libdirs, rpaths = peer4.cuda_libs(home, paths, shims)
+    assert libdirs == [home / "lib64", cudnn / "lib", nccl / "lib", shims]
+    assert rpaths == [
+        cudnn / "lib",
+        nccl / "lib",
+        drv,
+        cu13 / "lib",
+    ]  # in -l order; not the system's, never stubs/
+    for name, target in (("cublas", cu13 / "lib/libcublas.so.13"), ("cudnn", cudnn / "lib/libcudnn.so.9"),
+                         ("nccl", nccl / "lib/libnccl.so.2"), ("nvidia-ml", drv / "libnvidia-ml.so.1")):  # fmt: skip
+        assert (shims / f"lib{name}.so").resolve() == target.resolve(), name
+    assert not (shims / "libcudart.so").exists()  # the toolkit has it under its own name
+    ray = tmp_path / "raylib-5.5_linux_amd64"
+    out, build = tmp_path / "_C.so", tmp_path / "build"
+    static, archive, nvcc, link = peer4.cuda_compile_commands(
+        "breakout",
+        ray,
+        build,
+        out,
+        "FloatTensor",
+        home / "bin/nvcc",
+        home,
+        paths,
+        includes,
+        libdirs,
+        rpaths,
+        "sm_90",
+    )
+    assert static[0] == "gcc" and f"-I{home}/include" in static and "ocean/breakout/binding.c" in static
+    assert archive[:2] == ["ar", "rcs"]
+    assert nvcc[:3] == [str(home / "bin/nvcc"), "-c", "-arch=sm_90"] and "src/bindings.cu" in nvcc
+    for flag in ("-Xcompiler=-D_GLIBCXX_USE_CXX11_ABI=1", "-Xcompiler=-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION",
+                 "-Xcompiler=-DPLATFORM_DESKTOP", "-Xcompiler=-fopenmp", "-std=c++17", "-I.", "-Isrc",
+                 "-I/py/include", "-I/pybind", "-I/numpy", f"-I{cudnn}/include", f"-I{nccl}/include",
+                 f"-I{cu13}/include", f"-I{ray}/include", "-DOBS_TENSOR_T=FloatTensor", "-DENV_NAME=breakout",
+                 "-O2"):  # fmt: skip
+        assert flag in nvcc, flag
+    assert nvcc[nvcc.index("-Xcompiler") + 1] == "-fPIC" and nvcc[nvcc.index("--threads") + 1] == "0"
+    assert "-DPRECISION_FLOAT" not in nvcc  # build.sh's default build: bf16
+    assert link[:4] == ["g++", "-shared", "-fPIC", "-fopenmp"] and str(ray / "lib/libraylib.a") in link
+    libs = [x for x in link if x.startswith("-l")]
+    assert libs == [
+        "-lcudart",
+        "-lnccl",
+        "-lnvidia-ml",
+        "-lcublas",
+        "-lcusolver",
+        "-lcurand",
+        "-lcudnn",
+        "-lgomp",
+    ]
+    assert f"-Wl,-rpath,{cudnn}/lib" in link and f"-L{shims}" in link and link[-2:] == ["-o", str(out)]
+    # what is missing is named in one line
+    (cu13 / "include/nvml.h").unlink()
+    with pytest.raises(peer4.PeerError, match=r"no nvml\.h in .*full toolkit"):
+        peer4.cuda_includes(home, paths)
+    (drv / "libnvidia-ml.so.1").unlink()
+    with pytest.raises(
+        peer4.PeerError, match=r"no libnvidia-ml\.so .*-lnvidia-ml \(NVML: the NVIDIA driver's\)"
+    ):
+        peer4.cuda_libs(home, paths, shims)
+
+
+def _fake_cache(path):
+    """A cache as `build` leaves it: 4.0's tree (a few files), raylib 5.5 and where it came from."""
+    for f, text in (("tree/pyproject.toml", '[project]\nname = "pufferlib"\nversion = "4.0.0"\n'),
+                    ("tree/build.sh", "#!/bin/bash\n"), ("tree/LICENSE", "MIT\n"),
+                    ("tree/pufferlib/pufferl.py", ""), ("tree/pufferlib/__pycache__/pufferl.pyc", ""),
+                    ("tree/src/bindings.cu", "// bindings\n"), ("tree/vendor/ini.h", ""),
+                    ("tree/config/default.ini", "[base]\n"), ("tree/ocean/breakout/binding.c", ""),
+                    ("tree/ocean/pong/binding.c", ""), ("tree/orbit-wars/big.bin", "x" * 1000),
+                    ("raylib-5.5_linux_amd64/include/raylib.h", '#define RAYLIB_VERSION  "5.5"\n'),
+                    ("raylib-5.5_linux_amd64/lib/libraylib.a", "!<arch>\n"),
+                    ("SOURCE", "https://github.com/eig1n/PufferLib-OrbitWars 41dc40bb28258a82c8e4a27d20cafd0159a12072\n")):  # fmt: skip
+        (path / f).parent.mkdir(parents=True, exist_ok=True)
+        (path / f).write_text(text)
+    return path
+
+
+def test_pufferlib4_pack_carries_the_tree_raylib_and_wheels_to_a_gpu_machine(peer4, tmp_path, monkeypatch):
+    """`pack` puts what the CUDA build reads (the tree's build files, the env's ocean/ folder, raylib)
+    in one tarball in an ignored folder, a cache of its own (--cache .peer4) that the CUDA build
+    unpacks, with the wheels of what pufferl.py imports and the GPU image lacks, unzipped on use."""
+    import tarfile
+    import zipfile
+
+    cache = _fake_cache(tmp_path / "cache")
+
+    def fetch_wheels(dest):
+        dest.mkdir(parents=True)
+        with zipfile.ZipFile(dest / "fake_pack_mod-1.0-py3-none-any.whl", "w") as z:
+            z.writestr("fake_pack_mod/__init__.py", "")
+
+    monkeypatch.setattr(peer4, "fetch_wheels", fetch_wheels)
+    out = tmp_path / "repo" / ".peer4"
+    assert peer4.main(["--cache", str(cache), "pack", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["PACKED", "SOURCE", "sources.tar.gz", "wheels"]
+    with tarfile.open(out / "sources.tar.gz") as tar:
+        names = set(tar.getnames())
+    for name in ("tree/pyproject.toml", "tree/build.sh", "tree/src/bindings.cu", "tree/pufferlib/pufferl.py",
+                 "tree/vendor/ini.h", "tree/config/default.ini", "tree/ocean/breakout/binding.c", "SOURCE",
+                 "raylib-5.5_linux_amd64/lib/libraylib.a", "raylib-5.5_linux_amd64/include/raylib.h"):  # fmt: skip
+        assert name in names, name
+    assert not any("pong" in n or "orbit-wars" in n or "__pycache__" in n for n in names)  # breakout's only
+    assert (out / "SOURCE").read_text() == (cache / "SOURCE").read_text()
+    assert not (cache / "pack.part").exists() and not (out.parent / ".peer4.part").exists()
+    # the CUDA build's cache: unpacked on first use
+    assert peer4.packed_sources(out) == (out / "tree", out / "raylib-5.5_linux_amd64")
+    assert (out / "tree/src/bindings.cu").read_text() == "// bindings\n"
+    # a pack is replaced whole (a build made in it too); any other folder is refused
+    (out / "build-cuda").mkdir()
+    assert peer4.main(["--cache", str(cache), "pack", "--out", str(out), "--envs", "breakout,pong"]) == 0
+    assert not (out / "build-cuda").exists() and not (out / "tree").exists()
+    with tarfile.open(out / "sources.tar.gz") as tar:
+        assert "tree/ocean/pong/binding.c" in tar.getnames()
+    other = tmp_path / "mine"
+    (other / "notes").mkdir(parents=True)
+    assert (
+        peer4.main(["--cache", str(cache), "pack", "--out", str(other)]) == 2 and (other / "notes").exists()
+    )
+    # the wheels go on the trainer's path only where the Python lacks the module
+    monkeypatch.setattr(peer4, "PACK_IMPORTS", ("json", "fake_pack_mod"))
+    assert peer4.cuda_site(out, sys.executable) == [out / "site"]
+    assert (out / "site/fake_pack_mod/__init__.py").exists()
+    monkeypatch.setattr(peer4, "PACK_IMPORTS", ("json", "no_such_module_here"))
+    with pytest.raises(peer4.PeerError, match="no_such_module_here"):
+        peer4.cuda_site(out, sys.executable)
+    # the default pack folder is one git ignores and the device tool can carry
+    assert peer4.PACK == ROOT / ".peer4" and "/.peer4/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_pufferlib4_cuda_refuses_in_one_line_without_nvcc_a_gpu_or_a_tree(
+    peer4, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    which = {"nvcc": None}
+    monkeypatch.setattr(peer4.shutil, "which", lambda tool: which.get(tool, f"/usr/bin/{tool}"))
+    monkeypatch.setattr(peer4, "gpu_present", lambda: False)
+    empty, packed = ["--cache", str(tmp_path / "empty")], ["--cache", str(_fake_cache(tmp_path / "packed"))]
+    out = ["--out", str(tmp_path / "r.json")]
+    cases = [
+        ([*empty, "build", "--cuda", "--arch", "sm_90"], "needs nvcc (CUDA's compiler): none on PATH and no CUDA_HOME"),
+        ([*empty, "train", "breakout", "--device", "cuda", *out], "--device cuda: nvidia-smi finds no GPU here"),
+    ]  # fmt: skip
+    for args, why in cases:
+        assert peer4.main(args) == 2, args
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, (args, err)
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(nvcc.parent.parent))
+    for args, why in (
+        ([*empty, "build", "--cuda", "--arch", "sm_90"], "no PufferLib 4.0 source tree in"),
+        ([*packed, "build", "--cuda"], "-arch=native (build.sh's default) compiles for this machine's GPU"),
+        ([*packed, "build", "--arch", "sm_90"], "--arch and --compile-only are for build --cuda"),
+        ([*packed, "build", "--cuda", "--system-torch"], "build --cuda takes the tree already in the cache"),
+    ):
+        assert peer4.main(args) == 2, args
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, (args, err)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
+    assert peer4.main([*packed, "build", "--cuda", "--arch", "sm_90"]) == 2
+    assert "has no bin/nvcc" in capsys.readouterr().err
+    assert not (tmp_path / "packed" / "build-cuda").exists()  # nothing compiled
+
+
+def test_pufferlib4_cuda_driver_logs_every_trained_epoch_through_its_own_log_and_stops(peer4, tmp_path):
+    """The CUDA driver wraps the native backend (a stand-in _C here): after each _C.train it reads
+    _C.log once and writes its row (the CPU curve's keys, its losses and profile seconds beside); its
+    loop's own log calls get that epoch's logs, not a second read; the run stops at --stop-steps or at
+    the end of training."""
+    import subprocess
+
+    pkg = tmp_path / "fake" / "pufferlib"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = 4.0\n")
+    (pkg / "_C.py").write_text(
+        "env_name, gpu, precision_bytes, reads = 'breakout', 1, 2, []\n"
+        "class P:\n    global_step = epoch = 0\n"
+        "def create_pufferl(args):\n    return P()\n"
+        "def rollouts(p):\n    p.global_step += 100\n"
+        "def train(p):\n    p.epoch += 1\n    return {}\n"
+        "def log(p):\n"
+        "    reads.append(p.epoch)\n"
+        "    return {'agent_steps': p.global_step, 'epoch': p.epoch, 'SPS': 9, 'env': {'perf': 0.1 * p.epoch},\n"
+        "            'loss': {'policy': 0.5}, 'perf': {'rollout': 0.25}, 'util': {'gpu_percent': 80.0}}\n"
+    )
+    (pkg / "pufferl.py").write_text(
+        "import json, sys\nfrom pufferlib import _C\n"
+        "def load_config(env):\n"
+        "    return {'train': {'total_timesteps': 100 * int(sys.argv[-1]), 'horizon': 10, 'learning_rate': 0.1,\n"
+        "            'min_lr_ratio': 0.0, 'anneal_lr': 1}, 'vec': {'total_agents': 10}, 'sweep': {'x': 1},\n"
+        "            'env_name': env, 'seed': 73}\n"
+        "def train(env, args):\n"
+        "    backend = _C\n    p = backend.create_pufferl(args)\n    backend.log(p)\n"
+        "    for _ in range(100):\n"
+        "        backend.rollouts(p)\n        backend.train(p)\n        logs = backend.log(p)\n"
+        "        print(json.dumps({'its_log_epoch': logs['epoch'], 'reads': len(_C.reads)}), file=sys.stderr)\n"
+    )
+    driver = tmp_path / "driver_cuda.py"
+    driver.write_text(peer4.CUDA_DRIVER)
+
+    def run(stop_steps, total_epochs):
+        out = tmp_path / f"curve-{stop_steps}-{total_epochs}.jsonl"
+        env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "PEER_STOP_STEPS": str(stop_steps),
+               "PEER_STOP_SECONDS": "inf", "PEER_OUT": str(out)}  # fmt: skip
+        got = subprocess.run([sys.executable, str(driver), "breakout", str(total_epochs)],
+                             env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        head = json.loads(got.stdout.splitlines()[0])
+        assert "sweep" not in head["config"] and head["runtime"]["precision_bytes"] == 2
+        seen = [json.loads(line) for line in got.stderr.splitlines() if line.startswith("{")]
+        return [json.loads(line) for line in out.read_text().splitlines()], seen
+
+    rows, seen = run(300, 4)
+    assert [r["agent_steps"] for r in rows] == [100, 200, 300] and [r["epoch"] for r in rows] == [1, 2, 3]
+    assert rows[1]["env/perf"] == pytest.approx(0.2) and rows[0]["loss/policy"] == 0.5
+    assert rows[0]["time/rollout"] == 0.25 and rows[0]["util/gpu_percent"] == 80.0
+    assert {"agent_steps", "seconds", "epoch", "sps", "learning_rate"} <= set(rows[0])
+    # its cosine schedule at the epoch each update trained: full rate first, then down over 4 epochs
+    assert [r["learning_rate"] for r in rows] == pytest.approx([0.1, 0.1 * (1 + 0.5**0.5) / 2, 0.05])
+    # one read of _C.log per epoch (after the one before its loop); its loop got that epoch's logs
+    assert seen == [{"its_log_epoch": e, "reads": e + 1} for e in (1, 2)]
+    rows, _ = run(1e9, 2)
+    assert [r["epoch"] for r in rows] == [1, 2]  # the end of training ends the run
+
+
+def test_pufferlib4_cuda_report_says_which_trainer_wrote_the_curve(peer4, tmp_path):
+    cache = tmp_path / "cache"
+    _fake_config_dir(cache / "tree" / "config", total_timesteps="1_000_000")
+    curve = tmp_path / "pufferlib4-cuda-breakout.jsonl"
+    curve.write_text(
+        "".join(_curve_line(262144 * i, 3.0 * i, 0.3 * i, **{"time/rollout": 0.1}) for i in (1, 2, 3))
+    )
+    out = tmp_path / "pufferlib4-cuda-breakout.json"
+    assert peer4.main(["--cache", str(cache), "report", str(curve), "--env", "breakout", "--device", "cuda",
+                       "--target", "0.5", "--out", str(out)]) == 0  # fmt: skip
+    data = json.loads(out.read_text())
+    assert data["analysis"]["system"] == "pufferlib-4.0.0-cuda"
+    assert data["analysis"]["peer"]["backend"].startswith("native CUDA") and data["profile"]["name"] == "cuda"
+    assert any("_C.log after every trained epoch" in n for n in data["analysis"]["peer"]["notes"])
+    assert data["metrics"]["time_to_score/breakout/perf>=0.5/seconds"]["samples"] == [9.0]
+
+
 def test_every_parity_config_is_one_our_trainer_runs():
     """Each bench/parity config (3.0's and 4.0's inis on our keys) resolves on this trainer: every key
     exists and is in range, and 4.0's PufferNet, replay ratio and schedule floor arrive as written."""
