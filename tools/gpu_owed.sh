@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks the CPU cannot make, in one call on a lent GPU machine (docs/notes.md, "A lent GPU").
 # Run from the repository root on that machine, with the wheels of the packages its image lacks in .whl/
-# (gymnasium, farama-notifications, pettingzoo, optuna and its needs, heavyball) and, for PufferLib
-# beside ours, its sources and packages in .whl/peer (`tools/pufferlib_peer.py wheels`). Steps run in order of
-# importance, each under its own time limit, and a step is skipped when fewer seconds are left than it
-# needs; reports are collected flat in $OUT (the tool brings back at most 8 files), the rest in a tarball.
+# (gymnasium, farama-notifications, pettingzoo, optuna and its needs, heavyball), for PufferLib 4.0's
+# CUDA trainer its sources, raylib and wheels in .peer4/ (`tools/pufferlib4_peer.py pack`) and, for
+# PufferLib 3.0 beside ours, its sources and packages in .whl/peer (`tools/pufferlib_peer.py wheels`); the
+# device call carries .whl and .peer4. Steps run in order of importance, each under its own time limit
+# (cut to the seconds left), and a step is skipped when fewer seconds are left than it needs; reports are
+# collected flat in $OUT after every step (the tool brings back at most 8 files), the rest in a tarball.
 #   OUT=/tmp/out BUDGET_S=540 bash tools/gpu_owed.sh
 set -u
 OUT=${OUT:-/tmp/gpu-owed}
@@ -17,7 +19,19 @@ LOG="$OUT/log.txt"
 exec > >(tee -a "$LOG") 2>&1
 
 left() { echo $((BUDGET_S - ($(date +%s) - START))); }
-# step NAME NEEDS_S LIMIT_S COMMAND...: run COMMAND under LIMIT_S seconds if NEEDS_S are left.
+# the reports' JSON so far, flat in $OUT (`puffer-bench report --render` makes their Markdown again): after
+# every step, so that a call cut short still brings back what finished
+collect() {
+    local f rel
+    for f in "$WORK"/kernels/*/*.json "$WORK"/engine/*/*.json "$WORK"/threads/*/*.json "$WORK"/peer/*.json \
+        "$WORK"/peer4/*.json; do
+        [ -f "$f" ] || continue
+        rel=${f#"$WORK"/}
+        cp "$f" "$OUT/${rel%%/*}-$(basename "$f")"
+    done
+}
+# step NAME NEEDS_S LIMIT_S COMMAND...: run COMMAND under LIMIT_S seconds (at most the seconds left) if
+# NEEDS_S are left.
 step() {
     local name=$1 needs=$2 limit=$3
     shift 3
@@ -25,11 +39,13 @@ step() {
         echo "== skipped $name: $(left) s left, needs $needs"
         return 0
     fi
+    [ "$(left)" -lt "$limit" ] && limit=$(left)
     echo "== $(date -u +%T) $name (limit ${limit} s, $(left) s left)"
     local t0
     t0=$(date +%s)
     timeout --signal=INT --kill-after=15 "$limit" "$@"
     echo "== $name: exit $?, $(($(date +%s) - t0)) s"
+    collect
 }
 
 echo "== $(date -u +%FT%TZ) git $(git rev-parse HEAD 2>/dev/null || echo '?')"
@@ -47,11 +63,21 @@ echo "== installed in $(($(date +%s) - t0)) s"
 PB="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/puffer-bench"
 [ -x "$PB" ] || PB=puffer-bench
 
-# 1. every fused kernel against its reference, the graphed update against the called one
-step gpu-check 60 120 "$PB" gpu-check --out "$WORK/kernels"
+# 1. PufferLib 4.0's native CUDA trainer (build.sh breakout's default build: nvcc on src/bindings.cu, 1-3
+#    minutes; sm_90, what -arch=native gives on an H100 or H200) on breakout with its own
+#    config/breakout.ini, to the ini's 94 M steps or 150 s, whichever comes first: its time to perf 0.9
+#    beside ours (the next step), from the sources `python tools/pufferlib4_peer.py pack` put in .peer4
+if [ -f .peer4/sources.tar.gz ]; then
+    mkdir -p "$WORK/peer4"
+    step peer4-build 200 180 python3 tools/pufferlib4_peer.py --cache .peer4 build --cuda --envs breakout --arch sm_90
+    step peer4-train 120 200 python3 tools/pufferlib4_peer.py --cache .peer4 train breakout --device cuda \
+        --stop-seconds 150 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer4/pufferlib4-cuda-breakout.json"
+fi
 # 2. breakout's time to perf 0.9 on the h100 profile (engine, graphs, bfloat16), beside the engine's speeds
 step engine 200 330 "$PB" run --suite engine --gpu h100 --repeats 2 --out "$WORK/engine" --no-plots
-# 3. PufferLib 3.0's trainer on breakout on the same machine, in the same window (the peer harness's
+# 3. every fused kernel against its reference, the graphed update against the called one
+step gpu-check 60 120 "$PB" gpu-check --out "$WORK/kernels"
+# 4. PufferLib 3.0's trainer on breakout on the same machine, in the same window (the peer harness's
 #    CUDA build from .whl/peer, filled here by `python tools/pufferlib_peer.py wheels --out .whl/peer`)
 if [ -d .whl/peer ]; then
     step peer-build 300 300 python3 tools/pufferlib_peer.py --cache /tmp/peer build --envs breakout \
@@ -59,21 +85,17 @@ if [ -d .whl/peer ]; then
     step peer-train 150 240 python3 tools/pufferlib_peer.py --cache /tmp/peer train breakout --device cuda \
         --stop-steps 90e6 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer/pufferlib-breakout.json"
 fi
-# 4. the native pool's scaling, 1 to 16 threads: pong and snake (breakout and squared: results/h100/threads/)
+# 5. the native pool's scaling, 1 to 16 threads: pong and snake (breakout and squared: results/h100/threads/)
 step threads 60 150 "$PB" run --suite threads --gpu h100 --envs pong,snake --out "$WORK/threads" --no-plots
-# 5. the GPU tests
+# 6. the GPU tests
 step tests-gpu 60 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu
-# 6. two quick-suite reports (what `compare` says of two runs on one machine), in the tarball
+# 7. two quick-suite reports (what `compare` says of two runs on one machine), in the tarball
 step quick-1 150 140 "$PB" run --suite quick --gpu h100 --out "$WORK/quick-1" --no-plots
 step quick-2 150 140 "$PB" run --suite quick --gpu h100 --out "$WORK/quick-2" --no-plots
 
-n=0  # the reports' JSON (`puffer-bench report --render` makes their Markdown again); all else in the tarball
-for f in "$WORK"/kernels/*/*.json "$WORK"/engine/*/*.json "$WORK"/threads/*/*.json "$WORK"/peer/*.json; do
-    [ -f "$f" ] || continue
-    rel=${f#"$WORK"/}
-    cp "$f" "$OUT/${rel%%/*}-$(basename "$f")"
-    n=$((n + 1))
-done
+collect  # all else (curves, logs, 4.0's build commands) in the tarball
+n=$(find "$OUT" -maxdepth 1 -name '*.json' | wc -l)
+cp .peer4/build-cuda/breakout/build.json "$WORK/peer4/pufferlib4-cuda-build.json" 2>/dev/null
 tar czf "$OUT/rest.tgz" -C "$WORK" .
 echo "== $n reports in $OUT, $(($(date +%s) - START)) s in all"
 ls -la "$OUT"
