@@ -1036,14 +1036,11 @@ def test_pufferlib4_cuda_refuses_in_one_line_without_nvcc_a_gpu_or_a_tree(
     assert not (tmp_path / "packed" / "build-cuda").exists()  # nothing compiled
 
 
-def test_pufferlib4_cuda_driver_logs_every_trained_epoch_through_its_own_log_and_stops(peer4, tmp_path):
-    """The CUDA driver wraps the native backend (a stand-in _C here): after each _C.train it reads
-    _C.log once and writes its row (the CPU curve's keys, its losses and profile seconds beside); its
-    loop's own log calls get that epoch's logs, not a second read; the run stops at --stop-steps or at
-    the end of training."""
-    import subprocess
-
-    pkg = tmp_path / "fake" / "pufferlib"
+def _fake_native_pufferlib(root):
+    """A stand-in for 4.0's pufferlib with its native backend: a _C module (create_pufferl, rollouts,
+    train, log in its shapes) and a pufferl.py whose train loops as its _train does, logging every epoch
+    (its 0.6 s rate limit aside), its config's total epochs the last argument."""
+    pkg = root / "pufferlib"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("__version__ = 4.0\n")
     (pkg / "_C.py").write_text(
@@ -1069,6 +1066,16 @@ def test_pufferlib4_cuda_driver_logs_every_trained_epoch_through_its_own_log_and
         "        backend.rollouts(p)\n        backend.train(p)\n        logs = backend.log(p)\n"
         "        print(json.dumps({'its_log_epoch': logs['epoch'], 'reads': len(_C.reads)}), file=sys.stderr)\n"
     )
+
+
+def test_pufferlib4_cuda_driver_logs_every_trained_epoch_through_its_own_log_and_stops(peer4, tmp_path):
+    """The CUDA driver wraps the native backend (a stand-in _C here): after each _C.train it reads
+    _C.log once and writes its row (the CPU curve's keys, its losses and profile seconds beside); its
+    loop's own log calls get that epoch's logs, not a second read; the run stops at --stop-steps or at
+    the end of training."""
+    import subprocess
+
+    _fake_native_pufferlib(tmp_path / "fake")
     driver = tmp_path / "driver_cuda.py"
     driver.write_text(peer4.CUDA_DRIVER)
 
@@ -1095,6 +1102,38 @@ def test_pufferlib4_cuda_driver_logs_every_trained_epoch_through_its_own_log_and
     assert seen == [{"its_log_epoch": e, "reads": e + 1} for e in (1, 2)]
     rows, _ = run(1e9, 2)
     assert [r["epoch"] for r in rows] == [1, 2]  # the end of training ends the run
+
+
+def test_pufferlib4_train_on_cuda_runs_its_native_trainer_in_this_python_and_reports_it(
+    peer4, tmp_path, monkeypatch
+):
+    """train --device cuda (a stand-in native pufferlib where build --cuda puts one): this Python runs
+    the CUDA driver on its env folder, no --slowly, and the report is the CUDA system's, with the
+    build's record."""
+    cache = tmp_path / "cache"
+    pkg_root = cache / "envs-cuda" / "breakout"
+    _fake_native_pufferlib(pkg_root)
+    (pkg_root / "pufferlib" / "_C.stub.so").write_text("")  # what cuda_built looks for; not importable as _C
+    (cache / "build-cuda" / "breakout").mkdir(parents=True)
+    (cache / "build-cuda" / "breakout" / "build.json").write_text(
+        json.dumps({"arch": "sm_90", "nvcc": "Build cuda_13.0", "python": "/py", "commands": ["nvcc ..."]})
+    )
+    monkeypatch.setattr(peer4, "gpu_present", lambda: True)
+    monkeypatch.setattr(peer4, "PACK_IMPORTS", ("json",))
+    out = tmp_path / "pufferlib4-cuda-breakout.json"
+    args = ["--cache", str(cache), "train", "breakout", "--device", "cuda", "--set", "5", "--target", "0.2",
+            "--at", "300", "--out", str(out)]  # fmt: skip
+    assert peer4.main(args) == 0
+    data = json.loads(out.read_text())
+    peer_info = data["analysis"]["peer"]
+    assert data["analysis"]["system"] == "pufferlib-4.0.0-cuda" and data["profile"]["name"] == "cuda"
+    assert peer_info["build"] == {"arch": "sm_90", "nvcc": "Build cuda_13.0", "commands": ["nvcc ..."]}
+    assert "driver_cuda.py breakout 5" in data["command"] and "--slowly" not in data["command"]
+    assert data["command"].startswith(sys.executable)
+    assert data["analysis"]["learning_curves"]["breakout"]["runs"][0]["steps"] == [100, 200, 300, 400, 500]
+    assert data["metrics"]["time_to_score/breakout/perf>=0.2/steps"]["samples"] == [300]
+    curve = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in curve] == [1, 2, 3, 4, 5] and "time/rollout" in curve[0]
 
 
 def test_pufferlib4_cuda_report_says_which_trainer_wrote_the_curve(peer4, tmp_path):
