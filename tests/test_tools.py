@@ -134,6 +134,7 @@ BAD = [
     ("protein_peer", ["race", "--protein", "RUN", "--ours", "RUN", "--out", "r.md", "--minutes", "0"], "positive numbers"),
     ("squared_cells", ["nosuch"], "no model.pt"),
     ("squared_cells", ["RUN", "--episodes", "0"], "--episodes: '0' is out of range"),
+    ("squared_cells", ["RUN", "--show", "0"], "is not ROW,COL"),
 ]  # fmt: skip
 
 
@@ -288,3 +289,16 @@ def test_squared_cells_counts_each_games_first_episodes_so_long_missed_ones_are_
     tally.add([0, 1], targets, rewards)
     assert tally.done and tally.tries.tolist() == [[2, 0, 0], [0, 0, 0], [0, 0, 2]]
     assert tally.wins.tolist() == [[2, 0, 0], [0, 0, 0], [0, 0, 0]]
+
+
+def test_squared_cells_show_keeps_whole_episodes_of_one_target_cell():
+    # the steps of an episode whose target sits in the cell asked for, from its first step to its end,
+    # with the reward it ended on; other targets' episodes and steps are not kept
+    paths = tool("squared_cells").Paths(cell=7, games=2, wanted=1)
+    probs = [[0.9, 0.0, 0.0, 0.1, 0.0]] * 2
+    paths.step(targets=[7, 3], positions=[60, 60], probs=probs, actions=[0, 4])
+    paths.end([1], [0.0, 1.0])  # game 1 (target elsewhere) ended: nothing kept
+    assert not paths.done and paths.kept == []
+    paths.step(targets=[7, 5], positions=[59, 61], probs=probs, actions=[3, 4])
+    paths.end([0], [-1.0, 0.0])
+    assert paths.done and paths.kept == [(-1.0, [(60, probs[0], 0), (59, probs[0], 3)])]

@@ -13,6 +13,7 @@ the grid of success rates and the cells below ``--below``; ``--out`` keeps the c
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -52,50 +53,157 @@ class Tally:
         return bool((self.counted >= self.per_game).all())
 
 
-def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, list[list[int]]]:
-    import numpy as np
-    import torch
+ACTIONS = ("stay", "down", "up", "left", "right")  # envs/squared.h's Discrete(5)
 
-    from appliance import vector
-    from appliance.cli.common import pick_profile
-    from appliance.config import resolve
-    from appliance.train import checkpoint
-    from appliance.train.evaluate import check_env, config_of_run, saved_config
-    from appliance.train.make import make_policy
 
-    saved = saved_config(run_dir)
-    if saved.get("env_name") not in (None, "squared"):
-        raise tool_cli.ToolError(f"{run_dir} is a run of {saved['env_name']}, not squared")
-    cfg = resolve(  # the run's own config.yaml, as train --resume takes it, with this many games at once
-        env="squared", profile=pick_profile(None), overrides=["--vec.num-envs", str(num_envs)],
-        resumed=run_dir / "config.yaml",
-    )  # fmt: skip
-    path = run_dir / checkpoint.MODEL
-    ckpt = checkpoint.read(path)
-    check_env(cfg, path, ckpt["meta"], saved)
-    vec = vector.make_from_config(config_of_run(cfg, run_dir, saved))
-    try:
-        size = round(vec.single_observation_space.shape[0] ** 0.5)
-        tally = Tally(size, vec.num_agents, -(-episodes // vec.num_agents))
-        policy = make_policy(cfg, vec)
-        checkpoint.load_weights(policy, path, ckpt["model"])
-        policy.eval()
-        torch.manual_seed(seed)
+class Paths:
+    """The steps of episodes whose target sits in one cell: where the agent was, the probability the
+    policy gave each action there, and what it drew; an episode is kept once it ends (``wanted`` of them)."""
+
+    def __init__(self, cell: int, games: int, wanted: int) -> None:
+        self.cell, self.wanted = cell, wanted
+        self.running: list[list[tuple[int, list[float], int]]] = [[] for _ in range(games)]
+        self.kept: list[tuple[float, list[tuple[int, list[float], int]]]] = []
+
+    def step(self, targets: Any, positions: Any, probs: Any, actions: Any) -> None:
+        """One step of every game: ``targets``/``positions`` its cells before the step, ``probs`` [games, 5]."""
+        for i in range(len(self.running)):
+            if int(targets[i]) == self.cell:
+                self.running[i].append((int(positions[i]), [float(p) for p in probs[i]], int(actions[i])))
+
+    def end(self, ended: Any, rewards: Any) -> None:
+        for i in ended:
+            if self.running[i] and len(self.kept) < self.wanted:
+                self.kept.append((float(rewards[i]), self.running[i]))
+            self.running[i] = []
+
+    @property
+    def done(self) -> bool:
+        return len(self.kept) >= self.wanted
+
+
+class _Played:
+    """A trained run's policy and a vector of squared games under its own config: ``with _Played(...) as p``."""
+
+    def __init__(self, run_dir: Path, num_envs: int, seed: int) -> None:
+        self.run_dir, self.num_envs, self.seed = run_dir, num_envs, seed
+
+    def __enter__(self) -> _Played:
+        import torch
+
+        from appliance import vector
+        from appliance.cli.common import pick_profile
+        from appliance.config import resolve
+        from appliance.train import checkpoint
+        from appliance.train.evaluate import check_env, config_of_run, saved_config
+        from appliance.train.make import make_policy
+
+        run_dir = self.run_dir
+        saved = saved_config(run_dir)
+        if saved.get("env_name") not in (None, "squared"):
+            raise tool_cli.ToolError(f"{run_dir} is a run of {saved['env_name']}, not squared")
+        cfg = resolve(  # the run's own config.yaml, as train --resume takes it, with this many games at once
+            env="squared", profile=pick_profile(None), overrides=["--vec.num-envs", str(self.num_envs)],
+            resumed=run_dir / "config.yaml",
+        )  # fmt: skip
+        path = run_dir / checkpoint.MODEL
+        ckpt = checkpoint.read(path)
+        check_env(cfg, path, ckpt["meta"], saved)
+        self.vec = vector.make_from_config(config_of_run(cfg, run_dir, saved))
+        try:
+            self.size = round(self.vec.single_observation_space.shape[0] ** 0.5)
+            self.policy = make_policy(cfg, self.vec)
+            checkpoint.load_weights(self.policy, path, ckpt["model"])
+            self.policy.eval()
+            torch.manual_seed(self.seed)
+        except BaseException:
+            self.vec.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.vec.close()
+
+    def play(self, each: Any, done: Any) -> None:
+        """Steps every game with sampled actions (as in training) until ``done()``; after each step
+        ``each(obs_before, out, action, rewards, ended)``."""
+        import numpy as np
+        import torch
+
+        vec, policy = self.vec, self.policy
         state = policy.initial_state(vec.num_agents)
-        obs, _ = vec.reset(seed)
-        target = np.argmax(obs.reshape(vec.num_agents, -1) == 2, axis=1)
-        while not tally.done:
+        obs, _ = vec.reset(self.seed)
+        while not done():
             with torch.no_grad():
                 out, _, state = policy.step(torch.as_tensor(obs), state)
                 action, _ = policy.sample(out)
+            before = obs.reshape(vec.num_agents, -1).copy()
             obs, rew, term, trunc, _ = vec.step(policy.env_actions(action).numpy())
-            ended = np.flatnonzero(np.asarray(term) | np.asarray(trunc))
+            each(before, out, action, rew, np.flatnonzero(np.asarray(term) | np.asarray(trunc)))
+
+
+def paths(run_dir: Path, cell: int, episodes: int, num_envs: int, seed: int) -> list[Any]:
+    """``episodes`` episodes whose target is ``cell`` (row * size + col), step by step (:class:`Paths`)."""
+    import numpy as np
+    import torch
+
+    with _Played(run_dir, num_envs, seed) as played:
+        if not 0 <= cell < played.size**2:
+            raise tool_cli.ToolError(f"--show: the cell is off the {played.size}x{played.size} grid")
+        rec = Paths(cell, played.vec.num_agents, episodes)
+
+        def each(before: Any, out: Any, action: Any, rew: Any, ended: Any) -> None:
+            probs = torch.softmax(out.float(), -1).numpy()
+            rec.step(np.argmax(before == 2, axis=1), np.argmax(before == 1, axis=1), probs, action.numpy())
+            rec.end(ended, rew)
+
+        played.play(each, lambda: rec.done)
+        return rec.kept
+
+
+def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, list[list[int]]]:
+    import numpy as np
+
+    with _Played(run_dir, num_envs, seed) as played:
+        n = played.vec.num_agents
+        tally = Tally(played.size, n, -(-episodes // n))
+        target = np.zeros(n, dtype=np.int64)
+
+        def each(before: Any, out: Any, action: Any, rew: Any, ended: Any) -> None:
+            target[:] = np.argmax(before == 2, axis=1)  # the target of the episode this step belonged to
             tally.add(ended, target, rew)
-            if len(ended):
-                target[ended] = np.argmax(obs.reshape(vec.num_agents, -1)[ended] == 2, axis=1)
+
+        played.play(each, lambda: tally.done)
         return {"tries": tally.tries.tolist(), "wins": tally.wins.tolist()}
-    finally:
-        vec.close()
+
+
+def cell_arg(text: str) -> tuple[int, int]:
+    try:
+        row, col = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not ROW,COL (e.g. 0,7)") from None
+    return row, col
+
+
+def show(a: Any) -> None:
+    from appliance.train.evaluate import saved_config
+
+    size = int((saved_config(a.run_dir).get("env") or {}).get("size", 11)) | 1
+    row, col = a.show
+    if not (0 <= row < size and 0 <= col < size):
+        raise tool_cli.ToolError(f"--show {row},{col}: off the {size}x{size} grid")
+    kept = paths(a.run_dir, row * size + col, a.show_episodes, a.num_envs, a.seed)
+    for k, (reward, steps) in enumerate(kept, 1):
+        print(f"episode {k}, target at row {row} col {col}: reward {reward:+g} after {len(steps)} steps")
+        for pos, probs, action in steps:
+            shown = " ".join(f"{name} {p:.2f}" for name, p in zip(ACTIONS, probs, strict=True))
+            print(f"  at row {pos // size} col {pos % size}: {shown} -> {ACTIONS[action]}")
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        record = {"run": str(a.run_dir), "cell": [row, col], "seed": a.seed,
+                  "episodes": [{"reward": r, "steps": [{"cell": [p // size, p % size], "probs": pr, "action": ac}
+                                                      for p, pr, ac in st]} for r, st in kept]}  # fmt: skip
+        a.out.write_text(json.dumps(record) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,11 +215,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=tool_cli.number(0, 2**31 - 1, integer=True), default=0)
     ap.add_argument("--below", type=tool_cli.number(0, 1), default=0.9, help="list cells under this rate")
     ap.add_argument("--out", type=tool_cli.path, default=None)
+    ap.add_argument("--show", type=cell_arg, default=None, metavar="ROW,COL",
+                    help="instead: print episodes whose target is this cell, step by step (where the agent "
+                    "was, the policy's probabilities, the action drawn)")  # fmt: skip
+    ap.add_argument("--show-episodes", type=tool_cli.number(1, 100, integer=True), default=2)
     a = ap.parse_args(argv)
 
     def body() -> None:
         if not (a.run_dir / "model.pt").is_file():
             raise tool_cli.ToolError(f"{a.run_dir}: no model.pt (a run folder of puffer-bench train)")
+        if a.show is not None:
+            show(a)
+            return
         got = cells(a.run_dir, a.episodes, a.num_envs, a.seed)
         tries, wins = got["tries"], got["wins"]
         total = sum(map(sum, tries))
