@@ -223,6 +223,18 @@ def built(cache: Path, env: str) -> bool:
     )
 
 
+def pinned_tree(cache: Path, source: str, commit: str) -> Path:
+    """The pinned checkout in ``cache`` (checked out there first if missing), refused unless it is 4.x."""
+    tree = cache / "tree"
+    if not (tree / "pyproject.toml").exists():
+        checkout(source, commit, tree, cache / "source.git")
+        (cache / "SOURCE").write_text(f"{source} {commit}\n")
+    version = tree_version(tree)
+    if not version.startswith("4."):
+        raise PeerError(f"the checkout of {commit[:12]} says version {version}, not PufferLib 4")
+    return tree
+
+
 def build(cache: Path, envs: list[str], source: str = SOURCE, commit: str = COMMIT, other_commit: bool = False,
           system_torch: bool = False) -> None:  # fmt: skip
     """The pinned checkout, raylib, the venv and one ``pufferlib._C`` per env in ``cache``."""
@@ -232,13 +244,8 @@ def build(cache: Path, envs: list[str], source: str = SOURCE, commit: str = COMM
     if missing:
         raise PeerError(f"building PufferLib 4.0 needs {', '.join(missing)} on PATH")
     cache.mkdir(parents=True, exist_ok=True)
-    tree = cache / "tree"
-    if not (tree / "pyproject.toml").exists():
-        checkout(source, commit, tree, cache / "source.git")
-        (cache / "SOURCE").write_text(f"{source} {commit}\n")
+    tree = pinned_tree(cache, source, commit)
     version = tree_version(tree)
-    if not version.startswith("4."):
-        raise PeerError(f"the checkout of {commit[:12]} says version {version}, not PufferLib 4")
     ray = raylib(cache)
     py = cache / "venv" / "bin" / "python"
     stamp = cache / "venv" / ".requirements"
@@ -596,13 +603,8 @@ def pack(cache: Path, out: Path, envs: list[str], source: str = SOURCE, commit: 
         raise PeerError(f"--out {out} is the cache folder itself")
     if out.exists() and any(out.iterdir()) and not (out / PACK_MARK).exists():
         raise PeerError(f"--out {out} is a folder that is not an earlier pack: refusing to replace it")
-    tree = cache / "tree"
-    if not (tree / "pyproject.toml").exists():
-        checkout(source, commit, tree, cache / "source.git")
-        (cache / "SOURCE").write_text(f"{source} {commit}\n")
+    tree = pinned_tree(cache, source, commit)
     version = tree_version(tree)
-    if not version.startswith("4."):
-        raise PeerError(f"the checkout of {commit[:12]} says version {version}, not PufferLib 4")
     ray = raylib(cache)
     where = (cache / "SOURCE").read_text() if (cache / "SOURCE").exists() else f"{source} {commit}\n"
     tmp = cache / "pack.part"  # in the cache: a pack cut short leaves nothing in the repository
