@@ -67,9 +67,8 @@ class Paths:
 
     def step(self, targets: Any, positions: Any, probs: Any, actions: Any) -> None:
         """One step of every game: ``targets``/``positions`` its cells before the step, ``probs`` [games, 5]."""
-        for i in range(len(self.running)):
-            if int(targets[i]) == self.cell:
-                self.running[i].append((int(positions[i]), [float(p) for p in probs[i]], int(actions[i])))
+        for i in (k for k, t in enumerate(targets) if int(t) == self.cell):
+            self.running[i].append((int(positions[i]), [float(p) for p in probs[i]], int(actions[i])))
 
     def end(self, ended: Any, rewards: Any) -> None:
         for i in ended:
@@ -142,15 +141,18 @@ class _Played:
             each(before, out, action, rew, np.flatnonzero(np.asarray(term) | np.asarray(trunc)))
 
 
-def paths(run_dir: Path, cell: int, episodes: int, num_envs: int, seed: int) -> list[Any]:
-    """``episodes`` episodes whose target is ``cell`` (row * size + col), step by step (:class:`Paths`)."""
+def paths(
+    run_dir: Path, row: int, col: int, episodes: int, num_envs: int, seed: int
+) -> tuple[int, list[Any]]:
+    """The grid's size and ``episodes`` episodes whose target is at (row, col), step by step (:class:`Paths`)."""
     import numpy as np
     import torch
 
     with _Played(run_dir, num_envs, seed) as played:
-        if not 0 <= cell < played.size**2:
-            raise tool_cli.ToolError(f"--show: the cell is off the {played.size}x{played.size} grid")
-        rec = Paths(cell, played.vec.num_agents, episodes)
+        size = played.size
+        if not (0 <= row < size and 0 <= col < size):
+            raise tool_cli.ToolError(f"--show {row},{col}: off the {size}x{size} grid")
+        rec = Paths(row * size + col, played.vec.num_agents, episodes)
 
         def each(before: Any, out: Any, action: Any, rew: Any, ended: Any) -> None:
             probs = torch.softmax(out.float(), -1).numpy()
@@ -158,7 +160,7 @@ def paths(run_dir: Path, cell: int, episodes: int, num_envs: int, seed: int) -> 
             rec.end(ended, rew)
 
         played.play(each, lambda: rec.done)
-        return rec.kept
+        return size, rec.kept
 
 
 def cells(run_dir: Path, episodes: int, num_envs: int, seed: int) -> dict[str, list[list[int]]]:
@@ -186,13 +188,8 @@ def cell_arg(text: str) -> tuple[int, int]:
 
 
 def show(a: Any) -> None:
-    from appliance.train.evaluate import saved_config
-
-    size = int((saved_config(a.run_dir).get("env") or {}).get("size", 11)) | 1
     row, col = a.show
-    if not (0 <= row < size and 0 <= col < size):
-        raise tool_cli.ToolError(f"--show {row},{col}: off the {size}x{size} grid")
-    kept = paths(a.run_dir, row * size + col, a.show_episodes, a.num_envs, a.seed)
+    size, kept = paths(a.run_dir, row, col, a.show_episodes, a.num_envs, a.seed)
     for k, (reward, steps) in enumerate(kept, 1):
         print(f"episode {k}, target at row {row} col {col}: reward {reward:+g} after {len(steps)} steps")
         for pos, probs, action in steps:

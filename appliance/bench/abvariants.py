@@ -113,17 +113,12 @@ def _suite_runner_class() -> type:
 
 def variant_seed(variant: Variant) -> int:
     """The ``train.seed`` a config variant sets (its overrides, else its file), else the defaults'."""
-    import yaml
-
     from appliance.config import defaults
+    from appliance.config.files import read_yaml
 
     seed = variant.overrides.get("train", {}).get("seed")
     if seed is None and variant.config_file:
-        try:
-            layer = yaml.safe_load(Path(variant.config_file).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"variant {variant.spec!r}: cannot read {variant.config_file}: {e}") from None
-        train = layer.get("train") if isinstance(layer, dict) else None
+        train = read_yaml(Path(variant.config_file)).get("train")
         seed = train.get("seed") if isinstance(train, dict) else None
     try:
         return int(defaults()["train"]["seed"] if seed is None else seed)
