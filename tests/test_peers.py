@@ -947,12 +947,81 @@ def _fake_cache(path):
     return path
 
 
-def test_pufferlib4_pack_carries_the_tree_raylib_and_wheels_to_a_gpu_machine(peer4, tmp_path, monkeypatch):
+def _python_before_3_11_4(monkeypatch):
+    """tarfile as Python 3.11.0-3.11.3 has it (the Docker base image's): no data_filter, and
+    extract/extractall take no ``filter=``."""
+    import tarfile
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    for name in ("extract", "extractall"):
+        method = getattr(tarfile.TarFile, name)
+
+        def without_filter(self, *a, _method=method, **kw):
+            if "filter" in kw:
+                raise TypeError(f"TarFile.{_method.__name__}() got an unexpected keyword argument 'filter'")
+            return _method(self, *a, **kw)
+
+        monkeypatch.setattr(tarfile.TarFile, name, without_filter)
+
+
+@pytest.mark.parametrize("python", ["this", "before-3.11.4"])
+def test_archives_unpack_inside_their_folder_on_every_python_311(peer, tmp_path, monkeypatch, python):
+    """The peers' sources, raylib and packs unpack with the "data" filter's rules on this Python and on
+    one without ``filter=`` (CI's Docker image failed on it): files, folders and links inside the folder
+    unpack; a name or link leading out of it, or a device, is refused with the member named."""
+    import io
+    import tarfile
+
+    if python != "this":
+        _python_before_3_11_4(monkeypatch)
+
+    def archive(*members):
+        path = tmp_path / f"a{len(list(tmp_path.glob('a*.tar')))}.tar"
+        with tarfile.open(path, "w") as tar:
+            for name, kind, link in members:
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname = kind, link
+                data = b"x" if kind == tarfile.REGTYPE else b""
+                info.size, info.mode = len(data), 0o4777 if kind == tarfile.REGTYPE else 0o755
+                tar.addfile(info, io.BytesIO(data) if data else None)
+        return path
+
+    good = archive(
+        ("t/d", tarfile.DIRTYPE, ""), ("t/d/f", tarfile.REGTYPE, ""), ("t/l", tarfile.SYMTYPE, "d/f")
+    )
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with tarfile.open(good) as tar:
+        peer.extract(tar, dest)
+    assert (dest / "t/l").read_text() == "x" and (dest / "t/l").is_symlink()
+    assert not (dest / "t/d/f").stat().st_mode & 0o7022  # no setuid, no group/other write
+    with tarfile.open(good, "r|") as tar:  # streamed, as git archive's is read
+        peer.extract(tar, tmp_path / "streamed")
+    assert (tmp_path / "streamed/t/d/f").read_text() == "x"
+    with tarfile.open(archive(("/abs/f", tarfile.REGTYPE, ""))) as tar:  # made relative, as the filter does
+        peer.extract(tar, dest)
+    assert (dest / "abs/f").read_text() == "x"
+    for bad in (("../evil", tarfile.REGTYPE, ""),
+                ("t/out", tarfile.SYMTYPE, "../../evil"), ("t/etc", tarfile.SYMTYPE, "/etc/passwd"),
+                ("t/dev", tarfile.CHRTYPE, "")):  # fmt: skip
+        with tarfile.open(archive(bad)) as tar, pytest.raises(Exception) as err:
+            peer.extract(tar, dest)
+        assert isinstance(err.value, (peer.PeerError, tarfile.TarError)), err.value
+    assert not (tmp_path / "evil").exists() and not (dest / "t/out").exists()
+
+
+@pytest.mark.parametrize("python", ["this", "before-3.11.4"])
+def test_pufferlib4_pack_carries_the_tree_raylib_and_wheels_to_a_gpu_machine(
+    peer4, tmp_path, monkeypatch, python
+):
     """`pack` puts what the CUDA build reads (the tree's build files, the env's ocean/ folder, raylib)
     in one tarball in an ignored folder, a cache of its own (--cache .peer4) that the CUDA build
     unpacks, with the wheels of what pufferl.py imports and the GPU image lacks, unzipped on use."""
     import tarfile
     import zipfile
+
+    if python != "this":
+        _python_before_3_11_4(monkeypatch)
 
     cache = _fake_cache(tmp_path / "cache")
 

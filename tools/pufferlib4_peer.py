@@ -126,7 +126,7 @@ def checkout(source: str, commit: str, dest: Path, scratch: Path) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-        tar.extractall(tmp, filter="data")
+        peer.extract(tar, tmp)
     err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.wait():
         raise PeerError(f"git archive of {commit[:12]} failed: {err.strip() or 'no message'}")
@@ -153,7 +153,7 @@ def raylib(cache: Path) -> Path:
                 raise PeerError(f"{peer.SDIST} ships no {RAYLIB}/: find raylib 5.5 elsewhere")
             for m in members:
                 m.name = m.name[len(f"pufferlib-{peer.VERSION}/") :]
-                tar.extract(m, cache, filter="data")
+            peer.extract(tar, cache, members)
     header = (dest / "include" / "raylib.h").read_text(errors="replace")
     if not re.search(r'#define\s+RAYLIB_VERSION\s+"5\.5"', header):
         raise PeerError(f"{dest}/include/raylib.h is not raylib 5.5")
@@ -493,7 +493,7 @@ def packed_sources(cache: Path) -> tuple[Path, Path]:
     tree, ray = cache / "tree", cache / RAYLIB
     if not (tree / "pyproject.toml").exists() and (cache / PACK_TARBALL).exists():
         with tarfile.open(cache / PACK_TARBALL) as tar:
-            tar.extractall(cache, filter="data")
+            peer.extract(tar, cache)
     if not (tree / "pyproject.toml").exists() or not (tree / "src" / "bindings.cu").exists():
         raise PeerError(
             f"no PufferLib 4.0 source tree in {cache}/tree: the CUDA build fetches nothing; make one with "
