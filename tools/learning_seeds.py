@@ -2,13 +2,12 @@
 
 A learning test that passes on one CPU and fails on another usually sits near a cliff: its run
 diverges from float rounding after a few epochs, so another CPU's kernels give another run, as
-another seed does. This runs the cases of ``tests/test_learning.py``'s ``MLP_ADAM_CASES`` exactly as
-the test does, with ``train.seed`` set, under torch's kernels for each instruction set asked
-(``native`` as the CPU is; ``avx512`` and ``avx2`` cap ATen, oneDNN and MKL there, the code paths of a
-CPU that has no more), one run per process, and writes one JSON line per run (the epochs' env stats
-and losses) and a table: steps to the stop target, the mean over the case's window of epochs against the
-test's bar,
-and the policy's entropy at the end::
+another seed does. This runs the cases of ``tests/test_learning.py``'s ``CASES`` (its mlp/Adam cases
+and the Ocean envs' default cases) exactly as the test does, with ``train.seed`` set, under torch's
+kernels for each instruction set asked (``native`` as the CPU is; ``avx512`` and ``avx2`` cap ATen,
+oneDNN and MKL there, the code paths of a CPU that has no more), one run per process, and writes one
+JSON line per run (the epochs' env stats and losses) and a table: steps to the stop target, the mean
+over the case's window of epochs against the test's bar, and the policy's entropy at the end::
 
     python tools/learning_seeds.py squared --seeds 0-7 --isa native,avx2 \\
         --out results/cpu/learning-tests/squared.jsonl
@@ -75,7 +74,7 @@ def child(case_name: str, seed: int, extra: list[str]) -> None:
 
     from appliance.train import loop
 
-    case = test_learning.MLP_ADAM_CASES[case_name]
+    case = test_learning.CASES[case_name]
     case = dataclasses.replace(case, overrides=(*case.overrides, *extra))
     losses: list[dict[str, float]] = []
     original = loop.run
@@ -164,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     import test_learning
 
     parser = Parser(description=__doc__.split("\n\n")[0])  # one-line errors, as every tool
-    parser.add_argument("case", choices=sorted(test_learning.MLP_ADAM_CASES))
+    parser.add_argument("case", choices=sorted(test_learning.CASES))
     parser.add_argument("--seeds", type=seeds, default=seeds("0-3"), help="e.g. 0-7 or 0,3,5 (default 0-3)")
     parser.add_argument(
         "--isa", default="native", help=f"comma-separated, of {', '.join(ISA)} (default native)"
