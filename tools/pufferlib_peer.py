@@ -184,28 +184,30 @@ def index_url() -> str:
 
 def extract(tar: tarfile.TarFile, dest: Path, members: Any = None) -> None:
     """Unpack ``members`` (default: all, also for a streamed ``r|`` archive) of ``tar`` into ``dest``
-    with the "data" filter: absolute names made relative, nothing outside ``dest``, no devices. Python 3.11 before
-    3.11.4 (the Docker base image's, say) has no ``filter=``; there each member is checked the same way
-    before it is unpacked, so an archive that would escape ``dest`` is refused on every Python."""
+    with the "data" filter: absolute names made relative, nothing outside ``dest``, no devices. Python
+    3.11 before 3.11.4 (the Docker base image's, say) has no ``filter=``; there each member is checked
+    the same way before it is unpacked, so an archive that would escape ``dest`` is refused on every
+    Python."""
     if hasattr(tarfile, "data_filter"):
         tar.extractall(dest, members=members, filter="data")
         return
-    root = dest.resolve()
+    root, what = dest.resolve(), tar.name or "the archive"
     for m in members if members is not None else tar:
         m.name = m.name.lstrip("/")  # as the filter does: an absolute name unpacks inside dest
         target = (root / m.name).resolve()
         if not target.is_relative_to(root):
-            raise PeerError(f"{tar.name or 'the archive'}: member {m.name!r} would unpack outside {dest}")
-        if m.issym() or m.islnk():
+            raise PeerError(f"{what}: member {m.name!r} would unpack outside {dest}")
+        link = m.issym() or m.islnk()
+        if link:
             linked = (target.parent / m.linkname) if m.issym() else (root / m.linkname)
             if Path(m.linkname).is_absolute() or not linked.resolve().is_relative_to(root):
-                raise PeerError(f"{tar.name or 'the archive'}: link {m.name!r} -> {m.linkname!r} leaves {dest}")
+                raise PeerError(f"{what}: link {m.name!r} -> {m.linkname!r} leaves {dest}")
         elif not (m.isfile() or m.isdir()):
-            raise PeerError(f"{tar.name or 'the archive'}: member {m.name!r} is not a file, folder or link")
-        m.mode = (m.mode | 0o600) & 0o755 if m.isfile() or m.isdir() else m.mode
+            raise PeerError(f"{what}: member {m.name!r} is not a file, folder or link")
+        m.mode = (m.mode | 0o600) & 0o755  # a link's is never set (set_attrs below)
         m.uid = m.gid = 0
         m.uname = m.gname = ""
-        tar.extract(m, dest, set_attrs=not (m.issym() or m.islnk()))
+        tar.extract(m, dest, set_attrs=not link)
 
 
 def fetch_sdist(dest: Path, local: Path | None = None) -> Path:
