@@ -52,12 +52,13 @@ extern "C" {
 // advantage.cuh over [rows, horizon] row-major tensors.
 void pb_host_advantage(const float* values, const float* rewards, const float* dones,
                        const float* ratios, float* adv, int rows, int horizon, float gamma,
-                       float gamma_lambda, float rho_clip, float c_clip, int threads) {
+                       float gamma_lambda, float rho_clip, float c_clip, int rho_on_reward,
+                       int threads) {
   split_rows(rows, threads, 1024, [=](i64 lo, i64 hi) {
     for (i64 r = lo; r < hi; ++r) {
       const i64 o = r * horizon;
       advantage_row(values + o, rewards + o, dones + o, ratios + o, adv + o, horizon, gamma,
-                    gamma_lambda, rho_clip, c_clip);
+                    gamma_lambda, rho_clip, c_clip, rho_on_reward);
     }
   });
 }

@@ -34,11 +34,11 @@ HOST_SAMPLE(host_sample_logits_bf16, bf16)
 
 void host_advantage(const float* values, const float* rewards, const float* dones,
                     const float* ratios, float* adv, int rows, int horizon, float gamma,
-                    float gamma_lambda, float rho_clip, float c_clip) {
+                    float gamma_lambda, float rho_clip, float c_clip, int rho_on_reward) {
   for (int r = 0; r < rows; ++r) {
     const i64 o = (i64)r * horizon;
     advantage_row(values + o, rewards + o, dones + o, ratios + o, adv + o, horizon, gamma,
-                  gamma_lambda, rho_clip, c_clip);
+                  gamma_lambda, rho_clip, c_clip, rho_on_reward);
   }
 }
 

@@ -40,11 +40,12 @@ def rollout_like(segments: int, horizon: int, seed: int = 0) -> tuple[torch.Tens
     return values, rewards, dones, ratios
 
 
+@pytest.mark.parametrize("rho_on", ["td_error", "reward"])
 @pytest.mark.parametrize("segments", [1, 7, 2049])
-def test_advantage_matches_the_torch_definition(threads: int, segments: int) -> None:
+def test_advantage_matches_the_torch_definition(threads: int, segments: int, rho_on: str) -> None:
     v, r, d, rho = rollout_like(segments, 33)
-    want = advantage.advantage(v, r, d, rho, 0.9997, 0.75, 0.79, 2.88)
-    got = host.advantage(v, r, d, rho, 0.9997, 0.75, 0.79, 2.88)
+    want = advantage.advantage(v, r, d, rho, 0.9997, 0.75, 0.79, 2.88, rho_on)
+    got = host.advantage(v, r, d, rho, 0.9997, 0.75, 0.79, 2.88, rho_on)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 

@@ -30,7 +30,7 @@ SIGNATURES = {
     "host_to_bf16": "ppi",
     "host_sample_logits_f32": "plipipLLpippp",
     "host_sample_logits_bf16": "plipipLLpippp",
-    "host_advantage": "pppppiiffff",
+    "host_advantage": "pppppiiffffi",
     "host_lstm_step_f32": "pppppiipp",
     "host_lstm_step_bf16": "pppppiipp",
     "host_mingru_step_f32": "pppiip",
@@ -208,9 +208,11 @@ def test_sample_logits_draws_are_keyed_by_agent_id_not_by_row(host: Host) -> Non
 # ------------------------------------------------------------------------------------ advantage
 
 
-def test_advantage_kernel_body_matches_the_reference(host: Host) -> None:
+@pytest.mark.parametrize("rho_on", ["td_error", "reward"])
+def test_advantage_kernel_body_matches_the_reference(host: Host, rho_on: str) -> None:
     """The definition is the trainer's own advantage (train/advantage.py; test_train checks it against
-    plain loops); here the CUDA body, compiled by g++, must match it."""
+    plain loops); here the CUDA body, compiled by g++, must match it, with the clipped ratio on the
+    TD error or on the reward alone (train.vtrace_rho_on)."""
     g = torch.Generator().manual_seed(2)
     rows, horizon = 257, 64
     values = torch.randn(rows, horizon, generator=g)
@@ -218,9 +220,12 @@ def test_advantage_kernel_body_matches_the_reference(host: Host) -> None:
     dones = (torch.rand(rows, horizon, generator=g) < 0.05).float()  # dones mid-row
     ratios = torch.exp(torch.randn(rows, horizon, generator=g) * 0.3)  # some clipped by rho/c
     args = (0.99, 0.95, 1.0, 0.9)
-    ref = advantage.advantage(values, rewards, dones, ratios, *args)
+    ref = advantage.advantage(values, rewards, dones, ratios, *args, rho_on=rho_on)
     got = torch.zeros(rows, horizon)
-    host("host_advantage", values, rewards, dones, ratios, got, rows, horizon, 0.99, 0.99 * 0.95, 1.0, 0.9)
+    host(
+        "host_advantage", values, rewards, dones, ratios, got, rows, horizon, 0.99, 0.99 * 0.95, 1.0, 0.9,
+        int(rho_on == "reward"),
+    )  # fmt: skip
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
 
 

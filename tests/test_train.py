@@ -41,16 +41,20 @@ def gae_reference(values, rewards, dones, gamma, lam):
     return adv
 
 
-def vtrace_reference(values, rewards, dones, ratios, gamma, lam, rho_clip, c_clip):
+def vtrace_reference(values, rewards, dones, ratios, gamma, lam, rho_clip, c_clip, rho_on="td_error"):
+    """V-trace's advantage, loops over plain floats; ``rho_on="reward"``: PufferLib 4.0's CPU loop
+    (``puff_advantage_cpu`` in its bindings_cpu.cpp), the clipped ratio on the reward alone."""
     S, T = values.shape
     adv = np.zeros((S, T))
     for s in range(S):
         last = 0.0
         for t in range(T - 2, -1, -1):
             nd = 1.0 - dones[s, t + 1]
-            delta = min(ratios[s, t], rho_clip) * (
-                rewards[s, t + 1] + gamma * values[s, t + 1] * nd - values[s, t]
-            )
+            rho = min(ratios[s, t], rho_clip)
+            if rho_on == "reward":
+                delta = rho * rewards[s, t + 1] + gamma * values[s, t + 1] * nd - values[s, t]
+            else:
+                delta = rho * (rewards[s, t + 1] + gamma * values[s, t + 1] * nd - values[s, t])
             last = delta + gamma * lam * min(ratios[s, t], c_clip) * nd * last
             adv[s, t] = last
     return adv
@@ -78,18 +82,53 @@ def test_advantage_with_rho_one_is_exactly_gae(seed):
     )
 
 
+@pytest.mark.parametrize("rho_on", ["td_error", "reward"])
 @pytest.mark.parametrize("seed", range(5))
-def test_vtrace_clipping_matches_the_formula(seed):
+def test_vtrace_clipping_matches_the_formula(seed, rho_on):
     values, rewards, dones, ratios = random_rows(seed)
     got = compute_advantages(
-        *(torch.tensor(x) for x in (values, rewards, dones, ratios)), 0.99, 0.95, 1.2, 0.8
+        *(torch.tensor(x) for x in (values, rewards, dones, ratios)), 0.99, 0.95, 1.2, 0.8, rho_on
     )
     np.testing.assert_allclose(
         got.numpy(),
-        vtrace_reference(values, rewards, dones, ratios, 0.99, 0.95, 1.2, 0.8),
+        vtrace_reference(values, rewards, dones, ratios, 0.99, 0.95, 1.2, 0.8, rho_on),
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+def test_vtrace_rho_on_reward_differs_only_where_a_ratio_is_clipped_below_one():
+    """train.vtrace_rho_on: the two forms agree while every ratio is 1 (an epoch's first minibatch),
+    differ once a ratio below 1 weights a TD error, and an unknown form is refused by name."""
+    values, rewards, dones, ratios = (torch.tensor(x) for x in random_rows(0))
+    ones = torch.ones_like(ratios)
+    for form in ("td_error", "reward"):
+        torch.testing.assert_close(
+            compute_advantages(values, rewards, dones, ones, 0.99, 0.95, 1.0, 1.0, form),
+            compute_advantages(values, rewards, dones, ones, 0.99, 0.95, 1.0, 1.0),
+        )
+    td, rew = (
+        compute_advantages(values, rewards, dones, ratios, 0.99, 0.95, 1.0, 1.0, f)
+        for f in ("td_error", "reward")
+    )
+    assert (td - rew).abs().max() > 0.1
+    with pytest.raises(ValueError, match="unknown train.vtrace_rho_on 'rewards'; choose td_error or reward"):
+        compute_advantages(values, rewards, dones, ratios, 0.99, 0.95, 1.0, 1.0, "rewards")
+
+
+def test_vtrace_rho_on_reaches_the_advantage_the_trainer_trains_on(monkeypatch):
+    """The config key (default td_error) is what each minibatch's advantage is computed with."""
+    seen = []
+    real = advantage.compute
+    monkeypatch.setattr(advantage, "compute", lambda *a, **k: seen.append(a[8]) or real(*a, **k))
+    for form in ("td_error", "reward"):
+        cfg = small_config("squared", **({} if form == "td_error" else {"train": {"vtrace_rho_on": form}}))
+        assert cfg.train.vtrace_rho_on == form
+        with Trainer(cfg, vector.make_from_config(cfg)) as trainer:
+            seen.clear()
+            trainer.evaluate()
+            trainer.train()
+        assert seen and set(seen) == {form}
 
 
 def test_mingru_scan_equals_stepwise_recurrence():
@@ -1235,9 +1274,11 @@ def test_the_edited_torch_advantage_is_what_trains_on_the_cpu(monkeypatch):
             assert trainer.advantage_accelerated
     real, calls = advantage.advantage, []
 
-    def edited(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip=1.0, c_clip=1.0):
+    def edited(
+        values, rewards, dones, ratios, gamma, gae_lambda, rho_clip=1.0, c_clip=1.0, rho_on="td_error"
+    ):
         calls.append(values.shape)
-        return 0.5 * real(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip)
+        return 0.5 * real(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip, rho_on)
 
     monkeypatch.setattr(advantage, "advantage", edited)
     expect = (
@@ -1341,3 +1382,21 @@ def test_the_learning_rate_anneals_down_to_min_lr_ratio(floor):
         assert trainer.train()["learning_rate"] == pytest.approx(0.01 * floor)
     finally:
         trainer.close()
+
+
+@pytest.mark.parametrize("beta1", [1.0, 0.84])
+def test_the_importance_exponent_anneals_from_prio_beta0_to_prio_beta1(monkeypatch, beta1):
+    """Each update's beta is prio_beta0 + (prio_beta1 - prio_beta0) * global_step / total_timesteps:
+    to 1 by default (a full correction at the end), to b0 + (1 - b0) * alpha where a config follows
+    PufferLib's own anneal (the 4.0 parity configs)."""
+    seen = []
+    real = kernels.prio_sample
+    monkeypatch.setattr(kernels, "prio_sample", lambda *a, **k: seen.append(float(a[2])) or real(*a, **k))
+    overrides = {"prio_beta0": 0.2, "total_timesteps": 1000}
+    cfg = small_config("squared", train=overrides if beta1 == 1.0 else {**overrides, "prio_beta1": beta1})
+    assert cfg.train.prio_beta1 == beta1
+    with Trainer(cfg, vector.make_from_config(cfg)) as trainer:
+        trainer.evaluate()
+        trainer.global_step = 250  # a quarter of the way
+        trainer.train()
+    assert seen and all(b == pytest.approx(0.2 + (beta1 - 0.2) * 0.25) for b in seen)

@@ -269,9 +269,11 @@ def _cases(
     adv_out = torch.empty_like(values)
     gae = (values, rewards, dones, ratios, 0.99, 0.95, 1.0, 1.0)
 
-    def cmp_adv() -> tuple[bool, dict[str, Any]]:
+    def cmp_adv() -> tuple[bool, dict[str, Any]]:  # both forms of train.vtrace_rho_on
         ok, err = _close("advantage", fused_advantage(*gae), torch_advantage(*gae))
-        return ok, {"max_err": err}
+        on_reward = (*gae, "reward")
+        ok_r, err_r = _close("advantage", fused_advantage(*on_reward), torch_advantage(*on_reward))
+        return ok and ok_r, {"max_err": max(err, err_r)}
 
     add(
         "advantage",

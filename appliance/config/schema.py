@@ -23,6 +23,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "muon_ns"): ("heavyball", "pufferlib4"),
+    ("train", "vtrace_rho_on"): ("td_error", "reward"),
     ("train", "precision"): ("auto", "float32", "bfloat16"),
     ("train", "engine"): ("auto", "on", "off"),
     ("policy", "core"): ("mlp", "lstm", "mingru"),
@@ -86,6 +87,7 @@ RANGES: dict[tuple[str, str], Range] = {
     ("train", "vtrace_c_clip"): NON_NEGATIVE,  # 0: one-step TD errors only (PufferLib's go.ini)
     ("train", "prio_alpha"): NON_NEGATIVE,
     ("train", "prio_beta0"): UNIT,
+    ("train", "prio_beta1"): UNIT,
     ("train", "clip_coef"): POSITIVE,
     ("train", "vf_coef"): NON_NEGATIVE,
     ("train", "vf_clip_coef"): POSITIVE,
@@ -137,7 +139,7 @@ MEANINGS: dict[str, dict[str, str]] = {
     "train": {
         "seed": "seeds torch, the minibatch sampler and the envs",
         "device": "where the policy trains: cpu, cuda, or auto (cuda when torch sees one)",
-        "total_timesteps": "agent-steps to train for; the learning rate and prio_beta0 anneal over them",
+        "total_timesteps": "agent-steps to train for; the learning rate and prio_beta0 (to prio_beta1) anneal over them",
         "learning_rate": "the optimizer's step size at the start (annealed when anneal_lr)",
         "anneal_lr": "cosine-anneal the learning rate over total_timesteps, down to learning_rate * "
         "min_lr_ratio",
@@ -154,10 +156,14 @@ MEANINGS: dict[str, dict[str, str]] = {
         "vtrace_rho_clip": "V-trace: the largest importance ratio that weights a TD error",
         "vtrace_c_clip": "V-trace: the largest ratio that carries a TD error back a step (0: one-step "
         "TD errors only)",
+        "vtrace_rho_on": "what the clipped ratio weights: td_error, the whole TD error (V-trace's, "
+        "PufferLib 3.0's), or reward, the reward alone (PufferLib 4.0's CPU advantage loop)",
         "prio_alpha": "minibatch segments drawn with probability proportional to (sum of |advantage| "
         "over the segment) ** prio_alpha (0: uniformly)",
         "prio_beta0": "the exponent of the importance weights (segments * P) ** -beta that correct the "
-        "prioritized draw, annealed from this to 1 over total_timesteps",
+        "prioritized draw, annealed from this to prio_beta1 over total_timesteps",
+        "prio_beta1": "the importance weights' exponent at the end of training (1: fully corrected; "
+        "PufferLib's own anneal ends at prio_beta0 + (1 - prio_beta0) * prio_alpha)",
         "prio_replacement": "draw a minibatch's segments with replacement (PufferLib 4.0: a segment may "
         "come twice); false: distinct segments, without replacement (PufferLib 3.0)",
         "clip_coef": "PPO's clip: the policy loss counts the probability ratio only within "

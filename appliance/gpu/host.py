@@ -24,7 +24,7 @@ from appliance.gpu.launch import mode
 
 _P, _I, _F, _D = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_double
 SIGNATURES = {
-    "pb_host_advantage": [_P, _P, _P, _P, _P, _I, _I, _F, _F, _F, _F, _I],
+    "pb_host_advantage": [_P, _P, _P, _P, _P, _I, _I, _F, _F, _F, _F, _I, _I],
     "pb_host_prio_keys_uniform": [_P, _P, _I, _I, _D, _D, _P, _P, _I],
     "pb_host_mingru_step": [_P, _P, _P, _I, _I, _P, _I],
     "pb_host_mingru_scan_fwd": [_P, _P, _P, _I, _I, _I, _I],
@@ -79,6 +79,7 @@ def advantage(
     gae_lambda: float,
     rho_clip: float = 1.0,
     c_clip: float = 1.0,
+    rho_on: str = "td_error",
 ) -> torch.Tensor:
     """:func:`appliance.train.advantage.advantage` for float32 CPU tensors ``[rows, horizon]``."""
     values, rewards, dones, ratios = (t.contiguous() for t in (values, rewards, dones, ratios))
@@ -86,7 +87,7 @@ def advantage(
     out = torch.empty_like(values)
     _call(
         "pb_host_advantage", _ptr(values), _ptr(rewards), _ptr(dones), _ptr(ratios), _ptr(out),
-        rows, horizon, gamma, gamma * gae_lambda, rho_clip, c_clip,
+        rows, horizon, gamma, gamma * gae_lambda, rho_clip, c_clip, int(rho_on == "reward"),
     )  # fmt: skip
     return out
 

@@ -117,6 +117,7 @@ def advantage(
     gae_lambda: float,
     rho_clip: float = 1.0,
     c_clip: float = 1.0,
+    rho_on: str = "td_error",
     *,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -128,7 +129,7 @@ def advantage(
     args = (
         _ptr(values), _ptr(rewards), _ptr(dones), _ptr(ratios), _ptr(_check(out, "out", torch.float32)),
         np.int32(rows), np.int32(horizon), np.float32(gamma), np.float32(gamma * gae_lambda),
-        np.float32(rho_clip), np.float32(c_clip),
+        np.float32(rho_clip), np.float32(c_clip), np.int32(rho_on == "reward"),
     )  # fmt: skip
     _launch("advantage", "advantage_f32", values.device, rows, args)
     return out

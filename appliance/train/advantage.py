@@ -8,6 +8,10 @@ action t-1). So action t's outcome is (r_{t+1}, d_{t+1}) and, backward over t:
     A_t     = delta_t + gamma * lambda * min(rho_t, c_clip) * (1 - d_{t+1}) * A_{t+1}
 
 with A_{T-1} = 0 (its outcome is not in the row). With rho = 1 this is exactly GAE(gamma, lambda).
+``rho_on="reward"`` (``train.vtrace_rho_on``) puts the clipped ratio on the reward alone, as
+PufferLib 4.0's CPU advantage loop does:
+
+    delta_t = min(rho_t, rho_clip) * r_{t+1} + gamma * V_{t+1} * (1 - d_{t+1}) - V_t
 
 :func:`advantage` is the definition; :func:`compute` is what the trainer calls: the fused CUDA
 kernel (``kernels.advantage``, the same recursion) for CUDA tensors, its body compiled for the CPU
@@ -27,6 +31,7 @@ from appliance.errors import TrainingError
 from appliance.gpu import host, kernels
 
 KERNEL_TOLERANCE = (1e-4, 1e-5)  # (relative, absolute): a build of the kernel against advantage(), float32
+RHO_ON = ("td_error", "reward")  # what the clipped ratio weights in each TD error (train.vtrace_rho_on)
 
 
 def advantage(
@@ -38,8 +43,12 @@ def advantage(
     gae_lambda: float,
     rho_clip: float = 1.0,
     c_clip: float = 1.0,
+    rho_on: str = "td_error",
 ) -> torch.Tensor:
     """The advantages ``[segments, horizon]`` in float32, by the recursion above."""
+    if rho_on not in RHO_ON:
+        raise ValueError(f"unknown train.vtrace_rho_on {rho_on!r}; choose td_error or reward")
+    on_reward = rho_on == "reward"
     values, rewards, dones, ratios = (t.float() for t in (values, rewards, dones, ratios))
     advantages = torch.zeros_like(values)
     rho = torch.clamp(ratios, max=rho_clip)
@@ -47,7 +56,10 @@ def advantage(
     last = torch.zeros_like(values[:, 0])
     for t in range(values.shape[1] - 2, -1, -1):
         not_done = 1.0 - dones[:, t + 1]
-        delta = rho[:, t] * (rewards[:, t + 1] + gamma * values[:, t + 1] * not_done - values[:, t])
+        if on_reward:
+            delta = rho[:, t] * rewards[:, t + 1] + gamma * values[:, t + 1] * not_done - values[:, t]
+        else:
+            delta = rho[:, t] * (rewards[:, t + 1] + gamma * values[:, t + 1] * not_done - values[:, t])
         last = delta + gamma * gae_lambda * c[:, t] * not_done * last
         advantages[:, t] = last
     return advantages
@@ -62,6 +74,7 @@ def compute(
     gae_lambda: float,
     rho_clip: float = 1.0,
     c_clip: float = 1.0,
+    rho_on: str = "td_error",
     accelerated: bool = True,
 ) -> torch.Tensor:
     """:func:`advantage`, by the fused kernel where ``kernels.use_cuda`` says it runs, and by the same
@@ -69,7 +82,7 @@ def compute(
     ``accelerated=False`` (what :func:`check_at_start` returns when the host build disagrees with
     :func:`advantage`): this function always."""
     fn = _build_for(values, rewards, dones, ratios) if accelerated else None
-    return (fn or advantage)(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip)
+    return (fn or advantage)(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip, rho_on)
 
 
 def _build_for(*tensors: torch.Tensor):
@@ -95,7 +108,12 @@ def _test_batch(
 
 
 def check_at_start(
-    device: torch.device, gamma: float, gae_lambda: float, rho_clip: float, c_clip: float
+    device: torch.device,
+    gamma: float,
+    gae_lambda: float,
+    rho_clip: float,
+    c_clip: float,
+    rho_on: str = "td_error",
 ) -> bool:
     """Hold the build :func:`compute` runs for float32 tensors on ``device`` to :func:`advantage` on
     one random batch, at the run's own coefficients. Agreeing (or no build here): True. The CUDA
@@ -105,8 +123,8 @@ def check_at_start(
     build = _build_for(*batch)
     if build is None:
         return True
-    got = build(*batch, gamma, gae_lambda, rho_clip, c_clip).float()
-    want = advantage(*batch, gamma, gae_lambda, rho_clip, c_clip)
+    got = build(*batch, gamma, gae_lambda, rho_clip, c_clip, rho_on).float()
+    want = advantage(*batch, gamma, gae_lambda, rho_clip, c_clip, rho_on)
     rtol, atol = KERNEL_TOLERANCE
     if torch.allclose(got, want, rtol=rtol, atol=atol):
         return True

@@ -109,7 +109,7 @@ class Trainer:
         self.loss_coefs = losses.Coefs(hp.clip_coef, hp.vf_clip_coef, hp.vf_coef, hp.ent_coef)
         losses.check_at_start(self.policy.nvec, self.loss_coefs, self.device)  # the fused loss, on a GPU
         self.advantage_accelerated = advantage.check_at_start(
-            self.device, hp.gamma, hp.gae_lambda, hp.vtrace_rho_clip, hp.vtrace_c_clip
+            self.device, hp.gamma, hp.gae_lambda, hp.vtrace_rho_clip, hp.vtrace_c_clip, hp.vtrace_rho_on
         )  # the kernel builds against advantage(): an edit there is never silently ignored
         capture = graphs.can_capture(
             hp,
@@ -252,7 +252,7 @@ class Trainer:
         minibatches = self.minibatches
         with self.timings.phase("train"):
             b.ratios.fill_(1.0)
-            acc.begin(self.epoch * minibatches, hp.prio_beta0 + (1 - hp.prio_beta0) * progress)
+            acc.begin(self.epoch * minibatches, hp.prio_beta0 + (hp.prio_beta1 - hp.prio_beta0) * progress)
             for _ in range(minibatches):
                 self.update_step()
             sums = acc.finish(minibatches)  # the update's one read-back: every replay has run
@@ -293,6 +293,7 @@ class Trainer:
             hp.gae_lambda,
             hp.vtrace_rho_clip,
             hp.vtrace_c_clip,
+            hp.vtrace_rho_on,
             accelerated=self.advantage_accelerated,
         )
         acc.sums[graphs.NONFINITE] += (~torch.isfinite(adv)).any()
