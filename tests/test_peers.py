@@ -605,13 +605,17 @@ def test_pufferlib4_config_puts_its_ini_on_our_keys_and_names_what_differs(peer4
         and "int(replay_ratio x batch / minibatch_size) = 5 minibatches" in header
     )
     assert "b0 + (1 - b0) * prio_alpha * epoch / total_epochs" in header and "never reads them" in header
+    # its beta anneal ends short of 1, at b0 + (1 - b0) * alpha: ours is told to end there too
+    assert t["prio_beta1"] == pytest.approx(t["prio_beta0"] + (1 - t["prio_beta0"]) * t["prio_alpha"])
+    assert t["prio_beta1"] < 1 and "anneals to train.prio_beta1" in header
     # each difference a switch of ours reproduces is named with the switch and its value, and set: the
     # recipe is 4.0's, not a mix of its keys and our defaults
     from appliance.config import defaults
     from appliance.config.schema import CHOICES
 
     for key, value in (("train.prio_replacement", "true"), ("train.muon_ns", "pufferlib4"),
-                       ("policy.encoder_activation", "none"), ("policy.init", "torch")):  # fmt: skip
+                       ("train.vtrace_rho_on", "reward"), ("policy.encoder_activation", "none"),
+                       ("policy.init", "torch")):  # fmt: skip
         assert f"ours: {key} {value}" in header, key
         section, name = key.split(".")
         assert name in defaults()[section] and value in CHOICES.get((section, name), ("true", "false"))

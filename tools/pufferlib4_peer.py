@@ -914,7 +914,7 @@ ENV_RULES = {"pong": {"return_reward": 0.0}}
 # Where 4.0's torch path does otherwise than our defaults and a switch of ours does as it does (the header
 # names each beside the difference): set in every config written, so the recipe is its, not a mix
 SWITCHES = {
-    "train": {"prio_replacement": True, "muon_ns": "pufferlib4"},
+    "train": {"prio_replacement": True, "muon_ns": "pufferlib4", "vtrace_rho_on": "reward"},
     "policy": {"encoder_activation": "none", "init": "torch"},
 }
 
@@ -961,6 +961,9 @@ def our_config(ini: dict[str, dict[str, Any]], env: str) -> tuple[dict[str, Any]
     train.update({ours: cast(pt[theirs]) for ours, theirs, cast in TRAIN_KEYS if theirs in pt})
     train.update(max_minibatch_size=train["minibatch_size"], batch_size="auto", reward_clamp=1.0,
                  reward_norm=False, reset_state=True, **SWITCHES["train"])  # fmt: skip
+    # its beta anneal ends at b0 + (1 - b0) * alpha (the header says so); ours ends at prio_beta1
+    if "prio_beta0" in train and "prio_alpha" in train:
+        train["prio_beta1"] = train["prio_beta0"] + (1 - train["prio_beta0"]) * train["prio_alpha"]
     policy = {"core": "mingru", "hidden_size": int(pp.get("hidden_size", 128)), "num_layers": int(pp.get("num_layers", 1)),
               "expansion_factor": int(pp.get("expansion_factor", 1)), "encoder": "linear", "obs_scale": "none",
               **SWITCHES["policy"]}  # fmt: skip
@@ -1003,7 +1006,11 @@ Same name, other meaning, or not the same model:
   without. The advantage is computed again before every minibatch over the whole batch, with the ratios and
   values the earlier ones left (3.0 too).
 - train.prio_beta0: beta anneals b0 + (1 - b0) * prio_alpha * epoch / total_epochs, total_epochs = total_timesteps
-  // batch ({n["epochs"]}); 3.0.0's pufferl.py has the same alpha factor (checked in its sdist), so this is no change.
+  // batch ({n["epochs"]}), so it ends at b0 + (1 - b0) * prio_alpha, not 1 (3.0.0's pufferl.py the same); ours
+  anneals to train.prio_beta1, set here to that end value.
+- train.vtrace_rho_clip: its CPU advantage loop (puff_advantage_cpu) weights the reward alone by the clipped
+  ratio, delta = rho*r' + gamma*V'*(1-d') - V, where 3.0.0 (and its CUDA kernel at a horizon that is a
+  multiple of 4) weight the whole TD error (ours: train.vtrace_rho_on reward).
 - train.learning_rate / min_lr_ratio: cosine from learning_rate down to min_lr_ratio x learning_rate over
   total_epochs, set at the start of each update (the first epoch at the full rate).
 - train.adam_beta1: the momentum of its Muon (Nesterov, m = beta*m + g, u = g + beta*m; matrices
