@@ -6,10 +6,11 @@ interval of the second/first ratio lies wholly outside [1 - t, 1 + t], t the thr
 
 import re
 import sys
+from pathlib import Path
 
 THRESHOLD = 0.05
 
-rows = [line for line in open(sys.argv[1]) if line.startswith("| `")]
+rows = [line for line in Path(sys.argv[1]).read_text().splitlines() if line.startswith("| `")]
 judged, beyond = 0, []
 for line in rows:
     m = re.search(r"\| ([0-9.]+) \(([0-9.]+)-([0-9.]+)\)", line)
