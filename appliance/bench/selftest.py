@@ -39,14 +39,18 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
             excused.append(entry)
     judged = len(result["rows"]) - len(excused)
     inconclusive = not disagree and judged < len(result["rows"]) / 2
+    t = result["threshold"]
     return {
         "agree": not disagree and not inconclusive,
         "inconclusive": inconclusive,
         "judged": judged,
-        "threshold": result["threshold"],
+        "threshold": t,
         "compared": len(result["rows"]),
         "disagree": disagree,
         "excused": excused,
+        # the metrics set apart that differ beyond the threshold by their intervals even so: whether
+        # the runs would have agreed had the CPU held its speed (docs/noise.md)
+        "excused_beyond": [e for e in excused if e["ci"] and (e["ci"][0] > 1 + t or e["ci"][1] < 1 - t)],
     }
 
 
@@ -73,6 +77,16 @@ def lines(v: dict[str, Any]) -> list[str]:
             f"not judged ({len(v['excused'])}, the noise guard saw a busy or slowed CPU): "
             + ", ".join(e["metric"] for e in v["excused"])
         )
+        beyond = v.get("excused_beyond") or []
+        if beyond:
+            ratios = [e["ratio"] for e in beyond]
+            out.append(
+                f"of those, {len(beyond)} differ beyond {t} by their 95% intervals even so (second/first "
+                f"{min(ratios):.3f}-{max(ratios):.3f}): the CPU's speed moved between the two runs, and "
+                "the machine does not agree with itself at this threshold while it does"
+            )
+        else:
+            out.append(f"none of those differs beyond {t} by its 95% interval either")
     return out
 
 
