@@ -77,7 +77,7 @@ def lines(v: dict[str, Any]) -> list[str]:
             f"not judged ({len(v['excused'])}, the noise guard saw a busy or slowed CPU): "
             + ", ".join(e["metric"] for e in v["excused"])
         )
-        beyond = v.get("excused_beyond") or []
+        beyond = v.get("excused_beyond")  # absent from verdicts recorded before it was read
         if beyond:
             ratios = [e["ratio"] for e in beyond]
             out.append(
@@ -85,7 +85,7 @@ def lines(v: dict[str, Any]) -> list[str]:
                 f"{min(ratios):.3f}-{max(ratios):.3f}): the CPU's speed moved between the two runs, and "
                 "the machine does not agree with itself at this threshold while it does"
             )
-        else:
+        elif beyond is not None:
             out.append(f"none of those differs beyond {t} by its 95% interval either")
     return out
 
