@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ["pufferlib_peer", "pufferlib4_peer", "peer_crossplay", "breakout_scripted", "cpu_roofline",
          "ctrl_c_startup", "pool_overhead", "train_ab", "noise_guard_rates", "resume_variants", "protein_peer",
-         "squared_cells"]  # fmt: skip
+         "squared_cells", "perturb_run"]  # fmt: skip
 
 
 def tool(name):
@@ -73,6 +73,7 @@ def no_work(monkeypatch, name):
         "race",
         "ours",
         "cells",
+        "install",
     ):
         for module in (tool(name), tool("pufferlib_peer")):
             if hasattr(module, work):
@@ -135,6 +136,9 @@ BAD = [
     ("squared_cells", ["nosuch"], "no model.pt"),
     ("squared_cells", ["RUN", "--episodes", "0"], "--episodes: '0' is out of range"),
     ("squared_cells", ["RUN", "--show", "0"], "is not ROW,COL"),
+    ("perturb_run", ["--at-epoch", "0", "--", "train", "squared"], "--at-epoch: '0' is out of range"),
+    ("perturb_run", ["--at-epoch", "2", "--", "eval", "squared"], "after -- give a puffer-bench train command line"),
+    ("perturb_run", ["--at-epoch", "2"], "after -- give a puffer-bench train command line"),
 ]  # fmt: skip
 
 
@@ -302,3 +306,30 @@ def test_squared_cells_show_keeps_whole_episodes_of_one_target_cell():
     paths.step(targets=[7, 5], positions=[59, 61], probs=probs, actions=[3, 4])
     paths.end([0], [-1.0, 0.0])
     assert paths.done and paths.kept == [(-1.0, [(60, probs[0], 0), (59, probs[0], 3)])]
+
+
+def test_perturb_run_is_the_plain_run_to_its_epoch_and_another_after(tmp_path):
+    # the resume experiment (docs/learning.md) reads a perturbed run beside the plain one: that holds
+    # only if the two are bit-identical up to the epoch and the seed change then reaches the update
+    import subprocess
+
+    import torch
+
+    small = ["--vec.num-envs", "16", "--train.batch-size", "1024", "--train.minibatch-size", "512",
+             "--train.max-minibatch-size", "512", "--train.checkpoint-interval", "1", "--stop-steps", "2048",
+             "--train.data-dir", str(tmp_path)]  # fmt: skip
+    cli = str(Path(sys.executable).parent / "puffer-bench")
+    subprocess.run([cli, "train", "squared", "--run-id", "plain", *small], check=True, capture_output=True)
+    tool_py = str(ROOT / "tools" / "perturb_run.py")
+    out = subprocess.run([sys.executable, tool_py, "--at-epoch", "1", "--", "train", "squared", "--run-id", "pert",
+                          *small], check=True, capture_output=True, text=True).stdout  # fmt: skip
+    assert "after epoch 1 (1,024 agent-steps) actions and segments are drawn with seed 1000" in out
+
+    def weights(run, epoch):
+        return torch.load(tmp_path / run / f"model_{epoch:06d}.pt", weights_only=False)["model"]
+
+    def same(epoch):
+        a, b = weights("plain", epoch), weights("pert", epoch)
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    assert same(1) and not same(2)
