@@ -374,7 +374,8 @@ def test_a_resumed_trainer_updates_as_the_one_it_was_saved_from(tmp_path):
             elif isinstance(value, tuple) and all(isinstance(t, torch.Tensor) for t in value):
                 for mine, theirs in zip(getattr(resumed.rollout, name), value, strict=True):
                     mine.copy_(theirs)
-        resumed.global_step = saved.global_step
+        # both at a later point of the schedules: the learning rate set there must reach the steps
+        saved.global_step = resumed.global_step = int(cfg.train.total_timesteps) // 2
         before = {k: v.clone() for k, v in saved.policy.state_dict().items()}
         losses = saved.train(), resumed.train()
         assert losses[0] == losses[1]
@@ -887,6 +888,50 @@ def test_graph_safe_optimizers_take_the_same_steps(optimizer):
         safe.step()
     for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("graph_safe", [False, True])
+@pytest.mark.parametrize("optimizer", ["muon", "adam"])
+def test_a_learning_rate_set_after_loading_a_state_is_the_one_the_steps_take(optimizer, graph_safe):
+    """Loading a state replaces a torch optimizer's group dicts; MultiOptimizer kept the old ones, so
+    set_lr after a resume changed nothing a step reads and the run trained on at the checkpoint's
+    learning rate to its end (breakout at PufferLib 4.0's recipe, resumed at 33.8 M, stayed near
+    0.38 where the run whole reached 0.9: docs/learning.md, "What a resume changes"). A graph-safe
+    learning rate stays the tensor a captured graph holds."""
+    from appliance.train.optim import make_optimizer, set_lr
+
+    cfg = small_config("squared", "--train.optimizer", optimizer)
+    vec = vector.make_from_config(cfg)
+    try:
+        policy = make_policy(cfg, vec)
+    finally:
+        vec.close()
+    twin = copy.deepcopy(policy)
+    saved, resumed = make_optimizer(policy, cfg.train, graph_safe), make_optimizer(twin, cfg.train, graph_safe)
+    held = [g["lr"] for g in resumed.param_groups]
+    set_lr(saved, 0.7)
+    resumed.load_state_dict(saved.state_dict())
+    assert [float(g["lr"]) for g in resumed.param_groups] == pytest.approx([cfg.train.learning_rate * 0.7])
+    for scale in (0.3, 0.05):
+        set_lr(saved, scale)
+        set_lr(resumed, scale)
+        gen = torch.Generator().manual_seed(1)
+        for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
+            p.grad = torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        saved.step()
+        resumed.step()
+        for o in resumed.optimizers:
+            assert [float(g["lr"]) for g in o.param_groups] == pytest.approx([cfg.train.learning_rate * scale])
+    for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+    if graph_safe:
+        assert all(g["lr"] is t for g, t in zip(resumed.param_groups, held, strict=True))
+    # a run resumed with another train.learning_rate anneals from its own, not the checkpoint's
+    faster = small_config("squared", "--train.optimizer", optimizer, "--train.learning-rate", "0.5")
+    other = make_optimizer(copy.deepcopy(policy), faster.train, graph_safe)
+    other.load_state_dict(saved.state_dict())
+    assert set_lr(other, 0.5) == 0.25 and [float(g["lr"]) for g in other.param_groups] == pytest.approx([0.25])
 
 
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])

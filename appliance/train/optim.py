@@ -19,9 +19,14 @@ class MultiOptimizer:
 
     def __init__(self, optimizers: list[torch.optim.Optimizer], initial_lr: float | None = None) -> None:
         self.optimizers = optimizers
-        self.param_groups = [g for o in optimizers for g in o.param_groups]
         for g in self.param_groups:  # the exact float (a float32 device tensor would round it)
             g.setdefault("initial_lr", float(g["lr"]) if initial_lr is None else initial_lr)
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The optimizers' groups as they are now: loading a state replaces a torch optimizer's group
+        dicts, so a list kept from before would set a learning rate no step reads."""
+        return [g for o in self.optimizers for g in o.param_groups]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for o in self.optimizers:
@@ -35,8 +40,17 @@ class MultiOptimizer:
         return [o.state_dict() for o in self.optimizers]
 
     def load_state_dict(self, states: list[dict[str, Any]]) -> None:
+        """The saved states; the base learning rate stays this run's (``initial_lr``, from its
+        config), and one held as a device tensor (a captured graph reads that tensor) stays the
+        same tensor, taking the saved value until the next :func:`set_lr`."""
         for o, s in zip(self.optimizers, states, strict=True):
+            held = [(g["lr"], g["initial_lr"]) for g in o.param_groups]
             o.load_state_dict(s)
+            for g, (lr, initial) in zip(o.param_groups, held, strict=True):
+                g["initial_lr"] = initial
+                if isinstance(lr, torch.Tensor):
+                    lr.fill_(float(g["lr"]))
+                    g["lr"] = lr
 
 
 def set_lr(optimizer: MultiOptimizer, scale: float) -> float:
