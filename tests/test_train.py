@@ -907,7 +907,10 @@ def test_a_learning_rate_set_after_loading_a_state_is_the_one_the_steps_take(opt
     finally:
         vec.close()
     twin = copy.deepcopy(policy)
-    saved, resumed = make_optimizer(policy, cfg.train, graph_safe), make_optimizer(twin, cfg.train, graph_safe)
+    saved, resumed = (
+        make_optimizer(policy, cfg.train, graph_safe),
+        make_optimizer(twin, cfg.train, graph_safe),
+    )
     held = [g["lr"] for g in resumed.param_groups]
     set_lr(saved, 0.7)
     resumed.load_state_dict(saved.state_dict())
@@ -922,7 +925,9 @@ def test_a_learning_rate_set_after_loading_a_state_is_the_one_the_steps_take(opt
         saved.step()
         resumed.step()
         for o in resumed.optimizers:
-            assert [float(g["lr"]) for g in o.param_groups] == pytest.approx([cfg.train.learning_rate * scale])
+            assert [float(g["lr"]) for g in o.param_groups] == pytest.approx(
+                [cfg.train.learning_rate * scale]
+            )
     for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
         assert torch.equal(p, q)
     if graph_safe:
@@ -931,7 +936,9 @@ def test_a_learning_rate_set_after_loading_a_state_is_the_one_the_steps_take(opt
     faster = small_config("squared", "--train.optimizer", optimizer, "--train.learning-rate", "0.5")
     other = make_optimizer(copy.deepcopy(policy), faster.train, graph_safe)
     other.load_state_dict(saved.state_dict())
-    assert set_lr(other, 0.5) == 0.25 and [float(g["lr"]) for g in other.param_groups] == pytest.approx([0.25])
+    assert set_lr(other, 0.5) == 0.25 and [float(g["lr"]) for g in other.param_groups] == pytest.approx(
+        [0.25]
+    )
 
 
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
