@@ -862,6 +862,24 @@ def test_bfloat16_rollout_weights_follow_the_float32_masters(core):
     torch.testing.assert_close(value.float(), ref_value.float(), rtol=0.05, atol=0.05)
 
 
+def policy_and_twin(optimizer):
+    """A small squared config with ``train.optimizer``, its policy and a copy of it."""
+    cfg = small_config("squared", "--train.optimizer", optimizer)
+    vec = vector.make_from_config(cfg)
+    try:
+        policy = make_policy(cfg, vec)
+    finally:
+        vec.close()
+    return cfg, policy, copy.deepcopy(policy)
+
+
+def same_gradients(policy, twin, gen):
+    """One random gradient, the same on both."""
+    for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
+        p.grad = torch.randn(p.shape, generator=gen)
+        q.grad = p.grad.clone()
+
+
 @pytest.mark.parametrize("optimizer", ["muon", "adam"])
 def test_graph_safe_optimizers_take_the_same_steps(optimizer):
     """The graph-safe optimizers (learning rate a device tensor that set_lr fills in place, Muon on
@@ -869,21 +887,13 @@ def test_graph_safe_optimizers_take_the_same_steps(optimizer):
     (test_muon_takes_pufferlibs_steps checks the graph-safe Muon against heavyball)."""
     from appliance.train.optim import make_optimizer, set_lr
 
-    cfg = small_config("squared", "--train.optimizer", optimizer)
-    vec = vector.make_from_config(cfg)
-    try:
-        policy = make_policy(cfg, vec)
-    finally:
-        vec.close()
-    twin = copy.deepcopy(policy)
+    cfg, policy, twin = policy_and_twin(optimizer)
     plain, safe = make_optimizer(policy, cfg.train), make_optimizer(twin, cfg.train, graph_safe=True)
     assert all(isinstance(g["lr"], torch.Tensor) for g in safe.param_groups)
     gen = torch.Generator().manual_seed(1)
     for scale in (1.0, 0.7, 0.2):
         assert set_lr(plain, scale) == set_lr(safe, scale)
-        for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
-            p.grad = torch.randn(p.shape, generator=gen)
-            q.grad = p.grad.clone()
+        same_gradients(policy, twin, gen)
         plain.step()
         safe.step()
     for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
@@ -900,13 +910,7 @@ def test_a_learning_rate_set_after_loading_a_state_is_the_one_the_steps_take(opt
     learning rate stays the tensor a captured graph holds."""
     from appliance.train.optim import make_optimizer, set_lr
 
-    cfg = small_config("squared", "--train.optimizer", optimizer)
-    vec = vector.make_from_config(cfg)
-    try:
-        policy = make_policy(cfg, vec)
-    finally:
-        vec.close()
-    twin = copy.deepcopy(policy)
+    cfg, policy, twin = policy_and_twin(optimizer)
     saved, resumed = (
         make_optimizer(policy, cfg.train, graph_safe),
         make_optimizer(twin, cfg.train, graph_safe),
@@ -919,9 +923,7 @@ def test_a_learning_rate_set_after_loading_a_state_is_the_one_the_steps_take(opt
         set_lr(saved, scale)
         set_lr(resumed, scale)
         gen = torch.Generator().manual_seed(1)
-        for p, q in zip(policy.parameters(), twin.parameters(), strict=True):
-            p.grad = torch.randn(p.shape, generator=gen)
-            q.grad = p.grad.clone()
+        same_gradients(policy, twin, gen)
         saved.step()
         resumed.step()
         for o in resumed.optimizers:
