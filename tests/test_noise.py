@@ -265,6 +265,7 @@ def test_speed_gate_retakes_a_sample_whose_checks_ran_slow_and_keeps_the_discard
         "retaken": [{"value": 50.0, "speed_ratio": 0.5}],
         "slow_kept": 0,
         "waited_s": 0.0,
+        "rule": "best",
     }
     assert g.gate.end_step()["samples"] == 0, "each step starts a fresh record"
 
@@ -291,6 +292,31 @@ def test_speed_gate_waits_for_the_cpu_before_a_sample_within_its_patience():
     costly.gate.take(ten_seconds)
     record = costly.gate.end_step()
     assert len(record["retaken"]) == 2 and record["slow_kept"] == 1, "discarded samples spend the budget too"
+
+
+def test_speed_gate_with_the_step_gate_judges_by_the_start_spread_not_a_lucky_best():
+    """On a host whose speed swings (docs/noise.md: 3.5-9.0 M integer ops/s within 20 s, idle), one
+    lucky check set a best that every later check ran below 85 % of, and the gate spent its whole
+    budget waiting in the first step. With the start checks' floors a check is slow only where two
+    loops on one CPU ran below them, the rule that judges the steps."""
+    start = [{"int_mops": v, "float_gflops": 3.0, "copy_gbs": 8.0} for v in (9.8, 10.0, 10.2, 10.0, 10.1)]
+    lucky = [{"int_mops": 14.0, "float_gflops": 3.0}] * 2
+    usual = [{"int_mops": 9.0, "float_gflops": 2.9}] * 2
+    one_loop_low = [{"int_mops": 7.0, "float_gflops": 3.0}, {"int_mops": 10.0, "float_gflops": 3.0}]
+    both_low = [{"int_mops": 10.0, "float_gflops": 3.0}, {"int_mops": 7.0, "float_gflops": 2.1}]
+    best = GateScript([lucky, usual, usual, usual] + [usual] * 100, patience_s=2.0, retakes=1)
+    best.gate.take(lambda: 1.0)  # the lucky check raised the best; then 9.0 is 64 % of it
+    best.gate.take(lambda: 1.0)
+    assert best.slept, "the best-ratio rule waits for a speed the host only reached once"
+    g = GateScript([lucky, usual, usual, one_loop_low, usual, both_low, usual, usual], patience_s=2.0)
+    g.gate.use_floors(noise.spread_gate(start))
+    values = iter([1.0, 2.0, 3.0, 4.0])
+    assert g.gate.take(lambda: next(values)) == 1.0 and not g.slept
+    assert g.gate.take(lambda: next(values)) == 2.0, "one loop's dip is not a slowed CPU"
+    assert g.gate.take(lambda: next(values)) == 4.0, "two loops below their floors on one CPU: taken again"
+    record = g.gate.end_step()
+    assert record["rule"] == "floors" and record["samples"] == 3 and not g.slept
+    assert record["retaken"] == [{"value": 3.0, "speed_ratio": 0.7}]
 
 
 def test_gated_steps_are_judged_by_their_samples_and_named_in_the_report():

@@ -1,7 +1,8 @@
 """The probe fits the machine it runs on: with a budget per section (the quick suite's
 ``probe.budget_s``) a figure keeps at least MIN_RUNS samples and takes more only while they fit, and a
 size sweep skips the sizes predicted to overrun; each section shows its progress. Without a budget
-(the full suite) nothing changes."""
+(the full suite) nothing changes. The training step builds and warms up one trainer for all its
+timed windows, and quick's speed gate adds at most its own small budget."""
 
 from __future__ import annotations
 
@@ -114,6 +115,47 @@ def test_the_suites_probe_has_a_budget_in_quick_and_none_in_full():
 
     assert load("quick")[0]["probe"]["budget_s"] > 0
     assert "budget_s" not in load("full")[0]["probe"]
+
+
+def test_quick_bounds_what_its_speed_gate_adds_and_full_keeps_the_default():
+    """On a host whose speed swings, the gate spent its whole default budget (120 s) waiting in
+    quick's first step (docs/noise.md), a third of the 5 minutes quick has on 2 cores."""
+    from appliance.bench.noise.gate import GATE_BUDGET_S
+    from appliance.bench.suite.definition import load
+
+    quick = load("quick")[0]["gate"]
+    assert 0 < quick["budget_s"] <= 30 and quick["patience_s"] <= quick["budget_s"]
+    assert load("full")[0].get("gate", True) is True and GATE_BUDGET_S > quick["budget_s"]
+
+
+def test_the_training_step_times_its_windows_on_one_warmed_up_trainer(monkeypatch):
+    """Each repeat of the training step is a window of at least one whole epoch on the same trainer:
+    building a fresh one and warming it up for each repeat took two thirds of the step's time on a
+    2-core CPU (docs/benchmarks.md). A window the gate takes again runs on that trainer too."""
+    from conftest import small_config
+
+    from appliance import train
+    from appliance.bench.suite import training
+
+    built = []
+    real = train.Trainer
+
+    def counting(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(train, "Trainer", counting)
+    taken = []
+
+    def take_twice(window):  # the speed gate retaking every window once
+        taken.append(window())
+        taken.append(window())
+        return taken[-1]
+
+    runs = training.training_speed(small_config("squared"), 0.01, repeats=3, take=take_twice)
+    assert len(built) == 1 and len(runs) == 3 and len(taken) == 6
+    assert all(r["epochs"] >= 1 and r["sps"] > 0 and r["shares"] for r in taken)
+    assert built[0].global_step == sum(r["epochs"] for r in taken + [{"epochs": 1}]) * built[0].batch_size
 
 
 def test_a_suite_probe_prints_each_section_and_records_its_seconds(tmp_path):

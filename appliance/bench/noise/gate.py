@@ -149,10 +149,12 @@ class SpeedGate:
     """Takes each sample of a CPU-bound measurement while the CPU runs at its speed.
 
     On a shared host the CPU can lose half its speed for seconds or minutes where /proc shows
-    nothing (``docs/noise.md``). Before each sample the gate
-    runs :func:`gate_check` and, while it is below ``ratio`` of the best seen in this run, waits
-    (``patience_s`` per sample); after the sample it checks again, and a sample with a slow check on
-    either side is taken again, ``retakes`` times at most. ``budget_s`` bounds what the gate adds to
+    nothing (``docs/noise.md``). Before each sample the gate runs :func:`gate_check` and, while it
+    says slow, waits (``patience_s`` per sample); after the sample it checks again, and a sample with
+    a slow check on either side is taken again, ``retakes`` times at most. Slow: once
+    :meth:`use_floors` has the step gate (:func:`spread_gate` of the run's start checks), a CPU whose
+    loops ran below their floors by :func:`step_slowed`'s rule, the rule that judges the steps;
+    before that, a loop below ``ratio`` of the best seen in this run. ``budget_s`` bounds what the gate adds to
     a run, its waits and the samples it discarded together: once spent, samples are kept as they
     come (and marked slow when their checks were). Every discarded value is kept in the report with
     its speed ratio (``metric.noise.gate.retaken``), and a sample kept although slow (retakes or
@@ -173,28 +175,42 @@ class SpeedGate:
         self.ratio, self.retakes, self.patience_s, self.budget_s = ratio, retakes, patience_s, budget_s
         self.check, self.sleep, self.clock = check, sleep, clock
         self.best = {k: float(reference[k]) for k in GATE_KEYS if reference and reference.get(k)}
+        self.floors: dict[str, Any] | None = None  # the step gate, once use_floors has it
         self.spent_s = 0.0  # waits and discarded samples over the run (bounded by budget_s)
         self.step: dict[str, Any] = self._fresh()
+
+    def use_floors(self, gate: dict[str, Any]) -> None:
+        """Judge checks by ``gate`` (:func:`spread_gate`: per loop a median and a floor) from now on,
+        for the loops this gate checks; a gate without them leaves the best-ratio rule."""
+        loops = {k: v for k, v in gate.get("loops", {}).items() if k in GATE_KEYS and v.get("median", 0) > 0}
+        self.floors = {**gate, "loops": loops} if loops else None
 
     @staticmethod
     def _fresh() -> dict[str, Any]:
         return {"samples": 0, "retaken": [], "slow_kept": 0, "waited_s": 0.0}
 
     def speed(self) -> float:
-        """One check, as the lowest ratio of a loop on a CPU to the best seen in this run (1.0: at its best)."""
+        """One check, as the lowest ratio of a loop on a CPU to the reference (1.0: at it): the step
+        gate's median once :meth:`use_floors` has one, else the best seen in this run."""
+        return self._judge()[0]
+
+    def _judge(self) -> tuple[float, bool]:
+        """One check: (the lowest ratio of a loop on a CPU to the reference, whether it counts as slow)."""
         got = self.check()
         for per_cpu in got:
             for k, v in per_cpu.items():
                 self.best[k] = max(self.best.get(k, 0.0), v)
-        return min(
-            (c[k] / self.best[k] for c in got for k in c if self.best.get(k)),
-            default=1.0,
-        )
+        if self.floors is not None:
+            loops = self.floors["loops"]
+            ratio = min((c[k] / loops[k]["median"] for c in got for k in c if k in loops), default=1.0)
+            return ratio, any(step_slowed(self.floors, c) for c in got)
+        ratio = min((c[k] / self.best[k] for c in got for k in c if self.best.get(k)), default=1.0)
+        return ratio, ratio < self.ratio
 
-    def _await_speed(self) -> float:
+    def _await_speed(self) -> tuple[float, bool]:
         start = self.clock()
-        speed = self.speed()
-        while speed < self.ratio:
+        speed, slow = self._judge()
+        while slow:
             left = min(self.patience_s - (self.clock() - start), self.budget_s - self.spent_s)
             if left <= 0:
                 break
@@ -202,19 +218,20 @@ class SpeedGate:
             self.sleep(pause)
             self.spent_s += pause
             self.step["waited_s"] += pause
-            speed = self.speed()
-        return speed
+            speed, slow = self._judge()
+        return speed, slow
 
     def take(self, sample: Callable[[], Any], figure: Callable[[Any], float] | None = None) -> Any:
         """``sample()``'s value, taken while the CPU ran at its speed (or the last try, marked slow);
         ``figure`` reads the number to keep of a discarded value (default: the value itself)."""
         for attempt in range(self.retakes + 1):
-            before = self._await_speed()
+            before, slow_before = self._await_speed()
             started = self.clock()
             value = sample()
             took = self.clock() - started
-            speed = min(before, self.speed())
-            if speed >= self.ratio:
+            after, slow_after = self._judge()
+            speed = min(before, after)
+            if not (slow_before or slow_after):
                 break
             if attempt == self.retakes or self.spent_s + took > self.budget_s:
                 self.step["slow_kept"] += 1
@@ -226,7 +243,9 @@ class SpeedGate:
         return value
 
     def end_step(self) -> dict[str, Any]:
-        """This step's record (samples, retaken values, slow samples kept, seconds waited); starts the next."""
+        """This step's record (samples, retaken values with their ratio to the reference, slow samples
+        kept, seconds waited, the rule that judged them); starts the next."""
         record, self.step = self.step, self._fresh()
         record["waited_s"] = round(record["waited_s"], 1)
+        record["rule"] = "floors" if self.floors is not None else "best"  # what "slow" meant
         return record

@@ -13,9 +13,10 @@ NOISE_NOTE = (
     "time and, on GPUs, other processes and clock slowdowns; before and after it, a speed check (the "
     "calibration loops once: slowed by contention /proc cannot see, such as other virtual machines on "
     "the host). A busy step's figures are low for a reason that has nothing to do with the code. "
-    "CPU-bound samples go through a speed gate: a short check before and after each; while the CPU "
-    "runs below 85% of its best in the run the gate waits, and a sample with a slow check is taken "
-    "again (the discarded values stay in the JSON)."
+    "CPU-bound samples go through a speed gate: a short check on each CPU before and after each; "
+    "while a CPU runs two loops below the floors the start checks' spread sets (the step gate) the "
+    "gate waits, and a sample with a slow check is taken again (the discarded values stay in the "
+    "JSON, with their speed as a share of the start checks' median), within the suite's gate budget."
 )
 
 

@@ -284,10 +284,9 @@ class SuiteRunner:
 
         # a GPU run's CPU clocks drop with its own load (docs/noise.md): no gate there
         on_cpu = resolve_device(str(cfg.train.device)).type == "cpu"
-        runs = [
-            self.take(lambda: training.training_speed(cfg, seconds), on_cpu, figure=lambda r: r["sps"])
-            for _ in range(self.repeats)
-        ]
+        runs = training.training_speed(
+            cfg, seconds, self.repeats, take=lambda window: self.take(window, on_cpu, figure=lambda r: r["sps"])
+        )
         if label is not None:
             self.report.add(
                 f"train_sps/{env}/{label}", [r["sps"] for r in runs], "agent-steps/s", env=env, variant=label,
@@ -363,7 +362,9 @@ class SuiteRunner:
         from appliance.bench import noise
 
         if self.steps:  # the speed check's spread on this machine now: the step gate (noise.start)
-            noise.start(self.report)
+            checks = noise.start(self.report)
+            if self.gate is not None:  # which also judges the samples the speed gate takes
+                self.gate.use_floors(noise.spread_gate(checks))
         for i, step in enumerate(self.steps):
             if progress:
                 progress(step, i)

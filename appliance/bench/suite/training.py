@@ -7,6 +7,7 @@ Both run the real :class:`~appliance.train.Trainer` through the one training loo
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from appliance.train.loop import Stop
@@ -14,23 +15,33 @@ from appliance.train.loop import Stop
 SCORE_WINDOW = 5  # epochs averaged when judging a score
 
 
-def training_speed(cfg: Any, seconds: float, warmup_epochs: int = 1) -> dict[str, Any]:
-    """End-to-end training agent-steps/s after warm-up epochs, with the phase shares of the timed part."""
+def training_speed(
+    cfg: Any,
+    seconds: float,
+    repeats: int = 1,
+    take: Callable[[Callable[[], dict[str, Any]]], dict[str, Any]] | None = None,
+    warmup_epochs: int = 1,
+) -> list[dict[str, Any]]:
+    """End-to-end training agent-steps/s, ``repeats`` timed windows of one trainer after its warm-up
+    epochs, each window at least ``seconds`` and one whole epoch (a rollout and its update), with the
+    phase shares of that window. ``take`` runs each window (the suite's speed gate, which may run one
+    again); default: once. One trainer for all windows: building one and warming it up cost as much
+    as the timed part on a 2-core CPU (docs/benchmarks.md)."""
     import torch
 
     from appliance import vector
     from appliance.train import Trainer, loop
 
     trainer = Trainer(cfg, vector.make_from_config(cfg))
-    try:
-        cuda = trainer.device.type == "cuda"
-        loop.run(trainer, Stop(epochs=warmup_epochs))
+    cuda = trainer.device.type == "cuda"
+
+    def window() -> dict[str, Any]:
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         trainer.timings.reset()
         start = time.perf_counter()
-        result = loop.run(trainer, Stop(seconds=seconds, min_epochs=2))
+        result = loop.run(trainer, Stop(seconds=seconds, min_epochs=1))
         if cuda:
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
@@ -44,6 +55,10 @@ def training_speed(cfg: Any, seconds: float, warmup_epochs: int = 1) -> dict[str
             "memory_peak": torch.cuda.max_memory_allocated() if cuda else None,
             "memory_total": torch.cuda.get_device_properties(trainer.device).total_memory if cuda else None,
         }
+
+    try:
+        loop.run(trainer, Stop(epochs=warmup_epochs))
+        return [(take or (lambda f: f()))(window) for _ in range(repeats)]
     finally:
         trainer.close()
 
