@@ -155,7 +155,9 @@ def test_the_training_step_times_its_windows_on_one_warmed_up_trainer(monkeypatc
     runs = training.training_speed(small_config("squared"), 0.01, repeats=3, take=take_twice)
     assert len(built) == 1 and len(runs) == 3 and len(taken) == 6
     assert all(r["epochs"] >= 1 and r["sps"] > 0 and r["shares"] for r in taken)
-    assert built[0].global_step == (1 + sum(r["epochs"] for r in taken)) * built[0].batch_size  # warm-up and windows
+    assert (
+        built[0].global_step == (1 + sum(r["epochs"] for r in taken)) * built[0].batch_size
+    )  # warm-up and windows
 
 
 def test_a_suite_probe_prints_each_section_and_records_its_seconds(tmp_path):

@@ -285,7 +285,10 @@ class SuiteRunner:
         # a GPU run's CPU clocks drop with its own load (docs/noise.md): no gate there
         on_cpu = resolve_device(str(cfg.train.device)).type == "cpu"
         runs = training.training_speed(
-            cfg, seconds, self.repeats, take=lambda window: self.take(window, on_cpu, figure=lambda r: r["sps"])
+            cfg,
+            seconds,
+            self.repeats,
+            take=lambda window: self.take(window, on_cpu, figure=lambda r: r["sps"]),
         )
         if label is not None:
             self.report.add(
