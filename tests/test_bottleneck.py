@@ -97,6 +97,22 @@ def test_each_branch_advises_what_fits_the_machine_and_is_not_set(shares, train,
     assert_fits(d, cfg, gpu=train["device"] == "cuda")
 
 
+def test_forward_bound_advises_more_envs_only_where_twice_the_batch_ran_faster():
+    """On the 2-core Zen 3 machine the LSTM forward ran no faster per agent-step at 16,384 rows than
+    at 8,192 (docs/benchmarks.md), so "raise vec.num_envs for bigger batches" was advice that could
+    not help; the probe's figure at twice the batch decides it."""
+    cfg = {"vec": {"num_envs": 8192}, "train": CPU, "policy": {"hidden_size": 128}}
+    shares = {"evaluate.forward": 0.3, "train.forward": 0.25, "train.learn": 0.4}
+    flat = diagnose_training("b", shares, 5e4, cfg, {"forward_sps": 1.8e5, "forward_sps_2x": 1.7e5})
+    assert flat["bottleneck"] == "forward"
+    assert "vec.num_envs" not in advice(flat) and "policy.hidden_size now 128" in advice(flat)
+    assert "170K at twice the batch (a bigger batch does not make it faster here)" in advice(flat)
+    faster = diagnose_training("b", shares, 5e4, cfg, {"forward_sps": 1.8e5, "forward_sps_2x": 2.5e5})
+    assert "raise vec.num_envs (now 8192): twice the batch ran faster" in advice(faster)
+    unknown = diagnose_training("b", shares, 5e4, cfg, {"forward_sps": 1.8e5})  # older reports
+    assert "raise vec.num_envs (now 8192) for bigger batches" in advice(unknown)
+
+
 def test_memory_bound_never_advises_an_offload_that_is_on():
     figures = {"memory_peak": 79 * 2**30, "memory_total": 80 * 2**30}
     on = diagnose_training("b", {"train.learn": 0.5}, 1e6, {"train": {**GPU, "cpu_offload": True}}, figures)

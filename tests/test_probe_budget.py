@@ -184,3 +184,21 @@ def test_a_suite_probe_prints_each_section_and_records_its_seconds(tmp_path):
     steps = data["metrics"]["probe/cpu/env_step/squared"]["samples"]
     assert len(steps) == probe.MIN_RUNS, "0.1 s samples: the third spends the 0.3 s section"
     assert json.loads(json_path.read_text())["suite"]["definition"]["probe"]["budget_s"] == 0.3
+
+
+def test_the_policy_forward_is_probed_at_twice_the_batch_where_the_section_has_room():
+    """The bottleneck advice's evidence for "more envs": the same forward at twice the batch, under
+    its own name; a section whose budget is spent keeps the run's batch alone."""
+    from conftest import small_config
+
+    cfg = small_config("squared")
+    rows = int(cfg.vec.num_envs)
+    first, double = probe.policy_forward_scaling(cfg, "cpu", 3)
+    assert first.name == "probe/cpu/policy_forward/squared" and first.labels["batch"] == rows
+    assert double.name == "probe/cpu/policy_forward_2x/squared" and double.labels["batch"] == 2 * rows
+    assert len(double.samples) == 3 and min(double.samples) > 0
+    clock = Clock()
+    spent = probe.Budget(1.0, clock)
+    clock.now += 1.0
+    (alone,) = probe.policy_forward_scaling(cfg, "cpu", 3, budget=spent)
+    assert alone.name == first.name and len(alone.samples) == probe.MIN_RUNS

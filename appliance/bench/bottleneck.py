@@ -34,6 +34,7 @@ CATEGORIES = {
     "overhead": ("evaluate.misc", "train.misc"),
 }
 MEMORY_BOUND = 0.85  # peak GPU memory over total beyond which memory is the constraint
+BATCH_GAIN = 1.1  # the forward at twice the batch must run this much faster for "more envs" to be advice
 MIN_UPDATE_EPOCHS = int(RANGES[("train", "update_epochs")].low or 1)  # the schema's minimum
 
 
@@ -169,15 +170,22 @@ def _advice(top: str, pct: dict[str, str], cfg: dict[str, Any], figures: dict[st
         )
         return f"env-bound: stepping envs took {pct['env']} of wall time{fact}; {knob}"
     if top == "forward":
-        fwd = figures.get("forward_sps")
+        fwd, fwd_2x = figures.get("forward_sps"), figures.get("forward_sps_2x")
         fact = f"; the policy forward alone runs at {_rate(fwd)}agent-steps/s" if fwd else ""
-        knobs = _join(
-            [
-                f"raise vec.num_envs (now {vec.get('num_envs')}) for bigger batches",
-                _precision_hint(train, m),
-                _graphs_hint(train, m),
-            ]
-        )
+        more_envs: str | None = f"raise vec.num_envs (now {vec.get('num_envs')}) for bigger batches"
+        smaller = None
+        if fwd and fwd_2x:  # the probe measured what a batch twice as big does on this machine
+            fact += f", {_rate(fwd_2x)}at twice the batch"
+            if fwd_2x < BATCH_GAIN * fwd:
+                fact += " (a bigger batch does not make it faster here)"
+                more_envs = None
+                hidden = policy.get("hidden_size")
+                smaller = (
+                    f"a smaller policy (policy.hidden_size now {hidden})" if hidden else "a smaller policy"
+                )
+            else:
+                more_envs = f"raise vec.num_envs (now {vec.get('num_envs')}): twice the batch ran faster"
+        knobs = _join([more_envs, _precision_hint(train, m), _graphs_hint(train, m), smaller])
         return f"forward-bound: policy forward passes took {pct['forward']}{fact}; {knobs}"
     if top == "copy":
         knobs = (
@@ -455,6 +463,7 @@ def diagnosis_from_report(env: str, cfg: Any, report: dict[str, Any], run: dict[
     data = cfg.to_dict()
     shares = phase_shares(env, data.get("train", {}), report)
     fp = report["fingerprint"]
+    device = "gpu" if f"probe/gpu/policy_forward/{env}" in metrics else "cpu"
     figures: dict[str, Any] = {
         "memory_peak": run.get("memory_peak"),
         "memory_total": run.get("memory_total"),
@@ -462,11 +471,9 @@ def diagnosis_from_report(env: str, cfg: Any, report: dict[str, Any], run: dict[
         "cuda_available": bool(fp.get("cuda_available")),
         "cpu_bf16": bool((fp["cpu"].get("isa") or {}).get("bf16")),
         "env_sps_single": (metrics.get(f"probe/cpu/env_step/{env}") or {}).get("median"),
-        "forward_sps": (
-            metrics.get(f"probe/gpu/policy_forward/{env}")
-            or metrics.get(f"probe/cpu/policy_forward/{env}")
-            or {}
-        ).get("median"),
+        # the forward on the GPU where the probe had one, and at twice the batch where it took that
+        "forward_sps": (metrics.get(f"probe/{device}/policy_forward/{env}") or {}).get("median"),
+        "forward_sps_2x": (metrics.get(f"probe/{device}/policy_forward_2x/{env}") or {}).get("median"),
     }
     figures["buffers"] = _buffer_shares(env, metrics)
     spaces = _ocean_spaces(env, cfg)

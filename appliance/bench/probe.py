@@ -20,6 +20,7 @@ the section, and says so in the report's skipped list. Each section announces it
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -229,6 +230,20 @@ def policy_forward(
     )
 
 
+def policy_forward_scaling(cfg: Any, device: str, runs: int, budget: Budget | None = None) -> list[Figure]:
+    """The policy forward at the run's batch and, where the section's budget fits it, at twice that
+    batch (``probe/<device>/policy_forward_2x/<env>``): whether a bigger batch (more envs) would make
+    the forward faster per agent-step on this machine, the bottleneck advice's evidence."""
+    first = policy_forward(cfg, device, runs, budget=budget)
+    rows = int(first.labels["batch"])
+    call_s = rows / statistics.median(first.samples)
+    if budget is not None and not budget.fits(timed_cost(2 * call_s, MIN_RUNS, 0.05)):
+        return [first]
+    double = policy_forward(cfg, device, runs, batch=2 * rows, budget=budget)
+    double.name = double.name.replace("/policy_forward/", "/policy_forward_2x/")
+    return [first, double]
+
+
 def _random_obs(vec: Any, rows: int) -> np.ndarray:
     space = vec.single_observation_space
     rng = np.random.default_rng(0)
@@ -313,7 +328,7 @@ def cpu_probe(
             env_single_core(cfg.env_name, int(cfg.vec.num_envs), runs, seconds, dict(cfg.env), take, budget)
         )
     with sections(f"{cfg.env_name} policy forward on the CPU") as budget:
-        figures.append(policy_forward(cfg, "cpu", runs, budget=budget))
+        figures += policy_forward_scaling(cfg, "cpu", runs, budget=budget)
     return figures
 
 

@@ -195,7 +195,7 @@ class SuiteRunner:
         if torch.cuda.is_available():
             figures, skipped = probe.gpu_probe(gpus[0] if gpus else {}, runs, sections)
             with sections(f"{env} policy forward on the GPU") as budget:
-                figures.append(probe.policy_forward(cfg, "cuda", runs, budget=budget))
+                figures += probe.policy_forward_scaling(cfg, "cuda", runs, budget=budget)
             for f in figures:
                 self.report.add(f.name, f.samples, f.unit, f.better, f.ceiling, **f.labels)
             for what, why in skipped:
