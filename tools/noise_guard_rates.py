@@ -6,7 +6,8 @@ the spread of the checks taken before the first step. This tool plays suites wit
 measurements: per run and condition it takes the start checks on the idle machine, derives the
 gate, starts the condition's load, then takes ``--steps`` step checks (each the mean of two speed
 checks back to back, as a suite step's check before and after it) and counts the steps the gate
-flags. Conditions:
+flags, and judges a check of the per-sample speed gate (``noise.gate_check``) taken after each by
+the same floors, as a suite's gate judges its samples. Conditions:
 
 * ``idle``: no load; every flagged step is a false positive (target: at most 1 in 20);
 * ``cpu``: a busy loop (``python -c 'while True: pass'``) pinned with ``taskset`` to the CPU the
@@ -117,12 +118,24 @@ def step_check() -> dict[str, float]:
     return {k: (a[k] + b[k]) / 2 for k in a}
 
 
+def sample_flags(gate: dict[str, Any], readings: list[list[dict[str, float]]]) -> list[bool]:
+    """The speed gate's verdict on each of its checks (per CPU readings), judged by the step gate's
+    floors as a suite's gate judges them (``SpeedGate.use_floors``)."""
+    replay = iter(readings)
+    judge = noise.SpeedGate(check=lambda: next(replay))
+    judge.use_floors(gate)
+    return [judge.judge()[1] for _ in readings]
+
+
 def one_run(condition: str, steps: int, core: int, membw_procs: int) -> dict[str, Any]:
     start = [noise.speed_check() for _ in range(noise.SPREAD_CHECKS)]
     gate = noise.spread_gate(start)
     sampler = noise.Sampler()
+    checks, gate_checks = [], []
     with load(condition, core, membw_procs) as pids, sampler:
-        checks = [step_check() for _ in range(steps)]
+        for _ in range(steps):
+            checks.append(step_check())
+            gate_checks.append(noise.gate_check())  # the speed gate's check between samples, on this CPU
     flagged = [noise.step_slowed(gate, c) for c in checks]
     summary = noise.summarize(sampler.readings)
     return {
@@ -131,6 +144,8 @@ def one_run(condition: str, steps: int, core: int, membw_procs: int) -> dict[str
         "gate": gate,
         "step_checks": checks,
         "flagged": [sorted(f) for f in flagged],
+        "gate_checks": gate_checks,
+        "gate_flagged": sample_flags(gate, gate_checks),
         "others_cores_mean": summary.get("others_cores_mean"),
         "steal_cores_mean": summary.get("steal_cores_mean"),
     }
@@ -157,12 +172,18 @@ def tally(condition: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     how, target = TARGETS[condition]
     rate = flagged / max(1, total)
     others = [run["others_cores_mean"] for run in runs if run["others_cores_mean"] is not None]
+    judged = [f for run in runs for f in run.get("gate_flagged", [])]
+    gate_rate = sum(judged) / max(1, len(judged))
     return {
         "steps": total,
         "flagged": flagged,
         "rate": rate,
         "target": f"{how} {target:g}",
         "met": rate <= target if how == "at most" else rate >= target,
+        "gate_checks": len(judged),  # the per-sample speed gate's checks, by the same floors
+        "gate_flagged": sum(judged),
+        "gate_rate": gate_rate,
+        "gate_met": gate_rate <= target if how == "at most" else gate_rate >= target,
         "others_cores_mean": max(others) if others else None,
         "runs": runs,
     }
@@ -176,6 +197,14 @@ def print_rates(record: dict[str, Any]) -> None:
             f"{condition:<10}{c['flagged']:>6} of {c['steps']:<6}{c['rate']:>8.3f}  "
             f"{c['target']:<10} {'met' if c['met'] else 'MISSED':<6}{others:>8}"
         )
+    gated = {k: c for k, c in record["conditions"].items() if c.get("gate_checks")}
+    if gated:  # records before the speed gate was judged by the floors have none
+        print("the per-sample speed gate's checks (integer and float loops, this CPU), by the same floors:")
+        for condition, c in gated.items():
+            print(
+                f"{condition:<10}{c['gate_flagged']:>6} of {c['gate_checks']:<6}{c['gate_rate']:>8.3f}  "
+                f"{c['target']:<10} {'met' if c['gate_met'] else 'MISSED'}"
+            )
 
 
 def rescore(path: Path) -> int:
@@ -187,6 +216,8 @@ def rescore(path: Path) -> int:
             for run in c["runs"]:
                 gate = noise.spread_gate(run["start_checks"])
                 run["flagged"] = [sorted(noise.step_slowed(gate, check)) for check in run["step_checks"]]
+                if "gate_checks" in run:
+                    run["gate_flagged"] = sample_flags(gate, run["gate_checks"])
             conditions[condition] = tally(condition, c["runs"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise tool_cli.ToolError(f"{path} is not a record of this tool: {e}") from None

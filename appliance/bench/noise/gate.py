@@ -192,9 +192,9 @@ class SpeedGate:
     def speed(self) -> float:
         """One check, as the lowest ratio of a loop on a CPU to the reference (1.0: at it): the step
         gate's median once :meth:`use_floors` has one, else the best seen in this run."""
-        return self._judge()[0]
+        return self.judge()[0]
 
-    def _judge(self) -> tuple[float, bool]:
+    def judge(self) -> tuple[float, bool]:
         """One check: (the lowest ratio of a loop on a CPU to the reference, whether it counts as slow)."""
         got = self.check()
         for per_cpu in got:
@@ -209,7 +209,7 @@ class SpeedGate:
 
     def _await_speed(self) -> tuple[float, bool]:
         start = self.clock()
-        speed, slow = self._judge()
+        speed, slow = self.judge()
         while slow:
             left = min(self.patience_s - (self.clock() - start), self.budget_s - self.spent_s)
             if left <= 0:
@@ -218,7 +218,7 @@ class SpeedGate:
             self.sleep(pause)
             self.spent_s += pause
             self.step["waited_s"] += pause
-            speed, slow = self._judge()
+            speed, slow = self.judge()
         return speed, slow
 
     def take(self, sample: Callable[[], Any], figure: Callable[[Any], float] | None = None) -> Any:
@@ -229,7 +229,7 @@ class SpeedGate:
             started = self.clock()
             value = sample()
             took = self.clock() - started
-            after, slow_after = self._judge()
+            after, slow_after = self.judge()
             speed = min(before, after)
             if not (slow_before or slow_after):
                 break
