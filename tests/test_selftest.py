@@ -105,3 +105,75 @@ def test_the_metrics_set_apart_are_read_for_what_they_would_have_said():
     _, same = selftest.judge(report(1e6, 0, busy=True), report(1e6, 1), 0.05)
     assert same["excused_beyond"] == []
     assert selftest.lines(same)[-1] == "none of those differs beyond 5% by its 95% interval either"
+
+
+def test_interleaved_order_is_abba_by_step():
+    from appliance.bench.suite.session import interleaved
+
+    assert interleaved(3) == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (1, 2)]
+    assert interleaved(0) == []
+
+
+def tiny_suite(tmp_path, envs=("squared", "pong")):
+    spec = {
+        "name": "tiny",
+        "seconds": 0.05,
+        "threshold": 0.5,  # the plumbing, not this shared machine's agreement, is under test
+        "gate": False,
+        "env_sps": {"envs": list(envs), "threads": [1]},
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_selftest_interleaved_takes_the_runs_measurements_in_turn(tmp_path):
+    """--interleave: a drift of the machine's speed over minutes falls on both runs alike (the
+    brief's A B A B), so what is left between the reports is the measurements' own noise."""
+    out = tmp_path / "selftest"
+    args = ["selftest", "--suite", str(tiny_suite(tmp_path)), "--gpu", "cpu", "--repeats", "2"]
+    result = CliRunner().invoke(cli, [*args, "--out", str(out), "--interleave"])
+    assert result.exit_code in (0, 1), result.output
+    order = [line.split("] ", 1)[1] for line in result.output.splitlines() if line.startswith("[")]
+    assert order == [
+        "first: env squared x1 threads",
+        "second: env squared x1 threads",
+        "second: env pong x1 threads",
+        "first: env pong x1 threads",
+    ]
+    record = json.loads((out / "selftest.json").read_text())
+    assert record["order"] == "interleaved" and record["compared"] == 2
+    first, second = (rpt.load(p) for p in record["reports"])
+    assert first["interleaved"]["with"] == "second" and second["interleaved"]["with"] == "first"
+    assert first["metrics"].keys() == second["metrics"].keys() and len(first["noise"]["steps"]) == 2
+    assert "start" in first["noise"] and "start" in second["noise"], "each run has its own step gate"
+
+
+def test_a_failure_in_one_interleaved_run_marks_both_reports_partial_at_their_own_steps(tmp_path):
+    from appliance.bench.suite.definition import load
+    from appliance.bench.suite.session import interleaved, measure, new_report
+    from appliance.bench.suite.steps import SuiteRunner
+
+    suite, path = load(str(tiny_suite(tmp_path)))
+    runs = []
+    for label in ("first", "second"):
+        name, report = new_report(suite, str(path), "cpu", 1)
+        runs.append((SuiteRunner(suite, name, report, 1), report, label))
+
+    def boom():
+        raise RuntimeError("boom")
+
+    runs[1][0].steps[1].run = boom  # the second run's pong step: the third in ABBA order
+    try:
+        measure(runs, interleaved(2), "tiny")
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the failure propagates")
+    first, second = (r.data["partial"] for _, r, _ in runs)
+    assert (
+        second["completed"] == 1
+        and "measurement 'env pong x1 threads' failed: RuntimeError: boom" in second["reason"]
+    )
+    assert first["completed"] == 1 and first["missing"] == ["env pong x1 threads"]
+    assert "stopped: a measurement of the second run, interleaved with this one, failed" in first["reason"]

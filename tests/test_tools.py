@@ -237,7 +237,9 @@ def test_noise_guard_rates_counts_flagged_steps_per_condition(tmp_path, capsys, 
     monkeypatch.setattr(
         rates.noise,
         "gate_check",
-        lambda: [{k: base[k] * (0.6 if loaded and loaded[-1] else 1.0) for k in ("int_mops", "float_gflops")}],
+        lambda: [
+            {k: base[k] * (0.6 if loaded and loaded[-1] else 1.0) for k in ("int_mops", "float_gflops")}
+        ],
     )
     monkeypatch.setattr(rates, "machine", lambda: {"line": "test machine", "family/model/stepping": "x"})
     out = tmp_path / "rates.json"
@@ -246,7 +248,12 @@ def test_noise_guard_rates_counts_flagged_steps_per_condition(tmp_path, capsys, 
     idle, cpu = record["conditions"]["idle"], record["conditions"]["cpu"]
     assert (idle["flagged"], idle["steps"], idle["met"]) == (0, 3, True)
     assert (cpu["flagged"], cpu["steps"], cpu["met"]) == (3, 3, True)
-    assert (idle["gate_flagged"], idle["gate_checks"], cpu["gate_flagged"], cpu["gate_checks"]) == (0, 3, 3, 3)
+    assert (idle["gate_flagged"], idle["gate_checks"], cpu["gate_flagged"], cpu["gate_checks"]) == (
+        0,
+        3,
+        3,
+        3,
+    )
     assert record["settings"]["min_drop"] == rates.noise.MIN_DROP
     printed = capsys.readouterr().out
     assert "test machine" in printed and "wrote" in printed

@@ -1,5 +1,8 @@
 """Self-agreement: two back-to-back reports of one machine must compare as "no difference".
 
+With ``interleave`` the two runs take turns step by step (ABBA), so a drift of the machine's speed
+over minutes falls on both alike: what is left between them is the measurements' own noise.
+
 ``puffer-bench selftest`` runs a suite twice in a row on this machine and compares the second report
 with the first (:func:`appliance.bench.compare.compare`, judged as one machine's) at the suite's
 threshold (its ``threshold`` key; 5 %, compare's default, where it has none). The machine agrees
@@ -107,15 +110,24 @@ def run(
     seconds: float | None = None,
     threshold: float | None = None,
     announce: Callable[[str], None] | None = None,
+    interleave: bool = False,
 ) -> dict[str, Any]:
     """Run the suite twice, compare, write both reports, ``compare.md`` and ``selftest.json`` under
-    ``out_dir``; return the record (``partial`` with the signal when a run was interrupted)."""
+    ``out_dir``; return the record (``partial`` with the signal when a run was interrupted).
+    ``interleave``: the two runs' steps in turn (:func:`~appliance.bench.suite.session.interleaved`)
+    instead of one run after the other."""
     from appliance.bench.suite.definition import load
     from appliance.bench.suite.session import run_suite
 
     suite, _ = load(suite_name)
     threshold = float(threshold or suite.get("threshold") or DEFAULT_THRESHOLD)
     out = Path(out_dir)
+    if interleave:
+        got = _interleaved(suite_name, out, profile, envs, repeats, seconds, announce)
+        if "partial" in got:
+            return got
+        reports, paths = got["reports"], got["paths"]
+        return _verdict(suite["name"], reports, paths, out, threshold, interleave)
     reports, paths = [], []
     for label in ("first", "second"):
         if announce:
@@ -127,9 +139,78 @@ def run(
             return {"partial": data["partial"], "reports": [str(p) for p in paths + written[:1]]}
         reports.append({**data, "_path": str(written[0])})
         paths.append(written[0])
+    return _verdict(suite["name"], reports, paths, out, threshold, interleave)
+
+
+def _verdict(
+    suite: str,
+    reports: list[dict[str, Any]],
+    paths: list[Path],
+    out: Path,
+    threshold: float,
+    interleave: bool,
+) -> dict[str, Any]:
     result, v = judge(reports[0], reports[1], threshold)
     (out / "compare.md").write_text(cmp.to_markdown(result))
-    record = {"suite": suite["name"], "reports": [str(p) for p in paths], **v}
+    record = {"suite": suite, "order": "interleaved" if interleave else "back to back"}
+    record |= {"reports": [str(p) for p in paths], **v}
     (out / "selftest.json").write_text(json.dumps(record, indent=1) + "\n")
     record["written"] = [*map(str, paths), str(out / "compare.md"), str(out / "selftest.json")]
     return record
+
+
+def _interleaved(
+    suite_name: str,
+    out: Path,
+    profile: str | None,
+    envs: list[str] | None,
+    repeats: int | None,
+    seconds: float | None,
+    announce: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """Both runs with their steps in turn (ABBA), each into its own report; ``{"reports", "paths"}``,
+    or ``{"partial", "reports"}`` when interrupted (the figures so far are written)."""
+    from appliance.bench.suite.definition import load
+    from appliance.bench.suite.session import interleaved, measure, new_report, write_report
+    from appliance.bench.suite.steps import SuiteRunner
+    from appliance.errors import ConfigError
+    from appliance.report_io import unwritable
+
+    suite, path = load(suite_name)
+    runs = []
+    for label in ("first", "second"):
+        name, report = new_report(suite, str(path), profile, repeats)
+        problem = unwritable(out / label / name)
+        if problem:
+            raise ConfigError(f"--out {out / label}: {problem}; nothing was measured")
+        report.data["interleaved"] = {
+            "with": "second" if label == "first" else "first",
+            "order": "ABBA by step",
+        }
+        runs.append((SuiteRunner(suite, name, report, report.data["repeats"], envs, seconds), report, label))
+    steps = len(runs[0][0].steps)
+    if announce:
+        announce(
+            f"selftest: suite '{suite['name']}' twice, its {steps} measurements in turn (first, second; "
+            "then second, first; ...)"
+        )
+    try:
+        measure(runs, interleaved(steps), suite["name"])
+    except BaseException as e:
+        written = [
+            write_report(report.data, out / label, runner.profile, plots=False)[0]
+            for runner, report, label in runs
+            if report.data["metrics"]
+        ]
+        if isinstance(e, KeyboardInterrupt):
+            partial = next(r.data["partial"] for _, r, _ in runs if "partial" in r.data)
+            return {"partial": partial, "reports": [str(p) for p in written]}
+        raise
+    paths = [
+        write_report(report.data, out / label, runner.profile, plots=False)[0]
+        for runner, report, label in runs
+    ]
+    return {
+        "reports": [{**report.data, "_path": str(p)} for (_, report, _), p in zip(runs, paths, strict=True)],
+        "paths": paths,
+    }

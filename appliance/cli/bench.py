@@ -164,6 +164,11 @@ def run_cmd(
 @click.option(
     "--out", "out_dir", default="results/selftest", show_default=True, help="Reports and comparison go here."
 )
+@click.option(
+    "--interleave",
+    is_flag=True,
+    help="Take the two runs' measurements in turn (ABBA), so a drift of the machine's speed falls on both.",
+)
 def selftest_cmd(
     suite_name: str,
     profile: str | None,
@@ -172,6 +177,7 @@ def selftest_cmd(
     seconds: float | None,
     threshold: float | None,
     out_dir: str,
+    interleave: bool,
 ) -> None:
     """Run a suite twice back to back and compare: does this machine agree with itself? Exit 1 if
     not, or if it is inconclusive (most metrics measured while the CPU was busy or slowed).
@@ -180,9 +186,14 @@ def selftest_cmd(
     (OUT/selftest.json). Run it on an idle machine: two reports of one machine must show no
     significant difference beyond the threshold, in either direction.
 
+    With --interleave the runs take turns, measurement by measurement (first, second; then second,
+    first; ...): where back-to-back runs disagree and interleaved ones agree, the machine's speed
+    drifted between the runs; where both disagree, the measurements themselves do.
+
     \b
     puffer-bench selftest                  # the quick suite, twice
     puffer-bench selftest --suite quick --envs breakout --out results/cpu/selftest
+    puffer-bench selftest --interleave     # the same, its measurements in turn
     """
     import signal
 
@@ -199,6 +210,7 @@ def selftest_cmd(
         seconds,
         threshold,
         announce=lambda s: click.echo(s, err=True),
+        interleave=interleave,
     )
     if record.get("partial"):  # interrupted: what was written stays; exit as the signal asks
         sig = record["partial"].get("signal") or "SIGINT"

@@ -81,6 +81,25 @@ def run_with_progress(
     runner: SuiteRunner, title: str, before_step: Callable[[Step, int], None] | None = None
 ) -> None:
     """Every step of ``runner`` under a progress bar on stderr (plain lines when not a terminal)."""
+    run_schedule([(runner, "")], [(0, i) for i in range(len(runner.steps))], title, before_step)
+
+
+def interleaved(steps: int) -> list[tuple[int, int]]:
+    """Two runs' steps in turn, ABBA: step i of the first then of the second where i is even, the
+    other way round where it is odd, so a drift of the machine's speed falls on both alike."""
+    return [(r if i % 2 == 0 else 1 - r, i) for i in range(steps) for r in (0, 1)]
+
+
+def run_schedule(
+    runs: list[tuple[SuiteRunner, str]],
+    order: list[tuple[int, int]],
+    title: str,
+    before_step: Callable[[Step, int], None] | None = None,
+) -> None:
+    """The steps of one or more runners (each with a label, shown before its steps' lines where
+    there are several) in ``order`` (run index, step index), under one progress bar on stderr
+    (plain lines when not a terminal); each runner begins before the first step and ends after the
+    last."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -93,36 +112,55 @@ def run_with_progress(
         console=console,
         transient=not console.is_terminal,
     ) as bar:
-        task = bar.add_task(title, total=len(runner.steps))
+        task = bar.add_task(title, total=len(order))
+        count = [0]
 
-        def progress(step: Step, i: int) -> None:
-            if before_step:
-                before_step(step, i)
-            bar.update(task, description=step.label, completed=i)
-            if not console.is_terminal:
-                console.print(f"[{i + 1}/{len(runner.steps)}] {step.label}")
+        def callbacks(runner: SuiteRunner, label: str) -> tuple[Callable[..., None], Callable[..., None]]:
+            prefix = f"{label}: " if label else ""
 
-            def note(part: str) -> None:
-                """A part of the step starts (a probe section): on the bar, or a line of its own."""
-                bar.update(task, description=f"{step.label}: {part}")
+            def progress(step: Step, i: int) -> None:
+                if before_step:
+                    before_step(step, i)
+                bar.update(task, description=prefix + step.label, completed=count[0])
                 if not console.is_terminal:
-                    console.print(f"    {part}", highlight=False, markup=False)
+                    console.print(f"[{count[0] + 1}/{len(order)}] {prefix}{step.label}")
 
-            runner.note = note
+                def note(part: str) -> None:
+                    """A part of the step starts (a probe section): on the bar, or a line of its own."""
+                    bar.update(task, description=f"{prefix}{step.label}: {part}")
+                    if not console.is_terminal:
+                        console.print(f"    {part}", highlight=False, markup=False)
 
-        def done(step: Step, names: list[str]) -> None:
-            """The step's headline figures (not its descriptive shares) as they come."""
-            from appliance.bench.report import fmt
+                runner.note = note
 
-            metrics = runner.report.data["metrics"]
-            for name in names:
-                m = metrics[name]
-                if m.get("better") == "info" or m.get("median") is None:
-                    continue
-                cv = f", CV {100 * m['cv']:.1f}%" if m.get("cv") is not None and len(m["samples"]) > 1 else ""
-                console.print(f"    {name}: {fmt(m['median'], m['unit'])} {m['unit']}{cv}", highlight=False)
+            def done(step: Step, names: list[str]) -> None:
+                """The step's headline figures (not its descriptive shares) as they come."""
+                from appliance.bench.report import fmt
 
-        runner.run_all(progress, done)
+                count[0] += 1
+                metrics = runner.report.data["metrics"]
+                for name in names:
+                    m = metrics[name]
+                    if m.get("better") == "info" or m.get("median") is None:
+                        continue
+                    cv = (
+                        f", CV {100 * m['cv']:.1f}%"
+                        if m.get("cv") is not None and len(m["samples"]) > 1
+                        else ""
+                    )
+                    console.print(
+                        f"    {name}: {fmt(m['median'], m['unit'])} {m['unit']}{cv}", highlight=False
+                    )
+
+            return progress, done
+
+        hooks = [callbacks(runner, label) for runner, label in runs]
+        for runner, _ in runs:
+            runner.begin()
+        for r, i in order:
+            runs[r][0].run_step(i, *hooks[r])
+        for runner, _ in runs:
+            runner.end()
         bar.update(task, completed=len(runner.steps), description="done")
 
 
@@ -176,38 +214,58 @@ def registered_suite() -> Iterator[Callable[[], list[str]]]:
 
 def _measure(runner: SuiteRunner, report: rpt.Report, title: str) -> None:
     """Every step; on an interrupt or a failure the report is marked partial and the error re-raised."""
+    measure([(runner, report, "")], [(0, i) for i in range(len(runner.steps))], title)
+
+
+def measure(
+    runs: list[tuple[SuiteRunner, rpt.Report, str]], order: list[tuple[int, int]], title: str
+) -> None:
+    """The runners' steps in ``order`` (:func:`run_schedule`); on an interrupt or a failure each
+    report is marked partial at the steps it had done, and the error re-raised."""
     start = time.time()
-    done = [0]
+    position = [0]  # steps of ``order`` started
     with registered_suite() as others:
         concurrent: set[str] = set()
 
         def before_step(step: Step, i: int) -> None:
-            done[0] = i
+            position[0] += 1
             concurrent.update(others())
 
         try:
             with stop_signals():
-                run_with_progress(runner, title, before_step)
-            done[0] = len(runner.steps)
+                run_schedule([(r, label) for r, _, label in runs], order, title, before_step)
         except BaseException as e:
-            _mark_partial(runner, report, done[0], e)
+            started = order[: position[0]]
+            failed = started[-1][0] if started else 0  # the run whose step was going on
+            for k, (runner, report, _) in enumerate(runs):
+                completed = sum(1 for r, _ in started if r == k) - (k == failed and bool(started))
+                elsewhere = runs[failed][2] if k != failed and not isinstance(e, KeyboardInterrupt) else ""
+                if completed < len(runner.steps):
+                    _mark_partial(runner, report, completed, e, elsewhere or "")
             raise
         finally:
             concurrent.update(others())
-            if concurrent:
-                report.warn(
-                    f"another puffer-bench suite ran on this machine at the same time ({'; '.join(sorted(concurrent))}): "
-                    "the runs shared the cores, so these figures may be far too low; measure one suite at a time"
-                )
-            report.data["config"] = runner.resolved_configs()
-            report.data["duration_s"] = time.time() - start
+            for runner, report, _ in runs:
+                if concurrent:
+                    report.warn(
+                        f"another puffer-bench suite ran on this machine at the same time ({'; '.join(sorted(concurrent))}): "
+                        "the runs shared the cores, so these figures may be far too low; measure one suite at a time"
+                    )
+                report.data["config"] = runner.resolved_configs()
+                report.data["duration_s"] = time.time() - start
 
 
-def _mark_partial(runner: SuiteRunner, report: rpt.Report, done: int, error: BaseException) -> None:
+def _mark_partial(
+    runner: SuiteRunner, report: rpt.Report, done: int, error: BaseException, elsewhere: str = ""
+) -> None:
+    """Mark ``report`` partial after ``done`` steps; ``elsewhere``: the run interleaved with it, where
+    a measurement of that run failed (this one then stopped without a failure of its own)."""
     signal = None
     if isinstance(error, KeyboardInterrupt):
         signal = error.name if isinstance(error, Interrupted) else "SIGINT"
         why = f"interrupted by {signal}"
+    elif elsewhere:
+        why = f"stopped: a measurement of the {elsewhere} run, interleaved with this one, failed: {type(error).__name__}: {error}"
     else:
         why = f"measurement '{runner.steps[done].label}' failed: {type(error).__name__}: {error}"
     missing = [s.label for s in runner.steps[done:]]

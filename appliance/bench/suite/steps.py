@@ -362,20 +362,43 @@ class SuiteRunner:
     ) -> None:
         """Every step under the noise guard (which flags figures measured on a busy machine);
         ``progress`` before each, ``done`` after it with the names of the metrics it added."""
+        self.begin()
+        for i in range(len(self.steps)):
+            self.run_step(i, progress, done)
+        self.end()
+
+    def begin(self) -> None:
+        """Before the first step: the speed check's spread on this machine now, the step gate
+        (noise.start), which also judges the samples the speed gate takes."""
         from appliance.bench import noise
 
-        if self.steps:  # the speed check's spread on this machine now: the step gate (noise.start)
+        if self.steps:
             checks = noise.start(self.report)
-            if self.gate is not None:  # which also judges the samples the speed gate takes
+            if self.gate is not None:
                 self.gate.use_floors(noise.spread_gate(checks))
-        for i, step in enumerate(self.steps):
-            if progress:
-                progress(step, i)
-            before = set(self.report.data["metrics"])
-            with noise.watch(self.report, step.label, gate=self.gate):
-                step.run()
-            if done:
-                done(step, [n for n in self.report.data["metrics"] if n not in before])
+
+    def run_step(
+        self,
+        i: int,
+        progress: Callable[[Step, int], None] | None = None,
+        done: Callable[[Step, list[str]], None] | None = None,
+    ) -> None:
+        """Step ``i`` under the noise guard (``run_all``'s callbacks)."""
+        from appliance.bench import noise
+
+        step = self.steps[i]
+        if progress:
+            progress(step, i)
+        before = set(self.report.data["metrics"])
+        with noise.watch(self.report, step.label, gate=self.gate):
+            step.run()
+        if done:
+            done(step, [n for n in self.report.data["metrics"] if n not in before])
+
+    def end(self) -> None:
+        """After the last step: the analysis and the noise guard's verdicts."""
+        from appliance.bench import noise
+
         self.finish()
         noise.finish(self.report, self.suite.get("cv"))
 
