@@ -368,10 +368,15 @@ class SuiteRunner:
         self.end()
 
     def begin(self) -> None:
-        """Before the first step: the speed check's spread on this machine now, the step gate
-        (noise.start), which also judges the samples the speed gate takes."""
+        """Before the first step: the C library's memory thresholds a long run reaches
+        (:mod:`appliance.bench.allocator`), then the speed check's spread on this machine now, the
+        step gate (noise.start), which also judges the samples the speed gate takes."""
         from appliance.bench import noise
+        from appliance.bench.allocator import hold_freed_memory
 
+        held = hold_freed_memory()  # every sample in the memory regime a long run settles into
+        if held is not None:
+            self.report.data["allocator"] = held
         if self.steps:
             checks = noise.start(self.report)
             if self.gate is not None:
