@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -332,6 +333,10 @@ def test_run_cli_writes_a_report_and_the_readme_table(tmp_path):
     )
     assert data["config"]["envs"]["squared"]["env_name"] == "squared"
     assert json_path.with_suffix(".md").exists()
+    if platform.libc_ver()[0] == "glibc":  # samples in the memory regime a long run reaches
+        assert data["allocator"] == {
+            "libc": "glibc", "mmap_threshold": 32 << 20, "trim_threshold": 1 << 30, "set": True
+        }  # fmt: skip
 
     readme_path = tmp_path / "README.md"
     readme_path.write_text(f"intro\n{readme.BEGIN}\nold\n{readme.END}\nrest\n")

@@ -6,9 +6,10 @@ allocation faults its pages in again. Once the process frees a mapped block, gli
 thresholds (the mmap one to that block's size, up to 32 MiB), and from then on those allocations
 reuse memory the process holds. A trainer gets there in its first epoch. A short benchmark sample
 does not, unless something larger happened to be freed before it: on the 2-core Zen 3 machine the
-LSTM policy forward at 8,192 rows ran 1.39-1.81x faster after a forward at twice that batch than
-before it, in each of five fresh processes (docs/benchmarks.md). :func:`hold_freed_memory` sets
-the thresholds a long run reaches, so every sample of a suite is taken in that regime.
+LSTM policy forward at 8,192 rows ran 1.33-1.70x faster after a forward at twice that batch than
+before it, in four fresh processes, and 0.95-1.30x with the thresholds held from the start
+(results/cpu/allocator/forward_order.txt). :func:`hold_freed_memory` sets the thresholds a long
+run reaches, so every sample of a suite is taken in that regime.
 """
 
 from __future__ import annotations
