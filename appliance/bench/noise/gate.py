@@ -189,13 +189,10 @@ class SpeedGate:
     def _fresh() -> dict[str, Any]:
         return {"samples": 0, "retaken": [], "slow_kept": 0, "waited_s": 0.0}
 
-    def speed(self) -> float:
-        """One check, as the lowest ratio of a loop on a CPU to the reference (1.0: at it): the step
-        gate's median once :meth:`use_floors` has one, else the best seen in this run."""
-        return self.judge()[0]
-
     def judge(self) -> tuple[float, bool]:
-        """One check: (the lowest ratio of a loop on a CPU to the reference, whether it counts as slow)."""
+        """One check: (the lowest ratio of a loop on a CPU to the reference, whether it counts as slow);
+        the reference is the step gate's median once :meth:`use_floors` has one, else the best seen
+        in this run."""
         got = self.check()
         for per_cpu in got:
             for k, v in per_cpu.items():

@@ -77,13 +77,6 @@ def new_report(
     return name, report
 
 
-def run_with_progress(
-    runner: SuiteRunner, title: str, before_step: Callable[[Step, int], None] | None = None
-) -> None:
-    """Every step of ``runner`` under a progress bar on stderr (plain lines when not a terminal)."""
-    run_schedule([(runner, "")], [(0, i) for i in range(len(runner.steps))], title, before_step)
-
-
 def interleaved(steps: int) -> list[tuple[int, int]]:
     """Two runs' steps in turn, ABBA: step i of the first then of the second where i is even, the
     other way round where it is odd, so a drift of the machine's speed falls on both alike."""
