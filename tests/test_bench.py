@@ -16,7 +16,7 @@ from appliance.bench import compare as cmp
 from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.bottleneck import diagnose_training, roofline
-from appliance.bench.stats import ratio_interval, summarize
+from appliance.bench.stats import holm, ratio_interval, ratio_p_value, summarize
 from appliance.bench.suite import definition as suite
 from appliance.bench.suite.session import bench_profile
 from appliance.cli import cli
@@ -52,6 +52,36 @@ def test_summary_has_median_range_cv_and_interval():
 def test_ratio_interval_covers_the_true_ratio():
     ratio, ci = ratio_interval(noisy(100, seed=1), noisy(90, seed=2))
     assert 0.85 < ratio < 0.95 and ci[0] < 0.9 < ci[1] and ci[1] < 1
+
+
+def test_ratio_interval_holds_95_percent_at_three_samples_a_side():
+    """A suite's figures have 3 samples a side. The percentile bootstrap of medians this replaced
+    covered the true ratio 90 % of the time there (it excludes 1 whenever all of one side's samples
+    lie beyond the other's: 2 of the 20 equally likely orders), so a machine compared with itself
+    read "significant" on 1 metric in 10. Welch's t on the logarithms holds its 95 %; its p-value
+    says the same as its interval."""
+    rng = np.random.default_rng(7)
+    trials = 2000
+    covered = agree = 0
+    for _ in range(trials):
+        a, b = np.exp(rng.normal(0, 0.05, 3)), 0.9 * np.exp(rng.normal(0, 0.05, 3))
+        _, ci = ratio_interval(a, b)
+        covered += ci[0] <= 0.9 <= ci[1]
+        agree += (ci[0] > 1 or ci[1] < 1) == (ratio_p_value(a, b) < 0.05)
+    assert covered / trials > 0.93, covered / trials  # the bootstrap: 0.90
+    assert agree == trials
+    # one sample on a side borrows the other's spread; none anywhere, no interval
+    assert (
+        ratio_interval([100.0], [99.0, 101.0, 100.0])[1][0] < 1 < ratio_interval([100.0], [99.0, 101.0])[1][1]
+    )
+    assert ratio_interval([100.0], [90.0])[1] is None and ratio_p_value([100.0], [90.0]) is None
+    # samples that are not all positive (a share of 0) keep the bootstrap
+    assert ratio_interval([0.0, 0.2, 0.1], [0.1, 0.3, 0.2])[1] is not None
+
+
+def test_holm_adjusts_each_p_value_for_the_others():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5] and holm([]) == []
 
 
 # ---------------------------------------------------------------------- reports
@@ -122,6 +152,30 @@ def test_compare_flags_a_real_regression_and_not_noise():
         "improvement"
     }
     assert "**regression**" in cmp.to_markdown(loud)
+
+
+def test_compare_judges_a_suites_metrics_together():
+    """30 metrics of one machine: one differs beyond 5 % by its own interval (p about 0.03), as one
+    in 30 does by chance: "possible regression", not a regression (exit 0). A metric that halved is a
+    regression among 30 as well."""
+
+    def suite(shift, halve):
+        metrics = {f"env_sps/e{i}/threads=1": (noisy(1e6, 3, 0.01, seed=i), "higher") for i in range(28)}
+        metrics["env_sps/chance/threads=1"] = ([100 * shift, 104 * shift, 96 * shift], "higher")
+        metrics["env_sps/half/threads=1"] = ([100 * halve, 100.5 * halve, 99.5 * halve], "higher")
+        return make_report(metrics)
+
+    result = cmp.compare([suite(1, 1), suite(0.9, 1)], threshold=0.05)
+    verdicts = {row["metric"]: row["ratios"][0] for row in result["rows"]}
+    chance = verdicts["env_sps/chance/threads=1"]
+    assert chance["significant"] and chance["p"] < 0.05 and chance["verdict"] == "possible regression"
+    assert result["regressions"] == [] and result["judged_together"] == [30]
+    assert any("not once all 30 judged metrics are tested together" in n for n in result["notes"])
+    assert "possible regression" in cmp.to_markdown(result) and "**regression**" not in cmp.to_markdown(
+        result
+    )
+    halved = cmp.compare([suite(1, 1), suite(1, 0.5)], threshold=0.05)
+    assert halved["regressions"] == ["env_sps/half/threads=1"]
 
 
 def test_compare_never_flags_descriptive_figures_and_lists_differences():

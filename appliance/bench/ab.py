@@ -3,7 +3,7 @@
 Comparing a figure against one measured at another time mixes the change with whatever else changed
 (the machine, its load, its clocks). ``puffer-bench ab A B`` runs the same suite for both variants in
 alternating rounds, so drift and background load hit both alike, and reports, per metric, the ratio
-of medians B / A with a 95% bootstrap interval (:func:`appliance.bench.stats.ratio_interval`).
+of medians B / A with a 95% interval (:func:`appliance.bench.stats.ratio_interval`).
 
 A variant (``A`` or ``B``) is one of::
 
@@ -233,7 +233,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             if result.get("partial")
             else []
         ),
-        "- ratio = median(B) / median(A) over the rounds, with a 95% bootstrap interval; "
+        "- ratio = median(B) / median(A) over the rounds, with a 95% interval (Welch's t on the logarithms); "
         "a verdict needs the interval to exclude 1",
         "",
         "| metric | unit | median A | median B | B / A (95% CI) | verdict |",

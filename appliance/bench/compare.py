@@ -1,10 +1,14 @@
-"""Compare benchmark reports: the same metrics side by side, ratios with bootstrap intervals.
+"""Compare benchmark reports: the same metrics side by side, ratios with 95% intervals.
 
 The first report is the base. For every metric the reports share: each machine's median, the
-ratio to the base (new / base), a 95% bootstrap interval for that ratio, and a verdict. A change is
-significant when the interval excludes 1; a regression is a significant change in the worse
-direction (lower for higher-is-better metrics) by more than the threshold; descriptive ("info")
-figures such as phase shares show as changed or similar, never as regressions. Reports of another
+ratio to the base (new / base), a 95% interval for that ratio (:func:`appliance.bench.stats.ratio_interval`),
+and a verdict. A change is significant when the interval excludes 1; a regression is a significant
+change in the worse direction (lower for higher-is-better metrics) by more than the threshold, that
+stays significant when all the comparison's judged metrics are tested together (Holm's correction,
+5 % family-wise): a suite of 30 metrics tested one by one at 95 % would call one or two of them
+changed by chance in a comparison of a machine with itself. One significant alone reads "possible
+regression" and does not fail the comparison. Descriptive ("info") figures such as phase shares show
+as changed or similar, never as regressions. Reports of another
 schema or with no metric in common are refused. What differs between the machines (GPU, CPU, cores,
 driver, versions, config) is listed so a ratio is never read without its context.
 
@@ -33,7 +37,7 @@ import numpy as np
 from rich.markup import escape
 
 from appliance.bench import report as rpt
-from appliance.bench.stats import ratio_interval
+from appliance.bench.stats import holm, ratio_interval, ratio_p_value
 from appliance.errors import ReportError
 from appliance.sysinfo import machine_facts
 
@@ -163,6 +167,15 @@ def calibration_ratios(base: dict[str, Any], other: dict[str, Any]) -> dict[str,
 
 
 SLOWER, FASTER = "slower", "faster"  # a significant difference between two machines
+# significant beyond the threshold alone, but not once every judged metric of the comparison is
+# tested together (Holm): shown, never counted as a regression
+POSSIBLE = {
+    "regression": "possible regression",
+    "improvement": "possible improvement",
+    SLOWER: "possibly slower",
+    FASTER: "possibly faster",
+}
+FAMILY_ALPHA = 0.05  # the chance, across all metrics of a comparison, of calling any one wrongly
 MACHINE_FACTS = ("host id", "CPU", "CPU family/model/stepping", "GPU")  # any differing: another machine
 
 
@@ -320,6 +333,7 @@ def compare(
             except ValueError:
                 row["ratios"].append({"ratio": None, "ci": None, "significant": False, "verdict": "no data"})
                 continue
+            p = ratio_p_value(a, b)
             significant = ci is not None and (ci[0] > 1 or ci[1] < 1)
             gain = 1 / ratio if base["better"] == "lower" else ratio  # > 1: better
             if name in busy[0] or name in busy[k]:
@@ -346,9 +360,11 @@ def compare(
                     "significant": significant,
                     "verdict": verdict,
                     "normalized": beside,
+                    "p": p,
                 }
             )
         rows.append(row)
+    family = _judge_together(rows, len(reports) - 1)
     only = sorted({n for r in reports for n in r["metrics"]} - set(common))
     notes = _calibration_notes(reports, paths)
     if normalize:
@@ -361,6 +377,14 @@ def compare(
     for k, what in enumerate(changed):
         if what:
             notes.insert(0, machine_reason(reports[0], reports[k], k + 1, what))
+    for k, (judged, possible) in enumerate(family, start=2):
+        if possible:
+            notes.append(
+                f"report {k}: {len(possible)} metric(s) differ beyond the threshold by their own 95% interval "
+                f"but not once all {judged} judged metrics are tested together (Holm, {100 * FAMILY_ALPHA:g}% "
+                "family-wise), shown as 'possible ...' and never as regressions: among so many, some "
+                "differ that far by chance"
+            )
     for i, b in enumerate(busy):
         if b:
             notes.append(
@@ -383,11 +407,37 @@ def compare(
         "normalized": sorted(normalized),
         "machines": [{"report": k + 1, "differs": what} for k, what in enumerate(changed) if k],
         "same_machine": same_machine,
+        "judged_together": [judged for judged, _ in family],  # per report after the base: Holm's family
         "not_common": only,
         "regressions": [
             row["metric"] for row in rows if any(x["verdict"] == "regression" for x in row["ratios"])
         ],
     }
+
+
+def _judge_together(rows: list[dict[str, Any]], columns: int) -> list[tuple[int, list[str]]]:
+    """Holm's correction over each report's judged metrics (those that could be a regression or an
+    improvement: not descriptive, not set apart by the noise guard, with a p-value): a verdict beyond
+    the threshold whose adjusted p-value is not below :data:`FAMILY_ALPHA` becomes 'possible ...'.
+    Per report column: (metrics judged, metrics made 'possible')."""
+    out = []
+    for k in range(columns):
+        judged = [
+            x
+            for row in rows
+            if row["better"] != "info"
+            and (x := row["ratios"][k]).get("p") is not None
+            and x["verdict"] not in (UNRELIABLE, SLOWED)
+        ]
+        adjusted = holm([x["p"] for x in judged])
+        possible = []
+        for x, p in zip(judged, adjusted, strict=True):
+            x["p_family"] = p
+            if x["verdict"] in POSSIBLE and p >= FAMILY_ALPHA:
+                x["verdict"] = POSSIBLE[x["verdict"]]
+                possible.append(x)
+        out.append((len(judged), possible))
+    return out
 
 
 def ratio_text(x: dict[str, Any]) -> str:
@@ -425,7 +475,12 @@ def to_markdown(result: dict[str, Any]) -> str:
     lines += ["|---" * (2 + len(paths) + len(paths) - 1) + "|"]
     for row in result["rows"]:
         cells = [rpt.fmt(m, row["unit"]) for m in row["medians"]]
-        ratios = [ratio_text(x).replace("regression", "**regression**") for x in row["ratios"]]
+        ratios = [
+            ratio_text(x).replace("regression", "**regression**")
+            if x["verdict"] == "regression"
+            else ratio_text(x)
+            for x in row["ratios"]
+        ]
         unit = row["unit"] if row["better"] == "info" else f"{row['unit']} ({row['better']} is better)"
         mark = " (normalized)" if row["metric"] in result.get("normalized", ()) else ""
         template = "| {!c}" + mark + " | {} |" + " {} |" * (len(cells) + len(ratios))

@@ -257,8 +257,8 @@ def compare_cmd(
 ) -> None:
     """Compare reports metric by metric (the first is the base); exit 1 on a significant regression.
 
-    Shows each report's median, the ratio to the base with a 95% bootstrap interval, whether the
-    change is significant, and what differs between the machines. Reports of different machines
+    Shows each report's median, the ratio to the base with a 95% interval, whether the change is
+    significant (all metrics judged together), and what differs between the machines. Reports of different machines
     (host id, CPU model or GPU differ) read "slower"/"faster" with the calibration-normalized ratio
     beside the raw one, and are no regression (exit 0) unless --same-machine.
     """
