@@ -32,6 +32,8 @@ def test_two_reports_that_agree_and_two_that_differ():
     _, same = selftest.judge(report(1e6, 0), report(1e6, 1), 0.05)
     assert same["agree"] and same["compared"] == 2 and not same["disagree"]
     assert selftest.lines(same)[0].startswith("agree: none of 2 metrics differs significantly beyond 5%")
+    assert selftest.lines(same)[1].startswith("resolution: the 95% intervals reach -")
+    assert selftest.lines(same)[1].endswith("narrower than 5%")
     for factor, word in ((0.8, "regression"), (1.2, "improvement")):
         _, other = selftest.judge(report(1e6, 0), report(factor * 1e6, 1), 0.05)
         assert not other["agree"] and [e["metric"] for e in other["disagree"]] == [
@@ -60,7 +62,23 @@ def test_a_metric_beyond_the_threshold_by_chance_among_many_is_possible_not_disa
     assert v["agree"] and not v["disagree"] and v["tested_together"] == 17
     assert [e["metric"] for e in v["possible"]] == ["env_sps/squared/threads=1"]
     text = selftest.lines(v)
-    assert text[1].startswith("possible (1, not counted)") and "possible improvement" in text[2], text
+    assert text[2].startswith("possible (1, not counted)") and "possible improvement" in text[3], text
+    # 3 samples a side at 1 % noise: the intervals reach a few percent, so a 5 % difference can show
+    low, high = v["resolution"]
+    assert 0.95 < low < 1 < high < 1.05 and text[1].endswith("narrower than 5%")
+
+
+def test_an_agreement_that_cannot_see_the_threshold_says_so():
+    """On the 2-core Zen 3 machine the back-to-back selftest agreed with intervals reaching -18% to
+    +27%: "agree" then says that a difference of 5 % would not have shown."""
+    first, second = report(1e6, 0), report(1e6, 1)
+    for r, seed in ((first, 3), (second, 4)):
+        noisy = 1e6 * (1 + 0.2 * np.random.default_rng(seed).standard_normal(10))
+        r["metrics"]["env_sps/squared/threads=1"]["samples"] = list(noisy)
+        r["metrics"]["env_sps/pong/threads=1"]["samples"] = list(noisy[::-1] * 5)
+    _, v = selftest.judge(first, second, 0.05)
+    line = next(x for x in selftest.lines(v) if x.startswith("resolution:"))
+    assert v["agree"] and "cannot see one of 5%" in line, line
 
 
 def test_agreement_of_the_few_metrics_the_noise_guard_left_is_inconclusive_not_agree():

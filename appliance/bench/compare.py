@@ -377,7 +377,14 @@ def compare(
     for k, what in enumerate(changed):
         if what:
             notes.insert(0, machine_reason(reports[0], reports[k], k + 1, what))
-    for k, (judged, possible) in enumerate(family, start=2):
+    for k, (judged, possible, reach) in enumerate(family, start=2):
+        if reach and judged > 1:
+            notes.append(
+                f"report {k}: the judged metrics' 95% intervals reach {100 * (reach[0] - 1):+.1f}% to "
+                f"{100 * (reach[1] - 1):+.1f}% around their ratios (medians over {judged}): a difference "
+                "within that does not show at these samples on these machines; more repeats or a quieter "
+                "machine narrow it"
+            )
         if possible:
             notes.append(
                 f"report {k}: {len(possible)} metric(s) differ beyond the threshold by their own 95% interval "
@@ -407,7 +414,8 @@ def compare(
         "normalized": sorted(normalized),
         "machines": [{"report": k + 1, "differs": what} for k, what in enumerate(changed) if k],
         "same_machine": same_machine,
-        "judged_together": [judged for judged, _ in family],  # per report after the base: Holm's family
+        "judged_together": [judged for judged, _, _ in family],  # per report after the base: Holm's family
+        "resolution": [reach for _, _, reach in family],  # per report after the base (:func:`_resolution`)
         "not_common": only,
         "regressions": [
             row["metric"] for row in rows if any(x["verdict"] == "regression" for x in row["ratios"])
@@ -430,14 +438,24 @@ def _judge_together(rows: list[dict[str, Any]], columns: int) -> list[tuple[int,
             and x["verdict"] not in (UNRELIABLE, SLOWED)
         ]
         adjusted = holm([x["p"] for x in judged])
-        possible = []
+        possible: list[dict[str, Any]] = []
         for x, p in zip(judged, adjusted, strict=True):
             x["p_family"] = p
             if x["verdict"] in POSSIBLE and p >= FAMILY_ALPHA:
                 x["verdict"] = POSSIBLE[x["verdict"]]
                 possible.append(x)
-        out.append((len(judged), possible))
+        out.append((len(judged), possible, _resolution(judged)))
     return out
+
+
+def _resolution(judged: list[dict[str, Any]]) -> list[float] | None:
+    """How far the judged metrics' 95% intervals reach around their ratios, as factors (the medians of
+    low / ratio and high / ratio): a difference within that does not show at these samples on this
+    machine. None without an interval."""
+    spans = [(x["ci"][0] / x["ratio"], x["ci"][1] / x["ratio"]) for x in judged if x["ci"] and x["ratio"]]
+    if not spans:
+        return None
+    return [float(np.median([lo for lo, _ in spans])), float(np.median([hi for _, hi in spans]))]
 
 
 def ratio_text(x: dict[str, Any]) -> str:

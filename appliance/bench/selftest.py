@@ -57,6 +57,9 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
         "disagree": disagree,
         "possible": possible,
         "tested_together": (result.get("judged_together") or [None])[0],
+        # how far the intervals reach (median low and high factors): "agree" sees no difference
+        # smaller than that, which on a host whose speed moves can be far beyond the threshold
+        "resolution": (result.get("resolution") or [None])[0],
         "excused": excused,
         # the metrics set apart that differ beyond the threshold by their intervals even so: whether
         # the runs would have agreed had the CPU held its speed (docs/noise.md)
@@ -81,6 +84,18 @@ def lines(v: dict[str, Any]) -> list[str]:
         out = [f"disagree: {len(v['disagree'])} of {v['compared']} metrics differ significantly beyond {t}:"]
     for e in v["disagree"]:
         out.append(_metric_line(e))
+    reach = v.get("resolution")  # absent from verdicts recorded before it was read
+    if reach:
+        out.append(
+            f"resolution: the 95% intervals reach {100 * (reach[0] - 1):+.1f}% to {100 * (reach[1] - 1):+.1f}% "
+            "around their ratios (medians): "
+            + (
+                "a difference within that does not show here, so this verdict cannot see one of "
+                f"{t}; more repeats or a quieter machine narrow it"
+                if reach[0] < 1 - v["threshold"] or reach[1] > 1 + v["threshold"]
+                else f"narrower than {t}"
+            )
+        )
     possible = v.get("possible") or []  # absent from verdicts recorded before Holm's correction
     if possible:
         out.append(
