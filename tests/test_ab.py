@@ -55,8 +55,35 @@ def test_ab_interleaves_configs_and_reports_the_ratio(tmp_path):
     assert data["schema"] == ab.SCHEMA and data["order"] == ["A1", "B1", "A2", "B2"]
     m = data["metrics"]["env_sps/squared/threads=1"]
     assert len(m["a"]) == len(m["b"]) == 2 and m["ratio"] > 0 and m["ci"][0] <= m["ratio"] <= m["ci"][1]
-    assert m["verdict"] in ("B better", "B worse", "no clear difference", ab.UNRELIABLE)
+    assert m["verdict"] in (
+        "B better", "B worse", "possibly B better", "possibly B worse", "no clear difference", ab.UNRELIABLE
+    )  # fmt: skip
     assert "B / A" in out.with_suffix(".md").read_text()
+
+
+def test_ab_judges_its_metrics_together():
+    """Of 20 metrics one differs as one in 20 does by chance (p about 0.03 alone): "possibly B
+    worse"; one that halved is "B worse" among 20 too."""
+
+    def metric(name, a, b):
+        return {"name": name, "a": a, "b": b}
+
+    rows = [metric(f"env_sps/e{i}/threads=1", [100.0, 101, 99], [100.5, 99.5, 100]) for i in range(18)]
+    rows += [metric("env_sps/chance/threads=1", [100.0, 104, 96], [90.0, 93.6, 86.4])]
+    rows += [metric("env_sps/half/threads=1", [100.0, 100.5, 99.5], [50.0, 50.2, 49.8])]
+    rounds_out = [
+        {"side": side, "round": r, "report": {"metrics": {
+            m["name"]: {"unit": "agent-steps/s", "better": "higher", "median": m["a" if side == "A" else "b"][r]}
+            for m in rows
+        }}}
+        for r in range(3)
+        for side in ("A", "B")
+    ]  # fmt: skip
+    result = ab.summarize_rounds({}, rounds_out, {"name": "tiny"}, {}, {"profile": "cpu"}, 3)
+    verdicts = {name: m["verdict"] for name, m in result["metrics"].items()}
+    assert verdicts["env_sps/chance/threads=1"] == "possibly B worse"
+    assert verdicts["env_sps/half/threads=1"] == "B worse"
+    assert set(verdicts.values()) == {"no clear difference", "possibly B worse", "B worse"}
 
 
 def test_ab_refuses_mixed_kinds_and_one_round(tmp_path):

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.bench.abvariants import InProcess, Subprocess, Variant, parse_variant
-from appliance.bench.stats import ratio_interval, summarize
+from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_interval, ratio_p_value, summarize
 from appliance.errors import ConfigError
 
 SCHEMA = "puffer-bench/ab/1"
@@ -149,7 +149,7 @@ def summarize_rounds(
         m["a_summary"], m["b_summary"] = summarize(sides["A"]), summarize(sides["B"])
         if sides["A"] and sides["B"] and m["a_summary"]["median"]:
             ratio, ci = ratio_interval(sides["A"], sides["B"])
-            m["ratio"], m["ci"] = ratio, ci
+            m["ratio"], m["ci"], m["p"] = ratio, ci, ratio_p_value(sides["A"], sides["B"])
             significant = ci is not None and (ci[0] > 1 or ci[1] < 1)
             if m["busy"]:
                 m["verdict"] = UNRELIABLE
@@ -163,6 +163,7 @@ def summarize_rounds(
         else:
             m["ratio"], m["ci"], m["verdict"] = None, None, "no data"
         metrics[name] = m
+    _judge_together(metrics)
     return {
         "schema": SCHEMA,
         "created_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -181,6 +182,21 @@ def summarize_rounds(
         },
         "metrics": metrics,
     }
+
+
+def _judge_together(metrics: dict[str, dict[str, Any]]) -> None:
+    """As compare judges: "B better" or "B worse" only where the difference stays significant when
+    all the judged metrics (not descriptive, not busy) are tested together (Holm, 5 % family-wise);
+    one significant alone reads "possibly B better" / "possibly B worse"."""
+    judged = [
+        m
+        for m in metrics.values()
+        if m["better"] != "info" and m.get("p") is not None and m["verdict"] != UNRELIABLE
+    ]
+    for m, p in zip(judged, holm([m["p"] for m in judged]), strict=True):
+        m["p_family"] = p
+        if m["verdict"] in ("B better", "B worse") and p >= FAMILY_ALPHA:
+            m["verdict"] = "possibly " + m["verdict"]
 
 
 def table(result: dict[str, Any]) -> Any:
@@ -234,7 +250,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             else []
         ),
         "- ratio = median(B) / median(A) over the rounds, with a 95% interval (Welch's t on the logarithms); "
-        "a verdict needs the interval to exclude 1",
+        "a verdict needs the interval to exclude 1, and 'B better' / 'B worse' that the difference stays "
+        "significant with all the speed metrics tested together (Holm, 5% family-wise); else 'possibly ...'",
         "",
         "| metric | unit | median A | median B | B / A (95% CI) | verdict |",
         "|---|---|---|---|---|---|",

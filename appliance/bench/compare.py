@@ -37,7 +37,7 @@ import numpy as np
 from rich.markup import escape
 
 from appliance.bench import report as rpt
-from appliance.bench.stats import holm, ratio_interval, ratio_p_value
+from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_interval, ratio_p_value
 from appliance.errors import ReportError
 from appliance.sysinfo import machine_facts
 
@@ -175,7 +175,6 @@ POSSIBLE = {
     SLOWER: "possibly slower",
     FASTER: "possibly faster",
 }
-FAMILY_ALPHA = 0.05  # the chance, across all metrics of a comparison, of calling any one wrongly
 MACHINE_FACTS = ("host id", "CPU", "CPU family/model/stepping", "GPU")  # any differing: another machine
 
 

@@ -18,6 +18,7 @@ from scipy import stats as scipy_stats
 
 RESAMPLES = 4000
 CONFIDENCE = 0.95
+FAMILY_ALPHA = 0.05  # many ratios judged at once: the chance of calling any one of them wrongly (holm)
 
 
 def _clean(samples: Sequence[float]) -> np.ndarray:
