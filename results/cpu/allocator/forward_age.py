@@ -38,4 +38,6 @@ if __name__ == "__main__":
     for i in range(int(sys.argv[1])):
         out = subprocess.run([sys.executable, "-c", ONE], capture_output=True, text=True, check=True)
         a = [int(x) for x in out.stdout.split()]
-        print(f"| {i + 1} | {a[0]}, {a[1]} | {a[2]}, {a[3]} | {a[4]}, {a[5]} | {(a[4] + a[5]) / (a[0] + a[1]):.2f} |")
+        print(
+            f"| {i + 1} | {a[0]}, {a[1]} | {a[2]}, {a[3]} | {a[4]}, {a[5]} | {(a[4] + a[5]) / (a[0] + a[1]):.2f} |"
+        )

@@ -26,5 +26,7 @@ for folder in map(Path, sys.argv[1:]):
             len(steps),
         ]
         total = [a + b for a, b in zip(total, row, strict=True)]
-        print(f"| {folder.name} | {run} | {row[0]} | {row[1]} | {row[2]} | {row[3]:.0f} | {row[4]} of {row[5]} |")
+        print(
+            f"| {folder.name} | {run} | {row[0]} | {row[1]} | {row[2]} | {row[3]:.0f} | {row[4]} of {row[5]} |"
+        )
 print(f"| all | | {total[0]} | {total[1]} | {total[2]} | {total[3]:.0f} | {total[4]} of {total[5]} |")
