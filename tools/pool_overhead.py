@@ -5,7 +5,7 @@ Builds ``envs/pool_bench.c`` (this checkout's) against each variant's ``envs/`` 
 order config by config for ``--rounds`` rounds: drift and the load of other processes hit both
 alike. Each run gives the 10th percentile of its step times (the steps that other load did not
 interrupt; see the harness) and medians. Per config and figure it reports the median of each side, the ratio of medians B / A with a
-95% bootstrap interval (``appliance.bench.stats.ratio_interval``), and a verdict; the noise guard
+95% interval (``appliance.bench.stats.ratio_interval``), and a verdict; the noise guard
 (``appliance.bench.noise``) samples others' load and steal during every run, and a figure with a
 busy sample on either side is "unreliable (busy)", as ``puffer-bench ab`` says it. A second build
 with ``-DPOOL_STATS`` (where the variant's vecenv.c has the counters) adds futex and yield calls

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.bench.abvariants import InProcess, Subprocess, Variant, parse_variant
-from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_interval, ratio_p_value, summarize
+from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_test, summarize
 from appliance.errors import ConfigError
 
 SCHEMA = "puffer-bench/ab/1"
@@ -148,8 +148,8 @@ def summarize_rounds(
         m = {**meta[name], "a": sides["A"], "b": sides["B"], "busy": sorted(busy.get(name, ()))}
         m["a_summary"], m["b_summary"] = summarize(sides["A"]), summarize(sides["B"])
         if sides["A"] and sides["B"] and m["a_summary"]["median"]:
-            ratio, ci = ratio_interval(sides["A"], sides["B"])
-            m["ratio"], m["ci"], m["p"] = ratio, ci, ratio_p_value(sides["A"], sides["B"])
+            ratio, ci, m["p"] = ratio_test(sides["A"], sides["B"])
+            m["ratio"], m["ci"] = ratio, ci
             significant = ci is not None and (ci[0] > 1 or ci[1] < 1)
             if m["busy"]:
                 m["verdict"] = UNRELIABLE

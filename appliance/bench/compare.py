@@ -37,7 +37,7 @@ import numpy as np
 from rich.markup import escape
 
 from appliance.bench import report as rpt
-from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_interval, ratio_p_value
+from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_test
 from appliance.errors import ReportError
 from appliance.sysinfo import machine_facts
 
@@ -328,11 +328,10 @@ def compare(
             try:
                 if not base.get("median"):
                     raise ValueError("no base median")
-                ratio, ci = ratio_interval(a, b)  # ValueError without samples or with a zero base median
+                ratio, ci, p = ratio_test(a, b)  # ValueError without samples or with a zero base median
             except ValueError:
                 row["ratios"].append({"ratio": None, "ci": None, "significant": False, "verdict": "no data"})
                 continue
-            p = ratio_p_value(a, b)
             significant = ci is not None and (ci[0] > 1 or ci[1] < 1)
             gain = 1 / ratio if base["better"] == "lower" else ratio  # > 1: better
             if name in busy[0] or name in busy[k]:
@@ -422,11 +421,13 @@ def compare(
     }
 
 
-def _judge_together(rows: list[dict[str, Any]], columns: int) -> list[tuple[int, list[str]]]:
+def _judge_together(
+    rows: list[dict[str, Any]], columns: int
+) -> list[tuple[int, list[dict[str, Any]], list[float] | None]]:
     """Holm's correction over each report's judged metrics (those that could be a regression or an
     improvement: not descriptive, not set apart by the noise guard, with a p-value): a verdict beyond
     the threshold whose adjusted p-value is not below :data:`FAMILY_ALPHA` becomes 'possible ...'.
-    Per report column: (metrics judged, metrics made 'possible')."""
+    Per report column: (metrics judged, the ratios made 'possible', :func:`_resolution`)."""
     out = []
     for k in range(columns):
         judged = [

@@ -4,7 +4,7 @@ correction for judging many ratios at once.
 Benchmarks here take few samples (3 repeats by default) of noisy quantities, so every figure keeps its
 samples and is summarized by its median, range, a percentile-bootstrap interval for the median and
 the coefficient of variation (the run-to-run spread a re-run on the same machine should expect). Two
-sets are compared by Welch's t on their logarithms (:func:`ratio_interval`, :func:`ratio_p_value`),
+sets are compared by Welch's t on their logarithms (:func:`ratio_test`),
 which holds its confidence at 3 samples a side where a bootstrap does not.
 """
 
@@ -80,48 +80,52 @@ def _log_welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | Non
     return diff, se, float(df)
 
 
-def ratio_interval(
+def ratio_test(
     base: Sequence[float], new: Sequence[float], confidence: float = CONFIDENCE, seed: int = 0
-) -> tuple[float, list[float] | None]:
-    """median(new) / median(base), and an interval for the ratio that holds its confidence at 3
-    samples a side: Welch's t on the logarithms of the samples (the ratio of their geometric means),
-    which fits speeds and times, whose noise is multiplicative. A percentile bootstrap of the medians,
-    the method before it, gave a 90 % interval for its 95 % at 3 samples a side (with so few, it
-    excludes 1 whenever one side's samples all lie beyond the other's, 1 time in 10 by chance:
+) -> tuple[float, list[float] | None, float | None]:
+    """median(new) / median(base), an interval for the ratio that holds its confidence at 3 samples a
+    side, and the two-sided p-value of "the two sides run alike" by the test the interval inverts (it
+    excludes 1 exactly where p is below 1 - confidence); interval and p are None with fewer than two
+    samples on both sides. Welch's t on the logarithms of the samples (the ratio of their geometric
+    means), which fits speeds and times, whose noise is multiplicative. A percentile bootstrap of the
+    medians, the method before it, gave a 90 % interval for its 95 % at 3 samples a side (with so few,
+    it excludes 1 whenever one side's samples all lie beyond the other's, 1 time in 10 by chance:
     tests/test_bench.py simulates it); it stays for samples that are not all positive."""
     a, b = _clean(base), _clean(new)
     if a.size == 0 or b.size == 0 or np.median(a) == 0:
         raise ValueError("a ratio needs samples on both sides and a non-zero base median")
     ratio = float(np.median(b) / np.median(a))
     if a.size < 2 and b.size < 2:
-        return ratio, None
-    welch = _log_welch(a, b)
-    if welch is not None:
-        diff, se, df = welch
-        half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * se if se else 0.0
-        return ratio, [float(np.exp(diff - half)), float(np.exp(diff + half))]
-    ratios = _bootstrap_ratios(a, b, seed)
-    return ratio, _interval(ratios, confidence) if ratios.size else None
-
-
-def ratio_p_value(base: Sequence[float], new: Sequence[float], seed: int = 0) -> float | None:
-    """Two-sided p-value of "the two sides run alike", by the test :func:`ratio_interval`'s interval
-    inverts (it excludes 1 exactly where this is below 1 - confidence); None where there is no interval."""
-    a, b = _clean(base), _clean(new)
-    if a.size == 0 or b.size == 0 or (a.size < 2 and b.size < 2):
-        return None
+        return ratio, None, None
     welch = _log_welch(a, b)
     if welch is not None:
         diff, se, df = welch
         if se == 0:
-            return 1.0 if diff == 0 else 0.0
-        return float(2 * scipy_stats.t.sf(abs(diff) / se, df))
-    if np.median(a) == 0:
-        return None
+            return ratio, [float(np.exp(diff))] * 2, 1.0 if diff == 0 else 0.0
+        half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * se
+        p = float(2 * scipy_stats.t.sf(abs(diff) / se, df))
+        return ratio, [float(np.exp(diff - half)), float(np.exp(diff + half))], p
     ratios = _bootstrap_ratios(a, b, seed)
     if not ratios.size:
+        return ratio, None, None
+    p = float(min(1.0, 2 * min((ratios <= 1).mean(), (ratios >= 1).mean())))
+    return ratio, _interval(ratios, confidence), p
+
+
+def ratio_interval(
+    base: Sequence[float], new: Sequence[float], confidence: float = CONFIDENCE, seed: int = 0
+) -> tuple[float, list[float] | None]:
+    """:func:`ratio_test`'s ratio and interval."""
+    ratio, ci, _ = ratio_test(base, new, confidence, seed)
+    return ratio, ci
+
+
+def ratio_p_value(base: Sequence[float], new: Sequence[float], seed: int = 0) -> float | None:
+    """:func:`ratio_test`'s p-value; None where it has none (or no ratio)."""
+    try:
+        return ratio_test(base, new, seed=seed)[2]
+    except ValueError:
         return None
-    return float(min(1.0, 2 * min((ratios <= 1).mean(), (ratios >= 1).mean())))
 
 
 def _bootstrap_ratios(a: np.ndarray, b: np.ndarray, seed: int) -> np.ndarray:
