@@ -202,3 +202,21 @@ def test_the_policy_forward_is_probed_at_twice_the_batch_where_the_section_has_r
     clock.now += 1.0
     (alone,) = probe.policy_forward_scaling(cfg, "cpu", 3, budget=spent)
     assert alone.name == first.name and len(alone.samples) == probe.MIN_RUNS
+
+
+def test_the_cpu_probe_takes_every_sample_through_the_speed_gate_the_policy_forward_too():
+    """A forward's samples taken back to back within a fraction of a second agreed with each other
+    more than with the same probe seconds later (docs/noise.md), so a selftest called runs of one
+    machine different: the forward's samples go one by one through the gate, as the other sections'."""
+    from conftest import small_config
+
+    taken = []
+
+    def take(sample):
+        taken.append(1)
+        return sample()
+
+    figures = probe.cpu_probe(small_config("squared"), 3, 0.05, take=take)
+    names = {f.name for f in figures}
+    assert {"probe/cpu/policy_forward/squared", "probe/cpu/policy_forward_2x/squared"} <= names
+    assert len(taken) == sum(len(f.samples) for f in figures)

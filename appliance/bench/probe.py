@@ -37,6 +37,7 @@ PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}  # pe
 MIN_RUNS = 3  # samples a figure keeps however tight its section's budget: a median and a spread
 WARMUP = 3  # untimed calls before timed() measures
 COPY_TARGET_S, MATMUL_TARGET_S = 0.02, 0.1  # timed(): each run lasts about this long
+FORWARD_SAMPLE_S = 0.2  # a CPU policy-forward sample: several calls, so one slow call weighs less
 
 
 @dataclass
@@ -185,9 +186,19 @@ def env_single_core(
 
 
 def policy_forward(
-    cfg: Any, device: str, runs: int, batch: int | None = None, budget: Budget | None = None
+    cfg: Any,
+    device: str,
+    runs: int,
+    batch: int | None = None,
+    budget: Budget | None = None,
+    take: Take = _direct,
 ) -> Figure:
-    """Agent-steps/s of the configured policy's inference step (forward + sampling) at the run's batch."""
+    """Agent-steps/s of the configured policy's inference step (forward + sampling) at the run's batch.
+    On the GPU: :func:`timed` runs (CUDA events). On the CPU: ``runs`` samples of about
+    ``FORWARD_SAMPLE_S`` each, one by one through ``take`` (the suite's speed gate, as the other CPU
+    sections): samples taken back to back within a fraction of a second agree with each other more
+    than with the same probe a few seconds later, and their spread would understate the figure's
+    (docs/noise.md)."""
     import torch
 
     from appliance.train.make import make_policy, resolve_precision
@@ -214,11 +225,14 @@ def policy_forward(
                 out, _, _ = stepper.step(obs, state)
             policy.sample(out.float())
 
-    seconds = timed(step, runs, cuda=cuda, target_s=0.05, budget=budget)
+    if cuda:
+        speeds = [rows / s for s in timed(step, runs, cuda=True, target_s=0.05, budget=budget)]
+    else:
+        speeds = _cpu_forward_samples(step, rows, runs, budget, take)
     label = "gpu" if cuda else "cpu"
     return Figure(
         f"probe/{label}/policy_forward/{cfg.env_name}",
-        [rows / s for s in seconds],
+        speeds,
         "agent-steps/s",
         labels={
             "env": cfg.env_name,
@@ -230,16 +244,44 @@ def policy_forward(
     )
 
 
-def policy_forward_scaling(cfg: Any, device: str, runs: int, budget: Budget | None = None) -> list[Figure]:
+def _cpu_forward_samples(
+    step: Callable[[], None], rows: int, runs: int, budget: Budget | None, take: Take
+) -> list[float]:
+    """Agent-steps/s of ``step`` on the CPU: warm-up, one call to size a sample, then :func:`sampled`
+    samples of about FORWARD_SAMPLE_S (whole calls, at least one), each through ``take``."""
+    for _ in range(WARMUP):
+        step()
+    start = time.perf_counter()
+    step()
+    inner = max(1, round(FORWARD_SAMPLE_S / max(time.perf_counter() - start, 1e-7)))
+
+    def sample(_: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            step()
+        return rows * inner / (time.perf_counter() - t0)
+
+    return sampled(sample, runs, budget, take)
+
+
+def policy_forward_scaling(
+    cfg: Any, device: str, runs: int, budget: Budget | None = None, take: Take = _direct
+) -> list[Figure]:
     """The policy forward at the run's batch and, where the section's budget fits it, at twice that
     batch (``probe/<device>/policy_forward_2x/<env>``): whether a bigger batch (more envs) would make
     the forward faster per agent-step on this machine, the bottleneck advice's evidence."""
-    first = policy_forward(cfg, device, runs, budget=budget)
+    started = budget.elapsed() if budget is not None else 0.0
+    first = policy_forward(cfg, device, runs, budget=budget, take=take)
     rows = int(first.labels["batch"])
     call_s = rows / statistics.median(first.samples)
-    if budget is not None and not budget.fits(timed_cost(2 * call_s, MIN_RUNS, 0.05)):
+    if device == "cuda":
+        predicted = timed_cost(2 * call_s, MIN_RUNS, 0.05)
+    else:  # a sample lasts about as long at either batch; the gate's checks around it alike
+        per_sample = ((budget.elapsed() if budget is not None else 0.0) - started) / len(first.samples)
+        predicted = (WARMUP + 1) * 2 * call_s + MIN_RUNS * max(per_sample, 2 * call_s)
+    if budget is not None and not budget.fits(predicted):
         return [first]
-    double = policy_forward(cfg, device, runs, batch=2 * rows, budget=budget)
+    double = policy_forward(cfg, device, runs, batch=2 * rows, budget=budget, take=take)
     double.name = double.name.replace("/policy_forward/", "/policy_forward_2x/")
     return [first, double]
 
@@ -318,8 +360,8 @@ def cpu_probe(
     sections: Sections | None = None,
     take: Take = _direct,
 ) -> list[Figure]:
-    """Memory bandwidth and single-core env steps (each sample through ``take``: the suite's speed
-    gate), and the policy forward on the CPU (short timed calls, not gated); one section each."""
+    """Memory bandwidth, single-core env steps and the policy forward on the CPU, each sample through
+    ``take`` (the suite's speed gate); one section each."""
     sections = sections or Sections()
     with sections("CPU memory bandwidth") as budget:
         figures = [cpu_memory_bandwidth(runs, take=take, budget=budget)]
@@ -328,7 +370,7 @@ def cpu_probe(
             env_single_core(cfg.env_name, int(cfg.vec.num_envs), runs, seconds, dict(cfg.env), take, budget)
         )
     with sections(f"{cfg.env_name} policy forward on the CPU") as budget:
-        figures += policy_forward_scaling(cfg, "cpu", runs, budget=budget)
+        figures += policy_forward_scaling(cfg, "cpu", runs, budget=budget, take=take)
     return figures
 
 
