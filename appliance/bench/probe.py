@@ -249,11 +249,7 @@ def _cpu_forward_samples(
 ) -> list[float]:
     """Agent-steps/s of ``step`` on the CPU: warm-up, one call to size a sample, then :func:`sampled`
     samples of about FORWARD_SAMPLE_S (whole calls, at least one), each through ``take``."""
-    for _ in range(WARMUP):
-        step()
-    start = time.perf_counter()
-    step()
-    inner = max(1, round(FORWARD_SAMPLE_S / max(time.perf_counter() - start, 1e-7)))
+    _, inner = warm_and_size(step, cuda=False, target_s=FORWARD_SAMPLE_S)
 
     def sample(_: int) -> float:
         t0 = time.perf_counter()
@@ -273,14 +269,15 @@ def policy_forward_scaling(
     started = budget.elapsed() if budget is not None else 0.0
     first = policy_forward(cfg, device, runs, budget=budget, take=take)
     rows = int(first.labels["batch"])
-    call_s = rows / statistics.median(first.samples)
-    if device == "cuda":
-        predicted = timed_cost(2 * call_s, MIN_RUNS, 0.05)
-    else:  # a sample lasts about as long at either batch; the gate's checks around it alike
-        per_sample = ((budget.elapsed() if budget is not None else 0.0) - started) / len(first.samples)
-        predicted = (WARMUP + 1) * 2 * call_s + MIN_RUNS * max(per_sample, 2 * call_s)
-    if budget is not None and not budget.fits(predicted):
-        return [first]
+    if budget is not None:
+        call_s = rows / statistics.median(first.samples)
+        if device == "cuda":
+            predicted = timed_cost(2 * call_s, MIN_RUNS, 0.05)
+        else:  # a sample lasts about as long at either batch; the gate's checks around it alike
+            per_sample = (budget.elapsed() - started) / len(first.samples)
+            predicted = (WARMUP + 1) * 2 * call_s + MIN_RUNS * max(per_sample, 2 * call_s)
+        if not budget.fits(predicted):
+            return [first]
     double = policy_forward(cfg, device, runs, batch=2 * rows, budget=budget, take=take)
     double.name = double.name.replace("/policy_forward/", "/policy_forward_2x/")
     return [first, double]
@@ -292,6 +289,25 @@ def _random_obs(vec: Any, rows: int) -> np.ndarray:
     low = np.nan_to_num(np.broadcast_to(space.low, space.shape).astype(np.float64), neginf=-1.0)
     high = np.nan_to_num(np.broadcast_to(space.high, space.shape).astype(np.float64), posinf=1.0)
     return rng.uniform(low, high, size=(rows, *space.shape)).astype(space.dtype)
+
+
+def warm_and_size(
+    fn: Callable[[], Any], cuda: bool, target_s: float, warmup: int = WARMUP
+) -> tuple[float, int]:
+    """``warmup`` untimed calls, then one timed: (seconds of that call, how many back-to-back calls
+    last about ``target_s``, at least one)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if cuda:
+        torch.cuda.synchronize()
+    call = time.perf_counter() - start
+    return call, max(1, min(10_000, int(target_s / max(call, 1e-7))))
 
 
 def timed(
@@ -306,16 +322,7 @@ def timed(
     of enough back-to-back calls to last ~``target_s``."""
     import torch
 
-    for _ in range(warmup):
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    call = time.perf_counter() - start
-    inner = max(1, min(10_000, int(target_s / max(call, 1e-7))))
+    call, inner = warm_and_size(fn, cuda, target_s, warmup)
     if budget is not None:
         runs = runs_that_fit(call, runs, target_s, budget.left())
     out = []
