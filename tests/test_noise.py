@@ -434,3 +434,40 @@ def test_wait_quiet_option_is_checked_and_recorded(tmp_path, monkeypatch):
     assert data["quiet_wait"]["quiet"] is False and "not quiet after waiting 5 s" in " ".join(
         data["warnings"]
     )
+
+
+def test_a_figure_measured_in_rounds_carries_the_noise_of_all_its_rounds():
+    """A suite takes env and vector samples in rounds (one sample of each figure, then the next): the
+    figure's noise covers every round, busy judged on the load over all of them (as one step's would
+    be), a slow round marks it slow, and the speed gate's records add up."""
+    r = rpt.Report({"name": "t", "definition": {}}, {"name": "cpu"}, {}, {}, seed=0, repeats=3)
+    fast = {"int_mops": 10.0, "float_gflops": 3.0, "copy_gbs": 8.0}
+    noise.start(r, speed=lambda: fast)
+    quiet, light, loaded = ([(0.5, busy, 0.0, 0.0)] * 4 for busy in (0.0, 0.3, 0.6))  # 0, 0.6, 1.2 cores
+    gate = GateScript([FAST] * 20, patience_s=0.5, retakes=1)
+    values = {"a": [], "b": []}
+    for r_ in range(3):
+        for name in "ab":
+            load = loaded if name == "b" else light if r_ == 1 else quiet
+            checks = iter(
+                [fast, {**fast, "int_mops": 5.0, "copy_gbs": 5.0} if (name, r_) == ("a", 2) else fast]
+            )
+            with noise.watch(
+                r, f"{name} ({r_ + 1}/3)", sampler=Script(load).sampler(), speed=lambda c=checks: next(c),
+                gate=gate.gate if name == "b" else None,
+            ):  # fmt: skip
+                values[name].append(gate.gate.take(lambda: 100.0) if name == "b" else 100.0)
+                r.add(f"env_sps/{name}/threads=1", list(values[name]), "agent-steps/s")
+    noise.finish(r)
+    a, b = (r.data["metrics"][f"env_sps/{k}/threads=1"] for k in "ab")
+    assert a["samples"] == [100.0] * 3 and a["noise"]["steps"] == [0, 2, 4] and a["noise"]["step"] == 0
+    assert a["noise"]["others_cores_mean"] == 0.2 and a["noise"]["others_cores_max"] == 0.6
+    assert not a["noise"]["busy"], "one loaded round of three: 0.2 cores over the figure's time, below 0.25"
+    assert "integer loop 75%" in a["noise"]["slow"], "its third round's speed check ran slow"
+    assert (
+        b["noise"]["busy"] and b["noise"]["steps"] == [1, 3, 5] and "1.20 cores" in b["noise"]["reasons"][0]
+    )
+    windows = [r.data["noise"]["steps"][i]["seconds"] for i in b["noise"]["steps"]]
+    assert b["noise"]["gate"]["samples"] == 3 and b["noise"]["seconds"] == sum(windows) > windows[0]
+    assert len(r.data["noise"]["steps"]) == 6
+    rpt.validate(r.data, "report")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -173,17 +174,22 @@ def test_selftest_interleaved_takes_the_runs_measurements_in_turn(tmp_path):
     result = CliRunner().invoke(cli, [*args, "--out", str(out), "--interleave"])
     assert result.exit_code in (0, 1), result.output
     order = [line.split("] ", 1)[1] for line in result.output.splitlines() if line.startswith("[")]
-    assert order == [
-        "first: env squared x1 threads",
-        "second: env squared x1 threads",
-        "second: env pong x1 threads",
-        "first: env pong x1 threads",
+    assert order == [  # each run's samples in rounds (squared, pong, squared, pong), the runs ABBA
+        "first: env squared x1 threads (1/2)",
+        "second: env squared x1 threads (1/2)",
+        "second: env pong x1 threads (1/2)",
+        "first: env pong x1 threads (1/2)",
+        "first: env squared x1 threads (2/2)",
+        "second: env squared x1 threads (2/2)",
+        "second: env pong x1 threads (2/2)",
+        "first: env pong x1 threads (2/2)",
     ]
     record = json.loads((out / "selftest.json").read_text())
     assert record["order"] == "interleaved" and record["compared"] == 2
     first, second = (rpt.load(p) for p in record["reports"])
     assert first["interleaved"]["with"] == "second" and second["interleaved"]["with"] == "first"
-    assert first["metrics"].keys() == second["metrics"].keys() and len(first["noise"]["steps"]) == 2
+    assert first["metrics"].keys() == second["metrics"].keys() and len(first["noise"]["steps"]) == 4
+    assert first["metrics"]["env_sps/squared/threads=1"]["noise"]["steps"] == [0, 2]
     assert "start" in first["noise"] and "start" in second["noise"], "each run has its own step gate"
 
 
@@ -215,3 +221,39 @@ def test_a_failure_in_one_interleaved_run_marks_both_reports_partial_at_their_ow
     )
     assert first["completed"] == 1 and first["missing"] == ["env pong x1 threads"]
     assert "stopped: a measurement of the second run, interleaved with this one, failed" in first["reason"]
+
+
+def test_a_suite_takes_env_samples_in_rounds_and_says_each_figure_once_complete(tmp_path):
+    """Samples of one figure taken back to back agreed with each other more than with the same
+    figure a minute later (results/cpu/selftest/env_rounds.txt), so a machine compared with itself
+    read different: a suite takes the first sample of every env figure, then the second of every
+    one, and so on; ``order: steps`` keeps them back to back."""
+    from appliance.bench.suite.definition import load
+    from appliance.bench.suite.session import new_report
+    from appliance.bench.suite.steps import SuiteRunner
+
+    suite, path = load(str(tiny_suite(tmp_path)))
+    _, report = new_report(suite, str(path), "cpu", 3)
+    runner = SuiteRunner(suite, "cpu", report, 3)
+    assert [s.label for s in runner.steps] == [
+        f"env {env} x1 threads ({r}/3)" for r in (1, 2, 3) for env in ("squared", "pong")
+    ]
+    told = []
+    runner.begin()
+    for i in range(len(runner.steps)):
+        runner.run_step(i, done=lambda step, names: told.append(names))
+    runner.end()
+    assert told == [[], [], [], [], ["env_sps/squared/threads=1"], ["env_sps/pong/threads=1"]]
+    figure = report.data["metrics"]["env_sps/squared/threads=1"]
+    assert len(figure["samples"]) == 3 and figure["n"] == 3 and figure["noise"]["steps"] == [0, 2, 4]
+
+    by_step = SuiteRunner({**suite, "order": "steps"}, "cpu", new_report(suite, str(path), "cpu", 3)[1], 3)
+    assert [s.label for s in by_step.steps] == ["env squared x1 threads", "env pong x1 threads"]
+
+
+def test_a_suite_order_other_than_rounds_or_steps_is_refused():
+    from appliance.bench.suite.definition import validate
+    from appliance.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"suite order: must be one of \['rounds', 'steps'\], got 'random'"):
+        validate({"name": "x", "order": "random"})

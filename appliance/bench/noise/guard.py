@@ -27,7 +27,7 @@ from appliance.bench.noise.gate import (
     spread_gate,
     step_slowed,
 )
-from appliance.bench.noise.readings import Sampler, gpu_watch, summarize
+from appliance.bench.noise.readings import Sampler, combined, gpu_watch, summarize
 
 SLOWED_BY = "something slowed the CPU (other processes, or, where /proc shows none, other virtual machines on its host)"
 DEFAULT_CV = 0.03  # repeats of a headline figure should agree within this CV unless the suite says otherwise
@@ -55,7 +55,7 @@ def watch(
     none); attach the summary to every metric the step added (:func:`finish` adds the slow flags),
     with the ``gate``'s record of the step's samples when the step took them through it."""
     metrics = report.data["metrics"]
-    before = set(metrics)
+    before = dict(metrics)
     sampler = sampler or Sampler(gpu=gpu_watch())
     checks = [speed()] if speed else []
     with sampler:
@@ -73,10 +73,35 @@ def watch(
     if gated and gated["samples"]:
         step["gate"] = gated
     steps.append(step)
-    for name in set(metrics) - before:
-        metrics[name]["noise"] = {"step": len(steps) - 1, **summary}
+    for name, metric in metrics.items():
+        if before.get(name) is metric:
+            continue  # not recorded by this step
+        noise = {"step": len(steps) - 1, **summary}
         if gated and gated["samples"]:
-            metrics[name]["noise"]["gate"] = gated
+            noise["gate"] = gated
+        earlier = (before[name].get("noise") or {}) if name in before else {}
+        metric["noise"] = merged(earlier, noise) if earlier else noise
+
+
+def merged(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """The noise summary of a metric measured over several steps (in rounds): its steps' indexes,
+    the load over all of them (busy judged on that, :func:`~appliance.bench.noise.readings.combined`)
+    and the speed gate's records added up."""
+    steps = [*(earlier.get("steps") or [earlier["step"]]), later["step"]]
+    out = {**combined(earlier, later), "step": steps[0], "steps": steps}
+    gates = [g for g in (earlier.get("gate"), later.get("gate")) if g]
+    if len(gates) == 2:
+        a, b = gates
+        out["gate"] = {
+            **b,
+            "samples": a["samples"] + b["samples"],
+            "retaken": [*a.get("retaken", []), *b.get("retaken", [])],
+            "slow_kept": a.get("slow_kept", 0) + b.get("slow_kept", 0),
+            "waited_s": round(a.get("waited_s", 0) + b.get("waited_s", 0), 1),
+        }
+    elif gates:
+        out["gate"] = gates[0]
+    return out
 
 
 def step_gate(data: dict[str, Any]) -> dict[str, Any] | None:
@@ -140,8 +165,8 @@ def flag_slow_steps(data: dict[str, Any]) -> list[dict[str, Any]]:
         slowed.append(s)
         for m in data["metrics"].values():
             noise = m.get("noise")
-            if noise and noise.get("step") == index:
-                noise["slow"] = reason
+            if noise and index in (noise.get("steps") or [noise.get("step")]):
+                noise["slow"] = reason  # one slow round marks the figure
     return slowed
 
 

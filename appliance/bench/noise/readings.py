@@ -221,23 +221,51 @@ def summarize(readings: list[dict[str, Any]], cores: int | None = None) -> dict[
     }
     others_limit, steal_limit = thresholds(cores)
     out["busy_from_cores"] = {"others": others_limit, "steal": steal_limit}
-    reasons = []
-    if out["others_cores_mean"] >= others_limit:
-        reasons.append(f"other processes used {out['others_cores_mean']:.2f} cores on average")
-    if out["steal_cores_mean"] >= steal_limit:
-        reasons.append(f"the hypervisor stole {out['steal_cores_mean']:.2f} cores on average")
-    gpu_others = max((r.get("gpu_other_processes") or 0) for r in readings)
-    slowdown = sorted({s for r in readings for s in r.get("gpu_slowdown") or []})
     if any("gpu_other_processes" in r for r in readings):
-        out["gpu_other_processes_max"] = gpu_others
-        out["gpu_slowdown"] = slowdown
-    if gpu_others:
-        reasons.append(f"{gpu_others} other process(es) ran on the GPU")
-    if slowdown:
-        reasons.append(f"the GPU slowed its clocks ({', '.join(slowdown)})")
+        out["gpu_other_processes_max"] = max((r.get("gpu_other_processes") or 0) for r in readings)
+        out["gpu_slowdown"] = sorted({s for r in readings for s in r.get("gpu_slowdown") or []})
+    return judged(out)
+
+
+def judged(out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` (a summary's means, maxima and limits) with ``busy`` and its ``reasons``."""
+    reasons = []
+    limits = out["busy_from_cores"]
+    if out["others_cores_mean"] >= limits["others"]:
+        reasons.append(f"other processes used {out['others_cores_mean']:.2f} cores on average")
+    if out["steal_cores_mean"] >= limits["steal"]:
+        reasons.append(f"the hypervisor stole {out['steal_cores_mean']:.2f} cores on average")
+    if out.get("gpu_other_processes_max"):
+        reasons.append(f"{out['gpu_other_processes_max']} other process(es) ran on the GPU")
+    if out.get("gpu_slowdown"):
+        reasons.append(f"the GPU slowed its clocks ({', '.join(out['gpu_slowdown'])})")
     out["busy"] = bool(reasons)
     out["reasons"] = reasons
     return out
+
+
+def combined(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """The summary of two sampled windows as one (a figure measured in rounds): load and steal
+    averaged over both by their seconds, the maxima of both, busy judged again on that."""
+    if not earlier.get("n") or "busy_from_cores" not in earlier:
+        return dict(later)
+    if not later.get("n") or "busy_from_cores" not in later:
+        return dict(earlier)
+    a, b = max(1e-9, earlier["seconds"]), max(1e-9, later["seconds"])
+    out: dict[str, Any] = {
+        "n": earlier["n"] + later["n"],
+        "seconds": round(earlier["seconds"] + later["seconds"], 3),
+        "busy_from_cores": later["busy_from_cores"],
+    }
+    for key in ("others_cores", "steal_cores"):
+        out[f"{key}_mean"] = round((earlier[f"{key}_mean"] * a + later[f"{key}_mean"] * b) / (a + b), 3)
+        out[f"{key}_max"] = max(earlier[f"{key}_max"], later[f"{key}_max"])
+    if "gpu_other_processes_max" in earlier or "gpu_other_processes_max" in later:
+        out["gpu_other_processes_max"] = max(
+            earlier.get("gpu_other_processes_max", 0), later.get("gpu_other_processes_max", 0)
+        )
+        out["gpu_slowdown"] = sorted({*earlier.get("gpu_slowdown", []), *later.get("gpu_slowdown", [])})
+    return judged(out)
 
 
 _GPU: GpuWatch | None = None

@@ -8,6 +8,8 @@ suite definitions. Suite keys::
     seconds: 1.0                         # timed seconds per measurement
     cv: 0.03                             # repeats agree within this CV (the noise guard names others)
     threshold: 0.05                      # selftest: a change beyond this between two runs is a difference
+    order: rounds                        # env and vector samples: the first of each, then the second of
+                                         # each, ... (default); steps: each figure's samples back to back
     probe:   {envs: [breakout], runs: 5, budget_s: 10}  # hardware probe; its envs get a roofline;
                                          # budget_s: seconds per probe section (none: the full detail)
     env_sps: {envs: [...], threads: profile | [1, 2, ...]}
@@ -31,6 +33,8 @@ KEYS = {"name", "description", "seconds", "probe", "env_sps", "vector_sps", "tra
 KEYS.add("cv")  # the run-to-run spread the suite promises; the noise guard names metrics beyond it
 KEYS.add("threshold")  # the relative change selftest counts as a difference (default 5 %, compare's)
 KEYS.add("gate")  # the speed gate of CPU-bound samples (noise.SpeedGate): false, or GATE_LIMITS
+KEYS.add("order")  # env and vector samples: "rounds" (default) or "steps" (SuiteRunner._plan_sampled)
+ORDERS = ("rounds", "steps")
 GATE_LIMITS = {"retakes", "patience_s", "budget_s"}
 VECTOR_BACKENDS = ("native", "serial", "multiprocessing", "ray", "gymnasium-sync", "gymnasium-async")
 
@@ -139,6 +143,8 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
         raise _fail("cv", f"must be a fraction below 1 (0.03 = 3%), got {data['cv']!r}")
     if "threshold" in data and not 0 < _positive("threshold", data["threshold"]) < 1:
         raise _fail("threshold", f"must be a fraction below 1 (0.05 = 5%), got {data['threshold']!r}")
+    if data.get("order", "rounds") not in ORDERS:
+        raise _fail("order", f"must be one of {list(ORDERS)}, got {data['order']!r}")
     gate = data.get("gate", True)
     if gate is not True and gate is not False:
         gate = _section(data, "gate", GATE_LIMITS) or {}

@@ -19,10 +19,13 @@ from appliance.errors import ConfigError, DeviceError
 
 @dataclass
 class Step:
-    """One unit of suite work: a description for the progress bar and the function that measures."""
+    """One unit of suite work: a description for the progress bar and the function that measures;
+    ``last``: false for a round of a metric measured in rounds before its last (its figure is not
+    complete yet, so the progress line waits for the last round)."""
 
     label: str
     run: Callable[[], None]
+    last: bool = True
 
 
 class SuiteRunner:
@@ -52,6 +55,7 @@ class SuiteRunner:
         self.notes: list[str] = []  # progress lines the CLI prints after each step
         self._train: dict[str, dict[str, Any]] = {}
         self._probed: list[str] = []
+        self._taken: dict[str, list[float]] = {}  # samples of a metric measured in rounds, so far
         self.note: Callable[[str], None] = lambda _: None  # a step's progress within it (probe sections)
         self.gate = self._gate()
         self._plan()
@@ -116,6 +120,7 @@ class SuiteRunner:
                         lambda env=env, b=budget: self.run_probe(env, int(probe.get("runs", 5)), b),
                     )
                 )
+        sampled: list[tuple[str, Callable[[int], None]]] = []  # (label, take sample r): env and vector speed
         env_sps = self.suite.get("env_sps") or {}
         for env in env_sps.get("envs", []):
             if not self.wanted(env):
@@ -124,18 +129,19 @@ class SuiteRunner:
                 if t > cores:
                     self.report.skip(f"env_sps {env} at {t} threads", f"only {cores} usable physical cores")
                     continue
-                self.steps.append(
-                    Step(f"env {env} x{t} threads", lambda env=env, t=t: self.run_env_sps(env, t))
+                sampled.append(
+                    (f"env {env} x{t} threads", lambda r, env=env, t=t: self.run_env_sps(env, t, r))
                 )
         for item in self.suite.get("vector_sps", []):
             if self.wanted(item["env"]):
                 for backend in item["backends"]:
-                    self.steps.append(
-                        Step(
+                    sampled.append(
+                        (
                             f"vector {item['env']} {backend}",
-                            lambda item=item, backend=backend: self.run_vector_sps(item, backend),
+                            lambda r, item=item, backend=backend: self.run_vector_sps(item, backend, r),
                         )
                     )
+        self._plan_sampled(sampled)
         train = self.suite.get("train_sps") or {}
         for env in train.get("envs", []):
             if self.wanted(env):
@@ -178,6 +184,35 @@ class SuiteRunner:
                     f"profile '{self.profile}' trains on CUDA but torch sees no GPU; use --gpu cpu on this machine"
                 )
 
+    def _plan_sampled(self, sampled: list[tuple[str, Callable[[int], None]]]) -> None:
+        """Steps for measurements of independent samples (``sampled``: a label and a function that
+        takes sample r). In rounds (the suite's ``order``, default): the first sample of each, then
+        the second of each, and so on, so each figure's samples lie apart across the whole phase and
+        their spread includes the machine's drift over it (docs/noise.md, "Samples in rounds");
+        ``order: steps``: each measurement's samples back to back."""
+        if self.suite.get("order", "rounds") == "steps" or self.repeats == 1:
+            for label, part in sampled:
+                self.steps.append(Step(label, lambda part=part: [part(r) for r in range(self.repeats)]))
+            return
+        for r in range(self.repeats):
+            for label, part in sampled:
+                self.steps.append(
+                    Step(
+                        f"{label} ({r + 1}/{self.repeats})",
+                        lambda part=part, r=r: part(r),
+                        last=r == self.repeats - 1,
+                    )
+                )
+
+    def _sample(self, name: str, r: int, sample: Callable[[], float], unit: str, **labels: Any) -> None:
+        """Sample ``r`` of metric ``name`` through the speed gate; the metric is recorded with every
+        sample taken so far (complete after the last)."""
+        taken = self._taken.setdefault(name, [])
+        if r == 0:
+            taken.clear()
+        taken.append(self.take(sample))
+        self.report.add(name, list(taken), unit, **labels)
+
     # --------------------------------------------------------------- measurements
 
     def run_probe(self, env: str, runs: int, budget_s: float | None = None) -> None:
@@ -215,28 +250,25 @@ class SuiteRunner:
         entry = roofline_from_report(env, self.config(env), self.report.data)
         self.report.data["analysis"].setdefault("roofline", []).append(entry)
 
-    def run_env_sps(self, env: str, threads: int) -> None:
+    def run_env_sps(self, env: str, threads: int, r: int) -> None:
+        """Sample ``r`` of the env's speed at ``threads`` threads (seeded r)."""
         from appliance.bench import envsps
 
         cfg = self.config(env)
-        samples = [
-            self.take(
-                lambda r=r: envsps.measure(
-                    env, int(cfg.vec.num_envs), threads, seconds=self.seconds, seed=r, **dict(cfg.env)
-                )["sps"]
-            )
-            for r in range(self.repeats)
-        ]
-        self.report.add(
+        self._sample(
             f"env_sps/{env}/threads={threads}",
-            samples,
+            r,
+            lambda: envsps.measure(
+                env, int(cfg.vec.num_envs), threads, seconds=self.seconds, seed=r, **dict(cfg.env)
+            )["sps"],
             "agent-steps/s",
             env=env,
             threads=threads,
             num_envs=int(cfg.vec.num_envs),
         )
 
-    def run_vector_sps(self, item: dict[str, Any], backend: str) -> None:
+    def run_vector_sps(self, item: dict[str, Any], backend: str, r: int) -> None:
+        """Sample ``r`` of a vector backend's speed (a fresh vector, seeded r)."""
         from appliance import ocean, vector
         from appliance.bench import vecsps
 
@@ -252,7 +284,7 @@ class SuiteRunner:
             data = self.config(env).data
             check_memory(env, {**data, "vec": {**data["vec"], "num_envs": num_envs}})
 
-        def sample(r: int) -> float:
+        def sample() -> float:
             if backend.startswith("gymnasium-"):
                 from appliance.emulation import make_factory
 
@@ -264,10 +296,10 @@ class SuiteRunner:
             finally:
                 vec.close()  # before the gate's check after the sample: no worker spins through it
 
-        samples = [self.take(lambda r=r: sample(r)) for r in range(self.repeats)]
-        self.report.add(
+        self._sample(
             f"vector_sps/{env}/{backend}",
-            samples,
+            r,
+            sample,
             "agent-steps/s",
             env=env,
             backend=backend,
@@ -394,11 +426,12 @@ class SuiteRunner:
         step = self.steps[i]
         if progress:
             progress(step, i)
-        before = set(self.report.data["metrics"])
+        before = dict(self.report.data["metrics"])
         with noise.watch(self.report, step.label, gate=self.gate):
             step.run()
-        if done:
-            done(step, [n for n in self.report.data["metrics"] if n not in before])
+        if done:  # the figures the step completed: none in a round before a metric's last
+            metrics = self.report.data["metrics"]
+            done(step, [n for n in metrics if before.get(n) is not metrics[n]] if step.last else [])
 
     def end(self) -> None:
         """After the last step: the analysis and the noise guard's verdicts."""
