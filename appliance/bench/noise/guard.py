@@ -120,12 +120,14 @@ def flag_slow_steps(data: dict[str, Any]) -> list[dict[str, Any]]:
     own spread allows) ``slow``, with the reason, on the step and on its metrics; the gate goes to
     ``data["noise"]["gate"]``. Not ``busy``: on a many-core GPU machine a CPU's clocks drop with its
     own load too (``docs/noise.md``), so a slow check is a reason to look, said in a warning, not a
-    verdict on the figures. Steps whose samples went through the speed gate are judged by it."""
+    verdict on the figures. Steps whose samples went through the speed gate are judged by it. A
+    figure measured in rounds is slowed when most of its rounds were (its median is then a slowed
+    sample); one slow round of three only widens its interval."""
     steps = (data.get("noise") or {}).get("steps", [])
     gate = step_gate(data)
     if gate:
         data["noise"]["gate"] = gate
-    slowed = []
+    slowed, reasons = [], {}
     for index, s in enumerate(steps):
         speed_gate = s.get("gate")
         if "speed" in s and gate:
@@ -161,12 +163,17 @@ def flag_slow_steps(data: dict[str, Any]) -> list[dict[str, Any]]:
                 )
                 + f"): {SLOWED_BY}"
             )
-        s["slow"] = reason
+        s["slow"] = reasons[index] = reason
         slowed.append(s)
-        for m in data["metrics"].values():
-            noise = m.get("noise")
-            if noise and index in (noise.get("steps") or [noise.get("step")]):
-                noise["slow"] = reason  # one slow round marks the figure
+    for m in data["metrics"].values():
+        noise = m.get("noise")
+        if not noise:
+            continue
+        own = noise.get("steps") or [noise.get("step")]
+        slow = [i for i in own if i in reasons]
+        if 2 * len(slow) > len(own):  # its median came from slowed samples (in rounds: most of them)
+            rounds = f"in {len(slow)} of its {len(own)} rounds: " if len(own) > 1 else ""
+            noise["slow"] = rounds + reasons[slow[0]]
     return slowed
 
 
