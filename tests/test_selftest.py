@@ -250,6 +250,16 @@ def test_a_suite_takes_env_samples_in_rounds_and_says_each_figure_once_complete(
     by_step = SuiteRunner({**suite, "order": "steps"}, "cpu", new_report(suite, str(path), "cpu", 3)[1], 3)
     assert [s.label for s in by_step.steps] == ["env squared x1 threads", "env pong x1 threads"]
 
+    # with the speed gate on, it checks each sample: no step checks of its own around them
+    _, gated_report = new_report(suite, str(path), "cpu", 3)
+    gated = SuiteRunner({**suite, "gate": {"budget_s": 1}}, "cpu", gated_report, 3)
+    assert not any(s.checks for s in gated.steps) and all(s.checks for s in runner.steps)
+    gated.begin()
+    gated.run_step(0)
+    (step,) = gated_report.data["noise"]["steps"]
+    assert "speed" not in step and step["gate"]["samples"] == 1
+    assert "speed" in report.data["noise"]["steps"][0]
+
 
 def test_a_suite_order_other_than_rounds_or_steps_is_refused():
     from appliance.bench.suite.definition import validate

@@ -10,9 +10,10 @@ NOISE_COLUMNS = (
 )  # fmt: skip
 NOISE_NOTE = (
     "Sampled during each measurement: CPU used by processes outside puffer-bench, hypervisor steal "
-    "time and, on GPUs, other processes and clock slowdowns; before and after it, a speed check (the "
-    "calibration loops once: slowed by contention /proc cannot see, such as other virtual machines on "
-    "the host). A busy step's figures are low for a reason that has nothing to do with the code. "
+    "time and, on GPUs, other processes and clock slowdowns; before and after it, unless the speed "
+    "gate checks each of its samples, a speed check (the calibration loops once: slowed by contention "
+    "/proc cannot see, such as other virtual machines on the host). A busy step's figures are low for "
+    "a reason that has nothing to do with the code. "
     "CPU-bound samples go through a speed gate: a short check on each CPU before and after each; "
     "while a CPU runs two loops below the floors the start checks' spread sets (the step gate) the "
     "gate waits, and a sample with a slow check is taken again (the discarded values stay in the "

@@ -21,11 +21,15 @@ from appliance.errors import ConfigError, DeviceError
 class Step:
     """One unit of suite work: a description for the progress bar and the function that measures;
     ``last``: false for a round of a metric measured in rounds before its last (its figure is not
-    complete yet, so the progress line waits for the last round)."""
+    complete yet, so the progress line waits for the last round); ``checks``: false where every
+    sample goes through the speed gate, whose checks judge them (the step's own would be unused)."""
 
     label: str
     run: Callable[[], None]
     last: bool = True
+    checks: bool = (
+        True  # the noise guard's speed checks around it (not where the speed gate judges every sample)
+    )
 
 
 class SuiteRunner:
@@ -190,9 +194,12 @@ class SuiteRunner:
         the second of each, and so on, so each figure's samples lie apart across the whole phase and
         their spread includes the machine's drift over it (docs/noise.md, "Samples in rounds");
         ``order: steps``: each measurement's samples back to back."""
+        checks = self.gate is None  # env and vector samples are CPU-bound: all gated where a gate is on
         if self.suite.get("order", "rounds") == "steps" or self.repeats == 1:
             for label, part in sampled:
-                self.steps.append(Step(label, lambda part=part: [part(r) for r in range(self.repeats)]))
+                self.steps.append(
+                    Step(label, lambda part=part: [part(r) for r in range(self.repeats)], checks=checks)
+                )
             return
         for r in range(self.repeats):
             for label, part in sampled:
@@ -201,6 +208,7 @@ class SuiteRunner:
                         f"{label} ({r + 1}/{self.repeats})",
                         lambda part=part, r=r: part(r),
                         last=r == self.repeats - 1,
+                        checks=checks,
                     )
                 )
 
@@ -427,7 +435,9 @@ class SuiteRunner:
         if progress:
             progress(step, i)
         before = dict(self.report.data["metrics"])
-        with noise.watch(self.report, step.label, gate=self.gate):
+        with noise.watch(
+            self.report, step.label, speed=noise.speed_check if step.checks else None, gate=self.gate
+        ):
             step.run()
         if done:  # the figures the step completed: none in a round before a metric's last
             metrics = self.report.data["metrics"]
