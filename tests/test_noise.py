@@ -472,3 +472,33 @@ def test_a_figure_measured_in_rounds_carries_the_noise_of_all_its_rounds():
     assert b["noise"]["gate"]["samples"] == 3 and b["noise"]["seconds"] == sum(windows) > windows[0]
     assert len(r.data["noise"]["steps"]) == 6
     rpt.validate(r.data, "report")
+
+
+def test_the_speed_gate_rebases_on_the_runs_checks_after_a_lucky_fast_start():
+    """Five start checks in two seconds can catch the host in a fast moment; judged against them, a
+    run at the machine's usual speed read slowed throughout (results/cpu/selftest/try18-zen3: 26 of
+    44 steps). Rebased on every check of the run, the usual speed passes after a few samples, while
+    a CPU at half speed is still slow."""
+    lucky = [
+        {"int_mops": 10.0, "float_gflops": 3.0, "copy_gbs": 8.0}
+    ] * 5  # start checks, tight: floors at 85%
+    usual = [{"int_mops": 8.0, "float_gflops": 2.4}] * 2  # 80% of the lucky start: below its floors
+    half = [{"int_mops": 4.0, "float_gflops": 1.2}] * 2
+    gates = {}
+    for rebased in (False, True):
+        g = GateScript([usual] * 40 + [half] * 2, patience_s=0, budget_s=0, retakes=0)
+        g.gate.use_floors(noise.spread_gate(lucky), lucky if rebased else None)
+        for _ in range(20):
+            g.gate.take(lambda: 1.0)
+        gates[rebased] = g.gate.end_step()
+        g.gate.take(lambda: 1.0)  # at half speed
+        gates[rebased, "half"] = g.gate.end_step()
+    assert gates[False]["slow_kept"] == 20 and gates[False]["rule"] == "floors"
+    assert gates[True]["slow_kept"] <= 3 and gates[True]["rule"] == "rebased floors"
+    assert gates[True]["medians"] == {"int_mops": 8.0, "float_gflops": 2.4}
+    assert gates[True, "half"]["slow_kept"] == 1, "half speed is slow against the run's own median too"
+    g = GateScript([half] * 60, patience_s=0, budget_s=0, retakes=0)
+    g.gate.use_floors(noise.spread_gate(lucky), lucky)
+    for _ in range(25):
+        g.gate.take(lambda: 1.0)
+    assert g.gate.end_step()["slow_kept"] == 25, "the median never falls below 75% of the start's"

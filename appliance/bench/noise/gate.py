@@ -176,14 +176,33 @@ class SpeedGate:
         self.check, self.sleep, self.clock = check, sleep, clock
         self.best = {k: float(reference[k]) for k in GATE_KEYS if reference and reference.get(k)}
         self.floors: dict[str, Any] | None = None  # the step gate, once use_floors has it
+        self.pool: dict[str, list[float]] | None = None  # every check's loops this run, when it rebases
         self.spent_s = 0.0  # waits and discarded samples over the run (bounded by budget_s)
         self.step: dict[str, Any] = self._fresh()
 
-    def use_floors(self, gate: dict[str, Any]) -> None:
+    def use_floors(self, gate: dict[str, Any], checks: list[dict[str, float]] | None = None) -> None:
         """Judge checks by ``gate`` (:func:`spread_gate`: per loop a median and a floor) from now on,
-        for the loops this gate checks; a gate without them leaves the best-ratio rule."""
+        for the loops this gate checks; a gate without them leaves the best-ratio rule. With the
+        ``checks`` it came from, the gate rebases: its median per loop becomes the median of those
+        and of every check it has run since (:meth:`floors_now`)."""
         loops = {k: v for k, v in gate.get("loops", {}).items() if k in GATE_KEYS and v.get("median", 0) > 0}
         self.floors = {**gate, "loops": loops} if loops else None
+        if self.floors is not None and checks:
+            self.pool = {k: [float(c[k]) for c in checks if c.get(k)] for k in loops}
+
+    def floors_now(self) -> dict[str, Any] | None:
+        """The floors that judge the next check. Without rebasing, the step gate's. Rebasing: per loop
+        the median of the start checks and of every check since, never below (1 - MAX_DROP) of the
+        start checks' median, times the step gate's floor ratio: five checks in two seconds can
+        catch the host in a fast moment, and a run judged against that reads slowed throughout
+        (docs/noise.md), while a slowdown deeper than MAX_DROP is still one."""
+        if self.floors is None or self.pool is None:
+            return self.floors
+        loops = {}
+        for k, start in self.floors["loops"].items():
+            median = max(statistics.median(self.pool[k]), (1 - MAX_DROP) * start["median"])
+            loops[k] = {**start, "median": round(median, 4), "floor": round(median * start["floor_ratio"], 4)}
+        return {**self.floors, "loops": loops}
 
     @staticmethod
     def _fresh() -> dict[str, Any]:
@@ -197,10 +216,13 @@ class SpeedGate:
         for per_cpu in got:
             for k, v in per_cpu.items():
                 self.best[k] = max(self.best.get(k, 0.0), v)
-        if self.floors is not None:
-            loops = self.floors["loops"]
+                if self.pool is not None and k in self.pool:
+                    self.pool[k].append(float(v))
+        floors = self.floors_now()
+        if floors is not None:
+            loops = floors["loops"]
             ratio = min((c[k] / loops[k]["median"] for c in got for k in c if k in loops), default=1.0)
-            return ratio, any(step_slowed(self.floors, c) for c in got)
+            return ratio, any(step_slowed(floors, c) for c in got)
         ratio = min((c[k] / self.best[k] for c in got for k in c if self.best.get(k)), default=1.0)
         return ratio, ratio < self.ratio
 
@@ -245,4 +267,8 @@ class SpeedGate:
         record, self.step = self.step, self._fresh()
         record["waited_s"] = round(record["waited_s"], 1)
         record["rule"] = "floors" if self.floors is not None else "best"  # what "slow" meant
+        floors = self.floors_now()
+        if self.pool is not None and floors is not None:  # the medians it judged by at the step's end
+            record["rule"] = "rebased floors"
+            record["medians"] = {k: loop["median"] for k, loop in floors["loops"].items()}
         return record

@@ -139,11 +139,10 @@ def flag_slow_steps(data: dict[str, Any]) -> list[dict[str, Any]]:
         if speed_gate:  # the samples went through the speed gate: it judged each one, not the step's checks
             if not speed_gate.get("slow_kept"):
                 continue
-            below = (
-                "below its floors (the step gate's)"
-                if speed_gate.get("rule") == "floors"
-                else f"below {100 * SLOW_RATIO:.0f}% of its best"
-            )
+            below = {
+                "floors": "below its floors (the step gate's)",
+                "rebased floors": "below its floors (the step gate's ratios of the run's median check)",
+            }.get(speed_gate.get("rule"), f"below {100 * SLOW_RATIO:.0f}% of its best")
             reason = (
                 f"{speed_gate['slow_kept']} of {speed_gate['samples']} sample(s) kept although the CPU's speed "
                 f"check ran {below} after {speed_gate.get('waited_s', 0)} s of waiting and every retake "

@@ -420,7 +420,7 @@ class SuiteRunner:
         if self.steps:
             checks = noise.start(self.report)
             if self.gate is not None:
-                self.gate.use_floors(noise.spread_gate(checks))
+                self.gate.use_floors(noise.spread_gate(checks), checks)
 
     def run_step(
         self,
