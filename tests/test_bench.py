@@ -377,7 +377,10 @@ def test_run_cli_writes_a_report_and_the_readme_table(tmp_path):
         assert len(data["metrics"][name]["samples"]) == 2 and data["metrics"][name]["median"] > 0
         gate = data["metrics"][name]["noise"]["gate"]  # every CPU-bound sample went through the speed gate
         assert gate["samples"] == 2 and gate["waited_s"] <= 2 and len(gate["retaken"]) <= 2 * 2
-        assert gate["rule"] == "floors", "the start checks' spread judges the samples too"
+        assert gate["rule"] == "rebased floors", (
+            "the start checks' spread, rebased on the run's checks, judges them"
+        )
+        assert set(gate["medians"]) == {"int_mops", "float_gflops"}
     assert data["analysis"]["training"]["squared"]["bottleneck"] in (
         "env",
         "forward",
