@@ -27,9 +27,7 @@ class Step:
     label: str
     run: Callable[[], None]
     last: bool = True
-    checks: bool = (
-        True  # the noise guard's speed checks around it (not where the speed gate judges every sample)
-    )
+    checks: bool = True
 
 
 class SuiteRunner:
