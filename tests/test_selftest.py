@@ -267,3 +267,26 @@ def test_a_suite_order_other_than_rounds_or_steps_is_refused():
 
     with pytest.raises(ConfigError, match=r"suite order: must be one of \['rounds', 'steps'\], got 'random'"):
         validate({"name": "x", "order": "random"})
+
+
+def test_a_failure_in_a_round_keeps_the_samples_taken_and_names_the_rounds_missing(tmp_path):
+    from appliance.bench.suite.definition import load
+    from appliance.bench.suite.session import measure, new_report
+    from appliance.bench.suite.steps import SuiteRunner
+
+    suite, path = load(str(tiny_suite(tmp_path)))
+    name, report = new_report(suite, str(path), "cpu", 2)
+    runner = SuiteRunner(suite, name, report, 2)
+
+    def boom():
+        raise RuntimeError("boom")
+
+    runner.steps[3].run = boom  # pong's second round
+    with pytest.raises(RuntimeError):
+        measure([(runner, report, "")], [(0, i) for i in range(len(runner.steps))], "tiny")
+    partial = report.data["partial"]
+    assert partial["completed"] == 3 and partial["missing"] == ["env pong x1 threads (2/2)"]
+    assert "measurement 'env pong x1 threads (2/2)' failed: RuntimeError: boom" in partial["reason"]
+    metrics = report.data["metrics"]
+    assert len(metrics["env_sps/squared/threads=1"]["samples"]) == 2
+    assert len(metrics["env_sps/pong/threads=1"]["samples"]) == 1, "the round taken stays in the report"
