@@ -266,9 +266,11 @@ class SpeedGate:
         kept, seconds waited, the rule that judged them); starts the next."""
         record, self.step = self.step, self._fresh()
         record["waited_s"] = round(record["waited_s"], 1)
-        record["rule"] = "floors" if self.floors is not None else "best"  # what "slow" meant
         floors = self.floors_now()
-        if self.pool is not None and floors is not None:  # the medians it judged by at the step's end
-            record["rule"] = "rebased floors"
+        rebased = self.pool is not None and floors is not None
+        record["rule"] = (
+            "rebased floors" if rebased else "floors" if floors is not None else "best"
+        )  # what "slow" meant
+        if rebased:  # the medians it judged by at the step's end
             record["medians"] = {k: loop["median"] for k, loop in floors["loops"].items()}
         return record

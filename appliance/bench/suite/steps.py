@@ -57,7 +57,6 @@ class SuiteRunner:
         self.notes: list[str] = []  # progress lines the CLI prints after each step
         self._train: dict[str, dict[str, Any]] = {}
         self._probed: list[str] = []
-        self._taken: dict[str, list[float]] = {}  # samples of a metric measured in rounds, so far
         self.note: Callable[[str], None] = lambda _: None  # a step's progress within it (probe sections)
         self.gate = self._gate()
         self._plan()
@@ -212,12 +211,9 @@ class SuiteRunner:
 
     def _sample(self, name: str, r: int, sample: Callable[[], float], unit: str, **labels: Any) -> None:
         """Sample ``r`` of metric ``name`` through the speed gate; the metric is recorded with every
-        sample taken so far (complete after the last)."""
-        taken = self._taken.setdefault(name, [])
-        if r == 0:
-            taken.clear()
-        taken.append(self.take(sample))
-        self.report.add(name, list(taken), unit, **labels)
+        sample taken so far (the earlier rounds' from the report; complete after the last)."""
+        earlier = self.report.data["metrics"][name]["samples"] if r else []
+        self.report.add(name, [*earlier, self.take(sample)], unit, **labels)
 
     # --------------------------------------------------------------- measurements
 
