@@ -76,7 +76,8 @@ class Reporter:
             for k in ("policy_loss", "value_loss", "entropy", "approx_kl")
             if k in t.losses
         )
-        env = " ".join(f"{k}={v:.4g}" for k, v in t.env_stats.items() if k != "n") or no_episode_yet(t)
+        env = " ".join(f"{k}={v:.4g}" for k, v in _env_stats(t).items() if k != "n") or no_episode_yet(t)
+        env += _stale(t)
         return f"epoch {t.epoch} step {t.global_step} sps {t.sps:,.0f}{_per_rank(t)} | {losses} | {env}{_buffers(t)}"
 
     def _render(self) -> Any:
@@ -117,10 +118,12 @@ class Reporter:
         env = Table(title="env", box=None)
         env.add_column("name")
         env.add_column("value", justify="right")
-        for k, v in t.env_stats.items():
+        for k, v in _env_stats(t).items():
             env.add_row(k, f"{v:.4g}")
-        if not t.env_stats:
+        if not _env_stats(t):
             env.add_row(no_episode_yet(t), "")
+        elif _stale(t):
+            env.add_row(_stale(t).strip(" ()"), "")
         grid.add_row(head)
         grid.add_row(_row(perf, losses, env))
         if t.timings.buffers:  # the rollout engine: where each buffer's thread spent its time
@@ -137,6 +140,18 @@ def no_episode_yet(trainer: Any) -> str:
     """What the env stats say before any episode has ended (long episodes, many envs): that none has,
     rather than nothing at all, so a user can tell an empty log from a stuck run."""
     return f"no episode has ended yet: {trainer.global_step:,} agent-steps in"
+
+
+def _env_stats(trainer: Any) -> dict[str, float]:
+    """The latest episodes' stats: this epoch's, else the last epoch's that ended any."""
+    return trainer.env_stats or getattr(trainer, "last_env_stats", {})
+
+
+def _stale(trainer: Any) -> str:
+    """' (no episode ended since step N)' when the stats shown are an earlier epoch's, else ''."""
+    if trainer.env_stats or not getattr(trainer, "last_env_stats", {}):
+        return ""
+    return f" (no episode ended since step {trainer.last_env_step:,})"
 
 
 def _buffers(trainer: Any) -> str:

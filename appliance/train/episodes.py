@@ -1,5 +1,11 @@
 """Episode statistics for the dashboard and the metrics: the vector's own log where it keeps one
-(native Ocean envs), else the episodes its infos reported."""
+(native Ocean envs), else the episodes its infos reported.
+
+Statistics are only ever fresh. An epoch whose rollout ended no episode has no env stats (``{}``),
+so the loop's history and the time-to-score windows skip it rather than count the last batch again;
+a metrics record pools the episodes of every epoch since the record before it and says how many
+(``env/n``, 0 when none ended and then no other ``env/`` key), so a record is never a repeat.
+"""
 
 from __future__ import annotations
 
@@ -26,10 +32,12 @@ def episode_means(episodes: list[dict[str, float]]) -> dict[str, float]:
 
 
 class Episodes:
-    """Episodes reported through infos since the last :meth:`stats`."""
+    """Episodes reported through infos since the last :meth:`stats`, and the epochs' stats since the
+    last metrics record (:meth:`note`, :meth:`take_window`)."""
 
     def __init__(self) -> None:
         self.pending: list[dict[str, float]] = []
+        self.window: dict[int, dict[str, float]] = {}  # epoch -> the stats of the episodes it ended
 
     def collect(self, infos: list[dict[str, Any]]) -> None:
         """Episode stats from infos: one episode each (emulated envs), or the means of ``n`` episodes
@@ -38,12 +46,28 @@ class Episodes:
             if "episode_return" in info:
                 self.pending.append({k: float(v) for k, v in info.items() if k != "env"})
 
-    def stats(self, vec: Any, current: dict[str, float]) -> dict[str, float]:
-        """The vector's log when it has one, else the means of the pending episodes, else ``current``."""
+    def stats(self, vec: Any) -> dict[str, float]:
+        """The episodes that ended since the last call: the vector's log when it has one, else the
+        means of the pending episodes, else ``{}`` (none ended; never the previous values again)."""
         log = vec.log() if hasattr(vec, "log") else {}
         if log:
             return dict(log)
         if self.pending:
             out, self.pending = episode_means(self.pending), []
             return out
-        return current
+        return {}
+
+    def note(self, epoch: int, stats: dict[str, float]) -> None:
+        """``stats`` are epoch ``epoch``'s (set again in the same epoch, as data-parallel ranks merge
+        theirs, they replace the first)."""
+        if stats:
+            self.window[epoch] = dict(stats)
+        else:
+            self.window.pop(epoch, None)
+
+    def take_window(self) -> dict[str, float]:
+        """The episodes of the epochs noted since the last call, pooled (``n`` their count); ``{"n":
+        0.0}`` when none ended."""
+        stats = list(self.window.values())
+        self.window = {}
+        return episode_means(stats) if stats else {"n": 0.0}

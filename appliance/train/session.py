@@ -191,7 +191,8 @@ def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> Non
         "stopped": result.reason,
         "phases": trainer.timings.breakdown(),
         "losses": trainer.losses,
-        "env_stats": trainer.env_stats,
+        "env_stats": trainer.last_env_stats,  # the last epoch's that ended episodes
+        "env_stats_step": trainer.last_env_step,  # the global_step they were reported at
     }
     write_or_keep(path, (json.dumps(report, indent=2) + "\n").encode(), "--report")
 

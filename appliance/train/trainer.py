@@ -126,8 +126,10 @@ class Trainer:
         self.global_step, self.epoch = 0, 0
         self.start_time, self._start_step = time.time(), 0
         self.losses: dict[str, float] = {}
-        self.env_stats: dict[str, float] = {}
         self.episodes = Episodes()
+        self.last_env_stats: dict[str, float] = {}  # the latest epoch's that ended episodes, for display
+        self.last_env_step = 0  # global_step when they were reported
+        self.env_stats = {}
         self.run_dir = Path(run_dir) if run_dir else None
         self.last_checkpoint: Path | None = None
         self.latest_pointer: Path | None = None
@@ -235,8 +237,21 @@ class Trainer:
 
     def update_env_stats(self) -> None:
         """The env stats of the rollout just ended: the vector's own log, or the episodes its infos
-        reported (:class:`~appliance.train.episodes.Episodes`)."""
-        self.env_stats = self.episodes.stats(self.vec, self.env_stats)
+        reported (:class:`~appliance.train.episodes.Episodes`); ``{}`` when none ended."""
+        self.env_stats = self.episodes.stats(self.vec)
+
+    @property
+    def env_stats(self) -> dict[str, float]:
+        """The stats of the episodes that ended in this epoch's rollout, ``{}`` when none did: never
+        an earlier epoch's again (``last_env_stats`` keeps those, with ``last_env_step``)."""
+        return self._env_stats
+
+    @env_stats.setter
+    def env_stats(self, stats: dict[str, float]) -> None:
+        self._env_stats = dict(stats)
+        self.episodes.note(self.epoch, self._env_stats)  # the next metrics record pools them
+        if stats:
+            self.last_env_stats, self.last_env_step = dict(stats), self.global_step
 
     # ------------------------------------------------------------------ update
 
@@ -434,14 +449,16 @@ class Trainer:
             self.last_checkpoint = loaded.path
 
     def log_metrics(self) -> dict[str, Any]:
-        """One metrics record (also appended to metrics.jsonl in the run folder)."""
+        """One metrics record (also appended to metrics.jsonl in the run folder). Its ``env/`` keys
+        pool the episodes that ended since the record before (``env/n`` their count, 0 when none
+        did, and then no other ``env/`` key: a value is never repeated as fresh)."""
         record = {
             "epoch": self.epoch,
             "global_step": self.global_step,
             "sps": self.sps,
             "uptime": time.time() - self.start_time,
             **{f"loss/{k}": v for k, v in self.losses.items()},
-            **{f"env/{k}": v for k, v in self.env_stats.items()},
+            **{f"env/{k}": v for k, v in self.episodes.take_window().items()},
             **self.timings.metrics(),
         }
         if self.run_dir is not None:
