@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from appliance.redact import redact
+
 TMP_SUFFIX = ".tmp"
 # Free space a results folder needs before the work starts: a suite report with its HTML and plots
 # is under 2 MiB, a sweep's study.db a few MiB, a small policy's checkpoint a few MiB more. A disk
@@ -138,7 +140,7 @@ def lock_or_refuse(f: Any, what: str, hint: str, error: Callable[[str], Exceptio
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         f.seek(0)
-        holder = f.read().strip() or "another process"
+        holder = redact(f.read().strip()) or "another process"  # a lock written before redaction
         f.close()
         raise error(f"{what} is in use by {holder}: {hint}") from None
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 from appliance.bench.abvariants import InProcess, Subprocess, Variant, parse_variant
 from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_test, summarize
 from appliance.errors import ConfigError
+from appliance.redact import command_line
 
 SCHEMA = "puffer-bench/ab/1"
 UNRELIABLE = "unreliable (busy)"
@@ -167,7 +167,7 @@ def summarize_rounds(
     return {
         "schema": SCHEMA,
         "created_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": "puffer-bench " + " ".join(sys.argv[1:]),
+        "command": command_line(),
         "suite": suite,
         "profile": options["profile"],
         "rounds": rounds,

@@ -11,7 +11,6 @@ warm-up (:func:`appliance.bench.probe.timed`). The result is a report in the usu
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 
 from appliance.errors import DeviceError
+from appliance.redact import command_line
 
 AGENTS, HIDDEN, HORIZON = 8192, 128, 64
 NVEC_DISCRETE, NVEC_MULTI = [3], [3, 4, 5]
@@ -102,7 +102,7 @@ def measure(
             config,
             seed=0,
             repeats=runs,
-            command="puffer-bench " + " ".join(sys.argv[1:]),
+            command=command_line(),
         )
         report.data["analysis"]["versions"] = versions
         results: list[dict[str, Any]] = []

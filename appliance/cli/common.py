@@ -10,6 +10,7 @@ import click
 
 import appliance
 from appliance.errors import ApplianceError, ConfigError
+from appliance.redact import hide_in_process_title, redact
 
 if TYPE_CHECKING:
     from appliance.config import Config
@@ -24,10 +25,11 @@ class _Group(click.Group):
     and an exit code (2 for a bad value, as click gives it, without the usage text; 128 + the signal)."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        hide_in_process_title()  # what ps shows of a --storage URL's password
         try:
             return super().invoke(ctx)
         except ApplianceError as e:
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {redact(str(e))}", err=True)
             ctx.exit(e.exit_code)
         except click.MissingParameter as e:  # its message is empty: click words it in format_message
             click.echo(
@@ -35,7 +37,7 @@ class _Group(click.Group):
             )
             ctx.exit(e.exit_code)
         except click.BadParameter as e:
-            click.echo(f"error: {_param_name(e)}{e.message}", err=True)
+            click.echo(f"error: {_param_name(e)}{redact(e.message)}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt as e:  # not click's bare "Aborted!" (a command that can save says so itself)
             import signal

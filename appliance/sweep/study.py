@@ -14,13 +14,13 @@ import contextlib
 import json
 import os
 import sqlite3
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
+from appliance.redact import command_line
 from appliance.report_io import disk_full, lock_or_refuse
 from appliance.safe_files import open_lock, refuse_link
 from appliance.sweep.space import SECTIONS, Base, Space, sections_of
@@ -50,7 +50,7 @@ def locked(folder: Path) -> Iterator[None]:
     try:
         f.seek(0)
         f.truncate()
-        f.write(f"process {os.getpid()} ({' '.join(['puffer-bench', *sys.argv[1:]])})\n")
+        f.write(f"process {os.getpid()} ({command_line()})\n")
         f.flush()
         yield
     finally:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError, ConfigError
+from appliance.redact import command_line
 from appliance.report_io import (
     MIN_FREE,
     lock_or_refuse,
@@ -320,7 +320,7 @@ def locked(run_dir: Path, tidy: bool = False, created: bool = False) -> Iterator
     try:
         f.seek(0)
         f.truncate()
-        f.write(f"process {os.getpid()} ({' '.join(['puffer-bench', *sys.argv[1:]])})\n")
+        f.write(f"process {os.getpid()} ({command_line()})\n")
         f.flush()
         remove_stale_temps(run_dir)
         yield

@@ -28,6 +28,7 @@ from appliance.bench.suite.definition import load, validate
 from appliance.bench.suite.steps import Step, SuiteRunner
 from appliance.config import detect_profile, gpu_matches, resolve
 from appliance.errors import ApplianceError, ConfigError
+from appliance.redact import command_line
 from appliance.report_io import disk_full, unwritable, write_bytes_exclusive
 from appliance.sysinfo import fingerprint
 from appliance.train.loop import Interrupted, stop_signals
@@ -70,7 +71,7 @@ def new_report(
         {},
         seed=int(base.train.seed),
         repeats=int(repeats or base.bench.repeats),
-        command="puffer-bench " + " ".join(sys.argv[1:]),
+        command=command_line(),
     )
     for w in warnings:
         report.warn(w)
@@ -178,7 +179,7 @@ def registered_suite() -> Iterator[Callable[[], list[str]]]:
     with os.fdopen(fd, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         os.fchmod(fd, 0o644)
-        f.write("puffer-bench " + " ".join(sys.argv[1:]) + "\n")
+        f.write(command_line() + "\n")
         f.flush()
         os.replace(tmp, me)  # visible only once locked
 
