@@ -174,7 +174,8 @@ def run(
 
     With a run folder (``trainer.run_dir``) a checkpoint is written every ``checkpoint_interval``
     epochs and at the end (also after Ctrl-C, SIGTERM or SIGHUP when ``interruptible``), and metrics records go to
-    ``metrics.jsonl`` at most every ``metrics_every`` seconds and at the end; ``on_metrics``
+    ``metrics.jsonl`` at most every ``metrics_every`` seconds and at the end (unless the last epoch's
+    record is already written: one record per epoch, on every way out); ``on_metrics``
     callbacks (TensorBoard, W&B) get the same records. ``on_epoch`` callbacks (dashboard, progress)
     run after every epoch. A run that trained no epoch writes nothing at the end (``checkpoint`` is
     then the one it resumed from, if any). ``guard``: stop signals are already handled by the
@@ -205,6 +206,7 @@ def _run(
     history: list[dict[str, float]] = []
     start, steps0 = time.perf_counter(), trainer.global_step
     last_metrics = float("-inf")
+    recorded: tuple[int, int] | None = None  # (epoch, global_step) of the last metrics record written
     reason: str | None = None
     stopped_by: str | None = None
     try:
@@ -231,7 +233,8 @@ def _run(
                     trainer.save_checkpoint()
             if time.perf_counter() - last_metrics > metrics_every:
                 last_metrics = time.perf_counter()
-                _emit(trainer, on_metrics)
+                with guard.deferred():  # a signal mid-write must not leave it written but not noted
+                    recorded = _emit(trainer, on_metrics)
             for callback in on_epoch:
                 callback(trainer)
             reason = _reason(stop, trainer, history, time.perf_counter() - start)
@@ -251,13 +254,18 @@ def _run(
     if trainer.run_dir is not None and history:
         with guard.deferred():
             result.checkpoint = trainer.save_checkpoint()
-            _emit(trainer, on_metrics)
+            if recorded != (trainer.epoch, trainer.global_step):  # one record per epoch, never twice
+                _emit(trainer, on_metrics)
     else:  # nothing new to save: an untrained policy is no checkpoint, and a resumed one is on disk
         result.checkpoint = trainer.last_checkpoint
     return result
 
 
-def _emit(trainer: Trainer, callbacks: Sequence[Callable[[dict[str, Any]], None]]) -> None:
+def _emit(trainer: Trainer, callbacks: Sequence[Callable[[dict[str, Any]], None]]) -> tuple[int, int]:
+    """Write the metrics record of where the trainer is and hand it to ``callbacks``; which epoch and
+    step it recorded (the end of the run writes that epoch's record only if this has not)."""
+    at = (trainer.epoch, trainer.global_step)
     record = trainer.log_metrics()
     for callback in callbacks:
         callback(record)
+    return at
