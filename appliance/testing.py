@@ -440,6 +440,12 @@ def cartpole_vector(num_envs: int = 2, autoreset_mode: str = "NextStep") -> gymn
     )
 
 
+def cartpole_pair() -> gymnasium.vector.VectorEnv:
+    """A VectorEnv source of exactly 2 CartPoles (its factory takes no ``num_envs``): a batch smaller
+    than the family's minibatch."""
+    return cartpole_vector(2)
+
+
 def tiny_sweep_args(total_timesteps: int) -> list[str]:
     """A sweep trial on a small squared (5x5, 32 envs, an MLP of 32) for ``total_timesteps`` steps:
     a few seconds a trial on one core, for the sweep tests."""

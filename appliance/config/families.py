@@ -182,3 +182,27 @@ def _read_spaces(env: Any) -> tuple[Any, Any, int | None]:
         agents = list(env.possible_agents)
         return env.observation_space(agents[0]), env.action_space(agents[0]), len(agents)
     return env.observation_space, env.action_space, None
+
+
+def fit_minibatch(config: Any, num_agents: int) -> tuple[int, str | None]:
+    """The minibatch a trainer with ``num_agents`` agents uses, and a line saying so when it is not
+    ``train.minibatch_size``. A family's (or a profile's) minibatch is sized for the envs it sets; a
+    source that brings its own count (a VectorEnv factory without ``num_envs``, a multi-agent env)
+    may make a smaller batch (``batch_size auto``: one ``bptt_horizon`` segment per agent). Then the
+    minibatch becomes the most whole segments, at most the configured ones, that divide the batch.
+    A minibatch the user set (command line, ``--config``) is kept, and a misfit is refused as before."""
+    train = config.train
+    horizon, minibatch = int(train.bptt_horizon), int(train.minibatch_size)
+    segments = int(num_agents)
+    if train.batch_size != "auto" or minibatch % horizon or (segments * horizon) % minibatch == 0:
+        return minibatch, None
+    origin = config.origin("train", "minibatch_size") if hasattr(config, "origin") else ""
+    if origin.startswith(("command line", "--config file")):
+        return minibatch, None
+    most = min(max(1, minibatch // horizon), segments)
+    fit = max(d for d in range(1, most + 1) if segments % d == 0) * horizon
+    return fit, (
+        f"train.minibatch_size {minibatch} (from the {origin}) does not divide this source's batch of "
+        f"{segments * horizon} ({num_agents} agents x {horizon} steps): minibatches of {fit} instead "
+        "(--train.minibatch-size to choose)"
+    )

@@ -108,6 +108,17 @@ def _module_factory(env: str) -> str | None:
     return f"{env}:parallel_env" if callable(getattr(module, "parallel_env", None)) else None
 
 
+def _in_a_namespace(env: str) -> str | None:
+    """``ALE/Breakout-v5`` for ``Breakout-v5``: the registered id that is ``env`` in a namespace
+    (case aside), the id meant, where a string match would offer a legacy id (``Breakout-v4``)."""
+    import gymnasium
+
+    if "/" in env:
+        return None
+    matches = sorted(i for i in gymnasium.registry if "/" in i and i.split("/", 1)[1].lower() == env.lower())
+    return next((i for i in matches if i.startswith("ALE/")), matches[0] if matches else None)
+
+
 def unknown_env(env: str) -> ConfigError:
     """ "unknown env 'CartPol-v1'; did you mean 'CartPole-v1'? ..." over the Ocean names and every
     Gymnasium id (installed plugins' included), matched without regard to case."""
@@ -124,9 +135,11 @@ def unknown_env(env: str) -> ConfigError:
         hint = f"did you mean {factory!r}? "
     else:
         _load_plugins()
+        namespaced = _in_a_namespace(env)
         candidates = {name.lower(): name for name in [*gymnasium.registry, *ocean_names]}
         close = difflib.get_close_matches(env.lower(), list(candidates), n=1, cutoff=0.6)
-        hint = f"did you mean {candidates[close[0]]!r}? " if close else ""
+        guess = namespaced or (candidates[close[0]] if close else None)
+        hint = f"did you mean {guess!r}? " if guess else ""
     return ConfigError(
         f"unknown env {env!r}; {hint}known envs: the Ocean envs {', '.join(ocean_names)}, any registered "
         "Gymnasium id (e.g. CartPole-v1, ALE/Pong-v5 with ale-py), or package.module:factory"

@@ -36,6 +36,21 @@ def _nearest_strict(name: str, candidates: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
+# puffer-bench train's own flags, which users also try as config keys (--train.tensorboard)
+TRAIN_FLAGS = {
+    "tensorboard": "--tensorboard",
+    "wandb": "--wandb",
+    "run_id": "--run-id",
+    "resume": "--resume",
+    "stop_steps": "--stop-steps",
+    "no_dashboard": "--no-dashboard",
+    "dashboard": "--no-dashboard",
+    "family": "--family",
+    "report": "--report",
+    "nproc": "--nproc",
+}
+
+
 def _unknown_key(section: str, key: str, schema: Mapping[str, Mapping[str, Any]], source: str) -> ConfigError:
     cli = source == "command line"
 
@@ -43,6 +58,12 @@ def _unknown_key(section: str, key: str, schema: Mapping[str, Mapping[str, Any]]
         return _cli_name(s, k) if cli else f"{s}.{k}"
 
     shown = name(section, key)
+    flag = TRAIN_FLAGS.get(key.replace("-", "_"))
+    if flag and cli and key not in schema.get(section, {}):  # --train.tensorboard: a flag, not a key
+        return ConfigError(
+            f"unknown config key {shown} (from {source}); {flag} is a flag of puffer-bench train, not a "
+            f"config key: use {flag}"
+        )
     if section not in schema:
         guess = _nearest(section, SECTIONS)
         hint = f"did you mean '{guess}'? " if guess else ""

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from appliance.config import Config
+from appliance.config import Config, families
 from appliance.config.build import batch_for_agents
 from appliance.errors import TrainingError
 from appliance.gpu import kernels
@@ -80,10 +80,15 @@ class Trainer:
         self.forward_sequence = torch.compile(self.policy.sequence) if hp.compile else self.policy.sequence
 
         n, horizon = vec.num_agents, hp.bptt_horizon
-        batch = batch_for_agents(hp, n)
+        # a family's minibatch fits the batch this source makes (a VectorEnv of its own size, say)
+        minibatch, refit = families.fit_minibatch(config, n)
+        if refit:
+            print(f"note: {refit}", file=sys.stderr, flush=True)
+        sizes = ("bptt_horizon", "max_minibatch_size", "batch_size")
+        batch = batch_for_agents({**{k: getattr(hp, k) for k in sizes}, "minibatch_size": minibatch}, n)
         self.batch_size, self.horizon = batch, horizon
         self.segments = batch // horizon
-        self.mb_segments = hp.minibatch_size // horizon
+        self.mb_segments = minibatch // horizon
         self.chunk_segments = min(self.mb_segments, hp.max_minibatch_size // horizon)
         # minibatches an epoch: train.replay_ratio passes over the batch (auto: update_epochs), at least one
         passes = hp.update_epochs if hp.replay_ratio == "auto" else hp.replay_ratio

@@ -1,0 +1,69 @@
+"""Defaults that fit what the user brings (issue 63 part 5): a family's minibatch fits the batch a
+source makes, an unknown id suggests the namespaced id meant (``ALE/Breakout-v5``, not the legacy
+``Breakout-v4``), and a train flag given as a config key names the flag."""
+
+from __future__ import annotations
+
+import gymnasium
+import pytest
+from gymnasium.envs.registration import EnvSpec
+
+from appliance import vector
+from appliance.config import resolve
+from appliance.config.gymids import unknown_env
+from appliance.errors import ConfigError
+from appliance.train import Trainer
+
+
+def test_a_family_minibatch_fits_a_vector_env_of_two(capsys):
+    """The classic family's minibatch (256 = 8 segments of 32) is more than a 2-env VectorEnv's
+    batch (64): the trainer takes the batch's 2 segments, says so, and trains."""
+    cfg = resolve(env="appliance.testing:cartpole_pair", overrides=["--train.device", "cpu"])
+    assert (cfg.family.name, cfg.train.minibatch_size, cfg.train.bptt_horizon) == ("classic", 256, 32)
+    trainer = Trainer(cfg, vector.make_from_config(cfg))
+    try:
+        assert (trainer.batch_size, trainer.mb_segments) == (64, 2)
+        trainer.evaluate()
+        trainer.train()
+        assert trainer.epoch == 1 and 0 < trainer.global_step <= 64  # NextStep resets are masked
+    finally:
+        trainer.close()
+    assert "minibatches of 64 instead" in capsys.readouterr().err
+
+
+def test_a_minibatch_the_user_set_is_kept_and_a_misfit_refused():
+    cfg = resolve(
+        env="appliance.testing:cartpole_pair",
+        overrides=["--train.device", "cpu", "--train.minibatch-size", "256"],
+    )
+    vec = vector.make_from_config(cfg)
+    try:
+        with pytest.raises(ConfigError, match=r"minibatch_size \(256\) must divide the batch \(64"):
+            Trainer(cfg, vec)
+    finally:
+        vec.close()
+
+
+def test_families_fit_a_batch_of_any_agent_count():
+    from types import SimpleNamespace
+
+    from appliance.config.families import fit_minibatch
+
+    def fit(agents, minibatch=256, origin="family YAML"):
+        train = SimpleNamespace(bptt_horizon=32, minibatch_size=minibatch, batch_size="auto")
+        return fit_minibatch(SimpleNamespace(train=train, origin=lambda s, k: origin), agents)[0]
+
+    assert [fit(n) for n in (1, 2, 3, 8, 10, 16, 7)] == [32, 64, 96, 256, 160, 256, 224]
+    assert fit(2, origin="command line (--train.minibatch-size)") == 256  # the user's: refused later
+
+
+def test_an_id_without_its_namespace_suggests_the_namespaced_one(monkeypatch):
+    for env_id in ("ALE/Gadget63-v5", "Other/Gadget63-v5", "Gadget63-v4"):
+        monkeypatch.setitem(gymnasium.registry, env_id, EnvSpec(env_id, entry_point="gymnasium.envs:x"))
+    assert "did you mean 'ALE/Gadget63-v5'?" in str(unknown_env("Gadget63-v5"))
+    assert "did you mean 'ALE/Gadget63-v5'?" in str(unknown_env("gadget63-v5"))
+
+
+def test_a_train_flag_given_as_a_config_key_names_the_flag():
+    with pytest.raises(ConfigError, match="--tensorboard is a flag of puffer-bench train, not a config key"):
+        resolve(env="CartPole-v1", overrides=["--train.tensorboard"])
