@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from appliance import _ocean
+from appliance import _ocean, pufferlib_envs
 from appliance.errors import ConfigError
 
 
@@ -19,11 +19,26 @@ def names() -> list[str]:
 
 
 def ocean_name(env: Any) -> str | None:
-    """The Ocean env that ``env`` names ("breakout" or "ocean:breakout"), or None if it names none."""
+    """The Ocean env that ``env`` names ("breakout" or "ocean:breakout"), or None if it names none.
+    ``pufferlib:NAME`` names a PufferLib-format env that `envs build` made: it is loaded here
+    (:mod:`appliance.pufferlib_envs`; a one-line ConfigError where it is not built)."""
     if not isinstance(env, str):
         return None
+    if env.startswith(pufferlib_envs.PREFIX):
+        return pufferlib_envs.load(env)
     name = env.split(":", 1)[1] if env.startswith("ocean:") else env
     return name if name in _ocean.names() else None
+
+
+def canonical(env: Any) -> Any:
+    """``env`` as the config and the vectors name it: a PufferLib env folder is built (cached) and
+    becomes ``pufferlib:NAME``, ``pufferlib:NAME`` is loaded; anything else is returned as given."""
+    if isinstance(env, str) and pufferlib_envs.is_env_folder(env):
+        built = pufferlib_envs.build(env)
+        return pufferlib_envs.load_library(built)
+    if isinstance(env, str) and env.startswith(pufferlib_envs.PREFIX):
+        return pufferlib_envs.load(env)
+    return env
 
 
 def describe(name: str, **params: Any) -> dict[str, Any]:

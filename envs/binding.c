@@ -9,6 +9,8 @@
 #include "binding.h"
 #include "registry.h"
 
+#include <dlfcn.h>
+
 /* ------------------------------------------------------------------ params */
 
 static int count_params(const EnvSpec* spec) {
@@ -117,11 +119,22 @@ static PyObject* layout_dict(const EnvSpec* spec, const double* params) {
     }
     PyObject* logs = PyList_New(spec->log_fields);
     for (int f = 0; f < spec->log_fields; f++) PyList_SET_ITEM(logs, f, PyUnicode_FromString(spec->log_names[f]));
-    return Py_BuildValue(
+    PyObject* out = Py_BuildValue(
         "{s:s,s:i,s:i,s:s,s:f,s:f,s:i,s:f,s:f,s:N,s:(ii),s:(ii),s:N,s:N,s:N,s:N,s:n}", "name", spec->name, "agents_per_env",
         L.agents_per_env, "obs_size", L.obs_size, "obs_dtype", dtype_name(L.obs_dtype), "obs_low", L.obs_low,
         "obs_high", L.obs_high, "obs_tail", L.obs_tail, "tail_low", L.tail_low, "tail_high", L.tail_high, "action_nvec", nvec, "frame", L.frame_h, L.frame_w, "text", L.text_h, L.text_w,
         "params", defaults, "param_ranges", ranges, "param_types", types, "log_names", logs, "env_bytes", (Py_ssize_t)spec->size);
+    if (!out) return NULL;
+    /* obs_shape: (C, H, W) for an image observation (Layout.obs_channels > 0), else None */
+    PyObject* shape = L.obs_channels > 0 ? Py_BuildValue("(iii)", L.obs_channels, L.obs_height, L.obs_width)
+                                         : (Py_INCREF(Py_None), Py_None);
+    if (!shape || PyDict_SetItemString(out, "obs_shape", shape) < 0) {
+        Py_XDECREF(shape);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(shape);
+    return out;
 }
 
 static PyObject* py_names(PyObject* self, PyObject* noargs) {
@@ -163,7 +176,9 @@ int get_buffer(const char* env, PyObject* obj, const char* what, char fmt, size_
                      env, what, view->format ? view->format : "B", view->itemsize, fmt, itemsize);
         goto fail;
     }
-    int shape_ok = (view->ndim == 2 && view->shape[0] == rows && view->shape[1] == cols) ||
+    Py_ssize_t trailing = 1; /* (rows, cols) or (rows, *dims) with prod(dims) == cols: an image's (C, H, W) */
+    for (int d = 1; d < view->ndim; d++) trailing *= view->shape[d];
+    int shape_ok = (view->ndim >= 2 && view->shape[0] == rows && trailing == cols) ||
                    (allow_1d && cols == 1 && view->ndim == 1 && view->shape[0] == rows);
     if (!shape_ok) {
         PyErr_Format(PyExc_ValueError, "%s: %s has the wrong shape; expected (%zd, %zd)%s", env, what, rows, cols,
@@ -472,12 +487,77 @@ static PyObject* py_first_invalid(PyObject* self, PyObject* args) {
     return PyLong_FromSsize_t(bad);
 }
 
+/* ------------------------------------------------------------------ plugins (envs/compat4/) */
+
+typedef int (*PluginAbiFn)(void);
+typedef const EnvSpec* (*PluginSpecFn)(void);
+typedef const char* (*PluginMissingFn)(const double*);
+
+/* load_plugin(path) -> name: a library `puffer-bench envs build` made, opened once and its env
+ * registered like a compiled-in one (a second load of the same name is the first's). The library
+ * stays loaded for the process: its spec and functions are in the registry. */
+static PyObject* py_load_plugin(PyObject* self, PyObject* args) {
+    const char* path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        PyErr_Format(PyExc_ValueError, "cannot load env library %s: %s", path, dlerror());
+        return NULL;
+    }
+    PluginAbiFn abi = (PluginAbiFn)dlsym(lib, "ocean_plugin_abi");
+    PluginSpecFn spec_fn = (PluginSpecFn)dlsym(lib, "ocean_plugin_spec");
+    if (!abi || !spec_fn) {
+        dlclose(lib);
+        PyErr_Format(PyExc_ValueError, "%s is not an env library built by `puffer-bench envs build`", path);
+        return NULL;
+    }
+    if (abi() != OCEAN_PLUGIN_ABI) {
+        dlclose(lib);
+        PyErr_Format(PyExc_ValueError, "%s was built against other runtime headers: build it again", path);
+        return NULL;
+    }
+    const EnvSpec* spec = spec_fn();
+    const EnvSpec* known = ocean_find(spec->name);
+    if (known) return PyUnicode_FromString(known->name);
+    if (ocean_registry_full()) {
+        PyErr_Format(PyExc_ValueError, "cannot register %s: the env registry is full", spec->name);
+        return NULL;
+    }
+    ocean_register(spec);
+    return PyUnicode_FromString(spec->name);
+}
+
+/* plugin_missing_kwarg(path, params) -> the kwarg my_init reads that params lack, or None. */
+static PyObject* py_plugin_missing_kwarg(PyObject* self, PyObject* args) {
+    const char *path, *name;
+    PyObject* params = Py_None;
+    if (!PyArg_ParseTuple(args, "ss|O", &path, &name, &params)) return NULL;
+    const EnvSpec* spec = find_spec(name);
+    if (!spec) return NULL;
+    double values[OCEAN_MAX_PARAMS];
+    if (parse_params(spec, params, values) < 0) return NULL;
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    PluginMissingFn fn = lib ? (PluginMissingFn)dlsym(lib, "ocean_plugin_missing_kwarg") : NULL;
+    if (!fn) {
+        if (lib) dlclose(lib);
+        PyErr_Format(PyExc_ValueError, "%s is not loaded: load_plugin it first", path);
+        return NULL;
+    }
+    const char* missing = fn(values);
+    dlclose(lib); /* RTLD_NOLOAD took a reference: give it back, load_plugin's stays */
+    if (!missing) Py_RETURN_NONE;
+    return PyUnicode_FromString(missing);
+}
+
 static PyMethodDef module_methods[] = {
     {"first_invalid", py_first_invalid, METH_VARARGS, "first_invalid(actions, nvec) -> index of the first out-of-range action or -1."},
     {"names", py_names, METH_NOARGS, "Names of the compiled Ocean envs."},
     {"cuda_driver", py_cuda_driver, METH_NOARGS,
      "None when the CUDA driver's graph entry points load (libcuda.so.1), else why not."},
     {"describe", py_describe, METH_VARARGS, "describe(name, params=None) -> layout, spaces, params (defaults, ranges, types), log names."},
+    {"load_plugin", py_load_plugin, METH_VARARGS, "load_plugin(path) -> name: register the env of a library `envs build` made."},
+    {"plugin_missing_kwarg", py_plugin_missing_kwarg, METH_VARARGS,
+     "plugin_missing_kwarg(path, name, params=None) -> the kwarg its my_init reads that params lack, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,13 +9,15 @@
 
 /* ------------------------------------------------------------------ registry */
 
-#define OCEAN_MAX_ENVS 64
+#define OCEAN_MAX_ENVS 256
 static const EnvSpec* registry[OCEAN_MAX_ENVS];
 static int registry_count = 0;
 
 void ocean_register(const EnvSpec* spec) {
     if (registry_count < OCEAN_MAX_ENVS) registry[registry_count++] = spec;
 }
+
+int ocean_registry_full(void) { return registry_count >= OCEAN_MAX_ENVS; }
 
 const EnvSpec* ocean_find(const char* name) {
     for (int i = 0; i < registry_count; i++)

@@ -72,7 +72,7 @@ static inline float rng_float(Rng* r) { return (rng_u32(r) >> 8) * (1.0f / 16777
 typedef enum { OBS_UINT8 = 0, OBS_INT8 = 1, OBS_FLOAT32 = 2 } ObsDtype;
 
 #define OCEAN_MAX_ACTION_DIMS 16
-#define OCEAN_MAX_PARAMS 16
+#define OCEAN_MAX_PARAMS 64
 
 typedef struct Layout {
     int agents_per_env;               /* rows each env owns in every buffer */
@@ -85,6 +85,9 @@ typedef struct Layout {
     int action_n[OCEAN_MAX_ACTION_DIMS];
     int frame_h, frame_w;             /* RGB render size */
     int text_h, text_w;               /* terminal render size (chars, without newlines) */
+    /* Image observations (all 0: a flat vector): each agent's obs_size elements are obs_channels
+     * planes of obs_height x obs_width, channel first (C, H, W), so the policy builds a CNN. */
+    int obs_channels, obs_height, obs_width;
 } Layout;
 
 /* An env parameter: the one place its name, type, default and range are written. The binding checks
@@ -127,10 +130,16 @@ typedef struct EnvSpec {
     void (*close)(void* env);
 } EnvSpec;
 
+/* A shared library built by `puffer-bench envs build` (envs/compat4/) exports ocean_plugin_abi()
+ * and ocean_plugin_spec(); appliance._ocean.load_plugin registers the spec when the ABI matches the
+ * tables compiled here (their sizes, so a library built against other headers is refused). */
+#define OCEAN_PLUGIN_ABI ((int)(sizeof(EnvSpec) * 100000 + sizeof(Layout) * 100 + sizeof(Buffers)))
+
 /* The registry, filled by OCEAN_ENV in each header (see registry.h). */
 void ocean_register(const EnvSpec* spec);
 const EnvSpec* ocean_find(const char* name);
 int ocean_count(void);
+int ocean_registry_full(void);
 const EnvSpec* ocean_get(int index);
 
 /* In init: take the env's RNG and its rows of the vector's buffers (every env has these fields). */

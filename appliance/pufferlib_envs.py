@@ -1,0 +1,521 @@
+"""PufferLib 4.0's env format on our runtime: build an ``ocean/NAME/`` folder, load it, read its recipe.
+
+A PufferLib 4.0 env is a folder ``ocean/NAME/`` (``NAME.h``, ``binding.c``) with a ``config/NAME.ini``.
+:func:`build` compiles its ``binding.c`` unchanged against our compatibility header
+(``envs/compat4/vecenv.h``, which turns it into one of our ``EnvSpec`` tables) into a shared library,
+cached per source hash under :func:`cache_root`; :func:`load` registers it in ``appliance._ocean``
+as ``pufferlib:NAME``, after which it is an Ocean env like the compiled-in ones: the native vector,
+the rollout engine, ``envs sps`` and the trainer step it on our thread pool and buffers.
+
+Its ini gives the env's kwargs (the ``[env]`` section: the parameters ``my_init`` reads, defaults of
+the ``env`` config section, overridable with ``--env.KEY``) and its training recipe (``[train]``,
+``[policy]``, ``[vec]`` on our keys: :func:`recipe`), written beside the library as ``recipe.yaml``,
+the env's own layer of the config (docs/configuration.md).
+
+What the compatibility layer does not cover is refused at build time in one line: continuous
+actions (ACT_SIZES all 1) and the whole-vector hooks (MY_VEC_INIT, MY_VEC_STEP, MY_SHARED, ...).
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ConfigError
+from appliance.paths import data_dir
+from appliance.report_io import write_bytes_atomic
+
+PREFIX = "pufferlib:"
+REQUIRED_MACROS = ("OBS_SIZE", "NUM_ATNS", "ACT_SIZES", "OBS_TENSOR_T")
+TENSOR_TYPES = ("FloatTensor", "ByteTensor")
+# hooks of the format's own vector that our runtime has no place for (each replaces its vector code)
+UNSUPPORTED_HOOKS = ("MY_VEC_INIT", "MY_VEC_STEP", "MY_VEC_STEP_RANGE", "MY_VEC_CLOSE", "MY_SHARED", "MY_METHODS",
+                     "MY_USES_PERM", "MY_USES_TAGS")  # fmt: skip
+RAYLIB_ENV = "PUFFER_RAYLIB"
+# PufferLib 4.0's [train] keys on ours: (our key, its key, cast); the rest of its sections are its
+# trainer's own (checkpoints, selfplay, sweeps) and have no key of ours
+TRAIN_KEYS = (
+    ("total_timesteps", "total_timesteps", int), ("learning_rate", "learning_rate", float),
+    ("anneal_lr", "anneal_lr", bool), ("min_lr_ratio", "min_lr_ratio", float),
+    ("adam_beta1", "beta1", float), ("adam_beta2", "beta2", float), ("adam_eps", "eps", float),
+    ("gamma", "gamma", float), ("gae_lambda", "gae_lambda", float), ("replay_ratio", "replay_ratio", float),
+    ("clip_coef", "clip_coef", float), ("vf_coef", "vf_coef", float), ("vf_clip_coef", "vf_clip_coef", float),
+    ("max_grad_norm", "max_grad_norm", float), ("ent_coef", "ent_coef", float),
+    ("vtrace_rho_clip", "vtrace_rho_clip", float), ("vtrace_c_clip", "vtrace_c_clip", float),
+    ("prio_alpha", "prio_alpha", float), ("prio_beta0", "prio_beta0", float),
+    ("bptt_horizon", "horizon", int), ("minibatch_size", "minibatch_size", int),
+)  # fmt: skip
+# where PufferLib 4.0's trainer does otherwise than our defaults and a switch of ours does as it does
+RECIPE_SWITCHES = {
+    "train": {"optimizer": "muon", "prio_replacement": True, "muon_ns": "pufferlib4", "vtrace_rho_on": "reward"},
+    "policy": {"core": "mingru", "encoder": "linear", "encoder_activation": "none", "init": "torch", "obs_scale": "none"},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Built:
+    """One built env: its registered name, the library, its recipe layer and the build's facts."""
+
+    name: str
+    library: Path
+    recipe: Path
+    meta: dict[str, Any]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
+
+
+def cache_root() -> Path:
+    """Where built envs live ($PUFFER_ENV_CACHE, else ~/.cache/puffer-bench/envs)."""
+    root = os.environ.get("PUFFER_ENV_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "puffer-bench", "envs"
+    )
+    return Path(root)
+
+
+def is_env_folder(path: str | Path) -> bool:
+    """True for a folder that holds a ``binding.c`` (what ``train PATH`` builds)."""
+    try:
+        return Path(path).is_dir() and (Path(path) / "binding.c").is_file()
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------- the folder and its ini
+
+
+def macros(binding: str) -> dict[str, str]:
+    """``#define NAME value`` lines of a binding.c (a value continued with a backslash is joined)."""
+    text = re.sub(r"\\\n", " ", binding)
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    out = {}
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?![\w(])[ \t]*(.*)$", text, re.M):
+        out[m.group(1)] = re.sub(r"//.*$", "", m.group(2)).strip()
+    return out
+
+
+def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
+    """The env's name and its binding's macros, or a one-line ConfigError saying what is missing."""
+    if not folder.exists():
+        raise ConfigError(
+            f"{folder}: no such folder (give a PufferLib env folder, e.g. PufferLib/ocean/squared)"
+        )
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder: give a PufferLib env folder such as ocean/squared")
+    binding_path = folder / "binding.c"
+    if not binding_path.is_file():
+        raise ConfigError(
+            f"{folder} has no binding.c: not a PufferLib 4.0 env folder (ocean/NAME/ with NAME.h and binding.c)"
+        )
+    binding = binding_path.read_text(errors="replace")
+    if "env_binding.h" in binding:
+        raise ConfigError(
+            f"{folder}/binding.c is in PufferLib 3.0's format (env_binding.h, the CPython API), not 4.0's "
+            "(vecenv.h with my_init/my_log): port it to 4.0's binding"
+        )
+    found = macros(binding)
+    missing = [m for m in REQUIRED_MACROS if m not in found]
+    if missing:
+        raise ConfigError(f"{folder}/binding.c does not #define {', '.join(missing)} (a PufferLib 4.0 binding defines "
+                          f"{', '.join(REQUIRED_MACROS)} and Env, then includes vecenv.h)")  # fmt: skip
+    if "Env" not in found:
+        raise ConfigError(
+            f"{folder}/binding.c does not #define Env (its env struct's type) before including vecenv.h"
+        )
+    if found["OBS_TENSOR_T"] not in TENSOR_TYPES:
+        raise ConfigError(
+            f"{folder}/binding.c: OBS_TENSOR_T is {found['OBS_TENSOR_T']!r}; the format's observations are "
+            f"{' or '.join(TENSOR_TYPES)}"
+        )
+    hooks = [h for h in UNSUPPORTED_HOOKS if h in found]
+    if hooks:
+        raise ConfigError(
+            f"{folder}/binding.c defines {', '.join(hooks)}: hooks that replace the format's vector, which our "
+            "runtime steps itself; not supported"
+        )
+    sizes = re.findall(r"-?\d+", found["ACT_SIZES"])
+    if sizes and all(s == "1" for s in sizes):
+        raise ConfigError(
+            f"{folder}/binding.c: ACT_SIZES {found['ACT_SIZES']} declares continuous actions, which the "
+            "compatibility layer does not map yet (our runtime's actions are integers)"
+        )
+    return folder.resolve().name, found
+
+
+def ini_value(text: str) -> Any:
+    """A value as PufferLib's config loader reads it: a Python literal, else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def find_ini(folder: Path, name: str) -> Path | None:
+    """The env's ini: ``NAME.ini`` beside binding.c or in its ``config/``, else the snapshot layout's
+    ``config/`` two folders up, where the ini whose ``[base] env_name`` lists NAME is the env's."""
+    for candidate in (folder / f"{name}.ini", folder / "config" / f"{name}.ini"):
+        if candidate.is_file():
+            return candidate
+    config_dir = folder.resolve().parent.parent / "config"
+    if not config_dir.is_dir():
+        return None
+    if (config_dir / f"{name}.ini").is_file():
+        return config_dir / f"{name}.ini"
+    for path in sorted(config_dir.glob("**/*.ini")):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except configparser.Error:
+            continue
+        if name in str(parser.get("base", "env_name", fallback="")).split():
+            return path
+    return None
+
+
+def read_ini(path: Path | None) -> dict[str, dict[str, Any]]:
+    """The ini's sections as values, over a ``default.ini`` beside it (PufferLib's own layering)."""
+    if path is None:
+        return {}
+    parser = configparser.ConfigParser()
+    files = [p for p in (path.parent / "default.ini", path) if p.is_file()]
+    try:
+        parser.read(files)
+    except configparser.Error as e:
+        raise ConfigError(f"{path}: not a readable ini: {' '.join(str(e).split())}") from None
+    return {s: {k: ini_value(v) for k, v in parser[s].items()} for s in parser.sections()}
+
+
+def env_params(ini: dict[str, dict[str, Any]]) -> tuple[list[tuple[str, str, float]], list[str]]:
+    """The ``[env]`` keys my_init can read (numbers: ``(name, int|float, value)``) and those it cannot
+    (text values: the format's kwargs are doubles)."""
+    params, skipped = [], []
+    for key, value in (ini.get("env") or {}).items():
+        if isinstance(value, (bool, int)):
+            params.append((key, "int", float(int(value))))
+        elif isinstance(value, float):
+            params.append((key, "float", value))
+        else:
+            skipped.append(key)
+    return params, skipped
+
+
+def recipe(ini: dict[str, dict[str, Any]], agents_per_env: int) -> dict[str, dict[str, Any]]:
+    """The ini's training recipe on our keys: ``[train]`` by TRAIN_KEYS, ``[policy]`` sizes on the
+    MinGRU core, ``[vec] total_agents`` as envs, and the switches that make our trainer do what
+    PufferLib 4.0's does (RECIPE_SWITCHES). A hardware profile's sizes still apply over it."""
+    pt, pp, pv = ini.get("train") or {}, ini.get("policy") or {}, ini.get("vec") or {}
+    if not pt:
+        return {}
+    train: dict[str, Any] = dict(RECIPE_SWITCHES["train"])
+    for ours, theirs, cast in TRAIN_KEYS:
+        if theirs in pt and not isinstance(pt[theirs], str):
+            train[ours] = cast(pt[theirs])
+    if "minibatch_size" in train:
+        train["max_minibatch_size"] = train["minibatch_size"]
+    if "prio_beta0" in train and "prio_alpha" in train:  # its beta anneal ends at b0 + (1 - b0) * alpha
+        train["prio_beta1"] = train["prio_beta0"] + (1 - train["prio_beta0"]) * train["prio_alpha"]
+    policy: dict[str, Any] = dict(RECIPE_SWITCHES["policy"])
+    for key in ("hidden_size", "num_layers", "expansion_factor"):
+        if isinstance(pp.get(key), int):
+            policy[key] = pp[key]
+    out: dict[str, dict[str, Any]] = {"train": train, "policy": policy}
+    total = pv.get("total_agents")
+    if isinstance(total, int) and agents_per_env > 0 and total % agents_per_env == 0:
+        out["vec"] = {"num_envs": total // agents_per_env}
+    return out
+
+
+# ---------------------------------------------------------------------- raylib
+
+
+def raylib_needed(folder: Path) -> bool:
+    """True when the env's sources include raylib (every PufferLib env's renderer does)."""
+    include = re.compile(r'^\s*#\s*include\s*[<"](raylib|raymath|rlgl)\.h[>"]', re.M)
+    return any(include.search(p.read_text(errors="replace")) for p in folder.glob("*.[ch]"))
+
+
+def find_raylib(given: str | Path | None = None) -> Path | None:
+    """raylib's folder (``include/raylib.h``, ``lib/libraylib.a``): ``given``, $PUFFER_RAYLIB, or one an
+    earlier build or the PufferLib peer harness unpacked under the cache."""
+    candidates: list[Path] = []
+    if given:
+        candidates.append(Path(given))
+    if os.environ.get(RAYLIB_ENV):
+        candidates.append(Path(os.environ[RAYLIB_ENV]))
+    candidates.append(cache_root() / "raylib")
+    candidates += sorted(cache_root().parent.glob("peers/*/raylib-*"))
+    for c in candidates:
+        if (c / "include" / "raylib.h").is_file() and (c / "lib" / "libraylib.a").is_file():
+            return c
+    if given:
+        raise ConfigError(f"--raylib {given}: no include/raylib.h and lib/libraylib.a there")
+    return None
+
+
+# ---------------------------------------------------------------------- build
+
+
+def _source_hash(folder: Path, ini_path: Path | None, extra: list[str]) -> str:
+    h = hashlib.sha256()
+    compat = data_dir("envs")
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".c", ".h", ".ini"))
+    files += [ini_path] if ini_path else []
+    files += [compat / "vecenv.h", *sorted((compat / "compat4").glob("*.h"))]
+    for p in files:
+        h.update(str(p.name).encode())
+        h.update(p.read_bytes())
+    for e in extra:
+        h.update(e.encode())
+    return h.hexdigest()[:16]
+
+
+def _params_header(params: list[tuple[str, str, float]]) -> str:
+    rows = [
+        f'    {{"{name}", {"PARAM_INT" if kind == "int" else "PARAM_FLOAT"}, {value!r}, -1e300, 1e300}},'
+        for name, kind, value in params
+    ]
+    return (
+        "/* The env's [env] keys from its ini, written by `puffer-bench envs build`. */\n"
+        "static const ParamSpec compat4_params[] = {\n"
+        + "\n".join(rows)
+        + "\n    {NULL, PARAM_INT, 0, 0, 0},\n};\n"
+    )
+
+
+def compiler() -> str:
+    for cc in (os.environ.get("CC"), "gcc", "cc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    raise ConfigError("no C compiler found (gcc, cc or clang; or set CC): building an env needs one")
+
+
+def first_error(log: str) -> str:
+    """The first line of a compiler log that says error (else its first line)."""
+    for line in log.splitlines():
+        if re.search(r"\berror\b", line):
+            return line.strip()
+    lines = [text.strip() for text in log.splitlines() if text.strip()]
+    return lines[0] if lines else "no output"
+
+
+def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path | None = None,
+          force: bool = False, progress: Any = None) -> Built:  # fmt: skip
+    """Compile the env folder ``path`` into a library registered as ``pufferlib:NAME`` (cached per
+    hash of its sources, its ini and our headers; ``force`` builds again). One-line ConfigErrors for
+    a folder that is not such an env, a missing macro, a missing ini or kwarg, a compile error."""
+    folder = Path(path)
+    name, found = check_folder(folder)
+    ini_path = Path(ini) if ini else find_ini(folder, name)
+    if ini is not None and not Path(ini).is_file():
+        raise ConfigError(f"--ini {ini}: no such file")
+    sections = read_ini(ini_path)
+    params, skipped = env_params(sections)
+    if len(params) > 60:
+        raise ConfigError(f"{ini_path}: {len(params)} [env] keys; the runtime takes at most 60 parameters")
+    ray = find_raylib(raylib) if raylib_needed(folder) else None
+    if raylib_needed(folder) and ray is None:
+        raise ConfigError(
+            f"{name} includes raylib.h: give raylib 5.5 (include/raylib.h, lib/libraylib.a) with --raylib DIR or "
+            f"${RAYLIB_ENV}, e.g. `puffer-bench envs raylib` (unpacks it from the pufferlib 3.0.0 source "
+            "distribution on the package index)"
+        )
+    cc = compiler()
+    rng_field = bool(re.search(r"\b(unsigned\s+int|unsigned|uint32_t|int)\s+rng\s*;", _sources_text(folder)))
+    extras = [cc, str(ray or ""), json.dumps(params), str(rng_field)]
+    digest = _source_hash(folder, ini_path, extras)
+    out_dir = cache_root() / f"{name}-{digest}"
+    library = out_dir / f"{name}.so"
+    meta_path = out_dir / "meta.json"
+    if library.is_file() and meta_path.is_file() and not force:
+        built = Built(PREFIX + name, library, out_dir / "recipe.yaml", json.loads(meta_path.read_text()))
+        _record_current(built)
+        return built
+    out_dir.mkdir(parents=True, exist_ok=True)
+    compat = data_dir("envs") / "compat4"
+    work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
+    try:
+        (work / "compat4_params.h").write_text(_params_header(params))
+        extra_c = [p for p in sorted(folder.glob("*.c")) if p.name != "binding.c" and _is_library_source(p)]
+        cmd = [cc, "-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-DNDEBUG", "-DPLATFORM_DESKTOP",
+               "-w", "-include", str(compat / "prelude.h"), f"-I{compat}", f"-I{work}", f"-I{folder}",
+               f'-DPUFFER4_NAME="{PREFIX}{name}"', *(["-DPUFFER4_RNG_FIELD"] if rng_field else []),
+               *_vendor_includes(folder), *([f"-I{ray / 'include'}"] if ray else []),
+               str(folder / "binding.c"), *map(str, extra_c), "-o", str(work / library.name),
+               *([str(ray / "lib" / "libraylib.a")] if ray else []), "-lm", "-lpthread"]  # fmt: skip
+        if progress:
+            progress(f"compiling {name} ({folder})")
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=600)
+        log_path = out_dir / "build.log"
+        atomic_write_text(log_path, " ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise ConfigError(f"{name} failed to compile: {first_error(proc.stderr)} (full log: {log_path})")
+        os.replace(work / library.name, library)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    meta = {"name": PREFIX + name, "folder": str(folder.resolve()), "ini": str(ini_path) if ini_path else None,
+            "hash": digest, "raylib": str(ray) if ray else None, "params": [p[0] for p in params],
+            "skipped_env_keys": skipped, "macros": {k: found[k] for k in REQUIRED_MACROS},
+            "action_mask": "MY_ACTION_MASK" in found}  # fmt: skip
+    built = Built(PREFIX + name, library, out_dir / "recipe.yaml", meta)
+    loaded = load_library(built)
+    agents = int(_describe(loaded)["agents_per_env"])
+    import yaml
+
+    atomic_write_text(built.recipe, _recipe_text(ini_path, recipe(sections, agents), yaml))
+    atomic_write_text(meta_path, json.dumps(meta, indent=1))
+    _record_current(built)
+    return built
+
+
+def _recipe_text(ini_path: Path | None, layer: dict[str, Any], yaml: Any) -> str:
+    head = f"# From {ini_path} by `puffer-bench envs build` (appliance/pufferlib_envs.py: recipe()).\n"
+    return head + (yaml.safe_dump(layer, sort_keys=False) if layer else "{}\n")
+
+
+def _sources_text(folder: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.h")))
+
+
+def _is_library_source(path: Path) -> bool:
+    """A .c beside binding.c that is part of the env (not a demo program with its own main)."""
+    return not re.search(r"\bint\s+main\s*\(", path.read_text(errors="replace"))
+
+
+def _vendor_includes(folder: Path) -> list[str]:
+    """The snapshot's vendor/ folder (box2d and other libraries some envs include), where it exists."""
+    vendor = folder.resolve().parent.parent / "vendor"
+    return [f"-I{vendor}"] if vendor.is_dir() else []
+
+
+def _record_current(built: Built) -> None:
+    """Name -> newest build, so ``pufferlib:NAME`` finds it (one small JSON per name, atomic)."""
+    atomic_write_text(cache_root() / "current" / f"{built.name[len(PREFIX):]}.json",
+                      json.dumps({"library": str(built.library), "recipe": str(built.recipe), **built.meta}))  # fmt: skip
+
+
+# ---------------------------------------------------------------------- load
+
+
+def current(name: str) -> Built | None:
+    """The newest build of ``pufferlib:NAME`` (``name`` with or without the prefix), or None."""
+    short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", short):
+        return None
+    path = cache_root() / "current" / f"{short}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    library = Path(data.get("library", ""))
+    if not library.is_file():
+        return None
+    return Built(PREFIX + short, library, Path(data.get("recipe", "")), data)
+
+
+def load_library(built: Built) -> str:
+    """Register ``built`` in ``appliance._ocean`` (once per process) and check that its my_init reads
+    only kwargs its ini gives; returns its name."""
+    from appliance import _ocean
+
+    try:
+        name = _ocean.load_plugin(str(built.library))
+        missing = _ocean.plugin_missing_kwarg(str(built.library), name)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if missing:
+        where = built.meta.get("ini") or "no ini was found"
+        raise ConfigError(f"{name}'s my_init reads kwarg {missing!r}, which its ini's [env] lacks ({where})")
+    return name
+
+
+def load(name: str) -> str:
+    """Load ``pufferlib:NAME`` from its newest build; a one-line error names `envs build` otherwise."""
+    built = current(name)
+    if built is None:
+        short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+        raise ConfigError(
+            f"{PREFIX}{short} is not built: run `puffer-bench envs build PATH/TO/ocean/{short}` first "
+            f"(or give the folder itself as the env)"
+        )
+    return load_library(built)
+
+
+def _describe(name: str) -> dict[str, Any]:
+    from appliance import _ocean
+
+    return _ocean.describe(name, None)
+
+
+def built_envs() -> list[dict[str, Any]]:
+    """Every env with a build in the cache (``envs list``)."""
+    out = []
+    for path in sorted((cache_root() / "current").glob("*.json")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+# PufferLib 3.0.0's source distribution ships raylib 5.5 (headers and a static library for linux
+# amd64): the release archive PufferLib's build.sh downloads, under the same folder name
+RAYLIB_SDIST = ("pufferlib", "3.0.0", "7df3a3e3f5f894d78d2a1f5374097890aec01473183e748abefe4f3faa10eaa9")
+RAYLIB_FOLDER = "raylib-5.5_linux_amd64"
+
+
+def fetch_raylib(progress: Any = None) -> Path:
+    """raylib 5.5 unpacked into ``cache_root()/raylib`` from the pufferlib 3.0.0 sdist, which pip
+    downloads from the configured package index (sha256-checked). Returns the folder."""
+    import sys
+    import tarfile
+
+    dest = cache_root() / "raylib"
+    if (dest / "lib" / "libraylib.a").is_file():
+        return dest
+    project, version, sha = RAYLIB_SDIST
+    with tempfile.TemporaryDirectory() as tmp:
+        if progress:
+            progress(f"downloading the {project} {version} source distribution (it ships {RAYLIB_FOLDER})")
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+               "--no-build-isolation", f"{project}=={version}", "-d", tmp]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=900)
+        archives = list(Path(tmp).glob(f"{project}-{version}.tar.gz"))
+        if proc.returncode != 0 or not archives:
+            raise ConfigError(f"could not download {project}=={version}: {first_error(proc.stderr)}")
+        data = archives[0].read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise ConfigError(
+                f"{archives[0].name} does not have the sha256 it was published with: not unpacked"
+            )
+        prefix = f"{project}-{version}/{RAYLIB_FOLDER}/"
+        staging = Path(tempfile.mkdtemp(prefix=".raylib-", dir=_made(cache_root())))
+        try:
+            with tarfile.open(archives[0]) as tar:
+                members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
+                if not members:
+                    raise ConfigError(f"{archives[0].name} ships no {RAYLIB_FOLDER}/")
+                for m in members:
+                    m.name = m.name[len(prefix) :]
+                tar.extractall(staging, members=members, filter="data")
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(staging, dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def _made(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

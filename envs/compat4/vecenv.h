@@ -1,0 +1,346 @@
+/* vecenv.h (PufferLib 4.0 env format, our compatibility layer).
+ *
+ * A PufferLib 4.0 env is a folder ocean/NAME/ with NAME.h (an Env struct holding observations,
+ * actions, rewards, terminals pointers, num_agents and a float Log with n last; c_reset, c_step,
+ * c_render, c_close) and a binding.c that defines OBS_SIZE, NUM_ATNS, ACT_SIZES, OBS_TENSOR_T and
+ * `Env`, includes "vecenv.h", and writes my_init(Env*, Dict* kwargs) and my_log(Log*, Dict* out).
+ * `puffer-bench envs build` compiles that binding.c unchanged with this folder first on the include
+ * path, so "vecenv.h" is this file, written from that interface alone. It turns the env into one of
+ * our EnvSpec tables (../vecenv.h) in a shared library that appliance._ocean loads (load_plugin):
+ * our thread pool steps it, in our contiguous buffers, each env on its own PCG32 stream seeded from
+ * (run seed, env index) (prelude.h routes rand()/rand_r() there).
+ *
+ * Per env a Compat4Slot wraps the user's struct. Where the format and our runtime differ, the slot
+ * converts at the boundary, with buffers allocated once at init (nothing is allocated per step):
+ *   - actions: ours are int32 rows, the format's float; copied in before c_step;
+ *   - terminals: ours are uint8 (plus truncations, which the format has none of: always 0), the
+ *     format's float; copied out after c_step and c_reset;
+ *   - rewards and observations: the env writes straight into our rows (float32; uint8 or float32);
+ *   - an action mask (MY_ACTION_MASK) gets a buffer of its own the env writes; the policy does not
+ *     read it yet.
+ * The build step (appliance/pufferlib_envs.py) refuses what this layer does not cover, in one line
+ * each: continuous actions, MY_VEC_INIT and the other whole-vector hooks.
+ *
+ * What the build passes: PUFFER4_NAME (the registered name, "pufferlib:NAME"), PUFFER4_RNG_FIELD
+ * when the Env struct has an integer `rng` word (seeded from our stream at init and reset), and
+ * compat4_params.h in the build folder: the [env] keys of the env's config/NAME.ini as a ParamSpec
+ * table, the parameters my_init reads through dict_get.
+ */
+#ifndef PUFFER_COMPAT4_VECENV_H
+#define PUFFER_COMPAT4_VECENV_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor.h"
+
+/* ------------------------------------------------------------------ Dict: my_init's kwargs, my_log's out */
+
+typedef struct {
+    const char* key;
+    double value;
+    void* ptr;
+} DictItem;
+
+typedef struct {
+    DictItem* items;
+    int size;
+    int capacity;
+} Dict;
+
+static inline DictItem* dict_get_unsafe(Dict* dict, const char* key) {
+    for (int i = 0; i < dict->size; i++)
+        if (strcmp(dict->items[i].key, key) == 0) return &dict->items[i];
+    return NULL;
+}
+
+/* A key my_init asks for that its kwargs lack: remembered (the build's probe reports it in one
+ * line), and a zero item handed back so the env does not read through NULL. */
+extern __thread const char* compat4_missing_key;
+
+static inline DictItem* dict_get(Dict* dict, const char* key) {
+    DictItem* item = dict_get_unsafe(dict, key);
+    if (item) return item;
+    static __thread DictItem missing;
+    if (!compat4_missing_key) compat4_missing_key = key;
+    missing.key = key;
+    missing.value = 0.0;
+    missing.ptr = NULL;
+    return &missing;
+}
+
+static inline void dict_set(Dict* dict, const char* key, double value) {
+    DictItem* item = dict_get_unsafe(dict, key);
+    if (item) {
+        item->value = value;
+    } else if (dict->size < dict->capacity) {
+        dict->items[dict->size].key = key;
+        dict->items[dict->size].value = value;
+        dict->items[dict->size].ptr = NULL;
+        dict->size++;
+    }
+}
+
+#ifdef OBS_SIZE /* ------------------------------------------ the adapter, in the binding.c's translation unit */
+
+#include "../vecenv.h"
+#include "compat4_params.h"
+
+#ifndef PUFFER4_NAME
+#error "PUFFER4_NAME is not defined: build PufferLib-format envs with `puffer-bench envs build`"
+#endif
+
+_Static_assert(sizeof(Compat4Stream) == sizeof(Rng), "prelude.h's stream must be our Rng");
+
+#define COMPAT4_EXPORT __attribute__((visibility("default")))
+
+__thread Compat4Stream* compat4_current = NULL;
+__thread const char* compat4_missing_key = NULL;
+
+void my_init(Env* env, Dict* kwargs);
+void my_log(Log* log, Dict* out);
+
+static const int compat4_act_sizes[] = ACT_SIZES;
+#define COMPAT4_ACT_DIMS ((int)(sizeof(compat4_act_sizes) / sizeof(compat4_act_sizes[0])))
+_Static_assert(COMPAT4_ACT_DIMS == NUM_ATNS, "ACT_SIZES must list NUM_ATNS sizes");
+_Static_assert(NUM_ATNS <= OCEAN_MAX_ACTION_DIMS, "too many action heads for the runtime");
+#define COMPAT4_LOG_FIELDS ((int)(sizeof(Log) / sizeof(float)))
+_Static_assert(sizeof(Log) % sizeof(float) == 0, "Log must hold floats only");
+_Static_assert(sizeof(Log) / sizeof(float) <= 64, "at most 64 Log fields");
+
+typedef struct Compat4Slot {
+    Env env;                 /* the user's env */
+    Rng rng;                 /* our stream: vecenv_reset reseeds it (rng_offset) */
+    int agents;
+    int32_t* our_actions;    /* our rows of the vector's buffers */
+    uint8_t* our_terminals;
+    uint8_t* our_truncations;
+    float* actions;          /* the env's float rows, owned by the slot */
+    float* terminals;
+#ifdef MY_ACTION_MASK
+    unsigned char* action_mask;
+#endif
+} Compat4Slot;
+
+static size_t compat4_obs_itemsize(void) {
+    OBS_TENSOR_T t;
+    return sizeof(*t.data);
+}
+
+static int compat4_params_count(void) {
+    int n = 0;
+    while (compat4_params[n].name) n++;
+    return n;
+}
+
+/* my_init's kwargs: every parameter by its ini name, with the value the run resolved. */
+static void compat4_kwargs(const double* params, Dict* dict, DictItem* items) {
+    int n = compat4_params_count();
+    dict->items = items;
+    dict->size = n;
+    dict->capacity = n;
+    for (int i = 0; i < n; i++) {
+        items[i].key = compat4_params[i].name;
+        items[i].value = params[i];
+        items[i].ptr = NULL;
+    }
+}
+
+static void compat4_enter(Compat4Slot* s) {
+    compat4_current = (Compat4Stream*)&s->rng;
+#ifdef PUFFER4_RNG_FIELD
+    s->env.rng = rng_u32(&s->rng);
+#endif
+}
+
+static void compat4_point(Compat4Slot* s, void* observations, float* rewards) {
+    s->env.observations = observations;
+    s->env.actions = s->actions;
+    s->env.rewards = rewards;
+    s->env.terminals = s->terminals;
+#ifdef MY_ACTION_MASK
+    s->env.action_mask = s->action_mask;
+#endif
+}
+
+/* After c_step or c_reset: the env's float terminals into our flags (it has no truncations). */
+static inline void compat4_flags_out(Compat4Slot* s) {
+    for (int a = 0; a < s->agents; a++) {
+        s->our_terminals[a] = s->terminals[a] != 0.0f;
+        s->our_truncations[a] = 0;
+    }
+}
+
+/* The agents one env owns, found by running my_init on a scratch env (with scratch buffers, as the
+ * format's own vector would before it points the env at its rows). 0 when my_init reads a kwarg it
+ * was not given (compat4_missing_key says which). */
+static int compat4_probe_agents(const double* params) {
+    DictItem items[OCEAN_MAX_PARAMS];
+    Dict kwargs;
+    compat4_kwargs(params, &kwargs, items);
+    Compat4Slot* s = (Compat4Slot*)calloc(1, sizeof(Compat4Slot));
+    if (!s) return 0;
+    rng_seed(&s->rng, 0, 0);
+    compat4_enter(s);
+    compat4_missing_key = NULL;
+    my_init(&s->env, &kwargs);
+    int agents = s->env.num_agents;
+    compat4_current = NULL;
+    if (compat4_missing_key) agents = 0;
+    /* c_close is not called: the env was never pointed at buffers nor reset, and closing an env that
+     * half-exists is the one thing the format does not promise to survive. Its init's allocations
+     * (if any) are left to the process, once per describe. */
+    free(s);
+    return agents;
+}
+
+static void compat4_layout(const double* params, Layout* out) {
+    memset(out, 0, sizeof(*out));
+    out->agents_per_env = compat4_probe_agents(params);
+    out->obs_size = OBS_SIZE;
+    out->obs_dtype = compat4_obs_itemsize() == 1 ? OBS_UINT8 : OBS_FLOAT32;
+    out->obs_low = compat4_obs_itemsize() == 1 ? 0.0f : -INFINITY;
+    out->obs_high = compat4_obs_itemsize() == 1 ? 255.0f : INFINITY;
+    out->action_dims = NUM_ATNS;
+    for (int d = 0; d < NUM_ATNS; d++) out->action_n[d] = compat4_act_sizes[d];
+    out->frame_h = 1; /* c_render draws through raylib to a window: no frame of ours */
+    out->frame_w = 1;
+    out->text_h = 1;
+    out->text_w = 48;
+}
+
+static void compat4_init(void* e, const double* params, Buffers b, Rng rng) {
+    Compat4Slot* s = (Compat4Slot*)e;
+    DictItem items[OCEAN_MAX_PARAMS];
+    Dict kwargs;
+    compat4_kwargs(params, &kwargs, items);
+    s->rng = rng;
+    compat4_enter(s);
+    my_init(&s->env, &kwargs);
+    compat4_current = NULL;
+    s->agents = s->env.num_agents > 0 ? s->env.num_agents : 1;
+    s->actions = (float*)calloc((size_t)s->agents * NUM_ATNS, sizeof(float));
+    s->terminals = (float*)calloc((size_t)s->agents, sizeof(float));
+#ifdef MY_ACTION_MASK
+    s->action_mask = (unsigned char*)calloc((size_t)s->agents * MY_ACTION_MASK, 1);
+#endif
+    s->our_actions = b.actions;
+    s->our_terminals = b.terminals;
+    s->our_truncations = b.truncations;
+    compat4_point(s, b.observations, b.rewards);
+}
+
+static void compat4_reset(void* e) {
+    Compat4Slot* s = (Compat4Slot*)e;
+    compat4_enter(s);
+    memset(s->env.rewards, 0, (size_t)s->agents * sizeof(float));
+    memset(s->terminals, 0, (size_t)s->agents * sizeof(float));
+    c_reset(&s->env);
+    compat4_current = NULL;
+    compat4_flags_out(s);
+}
+
+static inline void compat4_step_one(Compat4Slot* s) {
+    const int n = s->agents * NUM_ATNS;
+    for (int i = 0; i < n; i++) s->actions[i] = (float)s->our_actions[i];
+    memset(s->env.rewards, 0, (size_t)s->agents * sizeof(float));
+    memset(s->terminals, 0, (size_t)s->agents * sizeof(float));
+    compat4_current = (Compat4Stream*)&s->rng;
+    c_step(&s->env);
+    compat4_flags_out(s);
+}
+
+static void compat4_step(void* e) {
+    compat4_step_one((Compat4Slot*)e);
+    compat4_current = NULL;
+}
+
+static void compat4_step_many(void* e, int count) {
+    Compat4Slot* s = (Compat4Slot*)e;
+    for (int i = 0; i < count; i++) compat4_step_one(s + i);
+    compat4_current = NULL;
+}
+
+static void compat4_render(void* e, uint8_t* rgb) {
+    (void)e;
+    rgb[0] = rgb[1] = rgb[2] = 0;
+}
+
+static void compat4_render_text(void* e, char* text) {
+    (void)e;
+    const char* msg = "(a PufferLib-format env: renders with raylib)";
+    size_t n = strlen(msg);
+    memset(text, ' ', 48);
+    memcpy(text, msg, n < 48 ? n : 48);
+}
+
+static void compat4_close(void* e) {
+    Compat4Slot* s = (Compat4Slot*)e;
+    if (s->actions == NULL) return; /* never initialised */
+    c_close(&s->env);
+    free(s->actions);
+    free(s->terminals);
+    s->actions = NULL;
+    s->terminals = NULL;
+#ifdef MY_ACTION_MASK
+    free(s->action_mask);
+    s->action_mask = NULL;
+#endif
+}
+
+/* Log field names: my_log maps Log fields to names. It is run once on a Log whose field i holds
+ * i + 1, and each name it sets to such a value names that field; fields it does not export keep a
+ * name of their place (log_<i>), and n, the last, is "n". */
+static const char* compat4_log_names[COMPAT4_LOG_FIELDS + 1];
+static char compat4_log_spare[COMPAT4_LOG_FIELDS][16];
+
+static void compat4_name_logs(void) {
+    Log probe;
+    float* f = (float*)&probe;
+    for (int i = 0; i < COMPAT4_LOG_FIELDS; i++) f[i] = (float)(i + 1);
+    DictItem items[128];
+    Dict out = {items, 0, 128};
+    my_log(&probe, &out);
+    for (int i = 0; i < COMPAT4_LOG_FIELDS; i++) compat4_log_names[i] = NULL;
+    for (int k = 0; k < out.size; k++) {
+        double v = out.items[k].value;
+        int i = (int)v - 1;
+        if (v == (double)(i + 1) && i >= 0 && i < COMPAT4_LOG_FIELDS - 1 && !compat4_log_names[i])
+            compat4_log_names[i] = out.items[k].key;
+    }
+    for (int i = 0; i < COMPAT4_LOG_FIELDS - 1; i++) {
+        if (!compat4_log_names[i]) {
+            snprintf(compat4_log_spare[i], sizeof(compat4_log_spare[i]), "log_%d", i);
+            compat4_log_names[i] = compat4_log_spare[i];
+        }
+    }
+    compat4_log_names[COMPAT4_LOG_FIELDS - 1] = "n";
+    compat4_log_names[COMPAT4_LOG_FIELDS] = NULL;
+}
+
+static EnvSpec compat4_spec;
+
+COMPAT4_EXPORT int ocean_plugin_abi(void) { return OCEAN_PLUGIN_ABI; }
+
+COMPAT4_EXPORT const EnvSpec* ocean_plugin_spec(void) {
+    if (compat4_spec.name) return &compat4_spec;
+    compat4_name_logs();
+    EnvSpec spec = {
+        PUFFER4_NAME, sizeof(Compat4Slot), offsetof(Compat4Slot, env) + offsetof(Env, log),
+        offsetof(Compat4Slot, rng), COMPAT4_LOG_FIELDS, compat4_log_names, compat4_params, compat4_layout,
+        compat4_init, compat4_reset, compat4_step, compat4_step_many, compat4_render, compat4_render_text,
+        compat4_close,
+    };
+    compat4_spec = spec;
+    return &compat4_spec;
+}
+
+/* The kwarg my_init read last time that the ini lacks, or NULL: the build's probe asks. */
+COMPAT4_EXPORT const char* ocean_plugin_missing_kwarg(const double* params) {
+    compat4_probe_agents(params);
+    return compat4_missing_key;
+}
+
+#endif /* OBS_SIZE */
+#endif
