@@ -164,18 +164,21 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def append_line(path: str | Path, line: str, what: str) -> str | None:
+def append_line(path: str | Path, line: str, what: str, sync: bool = False) -> str | None:
     """Append ``line`` (one line, ending in a line break) to ``path`` on a line boundary.
 
     The file is opened by :func:`open_own` (no links, FIFOs or shared hard links). If its last line
     was cut short, that fragment is moved into ``<path>.damaged`` first; the return value is then a
-    one-line note saying so (None otherwise) for the caller to print.
+    one-line note saying so (None otherwise) for the caller to print. ``sync``: on disk before it
+    returns (a record other processes act on, such as a shared study's journal).
     """
     path = Path(path)
     fd = open_own(path, what, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
         note = _set_aside(fd, path, what)
         _write_all(fd, line.encode())
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     return note

@@ -4,8 +4,9 @@ Two kinds of URL name a shared study (the default, a sweep folder's ``study.db``
 
 * ``postgresql://USER:PASSWORD@HOST:PORT/DATABASE``: Optuna's RDBStorage through SQLAlchemy, with
   psycopg (3) as its driver (``postgresql://`` without a driver means ``postgresql+psycopg://``).
-* ``journal:///PATH/study.log``: Optuna's JournalStorage on a file (JournalFileBackend) that every
-  worker sees: a shared file system.
+* ``journal:///PATH/study.log``: Optuna's JournalStorage on a file that every worker sees (a shared
+  file system), read and appended through the safe-file layer (:func:`journal_backend`): no link,
+  FIFO, device or foreign file is written, a cut-short last record is set aside, never glued onto.
 
 Every worker records a heartbeat for each trial it runs (:class:`Heartbeat`): Optuna's own heartbeat
 for PostgreSQL (RDBStorage ``heartbeat_interval``, ``grace_period``; the database server's clock) and,
@@ -21,6 +22,9 @@ password is never shown (:attr:`Shared.shown`).
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import sys
 import threading
 import time
 import warnings
@@ -102,10 +106,10 @@ def open_storage(shared: Shared, on_stale: Callable[[Any, Any], None]) -> Any:
     import optuna
 
     if shared.kind == "journal":
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
+        from optuna.storages.journal import JournalStorage
 
         try:
-            return JournalStorage(JournalFileBackend(shared.url))
+            return JournalStorage(journal_backend(shared))
         except OSError as e:
             raise ConfigError(
                 f"--storage {shared.shown}: cannot open the journal: {e.strerror or e}"
@@ -139,6 +143,109 @@ def open_storage(shared: Shared, on_stale: Callable[[Any, Any], None]) -> Any:
         ) from None
     except (sqlalchemy.exc.SQLAlchemyError, RuntimeError, ValueError) as e:
         raise ConfigError(f"--storage {shared.shown}: {_first_line(e, shared)}") from None
+
+
+JOURNAL_HEAD = b'{"op_code":'  # how every record of an Optuna journal starts (compact JSON, op_code first)
+
+
+def journal_backend(shared: Shared) -> Any:
+    """The journal file of ``shared`` as an Optuna journal backend that goes through the safe-file
+    layer (:mod:`appliance.safe_files`): the file is checked before anything reads or writes it (a
+    symbolic link, a FIFO, a device, a folder, a file with other hard links, or a file that is not an
+    Optuna journal are refused in one line, untouched); a last record cut short (a kill or a full
+    disk mid-append) is set aside into ``<name>.damaged`` and reported, never glued onto; each append
+    starts on a line boundary; a damaged record amid the others is one line naming it."""
+    from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
+
+    from appliance.safe_files import append_line, open_own, refuse_link, repair_tail
+
+    path = Path(shared.url)
+    what = "the sweep's journal"
+
+    def check() -> None:
+        refuse_link(path, what)
+        if not path.exists():
+            return
+        fd = open_own(path, what, os.O_RDONLY)  # not a FIFO, device, folder or shared hard link
+        try:
+            head = os.pread(fd, 4096, 0)
+        finally:
+            os.close(fd)
+        if head and not _journal_head(head):
+            raise ConfigError(
+                f"--storage {shared.shown}: {path} is not an Optuna journal (its first record is not "
+                "one): refused, nothing written; pass a new file's path or move it away"
+            )
+
+    @contextlib.contextmanager
+    def held(lock: Any) -> Any:  # Optuna's own lock beside the file: every worker takes the same
+        lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    class SafeJournal(BaseJournalBackend):  # type: ignore[misc]
+        def __init__(self) -> None:
+            check()
+            self.lock = JournalFileSymlinkLock(str(path))
+            self.at = (0, 0)  # (the number of the next record to read, its offset in the file)
+            with held(self.lock):  # no other worker is mid-append while the tail is judged
+                check()
+                if not path.exists():
+                    os.close(open_own(path, what, os.O_WRONLY | os.O_CREAT))
+                _warn(repair_tail(path, what))
+
+        def read_logs(self, log_number_from: int) -> Any:
+            number, offset = self.at if log_number_from >= self.at[0] else (0, 0)
+            with os.fdopen(open_own(path, what, os.O_RDONLY), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(offset)
+                while offset < size:
+                    line = f.readline()
+                    if not line.endswith(b"\n") or offset + len(line) > size:
+                        break  # a record still being written (or cut short): not read yet
+                    try:
+                        log = json.loads(line)
+                    except (ValueError, RecursionError):
+                        log = None
+                    if not isinstance(log, dict) or "op_code" not in log:
+                        raise ConfigError(
+                            f"--storage {shared.shown}: record {number + 1} of {path} is damaged (not a "
+                            "journal record): the study cannot be read; restore the file or start a new "
+                            "study in another"
+                        )
+                    offset += len(line)
+                    number += 1
+                    self.at = (number, offset)
+                    if number > log_number_from:
+                        yield log
+
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
+            with held(self.lock):
+                _warn(append_line(path, text, what, sync=True))
+
+    return SafeJournal()
+
+
+def _journal_head(head: bytes) -> bool:
+    """Whether the first bytes of a file are those of an Optuna journal: its first line (or, cut
+    short, what there is of it) is a JSON record starting with its ``op_code``."""
+    first = head.split(b"\n", 1)[0]
+    if not first.startswith(JOURNAL_HEAD[: len(first)]) or len(first) < 1:
+        return False
+    if b"\n" not in head:
+        return True  # one record, cut short: set aside like any cut-short last record
+    try:
+        return isinstance(json.loads(first), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def _warn(note: str | None) -> None:
+    if note:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
 
 
 def _first_line(e: BaseException, shared: Shared) -> str:
