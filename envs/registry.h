@@ -6,6 +6,7 @@
 #include "connect4.h"
 #include "g2048.h"
 #include "go.h"
+#include "platformer.h"
 #include "pong.h"
 #include "snake.h"
 #include "squared.h"

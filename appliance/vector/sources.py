@@ -73,7 +73,10 @@ def observation_space(info: dict[str, Any]) -> spaces.Box:
     high = np.full(size, info["obs_high"], np.float64)
     if tail:
         low[size - tail :], high[size - tail :] = info["tail_low"], info["tail_high"]
-    return spaces.Box(low.astype(dtype), high.astype(dtype), (size,), dtype)
+    shape = tuple(info.get("obs_shape") or (size,))  # an image's (C, H, W) (Layout.obs_channels), else flat
+    if int(np.prod(shape)) != size:
+        raise ValueError(f"{info.get('name')}: obs_shape {shape} does not hold obs_size {size} elements")
+    return spaces.Box(low.astype(dtype).reshape(shape), high.astype(dtype).reshape(shape), shape, dtype)
 
 
 def resolve_source(
