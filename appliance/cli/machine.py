@@ -46,12 +46,15 @@ def _cuda() -> bool:
 @cli.command(context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Print the fingerprint as JSON.")
 def info(as_json: bool) -> None:
-    """Print this machine's fingerprint (CPU, RAM, OS, versions, GPUs)."""
+    """Print this machine's fingerprint (CPU, RAM, OS, versions, GPUs) and the hardware profile
+    train and run pick here, with why."""
+    from appliance.config import hardware, profile_names
     from appliance.sysinfo import fingerprint, summary
 
     fp = fingerprint()
+    chosen = hardware.detect()
     if as_json:
-        click.echo(json.dumps(fp, indent=2))
+        click.echo(json.dumps({**fp, "profile": {"name": chosen.name, "why": chosen.why}}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -59,6 +62,8 @@ def info(as_json: bool) -> None:
     table = Table(title="machine fingerprint", show_header=False, box=None)
     for field, value in summary(fp):
         table.add_row(field, value)
+    table.add_row("profile", f"{chosen.name}: {chosen.why}")
+    table.add_row("profiles", f"{', '.join(profile_names())} (--gpu NAME)")
     Console().print(table)
 
 
@@ -180,6 +185,47 @@ def envs(ctx: click.Context) -> None:
     )
 
 
+@envs.command("build", context_settings=CONTEXT)
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option(
+    "--ini",
+    type=click.Path(dir_okay=False),
+    help="The env's ini (default: NAME.ini beside it or config/NAME.ini).",
+)
+@click.option(
+    "--raylib", "raylib", type=click.Path(file_okay=False), help="raylib 5.5 (include/, lib/libraylib.a)."
+)
+@click.option("--force", is_flag=True, help="Build again even if this source hash is built.")
+def envs_build(path: str, ini: str | None, raylib: str | None, force: bool) -> None:
+    """Compile a PufferLib 4.0 env folder (ocean/NAME/) against our runtime, as env pufferlib:NAME.
+
+    Cached per hash of its sources and ini; afterwards `train pufferlib:NAME`, `envs sps pufferlib:NAME`.
+    """
+    from appliance import pufferlib_envs
+
+    built = pufferlib_envs.build(path, ini=ini, raylib=raylib, force=force)
+    meta = built.meta
+    click.echo(f"built {built.name}: {built.library}")
+    click.echo(
+        f"  kwargs from {meta.get('ini') or 'no ini found (the env reads none)'}: {', '.join(meta['params']) or 'none'}"
+    )
+    if meta.get("skipped_env_keys"):
+        click.echo(
+            f"  [env] keys with text values, not passed (kwargs are numbers): {', '.join(meta['skipped_env_keys'])}"
+        )
+    if meta.get("action_mask"):
+        click.echo("  MY_ACTION_MASK: the env writes its action mask; the policy does not apply it yet")
+    click.echo(f"  train it: puffer-bench train {built.name}")
+
+
+@envs.command("raylib", context_settings=CONTEXT)
+def envs_raylib() -> None:
+    """Unpack raylib 5.5 (which PufferLib envs include) into the env cache, from the pufferlib 3.0.0 sdist."""
+    from appliance import pufferlib_envs
+
+    click.echo(pufferlib_envs.fetch_raylib(progress=lambda m: click.echo(m, err=True)))
+
+
 @envs.command("show", context_settings=CONTEXT)
 @click.argument("name")
 @click.option(
@@ -189,10 +235,12 @@ def envs(ctx: click.Context) -> None:
 @click.option("--seed", default=0, show_default=True, type=count(2**63 - 1, low=0))
 def envs_show(name: str, frames: int, gif: str | None, seed: int) -> None:
     """Draw a few random-policy frames of env NAME in the terminal (and optionally a GIF)."""
+    from appliance import ocean
     from appliance.bench.envsps import random_actions
     from appliance.vector import native
 
     check_out(gif, "--gif")
+    name = ocean.canonical(name)
     _, params = env_params(name)
     with native.make(name, num_envs=1, num_threads=1, seed=seed, **params) as vec:
         vec.reset(seed)
@@ -257,6 +305,7 @@ def envs_sps(
 
     check_out(json_out)
     threads = threads or [t for t in (1, 2) if t <= usable_cores()]
+    names = [ocean.canonical(n) for n in names] if names is not None else None
     known = ocean.names()
     selected = names if names is not None else known
     for n in selected:

@@ -1,0 +1,229 @@
+"""PufferLib 4.0's env format on our runtime (appliance/pufferlib_envs.py, envs/compat4/): a folder in
+that format is compiled unchanged, registered as pufferlib:NAME and stepped, benched and trained like
+our own Ocean envs. The env here, tests/data/pufferlib4/ocean/corridor, is written in the format for
+these tests (two agents per env, two action heads, byte observations, rand_r on its own seed word)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import one_line_error
+
+from appliance import _ocean, ocean, pufferlib_envs
+from appliance.cli import cli
+from appliance.errors import ConfigError
+
+DATA = Path(__file__).parent / "data" / "pufferlib4"
+CORRIDOR = DATA / "ocean" / "corridor"
+INI = "[base]\nenv_name = {name}\n\n[vec]\ntotal_agents = 64\n\n[env]\n{env}\n"
+ENV_KEYS = "num_agents = 2\nlength = 12\nmax_steps = 24"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler"
+)
+
+
+@pytest.fixture(autouse=True)
+def env_cache(tmp_path_factory, monkeypatch):
+    cache = tmp_path_factory.mktemp("env-cache")
+    monkeypatch.setenv("PUFFER_ENV_CACHE", str(cache))
+    return cache
+
+
+def variant(tmp_path: Path, name: str, env_keys: str = ENV_KEYS, edit=None) -> Path:
+    """A copy of the corridor env named ``name`` (a new name: a process registers each name once),
+    its ini in the snapshot layout's config/ folder, its binding.c changed by ``edit``."""
+    folder = tmp_path / "ocean" / name
+    shutil.copytree(CORRIDOR, folder)
+    (tmp_path / "config").mkdir(exist_ok=True)
+    (tmp_path / "config" / f"{name}.ini").write_text(INI.format(name=name, env=env_keys))
+    if edit:
+        binding = folder / "binding.c"
+        binding.write_text(edit(binding.read_text()))
+    return folder
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_a_folder_in_the_format_builds_and_describes_itself_from_its_binding_and_ini():
+    built = pufferlib_envs.build(CORRIDOR)
+    assert built.name == "pufferlib:corridor"
+    name = pufferlib_envs.load_library(built)
+    info = ocean.describe(name)
+    assert info["agents_per_env"] == 2  # my_init read num_agents from config/corridor.ini
+    assert (info["obs_size"], info["obs_dtype"]) == (16, "uint8")  # ByteTensor
+    assert info["action_nvec"] == [3, 2]  # ACT_SIZES: two heads
+    assert info["params"] == {"num_agents": 2.0, "length": 12.0, "max_steps": 24.0}
+    # my_log's names for the fields it exports; the one it does not (strides) by its place; n last
+    assert info["log_names"] == ["perf", "score", "episode_return", "episode_length", "log_4", "n"]
+    recipe = built.recipe.read_text()
+    assert "learning_rate: 0.01" in recipe and "num_envs: 256" in recipe  # [train] over default.ini; 512 / 2
+
+
+def test_a_build_is_cached_by_its_sources_hash_and_a_changed_source_builds_anew(tmp_path):
+    folder = variant(tmp_path, "corridor_cache")
+    first = pufferlib_envs.build(folder)
+    mtime = first.library.stat().st_mtime_ns
+    again = pufferlib_envs.build(folder)
+    assert again.library == first.library and again.library.stat().st_mtime_ns == mtime
+    (folder / "corridor.h").write_text((folder / "corridor.h").read_text() + "\n/* changed */\n")
+    changed = pufferlib_envs.build(folder)
+    assert changed.library != first.library and changed.library.is_file()
+    assert pufferlib_envs.current("corridor_cache").library == changed.library
+
+
+def test_stepping_on_our_runtime_is_seeded_per_env_and_the_same_for_any_thread_count():
+    from appliance.vector import native
+
+    name = pufferlib_envs.load_library(pufferlib_envs.build(CORRIDOR))
+    rng = np.random.default_rng(0)
+    actions = np.stack([rng.integers(0, 3, (64, 40)), rng.integers(0, 2, (64, 40))], axis=-1).astype(np.int32)
+
+    def trajectory(threads: int, seed: int) -> np.ndarray:
+        with native.make(name, num_envs=32, num_threads=threads, seed=seed) as vec:
+            obs, _ = vec.reset(seed)
+            frames = [obs.copy()]
+            for t in range(40):
+                obs, _, _, truncations, _ = vec.step(actions[:, t])
+                frames.append(obs.copy())
+                assert not truncations.any()  # the format has no truncations
+            return np.stack(frames)
+
+    one, two = trajectory(1, 7), trajectory(2, 7)
+    assert one.shape == (41, 64, 16)
+    assert np.array_equal(one, two)
+    assert not np.array_equal(one[0], trajectory(1, 8)[0])  # the start cell is drawn from the env's stream
+    assert (one.sum(axis=-1) == 1).all()  # one-hot cells, written straight into our buffer
+
+
+def test_rewards_terminals_and_logs_cross_the_boundary():
+    from appliance.vector import native
+
+    name = pufferlib_envs.load_library(pufferlib_envs.build(CORRIDOR))
+    with native.make(name, num_envs=8, num_threads=1, seed=0) as vec:
+        vec.reset(0)
+        right = np.tile(np.array([[2, 1]], dtype=np.int32), (16, 1))  # right, two cells a step
+        ended = np.zeros(16, dtype=bool)
+        for _ in range(6):
+            _, rewards, terminals, _, _ = vec.step(right)
+            assert np.isclose(rewards, -0.01).sum() + (rewards == 1.0).sum() == rewards.size
+            assert np.array_equal(terminals, rewards == 1.0)  # float terminals became our flags
+            ended |= terminals
+        assert ended.all()  # from any start cell of 12, two cells a step reach the end within 6
+        stats = vec.log()
+    assert stats["perf"] == 1.0 and stats["n"] >= 16
+
+
+def test_env_kwargs_are_the_config_env_section_and_overridable():
+    from appliance.config import resolve
+
+    name = pufferlib_envs.load_library(pufferlib_envs.build(CORRIDOR))
+    cfg = resolve(env=name, overrides=["--env.length", "6"])
+    assert cfg.env.length == 6 and cfg.env.num_agents == 2
+    assert (
+        cfg.policy.core == "mingru" and cfg.train.learning_rate == 0.01
+    )  # the ini's recipe is the env's layer
+    assert ocean.describe(name, length=6)["agents_per_env"] == 2
+    one_line = run("config", name, "--env.lenght", "6")
+    one_line_error(one_line, "lenght", "length")
+
+
+def test_the_folder_itself_names_the_env(tmp_path):
+    from appliance.config import resolve
+
+    folder = variant(tmp_path, "corridor_path")
+    cfg = resolve(env=str(folder))
+    assert cfg.env_name == "pufferlib:corridor_path"
+
+
+@pytest.mark.parametrize(
+    "case, fragments",
+    [
+        ("missing", ["no such folder"]),
+        ("file", ["is a file"]),
+        ("no-binding", ["has no binding.c"]),
+        ("no-macro", ["does not #define ACT_SIZES"]),
+        ("pufferlib3", ["PufferLib 3.0's format"]),
+        ("continuous", ["continuous actions"]),
+        ("vec-hook", ["MY_VEC_INIT", "not supported"]),
+        ("compile-error", ["failed to compile", "error", "build.log"]),
+        ("missing-kwarg", ["reads kwarg 'length'", "lacks"]),
+    ],
+)
+def test_bad_input_gets_one_line_naming_what_to_fix(tmp_path, case, fragments):
+    if case == "missing":
+        path = tmp_path / "nowhere"
+    elif case == "file":
+        path = tmp_path / "a-file"
+        path.write_text("x")
+    elif case == "no-binding":
+        path = tmp_path / "ocean" / "empty"
+        path.mkdir(parents=True)
+    else:
+        edits = {
+            "no-macro": lambda b: b.replace("#define ACT_SIZES {3, 2}\n", ""),
+            "pufferlib3": lambda b: b.replace('#include "vecenv.h"', '#include "../env_binding.h"'),
+            "continuous": lambda b: b.replace("ACT_SIZES {3, 2}", "ACT_SIZES {1, 1}"),
+            "vec-hook": lambda b: "#define MY_VEC_INIT\n" + b,
+            "compile-error": lambda b: b + "\nint broken(void) { return undeclared_thing; }\n",
+            "missing-kwarg": lambda b: b,
+        }
+        keys = "num_agents = 2\nmax_steps = 24" if case == "missing-kwarg" else ENV_KEYS
+        path = variant(tmp_path, f"corridor_{case.replace('-', '_')}", keys, edits[case])
+    result = run("envs", "build", str(path))
+    out = one_line_error(result, *fragments)
+    if case == "compile-error":
+        log = Path(out.split("full log: ")[1].rstrip(")"))
+        assert "undeclared_thing" in log.read_text()
+
+
+def test_an_env_not_built_is_named_with_the_command_that_builds_it():
+    with pytest.raises(ConfigError, match="envs build PATH/TO/ocean/never_built"):
+        ocean.ocean_name("pufferlib:never_built")
+    one_line_error(run("train", "pufferlib:never_built"), "is not built", "envs build")
+
+
+def test_a_library_built_against_other_headers_or_not_by_envs_build_is_refused(tmp_path):
+    import subprocess
+
+    other = tmp_path / "other.c"
+    other.write_text(
+        "int ocean_plugin_abi(void) { return 1; }\nconst void* ocean_plugin_spec(void) { return 0; }\n"
+    )
+    foreign = tmp_path / "foreign.c"
+    foreign.write_text("int something_else(void) { return 0; }\n")
+    for src in (other, foreign):
+        subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(src.with_suffix(".so"))], check=True)
+    with pytest.raises(ValueError, match="other runtime headers"):
+        _ocean.load_plugin(str(other.with_suffix(".so")))
+    with pytest.raises(ValueError, match="not an env library built by"):
+        _ocean.load_plugin(str(foreign.with_suffix(".so")))
+    with pytest.raises(ValueError, match="cannot load env library"):
+        _ocean.load_plugin(str(other))  # C source, not a library
+
+
+def test_envs_build_then_sps_and_a_few_epochs_of_training_through_the_cli(tmp_path):
+    folder = variant(tmp_path, "corridor_cli")
+    built = run("envs", "build", str(folder))
+    assert built.exit_code == 0, built.output
+    assert "built pufferlib:corridor_cli" in built.output and "num_agents, length, max_steps" in built.output
+    sps = run("envs", "sps", "pufferlib:corridor_cli", "--seconds", "0.2", "--threads", "1")
+    assert sps.exit_code == 0 and "pufferlib:corridor_cli" in sps.output
+    trained = run(
+        "train", "pufferlib:corridor_cli", "--no-dashboard", "--stop-steps", "20000", "--run-id", "corridor",
+        "--train.data-dir", str(tmp_path / "runs"), "--vec.num-envs", "64", "--train.minibatch-size", "1024",
+        "--train.max-minibatch-size", "1024",
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "runs" / "corridor" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert records and records[-1]["global_step"] >= 20000
