@@ -110,6 +110,13 @@ def _suite_options(command: Any) -> Any:
     metavar="SECONDS",
     help="First wait up to SECONDS for a quiet CPU (noise guard).",
 )
+@click.option(
+    "--publish",
+    "publish_dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Also add the report to DIR, a folder many machines share (atomic, under a name of its own).",
+)
 def run_cmd(
     suite_name: str,
     profile: str | None,
@@ -120,6 +127,7 @@ def run_cmd(
     no_plots: bool,
     container: str | None,
     wait_quiet: float | None,
+    publish_dir: str | None,
 ) -> None:
     """Run a benchmark suite and write results/<profile>/<date>-<host>.json, .md, .html and PNG plots.
 
@@ -127,10 +135,19 @@ def run_cmd(
     puffer-bench run                       # quick suite, profile detected (cpu without a GPU)
     puffer-bench run --suite full --gpu h100
     puffer-bench run --envs breakout --repeats 5
+    puffer-bench run --publish /shared/reports   # also add the report to a shared folder (see publish)
     """
     from appliance.bench.suite.session import run_suite
 
+    if publish_dir:  # before the suite, not after it
+        from appliance.safe_files import check_output
+
+        check_output(publish_dir, "--publish", folder=True)
     if container:
+        if publish_dir:
+            raise click.UsageError(
+                "--publish runs outside the container: run, then puffer-bench share REPORT.json --to DIR"
+            )
         from appliance.container import run_in_container
 
         sys.exit(run_in_container(container, sys.argv[1:], results=Path(out_dir)))
@@ -148,6 +165,13 @@ def run_cmd(
     _print_analysis(data)
     for p in paths:
         click.echo(f"wrote {p}")
+    if publish_dir and not data.get("partial"):
+        from appliance.publish import add_report
+
+        for p in paths:
+            if Path(p).suffix == ".json":
+                shared, new = add_report(p, publish_dir)
+                click.echo(f"published {shared}" if new else f"already published: {shared}")
     if data.get("partial"):  # interrupted: the figures so far are written; exit as the signal asks
         import signal
 
@@ -423,3 +447,168 @@ def ab_cmd(
         sys.exit(128 + signal.Signals[partial["signal"]].value)
     for p in written:
         click.echo(f"wrote {p}")
+
+
+# ----------------------------------------------------------------------------- publish, history
+
+
+@cli.command("publish", context_settings=CONTEXT)
+@click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option(
+    "--out", required=True, type=click.Path(), help="The site's folder (new, empty, or a site built before)."
+)
+@click.option(
+    "--threshold",
+    default=0.05,
+    show_default=True,
+    type=Number(0, 1, low_open=True, high_open=True),
+    help="Relative change that counts as a regression (0.05 = 5%).",
+)
+@click.option(
+    "--pair",
+    "pairs",
+    nargs=2,
+    multiple=True,
+    metavar="BASE NEW",
+    help="Also build the comparison of these two reports (paths under FOLDERS); repeatable.",
+)
+def publish_cmd(
+    folders: tuple[str, ...], out: str, threshold: float, pairs: tuple[tuple[str, str], ...]
+) -> None:
+    """Build a static site of every report under FOLDERS: machines, leaderboards, histories, comparisons.
+
+    The site opens from file:// (no server, nothing fetched): a machines page, a leaderboard per metric
+    family (raw and calibration-normalized, busy or slowed figures shown and never ranked), a page per
+    metric with its history across commits on each machine and the steps in it, and comparisons
+    with the verdicts of `compare`. JSON files that are not reports this version reads are listed.
+
+    \b
+    puffer-bench publish results/ --out site/
+    puffer-bench publish /shared/reports results/ --out site/ --pair a.json b.json
+    """
+    from appliance.publish import publish
+
+    result = publish(list(folders), out, threshold, list(pairs))
+    other = [s for s in result["skipped"] if s.other_version]
+    click.echo(
+        f"{result['reports']} reports of {result['machines']} machines, {result['metrics']} metrics, "
+        f"{result['compares']} comparisons; {result['steps']} steps across commits "
+        f"({result['regressions']} regressions beyond {100 * threshold:g}%)"
+    )
+    if result["skipped"]:
+        click.echo(
+            f"listed, not shown: {len(result['skipped'])} JSON file(s) that are not reports this puffer-bench "
+            f"reads ({len(other)} of another report schema version); see the site's front page"
+        )
+    for s in other:
+        click.echo(f"  {s.path}: {s.why}", err=True)
+    click.echo(f"wrote {result['pages']} pages to {out} (open {Path(out) / 'index.html'})")
+
+
+@cli.command("share", context_settings=CONTEXT)
+@click.argument("reports", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--to", "folder", required=True, type=click.Path(file_okay=False), help="The shared folder.")
+def share_cmd(reports: tuple[str, ...], folder: str) -> None:
+    """Add reports to a folder many machines share, for publish (what run --publish does).
+
+    Each report is validated, then written whole under a name of its own (date, host id, a digest of
+    its bytes) and linked into place: two machines adding at once both keep theirs, a reader never
+    sees half a file, and a report added twice is one file.
+
+    \b
+    puffer-bench share results/cpu/*.json --to /shared/reports
+    """
+    from appliance.publish import add_report
+    from appliance.safe_files import check_output
+
+    check_output(folder, "--to", folder=True)
+    for report in reports:
+        shared, new = add_report(report, folder)
+        click.echo(f"published {shared}" if new else f"already published: {shared}")
+
+
+@cli.command("history", context_settings=CONTEXT)
+@click.argument("metric")
+@click.option(
+    "--machine", "host", metavar="HOST", help="Only this machine: its id, a host id, or part of its name."
+)
+@click.option(
+    "--results",
+    "folders",
+    multiple=True,
+    default=("results",),
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where reports live (repeatable).",
+)
+@click.option(
+    "--threshold",
+    default=0.05,
+    show_default=True,
+    type=Number(0, 1, low_open=True, high_open=True),
+    help="Relative change that counts as a regression (0.05 = 5%).",
+)
+def history_cmd(metric: str, host: str | None, folders: tuple[str, ...], threshold: float) -> None:
+    """A metric's history across commits on each machine, and the steps in it; exit 1 when the newest
+    step of a history is a regression beyond the threshold.
+
+    A step is a change in level that is significant given the samples' noise (not one noisy point);
+    each names its first commit, its size and a 95% interval. Busy or slowed figures are not judged.
+
+    \b
+    puffer-bench history env_sps/breakout/threads=1
+    puffer-bench history train_sps/breakout --machine 09fe8b3bfafc --results /shared/reports
+    """
+    import difflib
+
+    from appliance.bench import report as rpt
+    from appliance.errors import ReportError
+    from appliance.publish import collect, find_machine
+    from appliance.publish import history as hist
+    from appliance.publish.collect import short_commit
+
+    collection = collect(list(folders))
+    names = collection.metric_names()
+    if metric not in names:
+        near = difflib.get_close_matches(metric, names, n=3)
+        raise ReportError(
+            f"no report under {', '.join(folders)} holds metric {metric!r}"
+            + (f"; did you mean {', '.join(near)}?" if near else "")
+        )
+    machine = find_machine(collection, host) if host else None
+    failed = []
+    shown = 0
+    for (name, mid, suite, profile), entries in collection.series().items():
+        if name != metric or (machine and mid != machine.id):
+            continue
+        shown += 1
+        m = entries[-1].data["metrics"][name]
+        unit = m["unit"]
+        pts = hist.points(name, entries)
+        found = hist.steps(pts, m["better"], threshold)
+        click.echo(
+            f"{metric} on {mid} ({collection.machines[mid].label}), suite {suite}, profile {profile}: "
+            f"{len(pts)} commit(s), {sum(p.judged for p in pts)} judged"
+        )
+        for p in pts:
+            flag = f" {p.unreliable}" if p.unreliable else ""
+            ci = f" ({rpt.fmt(p.ci[0], unit)} - {rpt.fmt(p.ci[1], unit)})" if p.ci else ""
+            click.echo(
+                f"  {short_commit(p.commit):<14} {p.created[:16]}  {rpt.fmt(p.median, unit)}{ci} {unit}, "
+                f"{len(p.samples)} samples{flag}"
+            )
+        if len([p for p in pts if p.judged]) < hist.MIN_POINTS:
+            click.echo(f"  no step can be told from noise with fewer than {hist.MIN_POINTS} judged commits")
+        elif not found:
+            click.echo("  no step: no change in level is significant given the samples' noise")
+        for s in found:
+            click.echo(f"  {hist.step_text(s, unit)}")
+        if hist.newest_regression(found):
+            failed.append(f"{mid} {suite}/{profile}")
+    if not shown:
+        raise ReportError(f"machine {machine.id if machine else '?'} has no report holding {metric!r}")
+    if failed:
+        click.echo(
+            f"the newest step is a regression beyond {100 * threshold:g}% on: {', '.join(failed)}", err=True
+        )
+        sys.exit(1)

@@ -152,11 +152,11 @@ def _train_with(
 
 
 def header(cfg: Any, trainer: Any) -> str:
-    """The run's first line: env, the hardware profile (detected or --gpu) and the sizes it gave."""
-    gpu = cfg.bench.expected_gpu
-    made_for = f"sizes for a {gpu} GPU" if gpu else "CPU sizes"
+    """The run's first line: env, the hardware profile (detected or --gpu) and why, what it gave."""
+    from appliance.config import hardware
+
     return (
-        f"train {cfg.env_name}: profile '{cfg.profile}' ({made_for}; --gpu NAME to change), "
+        f"train {cfg.env_name}: {hardware.why(cfg.profile)} (--gpu NAME to change); "
         f"device {trainer.device} ({trainer.precision}), {trainer.vec.num_agents} agents, batch {trainer.batch_size}, "
         f"{cfg.policy.core} core, {cfg.train.optimizer}"
     )
