@@ -651,7 +651,8 @@ def test_a_crafted_hardware_profile_is_a_config_error(tmp_path, monkeypatch):
     (tmp_path / "odd.yaml").write_text("profile: just a string\n")
     (tmp_path / "big.yaml").write_text("profile: {gpu: H200}\npolicy: {hidden_size: 1.0e+6}\n")
     monkeypatch.setattr(config.files, "profile_dir", lambda: tmp_path)
-    assert config.detect_profile([{"name": "NVIDIA H100"}]) == "cpu"  # no AttributeError on odd.yaml
+    # no AttributeError on odd.yaml; an H100 no profile here names is still a GPU: its architecture's
+    assert config.detect_profile([{"name": "NVIDIA H100"}]) == "hopper"
     with pytest.raises(ConfigError, match="'profile' in .*odd.yaml must be a mapping"):
         config.resolve(env="squared", profile="odd")
     with pytest.raises(ConfigError, match="policy.hidden_size .from .*big.yaml.*out of range"):

@@ -201,11 +201,10 @@ class ProfileName(click.ParamType):
     name = "profile"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from appliance.config import profile_names, unknown_name
+        from appliance.config import hardware, profile_names
 
-        known = profile_names()
-        if str(value) not in known:
-            self.fail(str(unknown_name("hardware profile", str(value), known, "valid profiles")), param, ctx)
+        if str(value) not in profile_names():
+            self.fail(str(hardware.unknown_profile(str(value))), param, ctx)
         return str(value)
 
 
@@ -274,13 +273,13 @@ def cli() -> None:
 
 def pick_profile(given: str | None) -> str:
     """The hardware profile a command uses: ``--gpu NAME`` if given, else detected from this machine's
-    GPUs the way ``run`` does (``cpu`` without a GPU)."""
+    GPUs (:func:`appliance.config.hardware.detect`: a measured profile that names the GPU, else its
+    architecture's; ``cpu`` only where torch has no usable CUDA device)."""
     if given is not None:
         return given
-    from appliance.config import detect_profile
-    from appliance.sysinfo import gpu_info
+    from appliance.config import hardware
 
-    return detect_profile(gpu_info()[0])
+    return hardware.detect().name
 
 
 def run_config(

@@ -21,7 +21,7 @@ from appliance.config.files import (
     profile_names,
     read_yaml,
 )
-from appliance.config.layers import _apply, _nearest, parse_overrides, unknown_name
+from appliance.config.layers import _apply, _nearest, parse_overrides
 from appliance.config.memory import check_memory
 from appliance.config.schema import AUTO, RANGES, SECTIONS
 from appliance.errors import ConfigError
@@ -243,10 +243,20 @@ def resolve(
     if profile is not None:
         known = profile_names()
         if profile not in known:
-            raise unknown_name("hardware profile", profile, known, "valid profiles")
+            from appliance.config import hardware
+
+            raise hardware.unknown_profile(profile)
         path = files.profile_dir() / f"{profile}.yaml"
-        layer, meta = _strip_profile_meta(read_yaml(path, "hardware profile"), path)
-        _apply(data, layer, schema, str(path), ranges)
+        if profile in files.ARCHITECTURES and not path.is_file():  # derived from a GPU's properties
+            from appliance.config import hardware
+
+            derived = hardware.derive(profile, hardware.detected_gpu(profile))
+            layer, meta, where = derived.layer, derived.meta, f"{profile}, {derived.short}"
+            source = f"hardware profile {profile}, {derived.fitted}"
+        else:
+            layer, meta = _strip_profile_meta(read_yaml(path, "hardware profile"), path)
+            where, source = repo_path(path), str(path)
+        _apply(data, layer, schema, str(where), ranges)
         data["bench"]["profile"] = profile
         data["bench"]["expected_gpu"] = str(meta.get("gpu", ""))
         meta_keys = {"profile": 0, "expected_gpu": 0}
@@ -254,14 +264,17 @@ def resolve(
             history,
             data,
             {**layer, "bench": {**(layer.get("bench") or {}), **meta_keys}},
-            f"{PROFILE} ({repo_path(path)})",
+            f"{PROFILE} ({where})",
         )
-        sources.append(str(path))
-        if env_path is not None and per_profile.get(profile):  # the env's own values for this profile
-            _apply(data, per_profile[profile], schema, f"{env_path} (profiles.{profile})", ranges)
-            where = f"{ENV_PROFILE} ({repo_path(env_path)}, profiles.{profile})"
-            _record(history, data, per_profile[profile], where)
-            sources.append(f"{env_path} (profiles.{profile})")
+        sources.append(source)
+        # the env's own values for this profile; first those for the measured profile it is like
+        # (h200 like h100, a derived profile like the measured one of its memory)
+        for name in dict.fromkeys(n for n in (str(meta.get("like") or ""), profile) if n):
+            if env_path is not None and per_profile.get(name):
+                _apply(data, per_profile[name], schema, f"{env_path} (profiles.{name})", ranges)
+                where = f"{ENV_PROFILE} ({repo_path(env_path)}, profiles.{name})"
+                _record(history, data, per_profile[name], where)
+                sources.append(f"{env_path} (profiles.{name})")
 
     if family_of is not None and family_of.path is not None:
         # after the profile: a family's sizes are what its learning needs, not a machine's throughput

@@ -168,8 +168,22 @@ def profile_dir() -> Path:
     return data_dir("bench") / "profiles"
 
 
-def profile_names() -> list[str]:
+# GPU architectures: each a profile derived from a GPU's properties (appliance.config.hardware)
+ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+
+
+# what an unknown profile's error adds to the list of valid ones
+LIST_PROFILES = " (measured profiles, then GPU architectures; puffer-bench info says which this machine gets)"
+
+
+def measured_names() -> list[str]:
+    """The profiles written as YAML (bench/profiles/NAME.yaml), each for one class of machine."""
     return sorted(p.stem for p in profile_dir().glob("*.yaml"))
+
+
+def profile_names() -> list[str]:
+    """Every hardware profile: the measured ones (YAML), then the GPU architectures."""
+    return measured_names() + [a for a in ARCHITECTURES if not (profile_dir() / f"{a}.yaml").is_file()]
 
 
 def gpu_matches(expected: str, name: str) -> bool:
@@ -178,11 +192,10 @@ def gpu_matches(expected: str, name: str) -> bool:
 
 
 def detect_profile(gpus: list[dict[str, Any]]) -> str:
-    """The hardware profile whose expected GPU this machine has; 'cpu' without a GPU or a match."""
-    names = [str(g.get("name") or "") for g in gpus]
-    for path in sorted(profile_dir().glob("*.yaml")):
-        meta = read_yaml(path, "hardware profile").get("profile")
-        expected = str(meta.get("gpu") or "") if isinstance(meta, dict) else ""
-        if expected and any(gpu_matches(expected, n) for n in names):
-            return path.stem
-    return "cpu"
+    """The hardware profile for a machine with these GPUs (NVML's view: a fingerprint's ``gpus``): the
+    measured profile that names the GPU, else its architecture's (derived from its properties);
+    'cpu' without a GPU. :func:`appliance.config.hardware.detect` also asks torch whether CUDA is
+    usable (and why it chose)."""
+    from appliance.config import hardware
+
+    return hardware.choose(gpus).name

@@ -117,3 +117,39 @@ def gpu_info(nvml: Any | None = None) -> tuple[list[dict[str, Any]], str | None,
     finally:
         with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
+
+
+def cuda_devices(torch: Any | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """The CUDA devices torch can use, as (devices, error): each device's name, memory, SM count and
+    compute capability from ``torch.cuda.get_device_properties``. NVML may see a GPU torch cannot use
+    (a CPU-only torch wheel, a driver older than its CUDA): then the list is empty and ``error`` says
+    why. ``torch`` may be passed in (tests fake it)."""
+    if torch is None:
+        try:
+            import torch
+        except ImportError:
+            return [], "torch is not installed"
+    try:
+        if not torch.cuda.is_available():
+            built = getattr(getattr(torch, "version", None), "cuda", None)
+            return [], "torch.cuda is not available" + (
+                "" if built else " (this torch is built without CUDA)"
+            )
+        devices = []
+        for index in range(int(torch.cuda.device_count())):
+            p = torch.cuda.get_device_properties(index)
+            devices.append(
+                {
+                    "index": index,
+                    "name": _decode(getattr(p, "name", None)),
+                    "memory_total_bytes": getattr(p, "total_memory", None),
+                    "sm_count": getattr(p, "multi_processor_count", None),
+                    "compute_capability": f"{p.major}.{p.minor}",
+                }
+            )
+    except Exception as e:  # a broken driver raises from is_available or the properties
+        return (
+            [],
+            f"torch.cuda failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": "),
+        )
+    return devices, None if devices else "torch.cuda sees no device"

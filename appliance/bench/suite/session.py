@@ -38,7 +38,15 @@ SUITES_DIR = Path(tempfile.gettempdir()) / "puffer-bench-suites"
 
 def bench_profile(profile: str | None, fp: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
     """Profile name (given, or detected from the GPU), its report entry, and warnings about a mismatch."""
+    from appliance.config import hardware
+
+    chosen = hardware.choose(fp.get("gpus") or []) if profile is None else None
     name = profile or detect_profile(fp.get("gpus") or [])
+    why = (
+        f"profile '{name}': {chosen.why}"
+        if chosen is not None and chosen.name == name
+        else hardware.why(name)
+    )
     cfg = resolve(profile=name)  # unknown names list the valid ones
     expected = str(cfg.bench.expected_gpu or "")
     detected = rpt.gpu_name(fp)
@@ -53,6 +61,7 @@ def bench_profile(profile: str | None, fp: dict[str, Any]) -> tuple[str, dict[st
         "expected_gpu": expected,
         "detected_gpu": detected,
         "auto_detected": profile is None,
+        "why": why,
     }
     return name, entry, warnings
 
@@ -310,6 +319,7 @@ def run_suite(
         raise ConfigError(f"--out {out_dir}: {problem}; nothing was measured")
     runner = SuiteRunner(suite, name, report, report.data["repeats"], envs, seconds)
     if announce:
+        announce(report.data["profile"].get("why") or f"profile '{name}'")
         for w in report.data["warnings"]:
             announce(f"warning: {w}")
         own = any("repeats" in item for item in suite.get("time_to_score") or [])
