@@ -20,6 +20,7 @@ from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import disk_full
 from appliance.safe_files import check_output
+from appliance.sweep.kept import Known, StorageLost, keep_what_is_known, storage_failure
 from appliance.sweep.results import write_outputs
 from appliance.sweep.space import Base, Space, inside, load_space, split_params, trial_overrides
 from appliance.sweep.storage import Heartbeat, Shared
@@ -108,11 +109,22 @@ def sweep(
             shared=options.shared,
             name=options.study_name,
         )
+        known = Known()
         try:
-            yield from _run(study, out, base, cfg, space, baseline, options, trial)
+            yield from _run(study, out, base, cfg, space, baseline, options, trial, known)
         except Exception as e:
             filled = _disk_filled(e)
             if filled is None:
+                why = storage_failure(e)
+                if why is None:
+                    raise
+                lost = e if isinstance(e, StorageLost) else StorageLost(why)
+                where = (
+                    f"study '{options.study_name}' in {options.shared.shown}"
+                    if options.shared
+                    else str(out / DB)
+                )
+                yield from keep_what_is_known(known, lost, space, out, env, where)  # raises its one line
                 raise
             yield from write_outputs(study, space, out, env, filled=filled)  # raises its one line
             raise
@@ -137,8 +149,10 @@ def _run(
     baseline: dict[str, Any] | None,
     options: Options,
     trial: Callable[[dict[str, Any]], dict[str, Any]],
+    known: Known,
 ) -> Iterator[str]:
-    """The sweep in its locked folder, from adopting the study to its outputs."""
+    """The sweep in its locked folder, from adopting the study to its outputs; ``known`` keeps what
+    the study held as last read, and every result measured here, for a storage lost meanwhile."""
     env = base.env
     shared = options.shared
     where = f"study '{options.study_name}' in {shared.shown}" if shared else str(out / DB)
@@ -157,7 +171,8 @@ def _run(
             yield f"{verb} {where}: {len(finished)} trials done, {requeued} interrupted ones run again"
         elif baseline is not None and not study.trials:
             study.enqueue_trial(baseline, user_attrs={"baseline": True})
-        yield from _loop(study, base, space, options, trial, beats, where)
+        known.refresh(study)
+        yield from _loop(study, base, space, options, trial, beats, where, known)
     finally:
         if beats is not None:
             beats.close()
@@ -177,6 +192,7 @@ def _loop(
     trial: Callable[[dict[str, Any]], dict[str, Any]],
     beats: Heartbeat | None,
     where: str,
+    known: Known,
 ) -> Iterator[str]:
     """Ask, start and record trials until --trials are done or the budget is spent; a worker of a
     shared study then waits for the other workers' trials (they may fail and run again here)."""
@@ -225,7 +241,8 @@ def _loop(
                 for number, _ in results:
                     if beats is not None:
                         beats.remove(running[number])
-                yield from _record_all(study, running, results, guard)
+                yield from _record_all(study, running, results, guard, known)
+                known.refresh(study)
         except Interrupted as e:
             runner.close()
             put_back(study, running.values(), "the sweep was stopped while it ran")
@@ -250,17 +267,23 @@ def _forget(running: dict[int, Any], number: int, beats: Heartbeat | None) -> No
 
 
 def _record_all(
-    study: Any, running: dict[int, Any], results: list[tuple[int, Any]], guard: Any
+    study: Any, running: dict[int, Any], results: list[tuple[int, Any]], guard: Any, known: Known
 ) -> Iterator[str]:
     """Record each finished trial in the study; on a full disk, :class:`DiskFull` names every result
-    of this batch that was not recorded (they are measured: the line keeps them)."""
+    of this batch that was not recorded (they are measured: the line keeps them); on a storage lost,
+    :class:`StorageLost` carries them (the driver keeps them in the sweep folder)."""
     for i, (number, result) in enumerate(results):
         try:
             with guard.deferred():
-                line = record(study, running.pop(number), result)
+                asked = running.pop(number)
+                line = record(study, asked, result)
+                known.measured(asked, result)
         except DiskFull as e:
             later = [result_line(n, r) for n, r in results[i + 1 :]]
             raise DiskFull(e.why, "; ".join([e.unrecorded or "", *later]).strip("; ")) from None
+        except StorageLost as e:
+            later = [(running.pop(n), r) for n, r in results[i + 1 :]]
+            raise StorageLost(e.why, [*e.unrecorded, *later]) from None
         yield line
 
 

@@ -119,12 +119,14 @@ def open_storage(shared: Shared, on_stale: Callable[[Any, Any], None]) -> Any:
     try:
         with warnings.catch_warnings():  # Optuna calls the heartbeat experimental: it is what we need
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                shared.url,
-                engine_kwargs={"pool_pre_ping": True},
-                heartbeat_interval=shared.heartbeat,
-                grace_period=shared.grace,
-                heartbeat_stale_trial_callback=on_stale,
+            return while_created(
+                lambda: optuna.storages.RDBStorage(
+                    shared.url,
+                    engine_kwargs={"pool_pre_ping": True},
+                    heartbeat_interval=shared.heartbeat,
+                    grace_period=shared.grace,
+                    heartbeat_stale_trial_callback=on_stale,
+                )
             )
     except ImportError as e:  # the driver, which SQLAlchemy imports on connecting (Optuna wraps it)
         missing = getattr(e.__cause__, "name", None) or getattr(e, "name", None) or "its module"
@@ -246,6 +248,44 @@ def _journal_head(head: bytes) -> bool:
 def _warn(note: str | None) -> None:
     if note:
         print(f"warning: {note}", file=sys.stderr, flush=True)
+
+
+CREATION_TRIES = 8
+
+
+def created_meanwhile(error: BaseException) -> bool:
+    """Whether ``error`` says another worker created the same thing (a table, its type, the study's
+    row) at the same moment: PostgreSQL's unique violation, however Optuna or SQLAlchemy wrap it."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        text = str(seen)
+        if (
+            "duplicate key value violates unique constraint" in text
+            or "UniqueViolation" in type(seen).__name__
+        ):
+            return True
+        if type(seen).__name__ == "IntegrityError":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def while_created(make: Callable[[], Any]) -> Any:
+    """``make()``, tried again (after a short random wait) while it fails only because another worker
+    starting at the same moment created the same tables or study first: a worker that joins during
+    creation waits, and is never refused for it."""
+    import random
+
+    for attempt in range(1, CREATION_TRIES + 1):
+        try:
+            return make()
+        except Exception as e:
+            if attempt == CREATION_TRIES or not created_meanwhile(e):
+                raise
+            time.sleep(random.uniform(0.05, 0.25) * attempt)
+    raise AssertionError("unreachable")
 
 
 def _first_line(e: BaseException, shared: Shared) -> str:

@@ -24,7 +24,7 @@ from appliance.redact import command_line
 from appliance.report_io import disk_full, lock_or_refuse
 from appliance.safe_files import open_lock, refuse_link
 from appliance.sweep.space import SECTIONS, Base, Space, sections_of
-from appliance.sweep.storage import Shared, open_storage
+from appliance.sweep.storage import Shared, open_storage, while_created
 
 STUDY = "sweep"
 DB = "study.db"
@@ -178,12 +178,14 @@ def _load_shared(shared: Shared, name: str, create: bool, seed: int, startup: in
     try:
         if not create:
             return optuna.load_study(study_name=name, storage=storage, sampler=_sampler(seed, startup))
-        study = optuna.create_study(
-            study_name=name,
-            storage=storage,
-            directions=["maximize", "minimize"],
-            sampler=_sampler(seed, startup),
-            load_if_exists=True,
+        study = while_created(
+            lambda: optuna.create_study(
+                study_name=name,
+                storage=storage,
+                directions=["maximize", "minimize"],
+                sampler=_sampler(seed, startup),
+                load_if_exists=True,
+            )
         )
     except KeyError:
         raise ConfigError(f"no study '{name}' in {shared.shown}") from None
@@ -403,6 +405,11 @@ def record(study: Any, trial: Any, result: dict[str, Any]) -> str:
     except Exception as e:
         if disk_full(e):
             raise DiskFull(disk_full_words(e), line) from None
+        from appliance.sweep.kept import StorageLost, storage_failure
+
+        why = storage_failure(e)
+        if why is not None:  # the measured result is kept by the driver, not lost with the server
+            raise StorageLost(why, [(trial, result)]) from None
         raise
     return line
 
