@@ -203,24 +203,26 @@ def start() -> Browser | str:
 
 def screenshots(site: Path, out: Path) -> list[Path]:
     """The docs' screenshots of a built site: the machines page, a leaderboard, a metric's history
-    and a comparison, each the top of its page at 1000 x 700."""
+    and a comparison, each the top of its page at 1200 x 720."""
     out.mkdir(parents=True, exist_ok=True)
-    browser = Browser(find_browser() or "chromium", width=1000, height=700)
+    browser = Browser(find_browser() or "chromium", width=1200, height=720)
     written = []
     with browser:
+        with_steps = [
+            p for p in sorted((site / "metric").glob("*.html")) if "<ul class=steps>" in p.read_text()
+        ]
         pages = {
             "machines": site / "machines.html",
             "leaderboard": site / "board-env_sps.html",
-            "metric": next(iter(sorted((site / "metric").glob("env_sps_breakout_threads=1-*.html")))),
+            "metric": (with_steps or sorted((site / "metric").glob("*.html")))[0],
             "compare": next(iter(sorted((site / "compare").glob("*.html")))),
         }
         for name, page in pages.items():
             browser.visit(page.resolve().as_uri())
-            if name == "metric":  # the history of the machine with the most commits
+            if name == "metric":  # the first history with a step
                 browser.evaluate(
-                    "(() => { let best = null; for (const s of document.querySelectorAll('svg.plot')) "
-                    "{ if (!best || s.querySelectorAll('circle').length > best.querySelectorAll('circle').length) best = s; } "
-                    "best.previousElementSibling.scrollIntoView(); })()"
+                    "(() => { const s = document.querySelector('ul.steps') || document.querySelector('svg.plot');"
+                    " s.previousElementSibling.previousElementSibling.scrollIntoView(); })()"
                 )
             written.append(browser.screenshot(out / f"site-{name}.png"))
     return written

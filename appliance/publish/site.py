@@ -55,12 +55,12 @@ BASE = """\
 <!doctype html><html lang=en><head><meta charset=utf-8>
 <meta name=viewport content="width=device-width, initial-scale=1"><title>{{ title|short }}</title>
 <style>
-body{font-family:system-ui,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222}
+body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em auto;padding:0 1em;color:#222}
 nav{margin-bottom:1em;padding-bottom:.5em;border-bottom:1px solid #ddd}nav a{margin-right:1em}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .unreliable{color:#b00;font-weight:bold}.regression{color:#b00;font-weight:bold}.improvement{color:#070;font-weight:bold}
-.note{color:#555}code{font-size:90%;overflow-wrap:anywhere}td{overflow-wrap:anywhere}
+.note{color:#555}code{font-size:90%;overflow-wrap:anywhere}td{overflow-wrap:break-word}
 svg{background:#fafafa;border:1px solid #ddd;max-width:100%}.plot text{font-size:11px;fill:#444}
 </style></head><body>
 <nav><a href="{{ root }}index.html">Reports</a><a href="{{ root }}machines.html">Machines</a>\
@@ -95,7 +95,7 @@ changes with every boot, so it is listed, not used). Calibration: the fixed loop
 <th>calibration int / float / copy</th><th>CPU share</th><th>profiles</th><th>suites</th><th>reports</th><th>first - last</th><th>host ids</th></tr>
 {% for m in machines %}<tr id="{{ m.id }}"><td><code>{{ m.id }}</code></td><td>{{ m.cpu|short }}</td><td>{{ m.gpu|short }}</td>\
 <td>{{ m.cores|short }}</td><td class=num>{{ m.ram|short }}</td><td class=num>{{ m.calibration|short }}</td><td class=num>{{ m.share|short }}</td>\
-<td>{{ m.profiles|short }}</td><td>{{ m.suites|short }}</td><td class=num>{{ m.n }}</td><td>{{ m.span|short }}</td><td><code>{{ m.hosts|short }}</code></td></tr>
+<td>{{ m.profiles|short }}</td><td>{{ m.suites|short }}</td><td class=num>{{ m.n }}</td><td class=num>{{ m.span|short }}</td><td><code>{{ m.hosts|short }}</code></td></tr>
 {% endfor %}</table>{% endblock %}"""
 
 LEADERBOARD = """{% extends "base" %}{% block body %}
@@ -106,11 +106,11 @@ GPU figures are not normalized). Figures the noise guard marked busy or slowed a
 {% for t in tables %}<h2 id="{{ t.anchor }}"><a href="{{ t.page }}"><code>{{ t.metric|short }}</code></a></h2>
 <p class=note>{{ t.unit|short }}, {{ t.better }} is better</p>
 <table class=board><tr><th>rank</th><th>machine</th><th>suite / profile</th><th>commit</th><th>median</th><th>95% CI</th>\
-<th>normalized rank</th><th>normalized median</th><th>normalized 95% CI</th></tr>
-{% for r in t.rows %}<tr><td class=num>{% if r.flag %}<span class=unreliable>{{ r.flag }}</span>{% else %}{{ r.rank }}{% endif %}</td>\
+<th>normalized rank</th><th>normalized median</th><th>normalized 95% CI</th><th>noise guard</th></tr>
+{% for r in t.rows %}<tr><td class=num>{% if r.flag %}-{% else %}{{ r.rank }}{% endif %}</td>\
 <td><a href="machines.html#{{ r.machine }}">{{ r.machine }}</a> {{ r.label|short }}</td><td>{{ r.suite|short }}</td><td><code>{{ r.commit|short }}</code></td>\
 <td class=num>{{ r.median }}</td><td class=num>{{ r.ci }}</td><td class=num>{% if r.flag %}-{% else %}{{ r.nrank }}{% endif %}</td>\
-<td class=num>{{ r.nmedian }}</td><td class=num>{{ r.nci }}</td></tr>
+<td class=num>{{ r.nmedian }}</td><td class=num>{{ r.nci }}</td><td>{% if r.flag %}<span class=unreliable>{{ r.flag }}</span>{% endif %}</td></tr>
 {% endfor %}</table>{% endfor %}
 {% if not tables %}<p>No report holds a metric of this family.</p>{% endif %}{% endblock %}"""
 
@@ -288,7 +288,7 @@ class Site:
             n_regressions=sum(s.verdict == "regression" for s in steps),
             reports=[
                 {
-                    "created": e.created,
+                    "created": e.created[:16].replace("T", " "),
                     "machine": e.machine,
                     "suite": e.suite,
                     "profile": e.profile,
@@ -335,7 +335,7 @@ class Site:
                     "profiles": ", ".join(sorted({e.profile for e in m.reports})),
                     "suites": ", ".join(sorted({e.suite for e in m.reports})),
                     "n": len(m.reports),
-                    "span": f"{dates[0][:10]} - {dates[-1][:10]}",
+                    "span": f"{dates[0][:10]} to {dates[-1][:10]}",
                     "hosts": ", ".join(sorted(m.host_ids)) or "-",
                 }
             )
@@ -462,7 +462,7 @@ class Site:
             rows.append(
                 {
                     "commit": short_commit(p.commit),
-                    "created": p.created,
+                    "created": p.created[:16].replace("T", " "),
                     "reports": len(p.reports),
                     "n": len(p.samples),
                     "median": rpt.fmt(p.median, unit),
