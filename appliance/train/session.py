@@ -96,12 +96,17 @@ def _train_with(
     from appliance.train.trainer import Trainer
 
     t = cfg.train
+    cores, busy, chosen_env_threads = _choose_env_threads(cfg)  # before the vector: its native threads
     vec = vector.make_from_config(cfg)
     try:
         trainer = Trainer(cfg, vec, run_dir=run_dir, profile=bool(options.profile_trace))
     except BaseException:
         vec.close()
         raise
+    finally:
+        if chosen_env_threads is not None:  # the saved config keeps auto: a resume chooses afresh
+            cfg.data["vec"]["num_threads"] = "auto"
+    threads_line = _choose_torch_threads(cfg, trainer, cores, busy, chosen_env_threads)
     try:
         if resume_from:
             trainer.load_checkpoint(resume_from, resume=True)
@@ -115,6 +120,7 @@ def _train_with(
         yield header(cfg, trainer), False
         for line in defaults_chosen(cfg, trainer):
             yield line, False
+        yield threads_line, False
         if options.profile_trace:
             yield _profile(trainer, options.profile_trace), False
             return
@@ -294,3 +300,28 @@ def _profile(trainer: Any, path: str) -> str:
         f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing) "
         f"and the ops' self times to {ops}"
     )
+
+
+def _choose_env_threads(cfg: Any) -> tuple[int, float | None, int | None]:
+    """Look at the cores and the load others put on them (:mod:`appliance.config.threads`); with
+    ``vec.num_threads auto`` on the native backend, set the env threads to the free cores. Returns
+    (usable cores, cores' worth others use, the env threads set or None)."""
+    from appliance.config import threads
+    from appliance.vector.sizes import usable_cores
+
+    cores, busy = usable_cores(), threads.others_busy()
+    if threads.apply_env_threads(cfg.data, cores, busy):
+        return cores, busy, int(cfg.data["vec"]["num_threads"])
+    return cores, busy, None
+
+
+def _choose_torch_threads(
+    cfg: Any, trainer: Any, cores: int, busy: float | None, env_threads: int | None
+) -> str:
+    """Size torch's pools from the policy, the cores and the load seen; the line that says so."""
+    from appliance.config import threads
+
+    params = sum(p.numel() for p in trainer.policy.parameters())
+    rows = int(cfg.train.minibatch_size)
+    chosen = threads.choose(cores, busy, params, rows, native_auto=env_threads is not None)
+    return threads.apply_torch(chosen)
