@@ -167,6 +167,57 @@ class ComingAndGoing(ParallelEnv):  # type: ignore[misc]
         pass
 
 
+class Hunt(ParallelEnv):  # type: ignore[misc]
+    """A mixed team: ``hunters`` agents see 4 numbers and choose of 3 actions, one ``runner`` sees 3
+    and chooses of 2. The observations are noise; a hunter scores 1 for action 0, the runner 1 for
+    action 1, so one shared policy scores more than 2 a step only if it tells the kinds apart (the
+    one-hot a mixed team's rows carry). Episodes last ``length`` steps."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "hunt_v0", "render_modes": []}
+
+    def __init__(self, hunters: int = 2, length: int = 8) -> None:
+        self.possible_agents = [f"hunter_{i}" for i in range(hunters)] + ["runner_0"]
+        self.agents: list[str] = []
+        self.length, self._t = length, 0
+        self._rng = np.random.default_rng(0)
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(-1.0, 1.0, (4 if agent.startswith("hunter") else 3,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(3 if agent.startswith("hunter") else 2)
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        return {
+            a: self._rng.uniform(-1, 1, self.observation_space(a).shape).astype(np.float32)
+            for a in self.agents
+        }
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.agents, self._t = list(self.possible_agents), 0
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        for a, act in actions.items():
+            assert self.action_space(a).contains(act), (a, act)
+        rewards = {a: float(int(actions[a]) == (0 if a.startswith("hunter") else 1)) for a in self.agents}
+        self._t += 1
+        done = self._t >= self.length
+        obs = self._observe()
+        agents = list(self.agents)
+        if done:
+            self.agents = []
+        return (
+            obs,
+            rewards,
+            dict.fromkeys(agents, done),
+            dict.fromkeys(agents, False),
+            {a: {} for a in agents},
+        )
+
+
 class ColourBandit(gymnasium.Env):
     """A contextual bandit: see one of 4 colours (one-hot), get +1 for naming it. 16 steps an episode.
     The quickest proof that a trainer learns: chance is 4 per episode, a solved policy scores 16."""

@@ -31,6 +31,7 @@ from appliance.emulation.contracts import (
     describe_space,
     env_name,
 )
+from appliance.emulation.teams import MixedTeam
 from appliance.errors import ConfigError, EnvContractError
 
 
@@ -171,14 +172,17 @@ class PettingZooEmulator:
         self.agents = list(env.possible_agents)
         if not self.agents:
             raise ConfigError(f"{self.name}: PettingZoo env has no possible_agents")
+        obs = {
+            a: _space(self.name, f"observation_space({a!r})", env.observation_space(a)) for a in self.agents
+        }
+        act = {a: _space(self.name, f"action_space({a!r})", env.action_space(a)) for a in self.agents}
         first = self.agents[0]
-        obs_space = _space(self.name, f"observation_space({first!r})", env.observation_space(first))
-        act_space = _space(self.name, f"action_space({first!r})", env.action_space(first))
-        for agent in self.agents[1:]:
-            if env.observation_space(agent) != obs_space or env.action_space(agent) != act_space:
-                raise ConfigError(
-                    f"PettingZoo agents must share spaces to share one policy: {agent!r} differs from {first!r}"
-                )
+        obs_space, act_space = obs[first], act[first]
+        # agents of different spaces (predator and prey): padded rows with a kind feature (teams.py)
+        self.team: MixedTeam | None = None
+        if any(obs[a] != obs_space or act[a] != act_space for a in self.agents[1:]):
+            self.team = MixedTeam(self.name, self.agents, obs, act)
+            obs_space, act_space = self.team.observation_space, self.team.action_space
         self.observation_space, self.action_space = obs_space, act_space
         self.obs_codec = SpaceCodec(obs_space)
         self.action_codec = ActionCodec(act_space)
@@ -218,9 +222,14 @@ class PettingZooEmulator:
             )
         obs[:] = 0
         mask[:] = False
-        codec = self.obs_codec
+        codec, team = self.obs_codec, self.team
         for agent, sample in samples.items():
             i = self._row(agent, call, "an observation")
+            if team is not None:  # a mixed team: the agent's own space, padded, and its kind
+                check_observation(self.name, call, team.obs_codec(i), sample, f" for {agent!r}")
+                team.write(i, sample, obs[i])
+                mask[i] = True
+                continue
             if not (
                 type(sample) is np.ndarray and sample.shape == self._shape and sample.dtype in self._dtypes
             ):
@@ -250,7 +259,15 @@ class PettingZooEmulator:
         mask: np.ndarray,
     ) -> dict[str, Any] | None:
         name, call = self.name, "step()"
-        live = {agent: self.action_codec.unflatten(actions[self.index[agent]]) for agent in self.env.agents}
+        if self.team is None:
+            live = {
+                agent: self.action_codec.unflatten(actions[self.index[agent]]) for agent in self.env.agents
+            }
+        else:
+            live = {
+                agent: self.team.action(self.index[agent], actions[self.index[agent]])
+                for agent in self.env.agents
+            }
         samples, rew, term, trunc, _ = self._dicts(call, self.env.step(live))
         rewards[:] = 0
         terminals[:] = False

@@ -173,7 +173,8 @@ def defaults_chosen(cfg: Any, trainer: Any) -> list[str]:
     family (:mod:`appliance.config.families`) and the policy's encoder with its parameter count."""
     family = getattr(cfg, "family", None)
     lines = [family.describe()] if family is not None else []
-    return [*lines, trainer.policy.describe_encoder()]
+    note = getattr(getattr(trainer.vec, "source", None), "note", "")  # a mixed team's padding
+    return [*lines, *([note] if note else []), trainer.policy.describe_encoder()]
 
 
 def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> None:

@@ -33,6 +33,7 @@ class EnvSource:
     obs_codec: Any = None  # emulation.SpaceCodec restoring the structure before the policy
     env_bytes: int = 0  # what one env object holds (Ocean: its C struct; emulated: measured, see _measure)
     vector_env: Any = field(default=None, repr=False)  # kind "vector": the VectorEnv the factory made
+    note: str = ""  # a line `train` prints on how the env was fitted (a mixed team's padding), if any
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -119,6 +120,7 @@ def resolve_source(
             action_space=probe.action_codec.flat_space,
             obs_codec=probe.obs_codec,
             env_bytes=env_bytes,
+            note=probe.team.describe() if getattr(probe, "team", None) is not None else "",
         )
     finally:
         probe.close()
