@@ -42,6 +42,17 @@ TENSOR_TYPES = ("FloatTensor", "ByteTensor")
 UNSUPPORTED_HOOKS = ("MY_VEC_INIT", "MY_VEC_STEP", "MY_VEC_STEP_RANGE", "MY_VEC_CLOSE", "MY_SHARED", "MY_METHODS",
                      "MY_USES_PERM", "MY_USES_TAGS")  # fmt: skip
 RAYLIB_ENV = "PUFFER_RAYLIB"
+# keyword arguments of the vector (appliance.vector.make, the native Vec): no env parameter may take them
+RESERVED_KWARGS = {
+    "num_envs",
+    "num_threads",
+    "seed",
+    "backend",
+    "num_workers",
+    "batch_size",
+    "zero_copy",
+    "env_offset",
+}
 # PufferLib 4.0's [train] keys on ours: (our key, its key, cast); the rest of its sections are its
 # trainer's own (checkpoints, selfplay, sweeps) and have no key of ours
 TRAIN_KEYS = (
@@ -342,40 +353,108 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
         _record_current(built)
         return built
     out_dir.mkdir(parents=True, exist_ok=True)
-    compat = data_dir("envs") / "compat4"
-    work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
-    try:
-        (work / "compat4_params.h").write_text(_params_header(params))
-        extra_c = [p for p in sorted(folder.glob("*.c")) if p.name != "binding.c" and _is_library_source(p)]
-        cmd = [cc, "-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-DNDEBUG", "-DPLATFORM_DESKTOP",
-               "-w", "-include", str(compat / "prelude.h"), f"-I{compat}", f"-I{work}", f"-I{folder}",
-               f'-DPUFFER4_NAME="{PREFIX}{name}"', *(["-DPUFFER4_RNG_FIELD"] if rng_field else []),
-               *_vendor_includes(folder), *([f"-I{ray / 'include'}"] if ray else []),
-               str(folder / "binding.c"), *map(str, extra_c), "-o", str(work / library.name),
-               *([str(ray / "lib" / "libraylib.a")] if ray else []), "-lm", "-lpthread"]  # fmt: skip
-        if progress:
-            progress(f"compiling {name} ({folder})")
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=600)
-        log_path = out_dir / "build.log"
-        atomic_write_text(log_path, " ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            raise ConfigError(f"{name} failed to compile: {first_error(proc.stderr)} (full log: {log_path})")
-        os.replace(work / library.name, library)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    command = _compile_command(cc, folder, name, ray, rng_field)
+    if progress:
+        progress(f"compiling {name} ({folder})")
+    _compile(command, params, library, out_dir)
     meta = {"name": PREFIX + name, "folder": str(folder.resolve()), "ini": str(ini_path) if ini_path else None,
             "hash": digest, "raylib": str(ray) if ray else None, "params": [p[0] for p in params],
             "skipped_env_keys": skipped, "macros": {k: found[k] for k in REQUIRED_MACROS},
             "action_mask": "MY_ACTION_MASK" in found}  # fmt: skip
     built = Built(PREFIX + name, library, out_dir / "recipe.yaml", meta)
-    loaded = load_library(built)
-    agents = int(_describe(loaded)["agents_per_env"])
+    agents, read = _probe_in_child(built)
+    if set(read) != {p[0] for p in params}:
+        # the env section holds what my_init reads: an ini key it never reads would be a knob that does
+        # nothing (and may shadow a vector argument: dino's [env] num_envs)
+        meta["unread_env_keys"] = [p[0] for p in params if p[0] not in read]
+        params = [p for p in params if p[0] in read]
+        meta["params"] = [p[0] for p in params]
+        _compile(command, params, library, out_dir)
+        agents, read = _probe_in_child(built)
+    clash = sorted(set(read) & RESERVED_KWARGS)
+    if clash:
+        raise ConfigError(f"{name}'s my_init reads kwarg(s) {', '.join(clash)}, which the vector's own arguments "
+                          "take: rename them in its binding.c and ini")  # fmt: skip
+    meta["agents_per_env"] = agents
     import yaml
 
     atomic_write_text(built.recipe, _recipe_text(ini_path, recipe(sections, agents), yaml))
     atomic_write_text(meta_path, json.dumps(meta, indent=1))
     _record_current(built)
     return built
+
+
+def _compile_command(cc: str, folder: Path, name: str, ray: Path | None, rng_field: bool) -> list[str]:
+    """The compiler command, with BUILD standing for the folder of the generated parameter table
+    and OUT for the library."""
+    compat = data_dir("envs") / "compat4"
+    extra_c = [p for p in sorted(folder.glob("*.c")) if p.name != "binding.c" and _is_library_source(p)]
+    return [cc, "-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-DNDEBUG", "-DPLATFORM_DESKTOP",
+            "-w", "-include", str(compat / "prelude.h"), f"-I{compat}", "-IBUILD", f"-I{folder}",
+            f'-DPUFFER4_NAME="{PREFIX}{name}"', *(["-DPUFFER4_RNG_FIELD"] if rng_field else []),
+            *_vendor_includes(folder), *([f"-I{ray / 'include'}"] if ray else []),
+            str(folder / "binding.c"), *map(str, extra_c), "-o", "OUT",
+            *([str(ray / "lib" / "libraylib.a")] if ray else []), "-lm", "-lpthread"]  # fmt: skip
+
+
+def _compile(command: list[str], params: list[tuple[str, str, float]], library: Path, out_dir: Path) -> None:
+    """Compile into a temporary folder, then move the library into place (a reader never sees half)."""
+    work = Path(tempfile.mkdtemp(prefix=f".{library.stem}-", dir=out_dir))
+    try:
+        (work / "compat4_params.h").write_text(_params_header(params))
+        cmd = [{"-IBUILD": f"-I{work}", "OUT": str(work / library.name)}.get(c, c) for c in command]
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=600)
+        log_path = out_dir / "build.log"
+        atomic_write_text(log_path, " ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise ConfigError(
+                f"{library.stem} failed to compile: {first_error(proc.stderr)} (full log: {log_path})"
+            )
+        os.replace(work / library.name, library)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _probe_in_child(built: Built) -> tuple[int, list[str]]:
+    """Load the library and run its my_init once in a process of its own (an env that aborts or
+    crashes there ends that process, not the command), with the kwarg check; its agents per env."""
+    import signal
+    import sys
+
+    code = (
+        "import json, sys; from appliance import pufferlib_envs as p; "
+        "b = p.Built(sys.argv[1], p.Path(sys.argv[2]), p.Path(sys.argv[3]), json.loads(sys.argv[4])); "
+        "name = p.load_library(b); print('AGENTS', p._describe(name)['agents_per_env']); "
+        "print('READ', json.dumps(p.kwargs_read(b)))"
+    )
+    args = [
+        sys.executable,
+        "-c",
+        code,
+        built.name,
+        str(built.library),
+        str(built.recipe),
+        json.dumps(built.meta),
+    ]
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=120)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{built.name}: my_init did not return within 120 s") from None
+    found = re.search(r"^AGENTS (\d+)$", proc.stdout, re.M)
+    read = re.search(r"^READ (.*)$", proc.stdout, re.M)
+    if proc.returncode == 0 and found and read:
+        return int(found.group(1)), json.loads(read.group(1))
+    said = [line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines() if line.strip()]
+    if proc.returncode < 0:
+        try:
+            how = signal.Signals(-proc.returncode).name
+        except ValueError:
+            how = f"signal {-proc.returncode}"
+        last = f"; its last words: {said[-1][:200]}" if said else ""
+        raise ConfigError(f"{built.name} crashed ({how}) in my_init with its ini's kwargs{last}")
+    last = said[-1] if said else "no output"
+    error = re.match(r"^(?:\w+\.)*ConfigError: (.*)$", last)
+    raise ConfigError(error.group(1) if error else f"{built.name}: {last[:300]}")
 
 
 def _recipe_text(ini_path: Path | None, layer: dict[str, Any], yaml: Any) -> str:
@@ -430,13 +509,20 @@ def load_library(built: Built) -> str:
 
     try:
         name = _ocean.load_plugin(str(built.library))
-        missing = _ocean.plugin_missing_kwarg(str(built.library), name)
+        missing, _ = _ocean.plugin_probe(str(built.library), name)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if missing:
         where = built.meta.get("ini") or "no ini was found"
         raise ConfigError(f"{name}'s my_init reads kwarg {missing!r}, which its ini's [env] lacks ({where})")
     return name
+
+
+def kwargs_read(built: Built) -> list[str]:
+    """The parameters the loaded env's my_init reads with its defaults."""
+    from appliance import _ocean
+
+    return list(_ocean.plugin_probe(str(built.library), built.name)[1])
 
 
 def load(name: str) -> str:

@@ -491,7 +491,7 @@ static PyObject* py_first_invalid(PyObject* self, PyObject* args) {
 
 typedef int (*PluginAbiFn)(void);
 typedef const EnvSpec* (*PluginSpecFn)(void);
-typedef const char* (*PluginMissingFn)(const double*);
+typedef const char* (*PluginProbeFn)(const double*, unsigned long long*);
 
 /* load_plugin(path) -> name: a library `puffer-bench envs build` made, opened once and its env
  * registered like a compiled-in one (a second load of the same name is the first's). The library
@@ -527,8 +527,9 @@ static PyObject* py_load_plugin(PyObject* self, PyObject* args) {
     return PyUnicode_FromString(spec->name);
 }
 
-/* plugin_missing_kwarg(path, params) -> the kwarg my_init reads that params lack, or None. */
-static PyObject* py_plugin_missing_kwarg(PyObject* self, PyObject* args) {
+/* plugin_probe(path, name, params=None) -> (missing, read): the kwarg its my_init reads that params
+ * lack (or None), and the names of the parameters it read. */
+static PyObject* py_plugin_probe(PyObject* self, PyObject* args) {
     const char *path, *name;
     PyObject* params = Py_None;
     if (!PyArg_ParseTuple(args, "ss|O", &path, &name, &params)) return NULL;
@@ -537,16 +538,24 @@ static PyObject* py_plugin_missing_kwarg(PyObject* self, PyObject* args) {
     double values[OCEAN_MAX_PARAMS];
     if (parse_params(spec, params, values) < 0) return NULL;
     void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    PluginMissingFn fn = lib ? (PluginMissingFn)dlsym(lib, "ocean_plugin_missing_kwarg") : NULL;
+    PluginProbeFn fn = lib ? (PluginProbeFn)dlsym(lib, "ocean_plugin_probe") : NULL;
     if (!fn) {
         if (lib) dlclose(lib);
         PyErr_Format(PyExc_ValueError, "%s is not loaded: load_plugin it first", path);
         return NULL;
     }
-    const char* missing = fn(values);
+    unsigned long long mask = 0;
+    const char* missing = fn(values, &mask);
     dlclose(lib); /* RTLD_NOLOAD took a reference: give it back, load_plugin's stays */
-    if (!missing) Py_RETURN_NONE;
-    return PyUnicode_FromString(missing);
+    PyObject* read = PyList_New(0);
+    for (int i = 0; spec->params[i].name && i < 64; i++) {
+        if (!(mask & (1ULL << i))) continue;
+        PyObject* s = PyUnicode_FromString(spec->params[i].name);
+        PyList_Append(read, s);
+        Py_DECREF(s);
+    }
+    if (!missing) return Py_BuildValue("(ON)", Py_None, read);
+    return Py_BuildValue("(sN)", missing, read);
 }
 
 static PyMethodDef module_methods[] = {
@@ -556,8 +565,8 @@ static PyMethodDef module_methods[] = {
      "None when the CUDA driver's graph entry points load (libcuda.so.1), else why not."},
     {"describe", py_describe, METH_VARARGS, "describe(name, params=None) -> layout, spaces, params (defaults, ranges, types), log names."},
     {"load_plugin", py_load_plugin, METH_VARARGS, "load_plugin(path) -> name: register the env of a library `envs build` made."},
-    {"plugin_missing_kwarg", py_plugin_missing_kwarg, METH_VARARGS,
-     "plugin_missing_kwarg(path, name, params=None) -> the kwarg its my_init reads that params lack, or None."},
+    {"plugin_probe", py_plugin_probe, METH_VARARGS,
+     "plugin_probe(path, name, params=None) -> (kwarg my_init reads that params lack or None, params it read)."},
     {NULL, NULL, 0, NULL},
 };
 

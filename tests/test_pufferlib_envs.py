@@ -135,6 +135,16 @@ def test_env_kwargs_are_the_config_env_section_and_overridable():
     one_line_error(one_line, "lenght", "length")
 
 
+def test_ini_keys_my_init_never_reads_are_left_out_of_the_env_section(tmp_path):
+    # an [env] key the binding does not read would be a knob that does nothing; dino's ini has a
+    # num_envs there, which would also shadow the vector's own argument
+    folder = variant(tmp_path, "corridor_unread", ENV_KEYS + "\nnum_envs = 1024\nunused = 0.5")
+    built = pufferlib_envs.build(folder)
+    assert built.meta["params"] == ["num_agents", "length", "max_steps"]
+    assert built.meta["unread_env_keys"] == ["num_envs", "unused"]
+    assert "num_envs" not in ocean.describe(pufferlib_envs.load_library(built))["params"]
+
+
 def test_the_folder_itself_names_the_env(tmp_path):
     from appliance.config import resolve
 
@@ -155,6 +165,7 @@ def test_the_folder_itself_names_the_env(tmp_path):
         ("vec-hook", ["MY_VEC_INIT", "not supported"]),
         ("compile-error", ["failed to compile", "error", "build.log"]),
         ("missing-kwarg", ["reads kwarg 'length'", "lacks"]),
+        ("abort-in-init", ["crashed (SIGABRT) in my_init", "its last words: corridor: no map"]),
     ],
 )
 def test_bad_input_gets_one_line_naming_what_to_fix(tmp_path, case, fragments):
@@ -174,6 +185,10 @@ def test_bad_input_gets_one_line_naming_what_to_fix(tmp_path, case, fragments):
             "vec-hook": lambda b: "#define MY_VEC_INIT\n" + b,
             "compile-error": lambda b: b + "\nint broken(void) { return undeclared_thing; }\n",
             "missing-kwarg": lambda b: b,
+            "abort-in-init": lambda b: b.replace(
+                "void my_init(Env* env, Dict* kwargs) {",
+                'void my_init(Env* env, Dict* kwargs) {\n    fprintf(stderr, "corridor: no map\\n");\n    abort();',
+            ),
         }
         keys = "num_agents = 2\nmax_steps = 24" if case == "missing-kwarg" else ENV_KEYS
         path = variant(tmp_path, f"corridor_{case.replace('-', '_')}", keys, edits[case])

@@ -49,9 +49,16 @@ typedef struct {
     int capacity;
 } Dict;
 
+/* Which kwargs my_init read (bit i: item i), so that the build keeps only those as parameters. */
+extern __thread unsigned long long compat4_read_mask;
+
 static inline DictItem* dict_get_unsafe(Dict* dict, const char* key) {
-    for (int i = 0; i < dict->size; i++)
-        if (strcmp(dict->items[i].key, key) == 0) return &dict->items[i];
+    for (int i = 0; i < dict->size; i++) {
+        if (strcmp(dict->items[i].key, key) == 0) {
+            if (i < 64) compat4_read_mask |= 1ULL << i;
+            return &dict->items[i];
+        }
+    }
     return NULL;
 }
 
@@ -97,6 +104,7 @@ _Static_assert(sizeof(Compat4Stream) == sizeof(Rng), "prelude.h's stream must be
 
 __thread Compat4Stream* compat4_current = NULL;
 __thread const char* compat4_missing_key = NULL;
+__thread unsigned long long compat4_read_mask = 0;
 
 void my_init(Env* env, Dict* kwargs);
 void my_log(Log* log, Dict* out);
@@ -184,6 +192,7 @@ static int compat4_probe_agents(const double* params) {
     rng_seed(&s->rng, 0, 0);
     compat4_enter(s);
     compat4_missing_key = NULL;
+    compat4_read_mask = 0;
     my_init(&s->env, &kwargs);
     int agents = s->env.num_agents;
     compat4_current = NULL;
@@ -336,9 +345,11 @@ COMPAT4_EXPORT const EnvSpec* ocean_plugin_spec(void) {
     return &compat4_spec;
 }
 
-/* The kwarg my_init read last time that the ini lacks, or NULL: the build's probe asks. */
-COMPAT4_EXPORT const char* ocean_plugin_missing_kwarg(const double* params) {
+/* The kwarg my_init reads that the ini lacks, or NULL; *read_mask: which parameters it read (bit i:
+ * the i-th). The build's probe asks, with the ini's values. */
+COMPAT4_EXPORT const char* ocean_plugin_probe(const double* params, unsigned long long* read_mask) {
     compat4_probe_agents(params);
+    *read_mask = compat4_read_mask;
     return compat4_missing_key;
 }
 
