@@ -67,3 +67,16 @@ def test_an_id_without_its_namespace_suggests_the_namespaced_one(monkeypatch):
 def test_a_train_flag_given_as_a_config_key_names_the_flag():
     with pytest.raises(ConfigError, match="--tensorboard is a flag of puffer-bench train, not a config key"):
         resolve(env="CartPole-v1", overrides=["--train.tensorboard"])
+
+
+def test_mujoco_leaves_no_log_file_and_no_deprecation_lines(tmp_path, monkeypatch, capfd):
+    pytest.importorskip("mujoco", reason="the mujoco extra: pip install 'gymnasium[mujoco]'")
+    from appliance.emulation import make_factory
+
+    monkeypatch.chdir(tmp_path)
+    env = make_factory("HalfCheetah-v5")()  # its XML holds a deprecated attribute MuJoCo warns about
+    env.reset(seed=0)
+    env.close()
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    out, err = capfd.readouterr()
+    assert "deprecated" not in out + err

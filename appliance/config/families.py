@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance.config import gymids
 from appliance.config.images import image_layout
 from appliance.errors import ConfigError
 from appliance.paths import defaults_dir, repo_path
@@ -146,6 +147,7 @@ def _spaces(env: str) -> tuple[Any, Any, int | None] | str:
             module, _, attr = env.partition(":")
             target: Any = importlib.import_module(module)
             if attr in gymnasium.registry:
+                gymids.quiet_physics(attr)
                 made = gymnasium.make(attr)
             else:
                 for part in attr.split("."):
@@ -153,6 +155,7 @@ def _spaces(env: str) -> tuple[Any, Any, int | None] | str:
                 # a VectorEnv factory (appliance.vector.gymvec) is read with one env
                 made = target(num_envs=1) if _takes_num_envs(target) else target()
         else:
+            gymids.quiet_physics(env)
             made = gymnasium.make(env)
         try:
             return _read_spaces(made)

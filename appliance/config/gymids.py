@@ -49,6 +49,30 @@ def registered(env_id: str) -> bool:
     return env_id in gymnasium.registry
 
 
+def quiet_physics(env_id: str) -> None:
+    """Before a MuJoCo env is made: MuJoCo's own warnings go to Python's ``warnings`` (once each, as
+    a ``RuntimeWarning``), its deprecation notices nowhere. Left to itself MuJoCo prints each to
+    stdout and appends it to ``MUJOCO_LOG.TXT`` in the working folder, once per env made (67 lines
+    for HalfCheetah's 64 envs). Nothing for an env of another kind, or without mujoco installed."""
+    import gymnasium
+
+    spec = gymnasium.registry.get(env_id)
+    if spec is None or "mujoco" not in str(spec.entry_point):
+        return
+    try:
+        import mujoco
+    except ImportError:
+        return
+    mujoco.set_mju_user_warning(_mujoco_warning)
+
+
+def _mujoco_warning(message: str) -> None:
+    import warnings
+
+    if "deprecated" not in message:
+        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+
 def gymnasium_id(env: Any) -> str | None:
     """The Gymnasium id ``env`` names: itself, or ``ID`` of ``module:ID`` once importing the module
     registered it; None for anything else (an Ocean name, ``module:factory``, a callable)."""

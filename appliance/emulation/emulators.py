@@ -430,6 +430,7 @@ class _GymMaker:
         from appliance.config import gymids
 
         gymids.registered(self.env_id)  # a spawned worker imports the namespace's plugin too
+        gymids.quiet_physics(self.env_id)  # no MUJOCO_LOG.TXT in the working folder, no deprecation lines
         if self.atari:
             from appliance.emulation.atari import make_atari
 
