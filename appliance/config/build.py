@@ -174,6 +174,10 @@ def resolve(
     (``--family``): a non-Ocean env's family, ``auto`` or None to detect it (:mod:`~appliance.config.families`).
     ``resumed``: the config.yaml of the run ``--resume`` continues, a layer over the family's and
     under ``config_file`` and the command line (its own env_name/profile/family/sources set nothing)."""
+    if env is not None:
+        from appliance import ocean
+
+        env = ocean.canonical(env)  # a PufferLib env folder or pufferlib:NAME: built and loaded
     base = defaults()
     per_profile: dict[str, Any] = {}
     schema: dict[str, dict[str, Any]] = {s: dict(base.get(s) or {}) for s in SECTIONS}

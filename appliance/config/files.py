@@ -145,7 +145,13 @@ def env_names() -> list[str]:
 
 
 def env_yaml(env: str) -> Path | None:
-    """An Ocean env's YAML of tuned values (``defaults/envs/<env>.yaml``), or None where it has none."""
+    """An Ocean env's YAML of tuned values (``defaults/envs/<env>.yaml``), or None where it has none; a
+    PufferLib-format env's is the recipe its build wrote from its ini (:mod:`appliance.pufferlib_envs`)."""
+    from appliance import pufferlib_envs
+
+    if env.startswith(pufferlib_envs.PREFIX):
+        built = pufferlib_envs.current(env)
+        return built.recipe if built is not None and built.recipe.is_file() else None
     path = defaults_dir() / "envs" / f"{env}.yaml"
     return path if path.is_file() else None
 
