@@ -31,6 +31,16 @@ def test_a_mixed_team_gets_padded_rows_with_its_kind():
         assert rewards.tolist() == [1, 0, 0]
         em.step(np.array([0, 0, 1], np.int32), obs, rewards, terms, truncs, mask)
         assert rewards.tolist() == [1, 1, 1]
+        infos = [em.step(np.array([0, 0, 1], np.int32), obs, rewards, terms, truncs, mask) for _ in range(6)]
+        assert (
+            infos[:5] == [None] * 5
+        )  # Hunt's episodes last 8 steps; each kind's mean return beside the team's
+        assert infos[5] == {
+            "episode_return": 22.0,
+            "episode_length": 8,
+            "hunter_return": 7.5,
+            "runner_return": 7.0,
+        }
     finally:
         em.close()
 

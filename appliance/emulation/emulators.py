@@ -188,6 +188,7 @@ class PettingZooEmulator:
         self.action_codec = ActionCodec(act_space)
         self.num_agents = len(self.agents)
         self.index = {agent: i for i, agent in enumerate(self.agents)}
+        self.agent_returns = np.zeros(self.num_agents, np.float64)  # a mixed team's, per agent
         self.episode_return = 0.0
         self.episode_length = 0
         leaf = self.obs_codec._leaf  # the fast path, as GymnasiumEmulator's
@@ -248,6 +249,7 @@ class PettingZooEmulator:
     def reset(self, seed: int | None, obs: np.ndarray, mask: np.ndarray) -> None:
         self._write(_reset_pair(self.name, self.env.reset(seed=seed)), obs, mask, "reset()")
         self.episode_return, self.episode_length = 0.0, 0
+        self.agent_returns[:] = 0
 
     def step(
         self,
@@ -279,6 +281,8 @@ class PettingZooEmulator:
                 r = _reward(name, call, r, f" for {agent!r}")
             rewards[i] = r
             total += r
+        if self.team is not None:
+            self.agent_returns += rewards
         for agent, t in term.items():
             terminals[self._row(agent, call, "terminated")] = _flag(
                 name, call, "terminated", t, f" for {agent!r}"
@@ -292,6 +296,9 @@ class PettingZooEmulator:
         info = None
         if not self.env.agents:  # everyone is done: a new episode
             info = {"episode_return": self.episode_return, "episode_length": self.episode_length}
+            if self.team is not None:  # each kind's mean return: a predator's gain is the prey's loss
+                info.update(self.team.kind_returns(self.agent_returns))
+                self.agent_returns[:] = 0
             samples, call = _reset_pair(name, self.env.reset()), "reset()"
             self.episode_return, self.episode_length = 0.0, 0
         self._write(samples, obs, mask, call)

@@ -67,6 +67,9 @@ class MixedTeam:
             high[codec.size : self.width] = np.maximum(high[codec.size : self.width], 0)
         self.observation_space = spaces.Box(low, high, (self.width + count,), np.float32)
         self.act_codecs = [ActionCodec(a) for _, a in self.kinds]
+        prefixes = [str(m[0]).rstrip("0123456789").rstrip("_") for m in self.members]
+        unique = len(set(prefixes)) == len(prefixes) and all(p.isidentifier() for p in prefixes)
+        self.kind_names = prefixes if unique else [f"kind{k}" for k in range(len(self.kinds))]
         self.action_space, self.actions_how = self._action_space(name)
 
     def _action_space(self, name: str) -> tuple[spaces.Space, str]:
@@ -108,6 +111,15 @@ class MixedTeam:
         if codec.kind == "box":
             return codec.unflatten(np.asarray(flat)[: codec.size])
         return codec.unflatten(flat)
+
+    def kind_returns(self, returns: np.ndarray) -> dict[str, float]:
+        """``{"<kind>_return": mean episode return of its agents}`` from the agents' returns, a kind
+        named by its agents' common prefix (``adversary`` for adversary_0..2), else ``kind<i>``."""
+        out = {}
+        for k, name in enumerate(self.kind_names):
+            rows = [row for row, kind in enumerate(self.kind_of) if kind == k]
+            out[f"{name}_return"] = float(np.mean(returns[rows]))
+        return out
 
     def obs_codec(self, row: int) -> SpaceCodec:
         return self.obs_codecs[self.kind_of[row]]
