@@ -312,6 +312,37 @@ def test_run_with_publish_checks_the_folder_before_the_suite(tmp_path):
     assert out.exit_code == 2 and "--publish" in out.output and "is a file" in out.output
 
 
+def test_run_with_publish_adds_the_report_it_wrote(tmp_path, monkeypatch):
+    from appliance.bench.suite import session
+
+    written = write(tmp_path / "results", report(commit_id(0), 1, {METRIC: [1.0, 1.1, 0.9]}), "r")
+
+    def run_suite(*args, **kwargs):
+        return rpt.load(written), [written]
+
+    monkeypatch.setattr(session, "run_suite", run_suite)
+    monkeypatch.setattr(session, "analysis_lines", lambda data: [])
+    out = CliRunner().invoke(cli, ["run", "--publish", str(tmp_path / "shared")])
+    assert out.exit_code == 0 and "published" in out.output, out.output
+    (shared,) = (tmp_path / "shared").glob("*.json")
+    assert shared.read_bytes() == written.read_bytes()
+    # the copy and the original, given together, are one report (its samples counted once)
+    collection = collect([tmp_path / "results", tmp_path / "shared"])
+    assert len(collection.reports) == 1 and "the same report as" in collection.skipped[0].why
+
+
+def test_pair_builds_a_comparison_of_any_two_reports(tmp_path):
+    root = lab(tmp_path)
+    a, b = root / "a" / "r00.json", root / "b" / "r1.json"
+    _, pages = build(tmp_path, [root], pairs=[(str(a), str(b))])
+    entries = {e.path: e for e in collect([root]).reports}
+    assert f"compare/{entries[a].id}-{entries[b].id}.html" in pages
+    out = CliRunner().invoke(
+        cli, ["publish", str(root / "a"), "--out", str(tmp_path / "s2"), "--pair", str(a), str(b)]
+    )
+    assert out.exit_code == 2 and "not one of the reports under the folders" in out.output
+
+
 # ---------------------------------------------------------------------------- the committed reports
 
 

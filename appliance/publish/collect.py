@@ -168,18 +168,19 @@ def collect(folders: list[str | Path]) -> Collection:
             files.append((path, str(path)))
     reports: list[Entry] = []
     skipped: list[Skipped] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # digest of a report file's bytes -> its path
     for path, shown in files:
         try:
             data = rpt.load(path)
         except ReportError as e:
             skipped.append(_why_not(path, e))
             continue
-        rid = digest(shown, data["created_utc"])
-        if rid in seen:
+        content = hashlib.sha256(path.read_bytes()).hexdigest()
+        if content in seen:  # a copy (e.g. in a shared folder and in results/): its samples once
+            skipped.append(Skipped(shown, f"the same report as {seen[content]}", False))
             continue
-        seen.add(rid)
-        reports.append(Entry(rid, path, shown, data))
+        seen[content] = shown
+        reports.append(Entry(content[:10], path, shown, data))
     if not reports:
         where = ", ".join(map(str, folders))
         raise ReportError(
