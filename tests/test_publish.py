@@ -238,7 +238,8 @@ def test_a_hostile_report_neither_breaks_the_site_nor_injects_into_it(tmp_path):
     data["fingerprint"]["host_hash"] = evil
     data["fingerprint"]["git"]["commit"] = evil
     data["suite"]["name"] = evil
-    data["command"] = "x" * 12_000_000
+    data["fingerprint"]["cpu"]["model"] = evil + "x" * 12_000_000  # shown on every page of its machine
+    data["command"] = "y" * 100
     data["warnings"] = [evil]
     (root / "evil.json").write_text(json.dumps(data))  # lone surrogates as JSON escapes
     result, pages = build(tmp_path, [root])
@@ -248,6 +249,7 @@ def test_a_hostile_report_neither_breaks_the_site_nor_injects_into_it(tmp_path):
         assert "\u202e" not in page and len(page) < 2_000_000, name
         assert page.count("<script>") <= 1, name  # the compare picker's own, nothing else
     assert any("&lt;script&gt;alert(1)&lt;/script&gt;" in p for p in pages.values())
+    assert "characters)" in pages["machines.html"] and "xxxxx" in pages["machines.html"]
     assert all(re.fullmatch(r"[A-Za-z0-9_.=/-]+", n) for n in pages), sorted(pages)
 
 
