@@ -627,6 +627,12 @@ def score_at(curve: dict[str, list[float]], step: float) -> float | None:
     return before[-1] if before and curve["steps"][-1] >= step else None
 
 
+def finite_at(curve: dict[str, list[float]], step: float) -> float | None:
+    """:func:`score_at`, None where that score is NaN or infinite (no score to average)."""
+    v = score_at(curve, step)
+    return v if v is not None and math.isfinite(v) else None
+
+
 def make_report(system: str, env: str, metric: str, target: float, rows: list[dict[str, float]],
                 config: dict[str, Any], command: str, seed: int | None, at: list[float],
                 device: str = "cpu", window: int = WINDOW) -> dict[str, Any]:  # fmt: skip
@@ -876,11 +882,16 @@ def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] 
         "|---|---|---|---|---|---|---|" + "---|" * len(at),
     ]
     for env, entries in by_env.items():
-        peers = [e["runs"][0]["score"][-1] for _, e in entries if "pufferlib" in str(e.get("system"))]
+        finals = [e["runs"][0]["score"][-1] for _, e in entries if "pufferlib" in str(e.get("system"))]
+        peers = [v for v in finals if math.isfinite(v)]  # a NaN or infinite final score is no target
         if env in targets:
             target = targets[env]
         elif peers:
             target = min(peers)
+        elif finals:
+            raise PeerError(
+                f"{env}: every PufferLib report's final score is NaN or infinite; give --target {env}=VALUE"
+            )
         else:
             raise PeerError(f"{env}: no PufferLib report among the reports and no --target {env}=VALUE")
         metric = entries[0][1]["metric"]
@@ -894,7 +905,7 @@ def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] 
             lines.append(
                 f"| {env} | {metric} {target:.3g} | [{path.stem}]({links}{path.name}) | {steps} | {seconds} "
                 f"| {curve['steps'][-1] / 1e6:.1f} M | {curve['score'][-1]:.3g} |"
-                + "".join(f" {'-' if (v := score_at(curve, x)) is None else f'{v:.{d}f}'} |" for x in at)
+                + "".join(f" {'-' if (v := finite_at(curve, x)) is None else f'{v:.{d}f}'} |" for x in at)
             )
     return "\n".join(lines) + "\n"
 
@@ -930,10 +941,17 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
     for path, env, entry in curve_entries(reports):
         groups.setdefault((env, seed_group(path.stem)), []).append(entry["runs"][0])
     at_values = {
-        (key, x): [v for curve in runs if (v := score_at(curve, x)) is not None]
+        (key, x): [v for curve in runs if (v := finite_at(curve, x)) is not None]
         for key, runs in groups.items()
         for x in at
     }
+    unscored = sum(
+        1
+        for runs in groups.values()
+        for curve in runs
+        for x in at
+        if (v := score_at(curve, x)) is not None and not math.isfinite(v)
+    )
     iqm = iqm_intervals({f"{k}": v for k, v in at_values.items()})
     what = "IQM [95% CI] (min-max)" if iqm is not None else "mean (min-max)"
     lines = [
@@ -955,7 +973,7 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
                 cells.append(" - |")
                 continue
             spread = f"({min(values):.{d}f}-{max(values):.{d}f}, n={len(values)})"
-            if iqm is None:
+            if iqm is None or f"{((env, group), x)}" not in iqm:
                 cells.append(f" {sum(values) / len(values):.{d}f} {spread} |")
             else:
                 mid, low, high = iqm[f"{((env, group), x)}"]
@@ -963,6 +981,11 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
         lines.append(f"| {env} | {group} | {len(runs)} |" + "".join(cells))
     if iqm is None:
         lines += ["", "(means: install rliable, `pip install 'puffer-bench[stats]'`, for IQMs and intervals)"]
+    if unscored:
+        lines += [
+            "",
+            f"({unscored} scores that are NaN or infinite left out: a run's curve is damaged there)",
+        ]
     versus = [
         (env, group, peer)
         for (env, group) in groups
@@ -980,8 +1003,8 @@ def means(reports: list[Path], at: tuple[float, ...]) -> str:
     for env, group, peer in versus:
         cells = []
         for x in at:
-            ours = [v for curve in groups[(env, group)] if (v := score_at(curve, x)) is not None]
-            theirs = [v for curve in groups[(env, peer)] if (v := score_at(curve, x)) is not None]
+            ours = [v for curve in groups[(env, group)] if (v := finite_at(curve, x)) is not None]
+            theirs = [v for curve in groups[(env, peer)] if (v := finite_at(curve, x)) is not None]
             if not ours or not theirs:
                 cells.append(" - |")
                 continue

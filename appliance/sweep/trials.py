@@ -299,9 +299,9 @@ class TrialRunner:
                 import ray
             except ImportError:
                 raise ConfigError("--ray-address needs ray: pip install 'puffer-bench[ray]'") from None
-            ray.init(
-                address=None if options.ray_address == "local" else options.ray_address, log_to_driver=False
-            )
+            from appliance.vector.ray_backend import connect_ray
+
+            connect_ray(ray, options.ray_address, "--ray-address", log_to_driver=False)
             self.ray = ray
             self.remote = ray.remote(num_cpus=1)(trial)
             self.threads = 1

@@ -244,14 +244,21 @@ class Sinks:
             import wandb
         except ImportError:
             raise ConfigError("--wandb needs wandb: pip install 'puffer-bench[logging]'") from None
-        run = wandb.init(
-            project=cfg.train.wandb_project,
-            name=run_dir.name,  # the run id
-            id=_wandb_id(run_dir.name),
-            dir=str(run_dir),  # wandb/ under the run folder
-            config=cfg.to_dict(),
-            resume="allow",  # a resumed run continues its W&B run
-        )
+        try:
+            run = wandb.init(
+                project=cfg.train.wandb_project,
+                name=run_dir.name,  # the run id
+                id=_wandb_id(run_dir.name),
+                dir=str(run_dir),  # wandb/ under the run folder
+                config=cfg.to_dict(),
+                resume="allow",  # a resumed run continues its W&B run
+            )
+        except Exception as e:  # W&B's own errors (no API key, no network, a bad project): one line
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(
+                f"--wandb: Weights & Biases did not start ({type(e).__name__}: {reason}); run `wandb login` "
+                "or set WANDB_API_KEY (WANDB_MODE=offline logs into the run folder only), or drop --wandb"
+            ) from None
         self._closers.append(run.finish)
         self.writers.append(lambda r: run.log(r, step=r["global_step"]))
 

@@ -22,6 +22,39 @@ from appliance.vector.groups import EnvStepError, make_group
 from appliance.vector.sizes import Sizes
 from appliance.vector.sources import EnvSource
 
+REACH_SECONDS = 5.0  # how long a Ray cluster's address may take to accept a connection
+
+
+def connect_ray(ray: Any, address: str, option: str, **kwargs: Any) -> None:
+    """``ray.init`` on ``address`` ("" or "local": a local runtime; "auto": the cluster on this
+    machine; "HOST:PORT" or "ray://HOST:PORT": that cluster), its failures one line naming
+    ``option``. A remote address is reached first (a TCP connect, at most :data:`REACH_SECONDS`):
+    Ray itself would retry for a minute, warning all the while, before its traceback."""
+    import socket
+
+    given = address
+    address = "" if address in ("", "local") else address
+    hostport = address.removeprefix("ray://")
+    if address and address != "auto":
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(
+                f"{option} {given!r}: not a Ray address (HOST:PORT, ray://HOST:PORT, auto or local)"
+            )
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_SECONDS).close()
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+            raise ConfigError(
+                f"{option} {given}: no Ray cluster answers there ({why}); start it (ray start --head), "
+                "give the address it printed, or 'local' for a runtime on this machine"
+            ) from None
+    try:
+        ray.init(address=address or None, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ConfigError(f"{option} {given or 'local'}: Ray did not start or connect ({reason})") from None
+
 
 class _Worker:
     """One actor: ``count`` envs from global index ``offset``, in its own buffers."""
@@ -77,8 +110,10 @@ class RayVector(Vector):
                 if threading.current_thread() is threading.main_thread()
                 else None
             )
-            ray.init(
-                address=address or None,
+            connect_ray(
+                ray,
+                address,
+                "vec.ray_address",
                 include_dashboard=False,
                 log_to_driver=False,
                 configure_logging=False,
