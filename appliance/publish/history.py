@@ -41,6 +41,7 @@ from appliance.bench.stats import CONFIDENCE, FAMILY_ALPHA, summarize
 from appliance.publish.collect import Entry, short_commit
 
 MIN_POINTS = 3  # fewer commits: no step can be told from noise
+NOT_POSITIVE = "not judged (a sample <= 0)"  # levels are compared as logarithms
 MAX_PAIRS_POINTS = 200  # a level that left and came back is searched for in stretches up to this long
 
 
@@ -99,7 +100,7 @@ def points(name: str, entries: list[Entry]) -> list[Point]:
     out = list(by_commit.values())
     for p in out:
         if p.samples:
-            p.unreliable = ""
+            p.unreliable = "" if all(s > 0 for s in p.samples) else NOT_POSITIVE
             s = summarize(p.samples)
             p.median, p.ci = s["median"], s["ci"]
         else:
