@@ -345,6 +345,15 @@ def test_pair_builds_a_comparison_of_any_two_reports(tmp_path):
     assert out.exit_code == 2 and "not one of the reports under the folders" in out.output
 
 
+def test_all_pairs_builds_every_two_reports_of_one_suite(tmp_path):
+    paths = write_history(tmp_path / "reports", [1.0, 1.0, 0.9, 0.9])
+    _, pages = build(tmp_path, [tmp_path / "reports"], all_pairs=True)
+    ids = [e.id for e in sorted(collect([tmp_path / "reports"]).reports, key=lambda e: e.created)]
+    assert len(paths) == 4
+    built = {n for n in pages if n.startswith("compare/")}
+    assert built == {f"compare/{a}-{b}.html" for i, a in enumerate(ids) for b in ids[i + 1 :]}
+
+
 # ---------------------------------------------------------------------------- the committed reports
 
 

@@ -472,8 +472,13 @@ def ab_cmd(
     metavar="BASE NEW",
     help="Also build the comparison of these two reports (paths under FOLDERS); repeatable.",
 )
+@click.option(
+    "--all-pairs",
+    is_flag=True,
+    help="Build the comparison of every two reports of one suite (n(n-1)/2 of them: slow for many reports).",
+)
 def publish_cmd(
-    folders: tuple[str, ...], out: str, threshold: float, pairs: tuple[tuple[str, str], ...]
+    folders: tuple[str, ...], out: str, threshold: float, pairs: tuple[tuple[str, str], ...], all_pairs: bool
 ) -> None:
     """Build a static site of every report under FOLDERS: machines, leaderboards, histories, comparisons.
 
@@ -488,7 +493,7 @@ def publish_cmd(
     """
     from appliance.publish import publish
 
-    result = publish(list(folders), out, threshold, list(pairs))
+    result = publish(list(folders), out, threshold, list(pairs), all_pairs)
     other = [s for s in result["skipped"] if s.other_version]
     click.echo(
         f"{result['reports']} reports of {result['machines']} machines, {result['metrics']} metrics, "

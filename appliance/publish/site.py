@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +146,8 @@ steps, changes in level significant given the samples' noise (threshold {{ thres
 COMPARE_INDEX = """{% extends "base" %}{% block body %}
 <p>Two reports side by side with the same verdicts as <code>puffer-bench compare</code>. Built for every
 report against the one before it on its machine (same suite and profile), the newest reports of different machines
-of one suite, and the pairs given with <code>--pair</code>. Pick two reports:</p>
+of one suite, and the pairs given with <code>--pair</code> (<code>--all-pairs</code>: every two reports of one suite,
+older as the base). Pick two reports:</p>
 <p><label>base <select id=base>{% for r in reports %}<option value="{{ r.id }}">{{ r.label|short(160) }}</option>{% endfor %}</select></label><br>
 <label>new <select id=new>{% for r in reports %}<option value="{{ r.id }}">{{ r.label|short(160) }}</option>{% endfor %}</select></label></p>
 <p id=picked class=note>Pick two reports.</p>
@@ -229,10 +229,12 @@ class Site:
         collection: Collection,
         threshold: float = 0.05,
         pairs: list[tuple[str, str]] = (),  # type: ignore[assignment]
+        all_pairs: bool = False,
     ) -> None:
         self.c = collection
         self.threshold = threshold
         self.extra_pairs = list(pairs)
+        self.all_pairs = all_pairs
         self.pages: dict[str, str] = {}
         self.built = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         self.families = [
@@ -502,6 +504,11 @@ class Site:
         for newest in by_suite.values():
             for i, a in enumerate(newest):
                 pairs += [(a, b) for b in newest[i + 1 :] if a.machine != b.machine]
+        if self.all_pairs:
+            suites: dict[str, list[Entry]] = {}
+            for e in sorted(self.c.reports, key=lambda e: e.created):
+                suites.setdefault(e.suite, []).append(e)
+            pairs += [pair for entries in suites.values() for pair in itertools.combinations(entries, 2)]
         by_path = {e.shown: e for e in self.c.reports}
         by_resolved = {str(e.path.resolve()): e for e in self.c.reports}
         for a, b in self.extra_pairs:
@@ -684,13 +691,13 @@ def publish(
     out: str | Path,
     threshold: float = 0.05,
     pairs: list[tuple[str, str]] = (),  # type: ignore[assignment]
-    progress: Callable[[str], None] | None = None,
+    all_pairs: bool = False,
 ) -> dict[str, Any]:
     """Build the site of every report under ``folders`` into ``out``; what was built, for the CLI."""
     from appliance.publish.collect import collect
 
     collection = collect(folders)
-    site = Site(collection, threshold, pairs)
+    site = Site(collection, threshold, pairs, all_pairs)
     pages = site.build()
     write_site(pages, out)
     found = [s for _, f in site.histories.values() for s in f]
