@@ -112,7 +112,8 @@ def test_the_compare_picker_finds_a_built_comparison(browser, tmp_path):
         "(() => { const n = document.getElementById('new'); n.value = document.getElementById('base').value;"
         " n.dispatchEvent(new Event('change')); })()"
     )
-    assert "Not built" in browser.evaluate("document.getElementById('picked').textContent")
+    said = browser.evaluate("document.getElementById('picked').textContent")
+    assert said.startswith("Not built: puffer-bench compare ") and ".json" in said, said
     assert browser.problems() == []
 
 

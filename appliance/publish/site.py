@@ -148,8 +148,8 @@ COMPARE_INDEX = """{% extends "base" %}{% block body %}
 report against the one before it on its machine (same suite and profile), the newest reports of different machines
 of one suite, and the pairs given with <code>--pair</code> (<code>--all-pairs</code>: every two reports of one suite,
 older as the base). Pick two reports:</p>
-<p><label>base <select id=base>{% for r in reports %}<option value="{{ r.id }}">{{ r.label|short(160) }}</option>{% endfor %}</select></label><br>
-<label>new <select id=new>{% for r in reports %}<option value="{{ r.id }}">{{ r.label|short(160) }}</option>{% endfor %}</select></label></p>
+<p><label>base <select id=base>{% for r in reports %}<option value="{{ r.id }}" data-path="{{ r.path|short }}">{{ r.label|short(160) }}</option>{% endfor %}</select></label><br>
+<label>new <select id=new>{% for r in reports %}<option value="{{ r.id }}" data-path="{{ r.path|short }}">{{ r.label|short(160) }}</option>{% endfor %}</select></label></p>
 <p id=picked class=note>Pick two reports.</p>
 <h2>Comparisons built</h2><table id=pairs><tr><th>base</th><th>new</th><th>regressions</th></tr>
 {% for c in pairs %}<tr><td>{{ c.a|short(160) }}</td><td>{{ c.b|short(160) }}</td>\
@@ -168,7 +168,9 @@ older as the base). Pick two reports:</p>
       a.textContent = "open this comparison";
       out.appendChild(a);
     } else {
-      out.textContent = "Not built: run puffer-bench compare on the two files, or publish again with --pair.";
+      var paths = [base, added].map(function (s) { return s.options[s.selectedIndex].dataset.path; });
+      out.textContent = "Not built: puffer-bench compare " + paths.join(" ") +
+        " (or publish again with --pair " + paths.join(" ") + ")";
     }
   }
   base.addEventListener("change", pick);
@@ -580,7 +582,7 @@ class Site:
             "compare.html",
             title="Compare",
             reports=[
-                {"id": e.id, "label": e.label()}
+                {"id": e.id, "label": e.label(), "path": e.shown}
                 for e in sorted(self.c.reports, key=lambda e: e.created, reverse=True)
             ],
             pairs=[c for c in built if c["page"]],
