@@ -262,6 +262,8 @@ def test_the_out_folder_is_replaced_only_when_it_is_a_site(tmp_path):
     (other / "notes.txt").write_text("keep")
     out = CliRunner().invoke(cli, ["publish", str(root), "--out", str(other)])
     assert out.exit_code == 2 and "a folder of other files" in out.output
+    out = CliRunner().invoke(cli, ["history", METRIC, "--results", str(root)])
+    assert "not read: " in out.output and "v2.json" in out.output and "puffer-bench/report/2" in out.output
     assert (other / "notes.txt").read_text() == "keep" and len(list(tmp_path.glob(".*tmp"))) == 0
     out = CliRunner().invoke(cli, ["publish", str(root), "--out", str(tmp_path / "site")])
     assert out.exit_code == 0, out.output

@@ -573,6 +573,9 @@ def history_cmd(metric: str, host: str | None, folders: tuple[str, ...], thresho
     from appliance.publish.collect import short_commit
 
     collection = collect(list(folders))
+    for s in collection.skipped:
+        if s.other_version:  # listed, not dropped silently
+            click.echo(f"not read: {s.path}: {s.why}", err=True)
     names = collection.metric_names()
     if metric not in names:
         near = difflib.get_close_matches(metric, names, n=3)
