@@ -12,8 +12,9 @@ the ``env`` config section, overridable with ``--env.KEY``) and its training rec
 ``[policy]``, ``[vec]`` on our keys: :func:`recipe`), written beside the library as ``recipe.yaml``,
 the env's own layer of the config (docs/configuration.md).
 
-What the compatibility layer does not cover is refused at build time in one line: continuous
-actions (ACT_SIZES all 1) and the whole-vector hooks (MY_VEC_INIT, MY_VEC_STEP, MY_SHARED, ...).
+Continuous actions (ACT_SIZES all 1, the format's rule) are a Box of float actions. What the
+compatibility layer does not cover is refused at build time in one line: the whole-vector hooks
+(MY_VEC_INIT, MY_VEC_STEP, MY_SHARED, ...).
 """
 
 from __future__ import annotations
@@ -154,12 +155,6 @@ def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
         raise ConfigError(
             f"{folder}/binding.c defines {', '.join(hooks)}: hooks that replace the format's vector, which our "
             "runtime steps itself; not supported"
-        )
-    sizes = re.findall(r"-?\d+", found["ACT_SIZES"])
-    if sizes and all(s == "1" for s in sizes):
-        raise ConfigError(
-            f"{folder}/binding.c: ACT_SIZES {found['ACT_SIZES']} declares continuous actions, which the "
-            "compatibility layer does not map yet (our runtime's actions are integers)"
         )
     return folder.resolve().name, found
 

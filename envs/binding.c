@@ -134,6 +134,10 @@ static PyObject* layout_dict(const EnvSpec* spec, const double* params) {
         return NULL;
     }
     Py_DECREF(shape);
+    if (PyDict_SetItemString(out, "action_continuous", L.action_continuous ? Py_True : Py_False) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
     return out;
 }
 
@@ -250,7 +254,8 @@ static int Vec_init(PyVec* self, PyObject* args, PyObject* kwds) {
     char fmt = L.obs_dtype == OBS_UINT8 ? 'B' : L.obs_dtype == OBS_INT8 ? 'b' : 'f';
     if (get_buffer(name, obs, "observations", fmt, ocean_obs_itemsize(L.obs_dtype), rows, L.obs_size, 0, &self->obs) < 0)
         return -1;
-    if (get_buffer(name, act, "actions", 'i', 4, rows, L.action_dims, 1, &self->act) < 0) goto fail_obs;
+    if (get_buffer(name, act, "actions", L.action_continuous ? 'f' : 'i', 4, rows, L.action_dims, 1, &self->act) < 0)
+        goto fail_obs;
     if (get_buffer(name, rew, "rewards", 'f', 4, rows, 1, 1, &self->rew) < 0) goto fail_act;
     if (get_buffer(name, term, "terminals", 'B', 1, rows, 1, 1, &self->term) < 0) goto fail_rew;
     if (get_buffer(name, trunc, "truncations", 'B', 1, rows, 1, 1, &self->trunc) < 0) goto fail_term;
@@ -308,6 +313,13 @@ static int check_actions(PyVec* self) {
     int d = (int)(bad % dims);
     char dim[32] = "";
     if (dims > 1) snprintf(dim, sizeof(dim), ", dimension %d", d);
+    if (L->action_continuous) {
+        char value[32];
+        snprintf(value, sizeof(value), "%g", (double)((const float*)a)[bad]);
+        PyErr_Format(PyExc_ValueError, "%s: action %s for agent %zd (env %zd%s) is not a finite number",
+                     vec->spec->name, value, r, r / L->agents_per_env, dim);
+        return -1;
+    }
     PyErr_Format(PyExc_ValueError, "%s: action %d for agent %zd (env %zd%s) is out of range; valid: 0..%d",
                  vec->spec->name, (int)a[bad], r, r / L->agents_per_env, dim, L->action_n[d] - 1);
     return -1;

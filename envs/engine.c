@@ -128,8 +128,12 @@ static int check_actions(Buffer* buf) {
     int d = (int)(bad % dims);
     char dim[32] = "";
     if (dims > 1) snprintf(dim, sizeof(dim), ", dimension %d", d);
-    snprintf(buf->err, sizeof(buf->err), "%s: action %d for agent %zu (env %zu%s) is out of range; valid: 0..%d",
-             eng->parent->spec->name, (int)a[bad], agent, agent / (size_t)L->agents_per_env, dim, L->action_n[d] - 1);
+    if (L->action_continuous)
+        snprintf(buf->err, sizeof(buf->err), "%s: action %g for agent %zu (env %zu%s) is not a finite number",
+                 eng->parent->spec->name, (double)((const float*)a)[bad], agent, agent / (size_t)L->agents_per_env, dim);
+    else
+        snprintf(buf->err, sizeof(buf->err), "%s: action %d for agent %zu (env %zu%s) is out of range; valid: 0..%d",
+                 eng->parent->spec->name, (int)a[bad], agent, agent / (size_t)L->agents_per_env, dim, L->action_n[d] - 1);
     return -1;
 }
 

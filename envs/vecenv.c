@@ -38,6 +38,14 @@ long long ocean_first_bad_action(const Layout* layout, const int32_t* actions, s
     const uint32_t* a = (const uint32_t*)actions;
     int dims = layout->action_dims;
     size_t n = rows * (size_t)dims;
+    if (layout->action_continuous) { /* a float with every exponent bit set is an inf or a NaN */
+        uint32_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad |= (a[i] & 0x7F800000u) == 0x7F800000u;
+        if (!bad) return -1;
+        for (size_t i = 0; i < n; i++)
+            if ((a[i] & 0x7F800000u) == 0x7F800000u) return (long long)i;
+        return -1;
+    }
     uint32_t bad = 0;
     if (dims == 1) { /* v | (n - 1 - v) has its top bit set exactly when v < 0 or v >= n: adds and ORs */
         uint32_t last = (uint32_t)layout->action_n[0] - 1;

@@ -88,6 +88,9 @@ typedef struct Layout {
     /* Image observations (all 0: a flat vector): each agent's obs_size elements are obs_channels
      * planes of obs_height x obs_width, channel first (C, H, W), so the policy builds a CNN. */
     int obs_channels, obs_height, obs_width;
+    /* Continuous actions (1: the actions buffer holds action_dims float32 values per agent, read
+     * through the same int32 pointer, each action_n[d] = 1); 0: integer actions in [0, action_n[d]). */
+    int action_continuous;
 } Layout;
 
 /* An env parameter: the one place its name, type, default and range are written. The binding checks
@@ -256,7 +259,8 @@ void vecenv_log(VecEnv* vec, float* out);
 void vecenv_close(VecEnv* vec);
 size_t ocean_obs_itemsize(ObsDtype dtype);
 /* Flat index (row * action_dims + dimension) of the first action outside [0, n) for its dimension in
- * `rows` rows of actions, or -1 when all are valid. One branch-free pass the compiler vectorizes. */
+ * `rows` rows of actions, or -1 when all are valid. One branch-free pass the compiler vectorizes.
+ * Continuous actions (layout->action_continuous): the first that is not a finite float. */
 long long ocean_first_bad_action(const Layout* layout, const int32_t* actions, size_t rows);
 
 #endif

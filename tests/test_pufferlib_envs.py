@@ -145,6 +145,30 @@ def test_ini_keys_my_init_never_reads_are_left_out_of_the_env_section(tmp_path):
     assert "num_envs" not in ocean.describe(pufferlib_envs.load_library(built))["params"]
 
 
+def test_continuous_actions_are_a_box_of_floats_that_reach_the_env_as_they_are(tmp_path):
+    from appliance.vector import native
+
+    # ACT_SIZES all 1 is the format's continuous actions: the corridor then moves by int(action) cells
+    folder = variant(
+        tmp_path, "corridor_continuous", edit=lambda b: b.replace("ACT_SIZES {3, 2}", "ACT_SIZES {1, 1}")
+    )
+    name = pufferlib_envs.load_library(pufferlib_envs.build(folder))
+    info = ocean.describe(name)
+    assert info["action_continuous"] is True and info["action_nvec"] == [1, 1]
+    with native.make(name, num_envs=4, num_threads=1, seed=0) as vec:
+        assert str(vec.single_action_space) == "Box(-1.0, 1.0, (2,), float32)"
+        obs, _ = vec.reset(0)
+        start = obs.argmax(axis=-1)
+        # direction 2.0 (right) with stride 0.0 (one cell): the floats arrive unconverted
+        obs, *_ = vec.step(np.tile(np.array([[2.0, 0.0]], dtype=np.float32), (8, 1)))
+        moved = start + 1 < 11  # an agent that reaches the end (cell 11) starts again elsewhere
+        assert moved.any() and np.array_equal(obs.argmax(axis=-1)[moved], start[moved] + 1)
+        bad = np.zeros((8, 2), dtype=np.float32)
+        bad[3, 1] = np.nan
+        with pytest.raises(ValueError, match="not a finite number"):
+            vec.step(bad)
+
+
 def test_the_folder_itself_names_the_env(tmp_path):
     from appliance.config import resolve
 
@@ -161,7 +185,6 @@ def test_the_folder_itself_names_the_env(tmp_path):
         ("no-binding", ["has no binding.c"]),
         ("no-macro", ["does not #define ACT_SIZES"]),
         ("pufferlib3", ["PufferLib 3.0's format"]),
-        ("continuous", ["continuous actions"]),
         ("vec-hook", ["MY_VEC_INIT", "not supported"]),
         ("compile-error", ["failed to compile", "error", "build.log"]),
         ("missing-kwarg", ["reads kwarg 'length'", "lacks"]),
@@ -181,7 +204,6 @@ def test_bad_input_gets_one_line_naming_what_to_fix(tmp_path, case, fragments):
         edits = {
             "no-macro": lambda b: b.replace("#define ACT_SIZES {3, 2}\n", ""),
             "pufferlib3": lambda b: b.replace('#include "vecenv.h"', '#include "../env_binding.h"'),
-            "continuous": lambda b: b.replace("ACT_SIZES {3, 2}", "ACT_SIZES {1, 1}"),
             "vec-hook": lambda b: "#define MY_VEC_INIT\n" + b,
             "compile-error": lambda b: b + "\nint broken(void) { return undeclared_thing; }\n",
             "missing-kwarg": lambda b: b,

@@ -50,7 +50,7 @@ class OceanVec(Vector):
         self.params = {k: params.get(k, v) for k, v in self.info["params"].items()}
         n = self.num_agents
         self.observations = aligned_empty((n, *self.source.obs_shape), self.single_observation_space.dtype)
-        self.actions = aligned_empty((n, *self.source.action_shape), np.int32)
+        self.actions = aligned_empty((n, *self.source.action_shape), self.source.action_dtype)
         self.rewards = aligned_empty((n,), np.float32)
         self.terminals = aligned_empty((n,), np.bool_)
         self.truncations = aligned_empty((n,), np.bool_)
@@ -82,7 +82,11 @@ class OceanVec(Vector):
         """Check dtype and shape, copy into the C-owned actions buffer, step every env. int32 values
         are range-checked by C on the fly; other integer dtypes here, before a cast could wrap them."""
         self._check_open()
-        if type(actions) is np.ndarray and actions.dtype == np.int32 and actions.shape == self.actions.shape:
+        if (
+            type(actions) is np.ndarray
+            and actions.dtype == self.actions.dtype
+            and actions.shape == self.actions.shape
+        ):
             # the usual case, and all check_actions would do for it: a serial microsecond less per step
             if actions is not self.actions:
                 np.copyto(self.actions, actions)
@@ -94,7 +98,7 @@ class OceanVec(Vector):
             actions,
             self.actions.shape,
             self.single_action_space,
-            check_values=actions.dtype != np.int32,
+            check_values=actions.dtype != self.actions.dtype,
         )
         np.copyto(self.actions, actions, casting="unsafe")
         self._c.step()

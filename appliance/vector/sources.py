@@ -80,6 +80,17 @@ def observation_space(info: dict[str, Any]) -> spaces.Box:
     return spaces.Box(low.astype(dtype).reshape(shape), high.astype(dtype).reshape(shape), shape, dtype)
 
 
+def ocean_action_space(info: dict[str, Any]) -> Any:
+    """An Ocean env's action space from its layout: Discrete, MultiDiscrete, or (continuous actions,
+    ``action_continuous``) a Box of its dimensions in [-1, 1], the range PufferLib's continuous envs clamp to."""
+    from gymnasium import spaces
+
+    nvec = info["action_nvec"]
+    if info.get("action_continuous"):
+        return spaces.Box(-1.0, 1.0, (len(nvec),), np.float32)
+    return spaces.Discrete(nvec[0]) if len(nvec) == 1 else spaces.MultiDiscrete(nvec)
+
+
 def resolve_source(
     env: Any, *, preprocess: str = "auto", timeout: float | None = None, **params: Any
 ) -> EnvSource:
@@ -102,7 +113,7 @@ def resolve_source(
             agents_per_env=info["agents_per_env"],
             env_bytes=int(info.get("env_bytes", 0)),
             observation_space=observation_space(info),
-            action_space=spaces.Discrete(nvec[0]) if len(nvec) == 1 else spaces.MultiDiscrete(nvec),
+            action_space=ocean_action_space(info),
         )
     import cloudpickle
 

@@ -18,8 +18,9 @@
  *   - rewards and observations: the env writes straight into our rows (float32; uint8 or float32);
  *   - an action mask (MY_ACTION_MASK) gets a buffer of its own the env writes; the policy does not
  *     read it yet.
- * The build step (appliance/pufferlib_envs.py) refuses what this layer does not cover, in one line
- * each: continuous actions, MY_VEC_INIT and the other whole-vector hooks.
+ * Continuous actions (every ACT_SIZES entry 1, the format's rule) make Layout.action_continuous: our
+ * actions buffer then holds floats, copied as they are. The build step (appliance/pufferlib_envs.py)
+ * refuses what this layer does not cover, in one line each: MY_VEC_INIT and the other whole-vector hooks.
  *
  * What the build passes: PUFFER4_NAME (the registered name, "pufferlib:NAME"), PUFFER4_RNG_FIELD
  * when the Env struct has an integer `rng` word (seeded from our stream at init and reset), and
@@ -212,7 +213,12 @@ static void compat4_layout(const double* params, Layout* out) {
     out->obs_low = compat4_obs_itemsize() == 1 ? 0.0f : -INFINITY;
     out->obs_high = compat4_obs_itemsize() == 1 ? 255.0f : INFINITY;
     out->action_dims = NUM_ATNS;
-    for (int d = 0; d < NUM_ATNS; d++) out->action_n[d] = compat4_act_sizes[d];
+    int continuous = 1; /* the format's rule: every action size 1 means continuous actions */
+    for (int d = 0; d < NUM_ATNS; d++) {
+        out->action_n[d] = compat4_act_sizes[d];
+        continuous &= compat4_act_sizes[d] == 1;
+    }
+    out->action_continuous = continuous;
     out->frame_h = 1; /* c_render draws through raylib to a window: no frame of ours */
     out->frame_w = 1;
     out->text_h = 1;
@@ -250,9 +256,18 @@ static void compat4_reset(void* e) {
     compat4_flags_out(s);
 }
 
+static int compat4_continuous(void) {
+    for (int d = 0; d < NUM_ATNS; d++)
+        if (compat4_act_sizes[d] != 1) return 0;
+    return 1;
+}
+
 static inline void compat4_step_one(Compat4Slot* s) {
     const int n = s->agents * NUM_ATNS;
-    for (int i = 0; i < n; i++) s->actions[i] = (float)s->our_actions[i];
+    if (compat4_continuous()) /* our buffer holds floats then (Layout.action_continuous) */
+        memcpy(s->actions, s->our_actions, (size_t)n * sizeof(float));
+    else
+        for (int i = 0; i < n; i++) s->actions[i] = (float)s->our_actions[i];
     memset(s->env.rewards, 0, (size_t)s->agents * sizeof(float));
     memset(s->terminals, 0, (size_t)s->agents * sizeof(float));
     compat4_current = (Compat4Stream*)&s->rng;
