@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -83,3 +84,23 @@ def test_the_dashboard_says_when_its_episode_stats_are_old():
     assert line.endswith("| episode_return=12.5 (no episode ended since step 5,000)"), line
     trainer.env_stats = {"episode_return": 13.0, "n": 1.0}
     assert Reporter(trainer, "HalfCheetah-v5", live=False).line().endswith("| episode_return=13")
+
+
+def test_time_limited_episodes_are_staggered_at_start():
+    """Pendulum's episodes always last its 200-step limit: unstaggered, 8 envs would end theirs
+    together at steps 200, 400, ...; env i's first episode is cut (and not reported) after 200 x
+    frac(i x golden ratio) steps, so the envs end their first whole episodes at 8 different steps."""
+    vec = vector.make("Pendulum-v1", backend="serial", num_envs=8)
+    first: dict[int, int] = {}  # env -> the step its first whole episode ended
+    try:
+        vec.async_reset(0)
+        for step in range(401):
+            infos = vec.recv()[4]
+            for info in infos:
+                assert info["episode_length"] == 200  # whole episodes only: the cut ones are not reported
+                first.setdefault(info["env"], step)
+            vec.send(np.zeros((8, 1), np.float32))
+    finally:
+        vec.close()
+    assert sorted(first) == list(range(8)) and first[0] == 200  # env 0 uncut
+    assert len(set(first.values())) == 8, first

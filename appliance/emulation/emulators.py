@@ -53,6 +53,7 @@ class GymnasiumEmulator:
         self.num_agents = 1
         self.episode_return = 0.0
         self.episode_length = 0
+        self._cut = 0  # the first episode ends after this many steps (stagger); 0: as the env ends it
         leaf = self.obs_codec._leaf
         # the fast path: an ndarray of the space's own shape and of a dtype already seen to cast
         self._shape = leaf.shape if leaf is not None else None
@@ -115,6 +116,15 @@ class GymnasiumEmulator:
         mask[0] = True
         self.episode_return, self.episode_length = 0.0, 0
 
+    def stagger(self, index: int) -> None:
+        """Env ``index`` of the vector: where the env has a time limit (``spec.max_episode_steps``),
+        its first episode is cut short (truncated, and not reported: it is no whole episode) after
+        ``limit * frac(index * golden ratio)`` steps, so that envs whose episodes all last the limit
+        (HalfCheetah's 1,000 steps) do not end them together, once every ``limit x envs`` agent-steps,
+        but spread, and the curve gets returns every epoch. Env 0 is not cut."""
+        limit = getattr(getattr(self.env, "spec", None), "max_episode_steps", None)
+        self._cut = int(limit * ((index * 0.6180339887498949) % 1.0)) if limit and index > 0 else 0
+
     def step(
         self,
         actions: np.ndarray,
@@ -143,6 +153,13 @@ class GymnasiumEmulator:
         self.episode_return += r
         self.episode_length += 1
         rewards[0], terminals[0], truncations[0] = r, terminal, truncated  # mask stays True (set on reset)
+        if self._cut and self.episode_length >= self._cut:  # the staggered start: its one cut
+            self._cut = 0
+            if not (terminal or truncated):
+                truncations[0] = True
+                self._reset(None, obs[0])
+                self.episode_return, self.episode_length = 0.0, 0
+                return None
         if terminal or truncated:
             done = {"episode_return": self.episode_return, "episode_length": self.episode_length}
             self._reset(None, obs[0])

@@ -100,6 +100,8 @@ class EmulatedGroup:
                 self.close()
                 raise EnvStepError(env_offset + j, "creation", traceback.format_exc()) from e
             self._check_spaces(source, self.envs[-1])
+            if hasattr(self.envs[-1], "stagger"):  # time-limited episodes do not all end together
+                self.envs[-1].stagger(env_offset + j)
         # each env's row views, made once: slicing six arrays per env per step costs more than a small env
         b = buffers
         self._views = [
