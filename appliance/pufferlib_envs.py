@@ -69,7 +69,8 @@ TRAIN_KEYS = (
 )  # fmt: skip
 # where PufferLib 4.0's trainer does otherwise than our defaults and a switch of ours does as it does
 RECIPE_SWITCHES = {
-    "train": {"optimizer": "muon", "prio_replacement": True, "muon_ns": "pufferlib4", "vtrace_rho_on": "reward"},
+    "train": {"optimizer": "muon", "prio_replacement": True, "muon_ns": "pufferlib4", "vtrace_rho_on": "reward",
+              "reward_clamp": 1.0, "reward_norm": False, "reset_state": True, "batch_size": "auto"},
     "policy": {"core": "mingru", "encoder": "linear", "encoder_activation": "none", "init": "torch", "obs_scale": "none"},
 }  # fmt: skip
 

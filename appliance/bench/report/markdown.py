@@ -26,6 +26,50 @@ _MD_ESCAPES = str.maketrans(
 _NOT_IN_CODE = re.compile(r"[`|\x00-\x1f\x7f-\x9f]|<!--|-->")
 
 
+def class_lines(report: dict[str, Any]) -> list[str]:
+    """The "Workload classes" table: per class of the suite's ``classes``, its env's env and training
+    speed (medians, one env thread) and the last sentence of its training diagnosis (the bottleneck).
+    A figure measured on a busy machine is marked as such."""
+    classes = ((report.get("suite") or {}).get("definition") or {}).get("classes") or {}
+    if not isinstance(classes, dict) or not classes:
+        return []
+    metrics = report.get("metrics") or {}
+    training = (report.get("analysis") or {}).get("training") or {}
+
+    def figure(name: str) -> str:
+        m = metrics.get(name)
+        if not isinstance(m, dict) or not isinstance(m.get("median"), int | float):
+            return "-"
+        busy = " (busy)" if (m.get("noise") or {}).get("busy") else ""
+        return f"{m['median'] / 1e6:.3g} M{busy}"
+
+    rows = []
+    for label, env in classes.items():
+        summary = str((training.get(env) or {}).get("summary") or "-")
+        bottleneck = summary.split(". ")[-1].rstrip(".") if ". " in summary else summary
+        rows.append(
+            md_format(
+                "| {} | {} | {} | {} | {} |",
+                label,
+                env,
+                figure(f"env_sps/{env}/threads=1"),
+                figure(f"train_sps/{env}"),
+                bottleneck,
+            )
+        )
+    return [
+        "",
+        "## Workload classes",
+        "",
+        "One env per class of workload (the suite's `classes`): env-only agent-steps/s on one thread, "
+        "end-to-end training agent-steps/s, and where training time goes.",
+        "",
+        "| class | env | env agent-steps/s | training agent-steps/s | training bottleneck |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def md(value: Any) -> str:
     """Any value as Markdown text that renders as that text: no HTML, link, code span or table cell
     break can come out of it, and it stays on one line."""
@@ -93,6 +137,7 @@ def to_markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     for s in report.get("skipped") or []:
         lines += ["", md_format("> Skipped {}: {}", s["what"], s["why"])]
     analysis = report.get("analysis") or {}
+    lines += class_lines(report)
     if analysis.get("roofline"):
         lines += ["", "## Roofline", ""]
         lines += [md_format("- {}", r["summary"]) for r in analysis["roofline"]]

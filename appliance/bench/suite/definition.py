@@ -34,6 +34,7 @@ KEYS.add("cv")  # the run-to-run spread the suite promises; the noise guard name
 KEYS.add("threshold")  # the relative change selftest counts as a difference (default 5 %, compare's)
 KEYS.add("gate")  # the speed gate of CPU-bound samples (noise.SpeedGate): false, or GATE_LIMITS
 KEYS.add("order")  # env and vector samples: "rounds" (default) or "steps" (SuiteRunner._plan_sampled)
+KEYS.add("classes")  # workload class -> the Ocean env that stands for it (the report's "Workload classes")
 ORDERS = ("rounds", "steps")
 GATE_LIMITS = {"retakes", "patience_s", "budget_s"}
 VECTOR_BACKENDS = ("native", "serial", "multiprocessing", "ray", "gymnasium-sync", "gymnasium-async")
@@ -194,6 +195,7 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
             raise _fail("train_sps.variants", "must map a label to {section.key: value} overrides")
         for label, overrides in variants.items():
             _overrides(f"train_sps.variants.{label}", overrides)
+    _classes(data)
     scores = data.get("time_to_score", [])
     if not isinstance(scores, list):
         raise _fail("time_to_score", "must be a list")
@@ -223,6 +225,31 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
                 _positive(f"{where}.{key}", item[key], int, MOST_RUNS)
         _overrides(where + ".overrides", item.get("overrides", {}))
     return data
+
+
+def _classes(data: dict[str, Any]) -> None:
+    """``classes``: each workload class (light vector, pixels, many agents per env, ...) names one Ocean
+    env, which the suite must measure in env_sps and train_sps, so its report says per class how fast
+    the env steps and trains and where its training time goes."""
+    classes = data.get("classes")
+    if classes is None:
+        return
+    if not isinstance(classes, dict) or not classes:
+        raise _fail("classes", f"must map a workload class to an Ocean env, got {classes!r}")
+    env_sps = set((data.get("env_sps") or {}).get("envs", []))
+    train_sps = set((data.get("train_sps") or {}).get("envs", []))
+    for label, env in classes.items():
+        where = f"classes.{label}"
+        if not isinstance(label, str) or not label.strip():
+            raise _fail("classes", f"class names must be non-empty strings, got {label!r}")
+        if not isinstance(env, str):
+            raise _fail(where, f"must name one Ocean env, got {env!r}")
+        _env_list(where, [env])
+        missing = [
+            key for key, envs in (("env_sps.envs", env_sps), ("train_sps.envs", train_sps)) if env not in envs
+        ]
+        if missing:
+            raise _fail(where, f"{env} must also be in {' and '.join(missing)}: a class is measured there")
 
 
 def load(name_or_path: str) -> tuple[dict[str, Any], Path]:
