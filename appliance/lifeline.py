@@ -133,6 +133,47 @@ def spawned_children_die_with_us() -> Iterator[None]:
         spawn.get_command_line = command_line
 
 
+_leash = {"depth": 0, "parent": 0, "on_main": False}  # forks inside forked_children_die_with_us
+
+
+def _before_fork() -> None:
+    _leash["parent"], _leash["on_main"] = os.getpid(), threading.current_thread() is threading.main_thread()
+
+
+def _after_fork_in_child() -> None:
+    if _leash["depth"] <= 0:
+        return
+    _leash["depth"] = 0  # this child's own forks are its own to lead
+    parent = int(_leash["parent"])
+    if _leash["on_main"]:  # forked by the parent's main thread: the parent-death signal is sound
+        die_with_parent(parent)
+        return
+    if os.getppid() != parent:  # forked by a helper thread, whose end would send the signal: watch
+        _orphaned()
+    threading.Thread(target=_watch, args=(parent, _orphaned), name="puffer-parent-watch", daemon=True).start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+@contextlib.contextmanager
+def forked_children_die_with_us() -> Iterator[None]:
+    """Processes ``os.fork()`` makes inside the block (multiprocessing's fork start method: gymnasium's
+    ``AsyncVectorEnv`` workers a VectorEnv factory starts) die with this process: the parent-death
+    signal where the main thread forked them, else a watchdog thread in each that polls its parent
+    (a helper thread's end would fire the signal while the process lives). Spawned children inside
+    the block arm the signal on their first line (:func:`spawned_children_die_with_us`) where the
+    main thread starts them."""
+    on_main = threading.current_thread() is threading.main_thread()
+    _leash["depth"] += 1
+    try:
+        with spawned_children_die_with_us() if on_main else contextlib.nullcontext():
+            yield
+    finally:
+        _leash["depth"] -= 1
+
+
 # A stdlib-only program (it runs under whatever Python starts it, with the environment the command
 # gets): the parent of COMMAND and of everything COMMAND starts. It is a child subreaper, so the
 # processes COMMAND's own children leave behind come to it, not to init; when its parent dies

@@ -90,9 +90,12 @@ def make(
         and accepts_num_envs(env)
     ):
         env_params["num_envs"] = num_envs  # a VectorEnv factory makes the vector's envs itself
-    source = resolve_source(env, preprocess=preprocess, timeout=recv_timeout, **env_params)
+    from appliance import lifeline
+
+    with lifeline.forked_children_die_with_us():  # a VectorEnv factory's own workers (gymvec)
+        source = resolve_source(env, preprocess=preprocess, timeout=recv_timeout, **env_params)
     if source.kind == "vector":
-        return _vector_env(source, backend, batch_size)
+        return _vector_env(source, backend, batch_size, recv_timeout)
     if backend != "ray":  # a Ray cluster's envs live on its machines
         check_fits(source, num_envs, run_config)
     if backend == "serial":
@@ -118,7 +121,7 @@ def make(
     )
 
 
-def _vector_env(source: Any, backend: str, batch_size: Any) -> Any:
+def _vector_env(source: Any, backend: str, batch_size: Any, recv_timeout: float = 30.0) -> Any:
     """A factory's own gymnasium VectorEnv, used as it is (:mod:`appliance.vector.gymvec`): it steps its
     envs its own way, so ``vec.backend`` serial or multiprocessing (the default) both mean "as it is"."""
     from appliance.vector.gymvec import GymVector
@@ -137,7 +140,7 @@ def _vector_env(source: Any, backend: str, batch_size: Any) -> Any:
             f"{source.name} returned a gymnasium VectorEnv of {n} envs, stepped all at once: "
             f"vec.batch_size must be {n} or auto, got {batch_size}"
         )
-    return GymVector(source, env)
+    return GymVector(source, env, recv_timeout=recv_timeout)
 
 
 def make_from_config(cfg: Any, env: Any | None = None) -> Any:

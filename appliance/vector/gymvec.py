@@ -18,19 +18,38 @@ Autoreset (``metadata["autoreset_mode"]``, gymnasium 1.x):
 
 Episode return and length are counted here, per env, from the rewards the VectorEnv returns (an
 ALE vector env clips them to -1..1 unless made with ``reward_clipping=False``).
+
+The VectorEnv gets what every other source gets:
+
+* every reset and step is bounded by ``vec.recv_timeout``: gymnasium's ``AsyncVectorEnv`` through its
+  own ``*_wait(timeout)``; any other VectorEnv (ale-py's, EnvPool's, ``SyncVectorEnv``) in a helper
+  thread the call waits for with the timeout. A call that does not return, a worker that died (named
+  with its exit code or signal) or raised is one line naming the env and the call, and the vector
+  is closed, its worker processes ended;
+* what it returns is checked where it enters (:func:`check_batch`): observations of the declared
+  shape and dtype for ``num_envs`` envs, rewards and flags one per env, rewards finite; a broken
+  rule is one line naming the env, the call and the rule.
 """
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import queue
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from appliance.errors import ConfigError
-from appliance.vector.base import Vector
+from appliance.errors import ConfigError, EnvContractError
+from appliance.vector.base import Vector, WorkerError
 from appliance.vector.sizes import Sizes
 from appliance.vector.sources import EnvSource
 
@@ -63,15 +82,101 @@ def check_spaces(name: str, env: Any) -> None:
         )
 
 
+def check_batch(name: str, call: str, n: int, space: Any, result: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a VectorEnv's reset (obs, infos) or step (obs, rewards, terminals, truncations, infos)
+    returned, as arrays, checked against its declared spaces for ``n`` envs; one line naming the env,
+    the call and the rule otherwise (:class:`EnvContractError`)."""
+
+    def broken(rule: str) -> EnvContractError:
+        return EnvContractError(f"{name}: the VectorEnv's {call} broke a rule: {rule}")
+
+    width = 2 if call == "reset" else 5
+    if not isinstance(result, tuple | list) or len(result) != width:
+        got = f"a {type(result).__name__}" + (
+            f" of {len(result)}" if isinstance(result, tuple | list) else ""
+        )
+        raise broken(f"it must return a tuple of {width} (gymnasium's VectorEnv API), got {got}")
+    obs = result[0]
+    if not isinstance(obs, np.ndarray):
+        raise broken(f"observations must be one array for the {n} envs, got {type(obs).__name__}")
+    want = (n, *space.shape)
+    if obs.shape != want:
+        raise broken(f"observations must have shape {want} ({n} envs of {space.shape}), got {obs.shape}")
+    if obs.dtype != space.dtype:
+        raise broken(
+            f"observations must be {space.dtype} as its single_observation_space says, got {obs.dtype}"
+        )
+    if call == "reset":
+        return obs, result[1]
+    out = [obs]
+    for what, value, kind in (("rewards", result[1], np.float32), ("terminations", result[2], bool),
+                              ("truncations", result[3], bool)):  # fmt: skip
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError) as e:
+            raise broken(f"{what} must be an array of {n} numbers: {e}") from None
+        if array.shape != (n,):
+            raise broken(f"{what} must have shape ({n},), one per env, got {array.shape}")
+        if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+            raise broken(f"{what} must be numbers, got {array.dtype}")
+        array = array.astype(kind, copy=False)
+        if kind is np.float32 and not np.isfinite(array).all():
+            bad = np.flatnonzero(~np.isfinite(array))
+            raise broken(f"rewards must be finite, got {array[bad[0]]} for env {int(bad[0])}")
+        out.append(array)
+    return (*out, result[4])
+
+
+class _Caller:
+    """A helper thread that makes one call at a time for the main thread, which waits for it at most
+    ``timeout`` seconds: a call stuck in C code (ale-py's or EnvPool's threads) cannot hold the run."""
+
+    def __init__(self, name: str) -> None:
+        self.calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.busy = False  # a call is in flight (or stuck)
+        self.thread = threading.Thread(target=self._serve, name=f"puffer-vecenv-{name}", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self.calls.get()
+            if job is None:
+                return
+            fn, args = job
+            try:
+                self.results.put((True, fn(*args)))
+            except BaseException as e:
+                self.results.put((False, e))
+
+    def call(self, timeout: float, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``; raises :class:`queue.Empty` when it has not returned within ``timeout``."""
+        self.busy = True
+        self.calls.put((fn, args))
+        ok, value = self.results.get(timeout=timeout)
+        self.busy = False
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        self.calls.put(None)
+
+
 class GymVector(Vector):
     """One live VectorEnv behind the Vector API; synchronous (every env each ``recv``)."""
 
     backend = "vector-env"
 
-    def __init__(self, source: EnvSource, env: Any) -> None:
+    def __init__(self, source: EnvSource, env: Any, recv_timeout: float = 30.0) -> None:
         n = int(env.num_envs)
         super().__init__(source, Sizes(n, 1, n, n, 1))
         self.env = env
+        self.recv_timeout = float(recv_timeout)
+        self._async = isinstance(env, AsyncVectorEnv)
+        self._caller: _Caller | None = None if self._async else _Caller(source.name)
+        self._unclean = False  # a call failed or hung: the env is not asked to close politely
+        self.label = f"{source.name} ({type(env).__name__})"  # what every one-line error names
         self.num_threads = 1
         self.next_step = autoreset_mode(env) == "NextStep"
         self.agent_ids = np.arange(n)
@@ -86,9 +191,81 @@ class GymVector(Vector):
         if self._closed:
             raise RuntimeError(f"{self.source.name}: this vector is closed")
 
+    def _call(self, what: str, *args: Any) -> tuple[Any, ...]:
+        """The VectorEnv's ``reset`` or ``step``, bounded by the timeout, its result checked; a hang, a
+        dead worker or an error inside it is one line naming the env and the call."""
+        env = self.env
+        try:
+            if self._async:  # gymnasium's own bound: the workers' pipes polled with the timeout
+                with (
+                    warnings.catch_warnings()
+                ):  # a worker's traceback, as gymnasium warns it: the line below says it
+                    warnings.simplefilter("ignore", UserWarning)
+                    if what == "reset":
+                        env.reset_async(seed=args[0])
+                        result = env.reset_wait(timeout=self.recv_timeout)
+                    else:
+                        env.step_async(args[0])
+                        result = env.step_wait(timeout=self.recv_timeout)
+            else:
+                assert self._caller is not None
+                fn = (lambda seed: env.reset(seed=seed)) if what == "reset" else env.step
+                result = self._caller.call(self.recv_timeout, fn, *args)
+        except (queue.Empty, multiprocessing.TimeoutError):
+            self._unclean = True
+            self.close()
+            raise WorkerError(
+                f"{self.label}: the VectorEnv's {what} did not return within {self.recv_timeout:g} s "
+                "(vec.recv_timeout); fix the env, or raise --vec.recv-timeout if it is only slow"
+            ) from None
+        except (EOFError, BrokenPipeError, ConnectionResetError) as e:
+            self._unclean = True
+            dead = self._dead_workers()
+            self.close()
+            raise WorkerError(
+                f"{self.label}: the VectorEnv's {what} lost a worker: "
+                f"{dead or type(e).__name__ + ' on its pipe'}; fix the env"
+            ) from None
+        except (KeyboardInterrupt, WorkerError, EnvContractError):
+            self._unclean = True
+            raise
+        except Exception as e:
+            self._unclean = True
+            dead = self._dead_workers()
+            self.close()
+            first = (str(e).strip().splitlines() or [""])[0]
+            where = f" ({dead})" if dead else ""
+            raise WorkerError(
+                f"{self.label}: the VectorEnv's {what} failed{where}: {type(e).__name__}: {first}"
+            ) from None
+        try:
+            return check_batch(self.label, what, self.num_envs, self.source.observation_space, result)
+        except EnvContractError:
+            self.close()
+            raise
+
+    def _dead_workers(self) -> str:
+        """Which of an AsyncVectorEnv's workers are gone, and how ("" when none is known)."""
+        processes = list(getattr(self.env, "processes", None) or [])
+        deadline = time.monotonic() + 1.0  # a pipe closes a moment before its process is reaped
+        while True:
+            gone = []
+            for i, p in enumerate(processes):
+                with contextlib.suppress(Exception):
+                    if p.is_alive():  # also reaps one that just died, setting its exit code
+                        continue
+                    code = p.exitcode
+                    how = (
+                        f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                    )
+                    gone.append(f"worker {i} (pid {p.pid}) {how}")
+            if gone or not processes or time.monotonic() > deadline:
+                return "; ".join(gone)
+            time.sleep(0.05)
+
     def async_reset(self, seed: int | None = 0) -> None:
         self._check_open()
-        obs, _ = self.env.reset(seed=seed)
+        obs, _ = self._call("reset", seed)
         n = self.num_envs
         self._returns[:], self._lengths[:], self._resetting[:] = 0.0, 0, False
         self._result = (
@@ -104,10 +281,7 @@ class GymVector(Vector):
     def send(self, actions: Any) -> None:
         self._check_open()
         actions = self._check_actions(actions)
-        obs, rewards, terminals, truncations, _ = self.env.step(actions)
-        rewards = np.asarray(rewards, np.float32)
-        terminals = np.asarray(terminals, bool)
-        truncations = np.asarray(truncations, bool)
+        obs, rewards, terminals, truncations, _ = self._call("step", actions)
         live = ~self._resetting  # a NextStep reset step is no step of any episode
         self._returns[live] += rewards[live]
         self._lengths[live] += 1
@@ -135,9 +309,46 @@ class GymVector(Vector):
         return self._result
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        """Close the VectorEnv: politely when its last call returned; else (a call hung, a worker
+        died, a stop signal mid-call) its workers are ended and a stuck call is left to its thread."""
+        if self._closed:
+            return
+        self._closed = True
+        caller, self._caller = self._caller, None
+        if self._async:
+            state = getattr(getattr(self.env, "_state", None), "value", "default")
+            if self._unclean or state != "default":  # a call in flight or failed: no polite close
+                _end_workers(self.env)
+                self._unclean = True
+                with contextlib.suppress(Exception):  # nothing to wait for: its workers are gone
+                    self.env._state = type(self.env._state)("default")
+            with contextlib.suppress(Exception):
+                self.env.close(terminate=self._unclean)
+            return
+        if caller is not None and caller.busy:  # a call in flight (a stop signal came): let it end first
+            with contextlib.suppress(queue.Empty):
+                caller.results.get(timeout=self.recv_timeout)
+                caller.busy = False
+        if caller is not None and caller.busy:  # stuck in the env: closing it would wait on the call
+            return
+        if caller is not None:
+            caller.stop()
+        with contextlib.suppress(Exception) if self._unclean else contextlib.nullcontext():
             self.env.close()
+
+
+def _end_workers(env: Any) -> None:
+    """End an AsyncVectorEnv's worker processes (SIGTERM, then SIGKILL a second later)."""
+    processes = [p for p in getattr(env, "processes", None) or [] if p.is_alive()]
+    for p in processes:
+        with contextlib.suppress(Exception):
+            p.terminate()
+    for p in processes:
+        with contextlib.suppress(Exception):
+            p.join(1.0)
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
 
 
 class EnvPoolVector(VectorEnv):
