@@ -219,3 +219,32 @@ def test_vector_env_workers_die_with_a_parent_killed_or_terminated_mid_step(how)
     while any(_alive(p) for p in workers) and time.time() < deadline:
         time.sleep(0.1)
     assert not [p for p in workers if _alive(p)], f"workers left running after {how} of their parent"
+
+
+ASKED: list[int] = []  # the num_envs each call of big_vector was given
+
+
+def big_vector(num_envs: int = 2) -> gymnasium.vector.VectorEnv:
+    """A VectorEnv factory whose every env holds 4 MiB (touched, so resident), as an emulator's
+    state does."""
+    ASKED.append(num_envs)
+    vec = faulty_vector(num_envs, "arrays")
+    vec.held = np.ones((num_envs, 2**20), np.float32)
+    return vec
+
+
+def test_a_vector_env_too_big_for_this_machine_is_refused_before_it_is_made(monkeypatch):
+    """Measured on small vectors (what each env holds), a vector of 10 million of them is refused with
+    the figures before the factory is asked for it: ale-py's 20,000 Atari envs used to run for minutes
+    in silence."""
+    ASKED.clear()
+    with pytest.raises(ApplianceError, match=r"^vec.num_envs 10,000,000 of .* needs about .* of memory") as e:
+        vector.make("test_vecenv_faults:big_vector", backend="serial", num_envs=10_000_000)
+    assert "including" in str(e.value) and "use at most about" in str(e.value), str(e.value)
+    assert max(ASKED) < 100, ASKED  # only the small measuring vectors were made
+    ASKED.clear()
+    vec = vector.make("test_vecenv_faults:big_vector", backend="serial", num_envs=100)  # 400 MiB: fits
+    try:
+        assert vec.num_envs == 100 and ASKED[-1] == 100
+    finally:
+        vec.close()

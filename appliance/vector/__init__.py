@@ -92,6 +92,8 @@ def make(
         env_params["num_envs"] = num_envs  # a VectorEnv factory makes the vector's envs itself
     from appliance import lifeline
 
+    if "num_envs" in env_params and int(env_params["num_envs"]) > PROBE_ABOVE and backend != "ray":
+        check_vector_env_fits(env, preprocess, recv_timeout, env_params, run_config)
     with lifeline.forked_children_die_with_us():  # a VectorEnv factory's own workers (gymvec)
         source = resolve_source(env, preprocess=preprocess, timeout=recv_timeout, **env_params)
     if source.kind == "vector":
@@ -182,6 +184,65 @@ def check_fits(
 
 
 ALE_VECTOR = "appliance.emulation.atari:vector"
+PROBE_ABOVE = 64  # a VectorEnv factory asked for more envs is first measured on PROBE_SIZES of them
+PROBE_SIZES = (2, 6)
+
+
+def _resident(pid: int | None = None) -> int:
+    """Resident bytes of this process and every process below it (a VectorEnv's workers)."""
+    import contextlib
+
+    import psutil
+
+    me = psutil.Process(pid)
+    total = 0
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):  # a worker that ended meanwhile
+            total += p.memory_info().rss
+    return total
+
+
+def check_vector_env_fits(
+    env: Any,
+    preprocess: str,
+    recv_timeout: float,
+    env_params: Mapping[str, Any],
+    run_config: Mapping[str, Any] | None = None,
+) -> None:
+    """Before a VectorEnv factory (ale-py's AtariVectorEnv, EnvPool, a ``module:factory`` taking
+    ``num_envs``) allocates ``env_params["num_envs"]`` envs, measure what one env holds: the growth
+    of this process's and its workers' resident memory from a vector of 2 envs to one of 6 (what
+    both share, imports and ROMs, cancels out), then refuse with the figures what cannot fit."""
+    import os
+
+    from appliance import lifeline
+    from appliance.config.memory import check_memory, source_layout
+
+    num_envs = int(env_params["num_envs"])
+    seen = []
+    for size in PROBE_SIZES:
+        before = _resident()
+        with lifeline.forked_children_die_with_us():
+            source = resolve_source(
+                env, preprocess=preprocess, timeout=recv_timeout, **{**env_params, "num_envs": size}
+            )
+        try:
+            if source.kind != "vector":
+                return
+            seen.append(max(0, _resident() - before))
+            layout = source_layout(source)
+        finally:
+            if source.vector_env is not None:
+                import contextlib
+
+                with contextlib.suppress(Exception):
+                    source.vector_env.close()
+    small, large = PROBE_SIZES
+    layout["env_bytes"] = max(0, (seen[1] - seen[0]) // (large - small))
+    data = dict(run_config or {})
+    data["vec"] = {**data.get("vec", {}), "num_envs": num_envs}
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if run_config is not None else 1
+    check_memory(source.name, data, info=layout, ranks=ranks)
 
 
 def ale_vector_source(
