@@ -19,47 +19,42 @@ from appliance.vector.sizes import usable_cores
 
 
 def test_a_small_policy_gets_one_thread_and_a_busy_core_is_taken_out():
-    small = threads.choose(
-        cores=2, busy=0.0, params=5_000, minibatch_rows=2048, native_auto=False, environ={}
-    )
-    assert (small.intra, small.interop, small.env) == (1, 1, None)
-    big = threads.choose(
-        cores=8, busy=0.0, params=2_000_000, minibatch_rows=32768, native_auto=True, environ={}
-    )
-    assert (big.intra, big.env) == (8, 8)  # 393 GFLOP per minibatch: every free core
-    loaded = threads.choose(
-        cores=8, busy=2.7, params=2_000_000, minibatch_rows=32768, native_auto=True, environ={}
-    )
-    assert (loaded.intra, loaded.env) == (5, 5)  # 2.7 cores busy: 3 taken out
-    assert "others using 2.7 of them: 5 free" in loaded.why
-    one = threads.choose(
-        cores=2, busy=1.0, params=2_000_000, minibatch_rows=32768, native_auto=True, environ={}
-    )
-    assert (one.intra, one.env) == (1, 1)
-    never_none = threads.choose(
-        cores=1, busy=3.0, params=10**9, minibatch_rows=10**6, native_auto=True, environ={}
-    )
-    assert (never_none.intra, never_none.env) == (1, 1)
-    medium = threads.choose(
-        cores=16, busy=0.0, params=100_000, minibatch_rows=32768, native_auto=False, environ={}
-    )
-    assert medium.intra == 9  # 19.7 GFLOP: one per 2 GFLOP
-    assert "\n" not in medium.why and medium.why.startswith("threads: torch 9 intra-op, 1 inter-op")
+    def intra(cores: int, busy: float, params: int, rows: int) -> int:
+        return threads.choose(cores, busy, params, rows, environ={}).intra
+
+    assert intra(2, 0.0, 5_000, 2048) == 1  # CartPole's policy: 0.06 GFLOP a minibatch
+    assert intra(8, 0.0, 2_000_000, 32768) == 8  # 393 GFLOP: every free core
+    assert intra(8, 2.7, 2_000_000, 32768) == 5  # 2.7 cores busy: 3 taken out
+    assert intra(2, 1.0, 2_000_000, 32768) == 1
+    assert intra(1, 3.0, 10**9, 10**6) == 1  # never none
+    assert intra(16, 0.0, 100_000, 32768) == 9  # 19.7 GFLOP: one per 2 GFLOP
+    assert intra(4, None, 10**9, 10**6) == 4  # load not known: every core
+    line = threads.choose(8, 2.7, 2_000_000, 32768, ("num_threads", 5), environ={}).why
+    assert line.startswith("threads: torch 5 intra-op, 1 inter-op, 5 native env threads (8 usable cores")
+    assert "others using 2.7 of them: 5 free" in line and "\n" not in line
+    assert "1 env worker (" in threads.choose(2, 1.0, 5_000, 2048, ("num_workers", 1), environ={}).why
 
 
 def test_omp_num_threads_given_is_kept_and_said():
-    chosen = threads.choose(2, 1.0, 10**9, 10**6, native_auto=False, environ={"OMP_NUM_THREADS": "2"})
+    chosen = threads.choose(2, 1.0, 10**9, 10**6, environ={"OMP_NUM_THREADS": "2"})
     assert chosen.intra == 2
     assert "OMP_NUM_THREADS=2 kept" in chosen.why
 
 
-def test_an_explicit_num_threads_or_another_backend_is_left_alone():
+def test_env_threads_and_workers_left_auto_are_sized_to_the_free_cores():
     data = {"vec": {"backend": "native", "num_threads": 3, "num_envs": 64}}
-    assert not threads.apply_env_threads(data, 2, 1.0) and data["vec"]["num_threads"] == 3
-    data = {"vec": {"backend": "multiprocessing", "num_threads": "auto", "num_envs": 64}}
-    assert not threads.apply_env_threads(data, 2, 1.0) and data["vec"]["num_threads"] == "auto"
+    assert threads.apply_env_threads(data, 2, 1.0) is None and data["vec"]["num_threads"] == 3  # given
     data = {"vec": {"backend": "native", "num_threads": "auto", "num_envs": 64}}
-    assert threads.apply_env_threads(data, 4, 1.2) and data["vec"]["num_threads"] == 3
+    assert threads.apply_env_threads(data, 4, 1.2) == "num_threads" and data["vec"]["num_threads"] == 3
+    data = {
+        "vec": {"backend": "multiprocessing", "num_workers": "auto", "num_threads": "auto", "num_envs": 8}
+    }
+    assert threads.apply_env_threads(data, 4, 1.2) == "num_workers"
+    assert data["vec"]["num_workers"] == 2 and data["vec"]["num_threads"] == "auto"  # 3 free: 2 divides 8
+    data = {"vec": {"backend": "multiprocessing", "num_workers": 4, "num_envs": 8}}
+    assert threads.apply_env_threads(data, 2, 1.0) is None and data["vec"]["num_workers"] == 4
+    data = {"vec": {"backend": "serial", "num_workers": "auto", "num_threads": "auto", "num_envs": 8}}
+    assert threads.apply_env_threads(data, 2, 1.0) is None
 
 
 @pytest.fixture
@@ -76,35 +71,41 @@ def test_the_load_look_sees_a_busy_neighbour(busy_neighbour):
     assert threads.others_busy(seconds=0.3) >= 0.5
 
 
-def test_train_beside_a_busy_process_leaves_it_its_core(tmp_path, monkeypatch, busy_neighbour):
-    """A small run with one busy process beside it: the threads line names fewer torch and env threads
-    than the usable cores, and torch's pool in the train process is set to what it says."""
+# (command, what the threads line calls the env threads it set, the key saved as auto); CartPole's
+# family steps its envs in the train process (the serial backend): torch's threads only
+RUNS = {
+    "squared": (
+        ["train", "squared", *SMALL, "--train.total-timesteps", "64", "--policy.hidden-size", "16"],
+        "native env thread",
+        "num_threads",
+    ),
+    "CartPole-v1": (["train", "CartPole-v1", "--stop-steps", "256"], None, None),
+}
+
+
+@pytest.mark.parametrize("env", list(RUNS))
+def test_train_beside_a_busy_process_leaves_it_its_core(env, tmp_path, monkeypatch, busy_neighbour):
+    """A small run with one busy process beside it (an Ocean env on native threads, a Gymnasium one
+    in-process): the threads line names fewer torch threads (and env threads) than the usable cores,
+    and torch's pool in the train process is set to what it says."""
     if usable_cores() < 2:
         pytest.skip("one usable core: nothing to leave to the neighbour")
     for name in threads.USER_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(threads, "FLOP_PER_THREAD", 1.0)  # any policy is "big": the load alone decides
+    args, what, key = RUNS[env]
     before = torch.get_num_threads()
     try:
-        args = [
-            "--train.total-timesteps",
-            "64",
-            "--train.data-dir",
-            str(tmp_path),
-            "--policy.hidden-size",
-            "16",
-        ]
-        result = CliRunner().invoke(cli, ["train", "squared", *SMALL, *args, "--no-dashboard"])
+        result = CliRunner().invoke(cli, [*args, "--train.data-dir", str(tmp_path), "--no-dashboard"])
         assert result.exit_code == 0, result.output
         line = next(x for x in result.output.splitlines() if x.startswith("threads: "))
         intra = int(re.search(r"torch (\d+) intra-op", line).group(1))
-        env = int(re.search(r"(\d+) native env thread", line).group(1))
         assert intra <= usable_cores() - 1, line
-        assert env <= usable_cores() - 1, line
         assert torch.get_num_threads() == intra
-        config = (
-            tmp_path / next(p.name for p in tmp_path.iterdir() if p.is_dir()) / "config.yaml"
-        ).read_text()
-        assert "num_threads: auto" in config  # the saved config keeps auto: a resume chooses afresh
+        if what is not None:
+            envs = int(re.search(rf"(\d+) {what}", line).group(1))
+            assert envs <= usable_cores() - 1, line
+            saved = (next(p for p in tmp_path.iterdir() if p.is_dir()) / "config.yaml").read_text()
+            assert f"{key}: auto" in saved  # saved as auto: a resume chooses afresh
     finally:
         torch.set_num_threads(before)

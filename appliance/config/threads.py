@@ -13,10 +13,12 @@ threads than with ``OMP_NUM_THREADS=1`` (issue 60). So:
   backward (6 x parameters x rows), at most the free cores, at least 1: a small policy gains
   nothing from more threads and pays their waits;
 * torch inter-op threads: 1 (the trainer runs no independent ops side by side);
-* native env threads (``vec.num_threads auto`` on the native backend): the free cores.
+* env threads (``vec.num_threads auto`` on the native backend): the free cores; env workers
+  (``vec.num_workers auto`` on the multiprocessing backend): as many as divide the envs, at most
+  the free cores.
 
 ``OMP_NUM_THREADS`` (or ``MKL_NUM_THREADS``) set in the environment, and an explicit
-``vec.num_threads``, are kept as given and said so."""
+``vec.num_threads`` or ``vec.num_workers``, are kept as given."""
 
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def others_busy(cpus: list[int] | None = None, seconds: float = LOOK_S) -> float
 class Threads:
     intra: int
     interop: int
-    env: int | None  # native env threads set for vec.num_threads auto (None: not set here)
+    env: int | None  # env threads or workers set for an auto vec.num_threads/num_workers (None: not set here)
     why: str
 
 
@@ -80,12 +82,12 @@ def choose(
     busy: float | None,
     params: int,
     minibatch_rows: int,
-    native_auto: bool,
+    env_threads: tuple[str, int] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Threads:
     """The threads for a run of a policy with ``params`` parameters, minibatches of ``minibatch_rows``,
-    on ``cores`` usable cores of which others use ``busy``. ``native_auto``: the native backend with
-    ``vec.num_threads auto`` (its env threads are then chosen too)."""
+    on ``cores`` usable cores of which others use ``busy``. ``env_threads``: what
+    :func:`apply_env_threads` set (``("num_threads", 1)``), said in the line."""
     environ = os.environ if environ is None else environ
     free = free_cores(cores, busy)
     flop = 6.0 * params * minibatch_rows
@@ -98,8 +100,9 @@ def choose(
     else:
         intra = min(free, by_size)
         how = f"{flop / 1e9:.2g} GFLOP per minibatch: 1 per {FLOP_PER_THREAD / 1e9:.0f} GFLOP, at most the free cores"
-    env = free if native_auto else None
-    envs = f", {env} native env thread{'s' * (env != 1)}" if env is not None else ""
+    env = env_threads[1] if env_threads else None
+    what = "native env thread" if env_threads and env_threads[0] == "num_threads" else "env worker"
+    envs = f", {env} {what}{'s' * (env != 1)}" if env is not None else ""
     why = (
         f"threads: torch {intra} intra-op, 1 inter-op{envs} ({cores} usable core{'s' * (cores != 1)}, {load}: "
         f"{free} free; {how})"
@@ -114,14 +117,21 @@ def _int(text: str, default: int) -> int:
         return default
 
 
-def apply_env_threads(data: dict[str, dict[str, Any]], cores: int, busy: float | None) -> bool:
-    """Set ``vec.num_threads`` to the free cores where it is ``auto`` on the native backend (before
-    the vector is made); returns whether it did."""
+def apply_env_threads(data: dict[str, dict[str, Any]], cores: int, busy: float | None) -> str | None:
+    """Before the vector is made: where ``vec.num_threads`` is ``auto`` on the native backend, set it
+    to the free cores; where ``vec.num_workers`` is ``auto`` on the multiprocessing backend, set it to
+    the largest divisor of ``vec.num_envs`` within the free cores (its workers spin, yielding, while
+    they wait: one more than the free cores takes turns with the neighbour). Returns the key set."""
     vec = data["vec"]
-    if vec.get("backend") != "native" or vec.get("num_threads") != "auto":
-        return False
-    vec["num_threads"] = min(free_cores(cores, busy), int(vec["num_envs"]))
-    return True
+    free = free_cores(cores, busy)
+    if vec.get("backend") == "native" and vec.get("num_threads") == "auto":
+        vec["num_threads"] = min(free, int(vec["num_envs"]))
+        return "num_threads"
+    if vec.get("backend") == "multiprocessing" and vec.get("num_workers") == "auto":
+        envs = int(vec["num_envs"])
+        vec["num_workers"] = max(d for d in range(1, min(free, envs) + 1) if envs % d == 0)
+        return "num_workers"
+    return None
 
 
 def apply_torch(threads: Threads) -> str:

@@ -96,7 +96,7 @@ def _train_with(
     from appliance.train.trainer import Trainer
 
     t = cfg.train
-    cores, busy, chosen_env_threads = _choose_env_threads(cfg)  # before the vector: its native threads
+    cores, busy, chosen_env_threads = _choose_env_threads(cfg)  # before the vector: its threads or workers
     vec = vector.make_from_config(cfg)
     try:
         trainer = Trainer(cfg, vec, run_dir=run_dir, profile=bool(options.profile_trace))
@@ -105,7 +105,7 @@ def _train_with(
         raise
     finally:
         if chosen_env_threads is not None:  # the saved config keeps auto: a resume chooses afresh
-            cfg.data["vec"]["num_threads"] = "auto"
+            cfg.data["vec"][chosen_env_threads[0]] = "auto"
     threads_line = _choose_torch_threads(cfg, trainer, cores, busy, chosen_env_threads)
     try:
         if resume_from:
@@ -310,26 +310,24 @@ def _profile(trainer: Any, path: str) -> str:
     )
 
 
-def _choose_env_threads(cfg: Any) -> tuple[int, float | None, int | None]:
+def _choose_env_threads(cfg: Any) -> tuple[int, float | None, tuple[str, int] | None]:
     """Look at the cores and the load others put on them (:mod:`appliance.config.threads`); with
-    ``vec.num_threads auto`` on the native backend, set the env threads to the free cores. Returns
-    (usable cores, cores' worth others use, the env threads set or None)."""
+    ``vec.num_threads`` or ``vec.num_workers`` ``auto``, size the envs' threads or workers to the free
+    cores. Returns (usable cores, cores' worth others use, (the key set, its value) or None)."""
     from appliance.config import threads
     from appliance.vector.sizes import usable_cores
 
     cores, busy = usable_cores(), threads.others_busy()
-    if threads.apply_env_threads(cfg.data, cores, busy):
-        return cores, busy, int(cfg.data["vec"]["num_threads"])
-    return cores, busy, None
+    key = threads.apply_env_threads(cfg.data, cores, busy)
+    return cores, busy, (key, int(cfg.data["vec"][key])) if key else None
 
 
 def _choose_torch_threads(
-    cfg: Any, trainer: Any, cores: int, busy: float | None, env_threads: int | None
+    cfg: Any, trainer: Any, cores: int, busy: float | None, env_threads: tuple[str, int] | None
 ) -> str:
     """Size torch's pools from the policy, the cores and the load seen; the line that says so."""
     from appliance.config import threads
 
     params = sum(p.numel() for p in trainer.policy.parameters())
     rows = int(cfg.train.minibatch_size)
-    chosen = threads.choose(cores, busy, params, rows, native_auto=env_threads is not None)
-    return threads.apply_torch(chosen)
+    return threads.apply_torch(threads.choose(cores, busy, params, rows, env_threads))
