@@ -6,7 +6,8 @@ another process holds one of the cores, each op waits for a thread that is not r
 machine with one busy neighbour, ``train CartPole-v1`` ran 15x slower with torch's default of 2
 threads than with ``OMP_NUM_THREADS=1`` (issue 60). So:
 
-* free cores: the usable cores (affinity, cgroup quota) less what other processes used of them
+* free cores: the physical cores within the affinity and cgroup quota (torch's default, and what
+  `auto` meant for env threads), less what other processes used of them
   over a short look (:func:`others_busy`, from ``/proc/stat`` through psutil, this process's own
   time taken out), rounded to the nearest core, at least 1;
 * torch intra-op threads: one per :data:`FLOP_PER_THREAD` of work in a minibatch's forward and

@@ -108,14 +108,16 @@ def _train_with(
             cfg.data["vec"][chosen_env_threads[0]] = "auto"
     threads_line = _choose_torch_threads(cfg, trainer, cores, busy, chosen_env_threads)
     try:
+        superseded = None
         if resume_from:
             trainer.load_checkpoint(resume_from, resume=True)
+            superseded = runs.supersede_later_records(run_dir, trainer.epoch)  # one record an epoch
         elif options.load_model_path:
             trainer.load_checkpoint(runs.find_checkpoint(t.data_dir, options.load_model_path), resume=False)
         runs.require_checkpoint_room(run_dir, trainer.policy)
         runs.start_run(cfg, run_dir)
         trainer.latest_pointer = Path(t.data_dir) / runs.LATEST  # moves at the first checkpoint
-        for line in options.notes:
+        for line in [*options.notes, *([f"warning: {superseded}"] if superseded else [])]:
             yield line, False
         yield header(cfg, trainer), False
         for line in defaults_chosen(cfg, trainer):
@@ -315,9 +317,11 @@ def _choose_env_threads(cfg: Any) -> tuple[int, float | None, tuple[str, int] | 
     ``vec.num_threads`` or ``vec.num_workers`` ``auto``, size the envs' threads or workers to the free
     cores. Returns (usable cores, cores' worth others use, (the key set, its value) or None)."""
     from appliance.config import threads
+    from appliance.sysinfo import physical_cores
     from appliance.vector.sizes import usable_cores
 
-    cores, busy = usable_cores(), threads.others_busy()
+    # physical cores (what auto meant before, and torch's default), within the affinity and quota
+    cores, busy = min(usable_cores(), physical_cores()), threads.others_busy()
     key = threads.apply_env_threads(cfg.data, cores, busy)
     return cores, busy, (key, int(cfg.data["vec"][key])) if key else None
 
