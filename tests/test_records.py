@@ -114,3 +114,31 @@ def test_nproc_ranks_write_each_record_once(tmp_path):
     assert proc.returncode == 0, proc.stderr
     records = _once_each(tmp_path / "dp")
     assert records[-1]["global_step"] >= 4 * EPOCH_STEPS
+
+
+def test_a_resumed_run_sets_aside_the_records_of_the_epochs_it_trains_again(tmp_path):
+    """Killed between two checkpoints, a run wrote records of epochs its checkpoint does not hold; the
+    resume trains them again and writes them again: the old ones are set aside, each epoch keeps one."""
+    data = tmp_path / "exp"
+
+    def train(*extra):
+        return CliRunner().invoke(
+            cli,
+            ["train", "squared", "--no-dashboard", *conftest.SMALL, "--policy.hidden-size", "32",
+             "--train.data-dir", str(data), *extra],
+        )  # fmt: skip
+
+    assert train("--run-id", "r1", "--train.total-timesteps", str(2 * EPOCH_STEPS)).exit_code == 0
+    run = data / "r1"
+    records = _once_each(run)
+    last = records[-1]
+    # what a kill after epoch 3's record and before its checkpoint leaves: a record past model.pt's epoch
+    ghost = {**last, "epoch": last["epoch"] + 1, "global_step": last["global_step"] + EPOCH_STEPS, "sps": -1}
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(ghost) + "\n")
+    result = train("--resume", "latest", "--train.total-timesteps", str(4 * EPOCH_STEPS))
+    assert result.exit_code == 0, result.output
+    assert "1 metrics record of epochs after the checkpoint's (2) set aside in" in result.output
+    records = _once_each(run)
+    assert [r["epoch"] for r in records] == [1, 2, 3, 4] and all(r["sps"] != -1 for r in records)
+    assert json.loads((run / "metrics.jsonl.superseded").read_text()) == ghost

@@ -30,7 +30,7 @@ from appliance.report_io import (
     unwritable,
     write_bytes_atomic,
 )
-from appliance.safe_files import UnsafeFileError, append_line, link_text, open_lock, repair_tail
+from appliance.safe_files import UnsafeFileError, append_line, link_text, open_lock, open_own, repair_tail
 
 MODEL, LATEST, LOCK, METRICS = "model.pt", "latest", ".lock", "metrics.jsonl"
 SNAPSHOT = re.compile(r"model_(\d+)\.pt$")
@@ -350,6 +350,46 @@ def point_latest(pointer: Path, run_dir: Path) -> None:
         if pointer.read_text().strip() == target:
             return
     write_bytes_atomic(pointer, target.encode())
+
+
+SUPERSEDED = ".superseded"
+
+
+def supersede_later_records(run_dir: Path, epoch: int) -> str | None:
+    """A run resumed from its checkpoint of ``epoch`` trains the epochs after it again, and writes
+    their records again: the records an earlier session wrote for them (it was killed between two
+    checkpoints) are moved out of ``metrics.jsonl`` into ``metrics.jsonl.superseded`` first, so each
+    epoch has one record, written by the session whose training counts. The note to print, or None.
+    The set-aside copy is on disk before ``metrics.jsonl`` is replaced (a rename): a kill between
+    the two leaves every record in ``metrics.jsonl``."""
+    import json
+
+    path = run_dir / METRICS
+    if not path.is_file() or path.is_symlink():
+        return None
+    fd = open_own(path, "the run's metrics", os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    keep, later = [], []
+    for line in lines:
+        try:
+            after = int(json.loads(line)["epoch"]) > epoch
+        except (ValueError, KeyError, TypeError, RecursionError):
+            after = False  # damaged or foreign: not ours to judge, kept where it is
+        (later if after else keep).append(line)
+    if not later:
+        return None
+    aside = path.with_name(path.name + SUPERSEDED)
+    try:
+        append_line(aside, b"".join(x if x.endswith(b"\n") else x + b"\n" for x in later).decode(),
+                    "the run's superseded metrics", sync=True)  # fmt: skip
+        write_bytes_atomic(path, b"".join(keep))
+    except OSError as e:
+        raise CheckpointWriteError(f"cannot rewrite {METRICS} in {run_dir}: {e.strerror or e}") from None
+    return (
+        f"{len(later)} metrics record{'s' if len(later) != 1 else ''} of epochs after the checkpoint's "
+        f"({epoch}) set aside in {aside}: those epochs are trained again"
+    )
 
 
 def append_metrics(run_dir: Path, line: str) -> str | None:

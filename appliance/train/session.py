@@ -117,7 +117,9 @@ def _train_with(
         runs.require_checkpoint_room(run_dir, trainer.policy)
         runs.start_run(cfg, run_dir)
         trainer.latest_pointer = Path(t.data_dir) / runs.LATEST  # moves at the first checkpoint
-        for line in [*options.notes, *([f"warning: {superseded}"] if superseded else [])]:
+        if superseded:
+            yield f"warning: {superseded}", True
+        for line in options.notes:
             yield line, False
         yield header(cfg, trainer), False
         for line in defaults_chosen(cfg, trainer):
