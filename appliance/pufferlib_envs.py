@@ -234,8 +234,9 @@ def recipe(ini: dict[str, dict[str, Any]], agents_per_env: int) -> dict[str, dic
         train["prio_beta1"] = train["prio_beta0"] + (1 - train["prio_beta0"]) * train["prio_alpha"]
     policy: dict[str, Any] = dict(RECIPE_SWITCHES["policy"])
     for key in ("hidden_size", "num_layers", "expansion_factor"):
-        if isinstance(pp.get(key), int):
-            policy[key] = pp[key]
+        value = pp.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+            policy[key] = int(value)  # a swept ini's 2.93 layers: its CUDA trainer's int field holds 2
     out: dict[str, dict[str, Any]] = {"train": train, "policy": policy}
     total = pv.get("total_agents")
     if isinstance(total, int) and agents_per_env > 0 and total % agents_per_env == 0:
@@ -346,6 +347,7 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
     meta_path = out_dir / "meta.json"
     if library.is_file() and meta_path.is_file() and not force:
         built = Built(PREFIX + name, library, out_dir / "recipe.yaml", json.loads(meta_path.read_text()))
+        _write_recipe(built, ini_path, sections)  # derived from the ini by this version's mapping
         _record_current(built)
         return built
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -372,9 +374,7 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
         raise ConfigError(f"{name}'s my_init reads kwarg(s) {', '.join(clash)}, which the vector's own arguments "
                           "take: rename them in its binding.c and ini")  # fmt: skip
     meta["agents_per_env"] = agents
-    import yaml
-
-    atomic_write_text(built.recipe, _recipe_text(ini_path, recipe(sections, agents), yaml))
+    _write_recipe(built, ini_path, sections)
     atomic_write_text(meta_path, json.dumps(meta, indent=1))
     _record_current(built)
     return built
@@ -453,9 +453,13 @@ def _probe_in_child(built: Built) -> tuple[int, list[str]]:
     raise ConfigError(error.group(1) if error else f"{built.name}: {last[:300]}")
 
 
-def _recipe_text(ini_path: Path | None, layer: dict[str, Any], yaml: Any) -> str:
+def _write_recipe(built: Built, ini_path: Path | None, sections: dict[str, dict[str, Any]]) -> None:
+    """The env's config layer from its ini (``recipe.yaml`` beside the library)."""
+    import yaml
+
+    layer = recipe(sections, int(built.meta.get("agents_per_env", 0)))
     head = f"# From {ini_path} by `puffer-bench envs build` (appliance/pufferlib_envs.py: recipe()).\n"
-    return head + (yaml.safe_dump(layer, sort_keys=False) if layer else "{}\n")
+    atomic_write_text(built.recipe, head + (yaml.safe_dump(layer, sort_keys=False) if layer else "{}\n"))
 
 
 def _sources_text(folder: Path) -> str:

@@ -651,6 +651,11 @@ if os.environ.get("PEER_SEED"):  # its torch path seeds nothing itself (train.se
     torch.manual_seed(int(os.environ["PEER_SEED"]))
 import pufferlib, pufferlib.pufferl as pl, pufferlib.torch_pufferl as tp
 args = pl.load_config(env_name)
+# a swept ini's policy sizes are floats (trash_pickup: num_layers 2.92514), which its torch path cannot
+# build a model with; its CUDA trainer reads them into int fields, so 2: the same cast here
+for key in ("hidden_size", "num_layers", "expansion_factor"):
+    if isinstance(args["policy"].get(key), float):
+        args["policy"][key] = int(args["policy"][key])
 runtime = {"pufferlib": str(pufferlib.__version__), "torch": torch.__version__, "numpy": numpy.__version__,
            "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
 print(json.dumps({"config": {k: v for k, v in args.items() if not k.startswith("sweep")}, "runtime": runtime},
