@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import sys
+from typing import Any
 
 HIDDEN = "***"
 
@@ -72,6 +73,36 @@ def redact(text: str) -> str:
             out += [text[last:start], HIDDEN]
             last = end
     return "".join([*out, text[last:]])
+
+
+_SECRET_KEY = re.compile(rf"(?:^|[_\-.]){_SECRET_WORD}$", re.IGNORECASE)
+
+
+def secret_key(name: str) -> bool:
+    """Whether a config key names a secret (``api_key``, ``wandb_token``, ``password``, ``secret``)."""
+    return bool(_SECRET_KEY.search(str(name)))
+
+
+def redact_tree(data: Any) -> Any:
+    r"""A copy of a config (dicts, lists, values) as it may be written: the value of a key that names a
+    secret is ``***``, and every string is :func:`redact`\ ed (a URL's password)."""
+    if isinstance(data, dict):
+        return {
+            k: HIDDEN if secret_key(k) and isinstance(v, str) and v else redact_tree(v)
+            for k, v in data.items()
+        }
+    if isinstance(data, list | tuple):
+        return type(data)(redact_tree(v) for v in data)
+    if isinstance(data, str):
+        return redact(data)
+    return data
+
+
+def hidden_values(data: Any, path: str = "") -> list[str]:
+    """The dotted keys of ``data`` whose value is ``***``: secrets a saved config does not hold."""
+    if isinstance(data, dict):
+        return [k for key, v in data.items() for k in hidden_values(v, f"{path}.{key}" if path else str(key))]
+    return [path] if data == HIDDEN else []
 
 
 def command_line(argv: list[str] | None = None) -> str:

@@ -191,3 +191,44 @@ def test_a_sweep_on_a_password_url_writes_and_shows_no_secret(tmp_path):
 def test_command_line_is_the_redacted_argv(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["x", "sweep", "--storage", URL])
     assert command_line() == "puffer-bench sweep --storage postgresql://puffer:***@127.0.0.1:9/puffer"
+
+
+def keyed_env(api_key: str = "", size: int = 4):
+    """A Gymnasium env made with an API key (as a hosted env's client would be)."""
+    import gymnasium
+
+    assert api_key == PASSWORD, "the env was not given its key"
+    return gymnasium.make("CartPole-v1")
+
+
+def test_a_runs_files_hold_no_secret_and_a_resume_asks_for_it_again(tmp_path):
+    """An env parameter that is a secret (``--env.api-key``) reaches the env, but config.yaml, the
+    report and every other file of the run hold ``***``; a resume says to give it again, in one line,
+    and runs once it is given."""
+    import conftest
+
+    data = tmp_path / "exp"
+
+    def train(*extra):
+        return CliRunner().invoke(
+            cli,
+            ["train", *extra, "--no-dashboard", *conftest.SMALL, "--vec.backend", "serial",
+             "--train.data-dir", str(data)],
+        )  # fmt: skip
+
+    report = tmp_path / "report.json"
+    first = train("test_secrets:keyed_env", "--env.api-key", PASSWORD, "--run-id", "r1",
+                  "--train.total-timesteps", "64", "--report", str(report))  # fmt: skip
+    assert first.exit_code == 0, first.output
+    files = {**_every_file(data), report: report.read_bytes()}
+    assert not [str(p) for p, b in files.items() if PASSWORD.encode() in b]
+    assert yaml.safe_load((data / "r1" / "config.yaml").read_text())["env"]["api_key"] == "***"
+    again = train("--resume", "r1", "--train.total-timesteps", "128")
+    assert again.exit_code == 2 and "Traceback" not in again.output, again.output
+    assert "does not hold env.api_key (a secret is never written there): give it again (--env.api-key)" in (
+        again.output
+    )
+    resumed = train("--resume", "r1", "--env.api-key", PASSWORD, "--train.total-timesteps", "128")
+    assert resumed.exit_code == 0, resumed.output
+    assert "env.api_key given again" in resumed.output and PASSWORD not in first.output + resumed.output
+    assert not [str(p) for p, b in _every_file(data).items() if PASSWORD.encode() in b]

@@ -10,7 +10,7 @@ import click
 
 import appliance
 from appliance.errors import ApplianceError, ConfigError
-from appliance.redact import hide_in_process_title, redact
+from appliance.redact import hidden_values, hide_in_process_title, redact, secret_key
 
 if TYPE_CHECKING:
     from appliance.config import Config
@@ -348,9 +348,20 @@ def resume_config(
         family=family,
         resumed=saved,
     )
+    left_out = hidden_values(cfg.data)
+    if left_out:  # secrets are never written into config.yaml: the command line gives them again
+        options = ", ".join(
+            f"--{k.split('.', 1)[0]}.{k.split('.', 1)[1].replace('_', '-')}" for k in left_out
+        )
+        raise ConfigError(
+            f"--resume {resume}: {saved} does not hold {', '.join(left_out)} (a secret is never written "
+            f"there): give {'it' if len(left_out) == 1 else 'them'} again ({options})"
+        )
     before = resolve(env=run_env, profile=pick_profile(profile), family=family, resumed=saved)
     changed = [
         f"{section}.{key} {before.data[section][key]!r} -> {value!r}"
+        if not secret_key(key)
+        else f"{section}.{key} given again"
         for section, values in cfg.data.items()
         for key, value in values.items()
         if before.data[section].get(key) != value

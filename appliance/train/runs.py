@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError, ConfigError
-from appliance.redact import command_line
+from appliance.redact import command_line, redact_tree
 from appliance.report_io import (
     MIN_FREE,
     lock_or_refuse,
@@ -168,7 +168,12 @@ def start_run(cfg: Any, run_dir: Path) -> None:
     """Create the folder and write the resolved config (``latest`` moves at the first checkpoint)."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(run_dir / "config.yaml", cfg.to_yaml().encode())
+        import yaml
+
+        # the resolved config with no secret in it (an API key given as an env parameter): a resume
+        # asks for what was left out (cli.common.resume_config)
+        saved = yaml.safe_dump(redact_tree(cfg.to_dict()), sort_keys=False, default_flow_style=False)
+        write_bytes_atomic(run_dir / "config.yaml", saved.encode())
     except OSError as e:
         raise CheckpointWriteError(f"cannot write into the run folder {run_dir}: {e.strerror or e}") from None
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ApplianceError, ConfigError
+from appliance.redact import redact_tree
 from appliance.safe_files import check_output
 from appliance.train import loop, runs
 
@@ -191,7 +192,7 @@ def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> Non
         "kind": "train",
         "env": cfg.env_name,
         "fingerprint": fingerprint(),
-        "config": cfg.to_dict(),
+        "config": redact_tree(cfg.to_dict()),  # no secret in a report
         "device": str(trainer.device),
         "precision": trainer.precision,
         "global_step": trainer.global_step,
@@ -254,7 +255,7 @@ class Sinks:
                 name=run_dir.name,  # the run id
                 id=_wandb_id(run_dir.name),
                 dir=str(run_dir),  # wandb/ under the run folder
-                config=cfg.to_dict(),
+                config=redact_tree(cfg.to_dict()),
                 resume="allow",  # a resumed run continues its W&B run
             )
         except Exception as e:  # W&B's own errors (no API key, no network, a bad project): one line
