@@ -98,6 +98,23 @@ def redact_tree(data: Any) -> Any:
     return data
 
 
+def redact_args(args: list[str]) -> list[str]:
+    r"""Command-line tokens as they may be stored: the value after an option that names a secret
+    (``--env.api-key KEY``) is ``***``, and every token is :func:`redact`\ ed (``--x.token=KEY``, a URL)."""
+    out: list[str] = []
+    hide_next = False
+    for token in args:
+        if hide_next and not token.startswith("--"):
+            out.append(HIDDEN)
+            hide_next = False
+            continue
+        hide_next = (
+            token.startswith("--") and "=" not in token and secret_key(token.lstrip("-").replace("-", "_"))
+        )
+        out.append(redact(token))
+    return out
+
+
 def hidden_values(data: Any, path: str = "") -> list[str]:
     """The dotted keys of ``data`` whose value is ``***``: secrets a saved config does not hold."""
     if isinstance(data, dict):

@@ -232,3 +232,31 @@ def test_a_runs_files_hold_no_secret_and_a_resume_asks_for_it_again(tmp_path):
     assert resumed.exit_code == 0, resumed.output
     assert "env.api_key given again" in resumed.output and PASSWORD not in first.output + resumed.output
     assert not [str(p) for p, b in _every_file(data).items() if PASSWORD.encode() in b]
+
+
+def instant(spec):
+    """A trial that 'trains' at once: its score from its learning rate."""
+    return {"state": "complete", "score": float(spec["cfg"].train.learning_rate), "seconds": 1.0, "steps": 64,
+            "curve": [[64.0, 0.5]], "reason": "done", "error": None}  # fmt: skip
+
+
+def test_a_sweeps_folder_its_study_included_holds_no_secret(tmp_path, monkeypatch):
+    """A sweep over an env made with an API key: the study.db (its base config and overrides), the
+    lock, trials.md and best.yaml hold ``***``, never the key."""
+    from appliance import sweep as sw
+
+    monkeypatch.setattr(
+        sys, "argv", ["puffer-bench", "sweep", "test_secrets:keyed_env", "--env.api-key", PASSWORD]
+    )
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"space": {"train.learning_rate": {"low": 0.001, "high": 0.05}}}))
+    out = tmp_path / "sweep"
+    overrides = ["--env.api-key", PASSWORD, "--train.device", "cpu", "--vec.backend", "serial"]
+    lines = list(sw.sweep("test_secrets:keyed_env", out, sw.Options(trials=2), str(space), overrides=overrides,
+                          profile="cpu", trial=instant))  # fmt: skip
+    assert any(line.startswith("wrote") and "best.yaml" in line for line in lines), lines
+    assert not [str(p) for p, b in _every_file(out).items() if PASSWORD.encode() in b]
+    assert yaml.safe_load((out / "best.yaml").read_text())["env"]["api_key"] == "***"
+    again = list(sw.sweep("test_secrets:keyed_env", out, sw.Options(trials=3), str(space), overrides=overrides,
+                          profile="cpu", trial=instant))  # fmt: skip
+    assert any(line.startswith("resuming") for line in again), again  # the same config, its key unseen

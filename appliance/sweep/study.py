@@ -20,7 +20,7 @@ from typing import Any
 
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
-from appliance.redact import command_line
+from appliance.redact import command_line, redact_args, redact_tree
 from appliance.report_io import disk_full, lock_or_refuse
 from appliance.safe_files import open_lock, refuse_link
 from appliance.sweep.space import SECTIONS, Base, Space, sections_of
@@ -217,9 +217,9 @@ def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space, where: s
         "env": base.env,
         "metric": space.metric,
         "profile": base.profile,
-        "overrides": base.overrides,
+        "overrides": redact_args(base.overrides),  # the study (a file, a server) holds no secret
         "config_file": base.config_file,
-        "base": sections_of(cfg),
+        "base": redact_tree(sections_of(cfg)),
         "space": space_of(space),
     }
     attrs = study.user_attrs
@@ -236,7 +236,7 @@ def adopt(study: Any, out: Path, base: Base, cfg: Config, space: Space, where: s
             )
     elif study.trials:  # made before the study kept its base config: compare what it did keep
         old = {"overrides": attrs.get("overrides", []), "config_file": attrs.get("config_file")}
-        if old["overrides"] != base.overrides or old["config_file"] != base.config_file:
+        if old["overrides"] != redact_args(base.overrides) or old["config_file"] != base.config_file:
             raise ConfigError(
                 f"{where} was swept with overrides {' '.join(old['overrides']) or '(none)'} and --config "
                 f"{old['config_file'] or '(none)'}; give the same ones to resume, or pass another --out"
