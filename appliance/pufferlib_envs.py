@@ -13,8 +13,9 @@ the ``env`` config section, overridable with ``--env.KEY``) and its training rec
 the env's own layer of the config (docs/configuration.md).
 
 Continuous actions (ACT_SIZES all 1, the format's rule) are a Box of float actions. What the
-compatibility layer does not cover is refused at build time in one line: the whole-vector hooks
-(MY_VEC_INIT, MY_VEC_STEP, MY_SHARED, ...).
+compatibility layer does not cover is refused at build time in one line: the hooks that replace the
+vector's stepping or its slots (MY_VEC_STEP, MY_SHARED, MY_USES_PERM, ...); MY_VEC_INIT/MY_VEC_CLOSE
+(state made for the whole vector) are supported.
 """
 
 from __future__ import annotations
@@ -40,9 +41,17 @@ PREFIX = "pufferlib:"
 REQUIRED_MACROS = ("OBS_SIZE", "NUM_ATNS", "ACT_SIZES", "OBS_TENSOR_T")
 TENSOR_TYPES = ("FloatTensor", "ByteTensor")
 # hooks of the format's own vector that our runtime has no place for (each replaces its vector code)
-UNSUPPORTED_HOOKS = ("MY_VEC_INIT", "MY_VEC_STEP", "MY_VEC_STEP_RANGE", "MY_VEC_CLOSE", "MY_SHARED", "MY_METHODS",
-                     "MY_USES_PERM", "MY_USES_TAGS")  # fmt: skip
+# (MY_VEC_INIT and MY_VEC_CLOSE, state made for the whole vector, are our EnvSpec's vec_init/vec_close)
+UNSUPPORTED_HOOKS = (
+    "MY_VEC_STEP",
+    "MY_VEC_STEP_RANGE",
+    "MY_SHARED",
+    "MY_METHODS",
+    "MY_USES_PERM",
+    "MY_USES_TAGS",
+)
 RAYLIB_ENV = "PUFFER_RAYLIB"
+BUILD_VERSION = "2"  # part of every build's hash: a change to how envs are built or probed builds them anew
 # keyword arguments of the vector (appliance.vector.make, the native Vec): no env parameter may take them
 RESERVED_KWARGS = {
     "num_envs",
@@ -132,12 +141,13 @@ def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
             f"{folder} has no binding.c: not a PufferLib 4.0 env folder (ocean/NAME/ with NAME.h and binding.c)"
         )
     binding = binding_path.read_text(errors="replace")
+    headers = "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.h")))
     if "env_binding.h" in binding:
         raise ConfigError(
             f"{folder}/binding.c is in PufferLib 3.0's format (env_binding.h, the CPython API), not 4.0's "
             "(vecenv.h with my_init/my_log): port it to 4.0's binding"
         )
-    found = macros(binding)
+    found = {**macros(headers), **macros(binding)}  # a size may be defined in the env's header
     missing = [m for m in REQUIRED_MACROS if m not in found]
     if missing:
         raise ConfigError(f"{folder}/binding.c does not #define {', '.join(missing)} (a PufferLib 4.0 binding defines "
@@ -340,7 +350,7 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
         )
     cc = compiler()
     rng_field = bool(re.search(r"\b(unsigned\s+int|unsigned|uint32_t|int)\s+rng\s*;", _sources_text(folder)))
-    extras = [cc, str(ray or ""), json.dumps(params), str(rng_field)]
+    extras = [BUILD_VERSION, cc, str(ray or ""), json.dumps(params), str(rng_field)]
     digest = _source_hash(folder, ini_path, extras)
     out_dir = cache_root() / f"{name}-{digest}"
     library = out_dir / f"{name}.so"
@@ -361,6 +371,8 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
             "action_mask": "MY_ACTION_MASK" in found}  # fmt: skip
     built = Built(PREFIX + name, library, out_dir / "recipe.yaml", meta)
     agents, read = _probe_in_child(built)
+    if "MY_VEC_INIT" in found:  # my_vec_init reads kwargs too (maze's map_size), which the probe cannot see
+        read = [p[0] for p in params if p[0] in read or p[0] not in RESERVED_KWARGS]
     if set(read) != {p[0] for p in params}:
         # the env section holds what my_init reads: an ini key it never reads would be a knob that does
         # nothing (and may shadow a vector argument: dino's [env] num_envs)

@@ -266,7 +266,10 @@ static int Vec_init(PyVec* self, PyObject* args, PyObject* kwds) {
                         self->term.buf, self->trunc.buf, err, sizeof(err));
     Py_END_ALLOW_THREADS
     if (!vec) {
-        PyErr_Format(PyExc_MemoryError, "%s: %s", name, err);
+        /* memory and threads: MemoryError; an env's own whole-vector init (vec_init) names itself */
+        int own = strncmp(err, name, strlen(name)) == 0;
+        if (own) PyErr_SetString(PyExc_ValueError, err);
+        else PyErr_Format(PyExc_MemoryError, "%s: %s", name, err);
         goto fail_trunc;
     }
     self->vec = vec;

@@ -518,6 +518,11 @@ VecEnv* vecenv_create(const EnvSpec* spec, const double* params, int num_envs, i
         return NULL;
     }
     memset(vec->envs, 0, bytes);
+    if (spec->vec_init && spec->vec_init(vec->envs, num_envs, params, err, err_size) != 0) {
+        free(vec->envs);
+        free(vec);
+        return NULL;
+    }
     const Layout* L = &vec->layout;
     size_t obs_row = (size_t)L->obs_size * ocean_obs_itemsize(L->obs_dtype);
     for (int i = 0; i < num_envs; i++) {
@@ -567,6 +572,7 @@ void vecenv_close(VecEnv* vec) {
     vec->pool = NULL;
     if (vec->envs) {
         for (int i = 0; i < vec->num_envs; i++) vec->spec->close(env_at(vec, i));
+        if (vec->spec->vec_close) vec->spec->vec_close(vec->envs, vec->num_envs);
         free(vec->envs);
     }
     free(vec);

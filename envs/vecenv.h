@@ -131,6 +131,11 @@ typedef struct EnvSpec {
     void (*render)(void* env, uint8_t* rgb);    /* frame_h x frame_w x 3 */
     void (*render_text)(void* env, char* text); /* text_h rows of text_w chars */
     void (*close)(void* env);
+    /* Optional (NULL in every env of ours), for envs whose state is made for the whole vector at once
+     * (PufferLib's MY_VEC_INIT: maps or paths shared by all envs): vec_init runs on the zeroed envs
+     * before each env's init (0, or -1 with err filled); vec_close after every env's close. */
+    int (*vec_init)(void* envs, int count, const double* params, char* err, size_t err_size);
+    void (*vec_close)(void* envs, int count);
 } EnvSpec;
 
 /* A shared library built by `puffer-bench envs build` (envs/compat4/) exports ocean_plugin_abi()

@@ -169,6 +169,52 @@ def test_continuous_actions_are_a_box_of_floats_that_reach_the_env_as_they_are(t
             vec.step(bad)
 
 
+VEC_INIT = """
+Env* my_vec_init(int* num_envs_out, int* starts, int* counts, Dict* vec_kwargs, Dict* env_kwargs) {
+    int per_env = dict_get(env_kwargs, "num_agents")->value;
+    int n = (int)dict_get(vec_kwargs, "total_agents")->value / per_env;
+    Env* envs = calloc(n, sizeof(Env));
+    int* shared = malloc(sizeof(int));
+    *shared = 7;  /* one corridor length for every env, as a map shared by all */
+    for (int i = 0; i < n; i++) {
+        my_init(&envs[i], env_kwargs);
+        envs[i].length = *shared;
+        envs[i].shared = shared;
+    }
+    *num_envs_out = n;
+    starts[0] = 0;
+    counts[0] = n;
+    return envs;
+}
+
+void my_vec_close(Env* envs) {
+    fprintf(stderr, "my_vec_close freed the shared length %d\\n", *envs[0].shared);
+    free(envs[0].shared);
+}
+"""
+
+
+def test_state_made_for_the_whole_vector_by_my_vec_init_is_each_envs_and_freed_once(tmp_path, capfd):
+    from appliance.vector import native
+
+    def edit(binding: str) -> str:
+        binding = binding.replace(
+            '#include "vecenv.h"', '#define MY_VEC_INIT\n#define MY_VEC_CLOSE\n#include "vecenv.h"'
+        )
+        return binding + VEC_INIT
+
+    folder = variant(tmp_path, "corridor_vec_init", edit=edit)
+    name = pufferlib_envs.load_library(pufferlib_envs.build(folder))
+    with native.make(name, num_envs=16, num_threads=2, seed=0) as vec:
+        obs, _ = vec.reset(0)
+        assert (obs.argmax(axis=-1) < 6).all()  # starts drawn below the shared length 7, not the ini's 12
+        right = np.tile(np.array([[2, 1]], dtype=np.int32), (32, 1))
+        for _ in range(4):
+            vec.step(right)
+        assert vec.log()["episode_length"] <= 3
+    assert capfd.readouterr().err.count("my_vec_close freed the shared length 7") == 1
+
+
 def test_the_folder_itself_names_the_env(tmp_path):
     from appliance.config import resolve
 
@@ -185,7 +231,7 @@ def test_the_folder_itself_names_the_env(tmp_path):
         ("no-binding", ["has no binding.c"]),
         ("no-macro", ["does not #define ACT_SIZES"]),
         ("pufferlib3", ["PufferLib 3.0's format"]),
-        ("vec-hook", ["MY_VEC_INIT", "not supported"]),
+        ("vec-hook", ["MY_VEC_STEP", "not supported"]),
         ("compile-error", ["failed to compile", "error", "build.log"]),
         ("missing-kwarg", ["reads kwarg 'length'", "lacks"]),
         ("abort-in-init", ["crashed (SIGABRT) in my_init", "its last words: corridor: no map"]),
@@ -204,7 +250,7 @@ def test_bad_input_gets_one_line_naming_what_to_fix(tmp_path, case, fragments):
         edits = {
             "no-macro": lambda b: b.replace("#define ACT_SIZES {3, 2}\n", ""),
             "pufferlib3": lambda b: b.replace('#include "vecenv.h"', '#include "../env_binding.h"'),
-            "vec-hook": lambda b: "#define MY_VEC_INIT\n" + b,
+            "vec-hook": lambda b: "#define MY_VEC_STEP\n" + b,
             "compile-error": lambda b: b + "\nint broken(void) { return undeclared_thing; }\n",
             "missing-kwarg": lambda b: b,
             "abort-in-init": lambda b: b.replace(

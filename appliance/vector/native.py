@@ -56,18 +56,21 @@ class OceanVec(Vector):
         self.truncations = aligned_empty((n,), np.bool_)
         self.agent_ids = np.arange(n)
         self.masks = np.ones(n, dtype=np.bool_)
-        self._c = _ocean.Vec(
-            name,
-            n_envs,
-            self.observations,
-            self.actions,
-            self.rewards,
-            self.terminals,
-            self.truncations,
-            num_threads=int(num_threads),
-            seed=int(seed),
-            params=dict(params),
-        )
+        try:
+            self._c = _ocean.Vec(
+                name,
+                n_envs,
+                self.observations,
+                self.actions,
+                self.rewards,
+                self.terminals,
+                self.truncations,
+                num_threads=int(num_threads),
+                seed=int(seed),
+                params=dict(params),
+            )
+        except ValueError as e:  # an env's own whole-vector init refused (a PufferLib env's my_vec_init)
+            raise ConfigError(str(e)) from None
         self.num_threads = self._c.num_threads
         warn_oversubscribed(name, self.num_threads)
         self._infos: list[dict[str, Any]] = []  # episode stats come from log(), not infos

@@ -19,8 +19,10 @@
  *   - an action mask (MY_ACTION_MASK) gets a buffer of its own the env writes; the policy does not
  *     read it yet.
  * Continuous actions (every ACT_SIZES entry 1, the format's rule) make Layout.action_continuous: our
- * actions buffer then holds floats, copied as they are. The build step (appliance/pufferlib_envs.py)
- * refuses what this layer does not cover, in one line each: MY_VEC_INIT and the other whole-vector hooks.
+ * actions buffer then holds floats, copied as they are. MY_VEC_INIT/MY_VEC_CLOSE (state made for the
+ * whole vector) become EnvSpec.vec_init/vec_close. The build step (appliance/pufferlib_envs.py)
+ * refuses what this layer does not cover, in one line each: the hooks that replace the vector's
+ * stepping or slots (MY_VEC_STEP, MY_SHARED, MY_USES_PERM, ...).
  *
  * What the build passes: PUFFER4_NAME (the registered name, "pufferlib:NAME"), PUFFER4_RNG_FIELD
  * when the Env struct has an integer `rng` word (seeded from our stream at init and reset), and
@@ -121,6 +123,7 @@ _Static_assert(sizeof(Log) / sizeof(float) <= 64, "at most 64 Log fields");
 typedef struct Compat4Slot {
     Env env;                 /* the user's env */
     Rng rng;                 /* our stream: vecenv_reset reseeds it (rng_offset) */
+    int made_by_vec_init;    /* MY_VEC_INIT made this env: its init skips my_init */
     int agents;
     int32_t* our_actions;    /* our rows of the vector's buffers */
     uint8_t* our_terminals;
@@ -232,7 +235,7 @@ static void compat4_init(void* e, const double* params, Buffers b, Rng rng) {
     compat4_kwargs(params, &kwargs, items);
     s->rng = rng;
     compat4_enter(s);
-    my_init(&s->env, &kwargs);
+    if (!s->made_by_vec_init) my_init(&s->env, &kwargs);
     compat4_current = NULL;
     s->agents = s->env.num_agents > 0 ? s->env.num_agents : 1;
     s->actions = (float*)calloc((size_t)s->agents * NUM_ATNS, sizeof(float));
@@ -343,6 +346,54 @@ static void compat4_name_logs(void) {
     compat4_log_names[COMPAT4_LOG_FIELDS] = NULL;
 }
 
+#ifdef MY_VEC_INIT
+/* The format's whole-vector init: it allocates and inits every env at once (shared maps, paths);
+ * each env it made is moved into its slot, and the array it returned is freed (not what it shares). */
+Env* my_vec_init(int* num_envs_out, int* buffer_env_starts, int* buffer_env_counts, Dict* vec_kwargs,
+                 Dict* env_kwargs);
+
+static int compat4_vec_init(void* e, int count, const double* params, char* err, size_t err_size) {
+    Compat4Slot* s = (Compat4Slot*)e;
+    int agents = compat4_probe_agents(params);
+    DictItem items[OCEAN_MAX_PARAMS];
+    Dict kwargs;
+    compat4_kwargs(params, &kwargs, items);
+    DictItem vec_items[2] = {{"total_agents", (double)count * agents, NULL}, {"num_buffers", 1.0, NULL}};
+    Dict vec_kwargs = {vec_items, 2, 2};
+    int made = 0, starts[1] = {0}, counts[1] = {0};
+    compat4_current = (Compat4Stream*)&s[0].rng;
+    Env* envs = my_vec_init(&made, starts, counts, &vec_kwargs, &kwargs);
+    compat4_current = NULL;
+    if (envs == NULL || made != count) {
+        snprintf(err, err_size, "%s: its my_vec_init made %d envs of %d agent(s) for %d agents, not %d envs "
+                 "(the data it loads, if any, may be missing)",
+                 PUFFER4_NAME, made, agents, count * agents, count);
+        free(envs);
+        return -1;
+    }
+    for (int i = 0; i < count; i++) {
+        s[i].env = envs[i];
+        s[i].made_by_vec_init = 1;
+    }
+    free(envs);
+    return 0;
+}
+#endif
+
+#ifdef MY_VEC_CLOSE
+void my_vec_close(Env* envs);
+
+/* The format hands my_vec_close its own contiguous array of envs: a copy of ours is made for it. */
+static void compat4_vec_close(void* e, int count) {
+    Compat4Slot* s = (Compat4Slot*)e;
+    Env* envs = (Env*)malloc(sizeof(Env) * (size_t)(count > 0 ? count : 1));
+    if (!envs) return;
+    for (int i = 0; i < count; i++) envs[i] = s[i].env;
+    my_vec_close(envs);
+    free(envs);
+}
+#endif
+
 static EnvSpec compat4_spec;
 
 COMPAT4_EXPORT int ocean_plugin_abi(void) { return OCEAN_PLUGIN_ABI; }
@@ -355,6 +406,16 @@ COMPAT4_EXPORT const EnvSpec* ocean_plugin_spec(void) {
         offsetof(Compat4Slot, rng), COMPAT4_LOG_FIELDS, compat4_log_names, compat4_params, compat4_layout,
         compat4_init, compat4_reset, compat4_step, compat4_step_many, compat4_render, compat4_render_text,
         compat4_close,
+#ifdef MY_VEC_INIT
+        compat4_vec_init,
+#else
+        NULL,
+#endif
+#ifdef MY_VEC_CLOSE
+        compat4_vec_close,
+#else
+        NULL,
+#endif
     };
     compat4_spec = spec;
     return &compat4_spec;

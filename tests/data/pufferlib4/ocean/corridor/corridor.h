@@ -32,6 +32,7 @@ typedef struct {
     int tick[8];
     float ret[8];
     int strides[8];
+    int* shared; /* set by a test's my_vec_init: state shared by every env */
     unsigned int rng;
 } Corridor;
 
