@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import sys
 
-from appliance.cli import bench, machine, scale, training  # noqa: F401  (each module registers its commands)
-from appliance.cli.common import cli
-from appliance.cli.interrupts import hold_during_imports
+from appliance.redact import hide_in_process_title
+
+hide_in_process_title()  # first, before the imports below take seconds: ps shows no --storage password
+
+from appliance.cli import bench, machine, scale, training  # noqa: E402, F401  (each module registers its commands)
+from appliance.cli.common import cli  # noqa: E402
+from appliance.cli.interrupts import hold_during_imports  # noqa: E402
 
 __all__ = ["cli", "main"]
 
