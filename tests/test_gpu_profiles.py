@@ -236,3 +236,41 @@ def test_a_report_fingerprint_without_torch_facts_is_named_by_its_gpu():
     assert hardware.choose([{"name": "Quadro RTX 5000"}]).name == "turing"
     assert hardware.choose([{"name": "NVIDIA H200"}]).name == "h200"
     assert hardware.choose([{"name": "Some Future GPU"}]).name == "pascal"  # still a GPU, float32
+
+
+def test_run_names_the_profile_and_why_in_its_report(monkeypatch):
+    from appliance.bench.suite.session import bench_profile
+
+    monkeypatch.setattr(hardware, "_detected", None)  # this process's own detection plays no part
+
+    fp = {"gpus": [{"name": "NVIDIA L40S", "memory_total_bytes": 46068 * MIB}]}
+    name, entry, warnings = bench_profile(None, fp)
+    assert (name, warnings) == ("ada", [])
+    assert (
+        entry["why"].startswith("profile 'ada': no measured profile names it")
+        and "NVIDIA L40S" in entry["why"]
+    )
+    name, entry, _ = bench_profile("cpu", fp)
+    assert entry["why"] == "profile 'cpu' (--gpu cpu)"
+
+
+def test_a_broken_cuda_is_one_line_and_no_gpu_profile():
+    def broken():
+        raise RuntimeError("CUDA driver version is insufficient for CUDA runtime version\nmore")
+
+    torch = SimpleNamespace(cuda=SimpleNamespace(is_available=broken), version=SimpleNamespace(cuda="12.4"))
+    devices, error = sysgpu.cuda_devices(torch)
+    assert (
+        devices == []
+        and error
+        == "torch.cuda failed: RuntimeError: CUDA driver version is insufficient for CUDA runtime version"
+    )
+    no_cuda = SimpleNamespace(
+        cuda=SimpleNamespace(is_available=lambda: False), version=SimpleNamespace(cuda=None)
+    )
+    assert sysgpu.cuda_devices(no_cuda) == (
+        [],
+        "torch.cuda is not available (this torch is built without CUDA)",
+    )
+    chosen = hardware.choose([{"name": "NVIDIA A100-SXM4-80GB"}], [], error)
+    assert chosen.name == "cpu" and "torch cannot use it (torch.cuda failed: RuntimeError" in chosen.why
