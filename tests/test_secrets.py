@@ -260,3 +260,18 @@ def test_a_sweeps_folder_its_study_included_holds_no_secret(tmp_path, monkeypatc
     again = list(sw.sweep("test_secrets:keyed_env", out, sw.Options(trials=3), str(space), overrides=overrides,
                           profile="cpu", trial=instant))  # fmt: skip
     assert any(line.startswith("resuming") for line in again), again  # the same config, its key unseen
+
+
+@pytest.mark.parametrize("form", [[], ["--json"], ["--show-origin"]])
+def test_config_prints_no_secret_given_as_a_flag(form):
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    url = "postgresql://user:hunter2pass@db.example/optuna"
+    result = CliRunner().invoke(
+        cli, ["config", "CartPole-v1", "--env.api-key", "sk-SECRET123", "--env.url", url, *form]
+    )
+    assert result.exit_code == 0, result.output
+    assert "sk-SECRET123" not in result.output and "hunter2pass" not in result.output
+    assert "api_key" in result.output  # the key is shown, its value hidden

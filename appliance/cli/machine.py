@@ -30,6 +30,7 @@ from appliance.cli.common import (
     write_json,
     write_out,
 )
+from appliance.redact import redact, redact_tree
 
 if TYPE_CHECKING:
     from appliance.config import Config
@@ -134,9 +135,15 @@ def config(
         return
     cfg = run_config(env, profile, config_file, overrides, family=family)
     if show_origin:
-        click.echo(origin_text(cfg))
+        click.echo(redact(origin_text(cfg)))
         return
-    click.echo((cfg.to_json() if as_json else cfg.to_yaml()).rstrip("\n"))
+    shown = redact_tree(cfg.to_dict())  # an API key or a URL's password given as a flag is not printed
+    text = (
+        json.dumps(shown, indent=2)
+        if as_json
+        else yaml.safe_dump(shown, sort_keys=False, default_flow_style=False)
+    )
+    click.echo(text.rstrip("\n"))
 
 
 def _value(value: Any) -> str:
