@@ -41,6 +41,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
         assert out[key].startswith(str(target)), (key, out[key])
     assert "squared" in out["ocean"] and "h100" in out["profiles"] and out["lr"] > 0
     assert (Path(out["envs"]) / "vecenv.h").is_file()
+    assert (Path(out["envs"]) / "compat4" / "vecenv.h").is_file()  # what `envs build` compiles against
     info = subprocess.run(
         [sys.executable, "-c", "from appliance.cli import main; main()", "info", "--json"],
         cwd=elsewhere,
