@@ -274,3 +274,15 @@ def test_a_broken_cuda_is_one_line_and_no_gpu_profile():
     )
     chosen = hardware.choose([{"name": "NVIDIA A100-SXM4-80GB"}], [], error)
     assert chosen.name == "cpu" and "torch cannot use it (torch.cuda failed: RuntimeError" in chosen.why
+
+
+def test_a_mig_slice_is_sized_by_the_memory_torch_can_use():
+    """NVML's memory is the whole A100's 80 GB; torch sees the 1g.10gb slice: sized as a 10 GB GPU."""
+    nvml = [{"name": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 81920 * MIB}]
+    cuda = [
+        {"name": "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "memory_total_bytes": 9728 * MIB, "sm_count": 14}
+        | {"compute_capability": "8.0"}
+    ]
+    chosen = hardware.choose(nvml, cuda)
+    assert chosen.name == "ampere" and "sizes of the 2080 profile" in chosen.why
+    assert hardware.derive("ampere", chosen.gpu).like == "2080"

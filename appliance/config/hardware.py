@@ -259,7 +259,8 @@ def gpu_of(
     nvml_gpu, cuda_device = nvml_gpu or {}, cuda_device or {}
     return Gpu(
         name=str(nvml_gpu.get("name") or cuda_device.get("name") or "a GPU"),
-        memory_bytes=nvml_gpu.get("memory_total_bytes") or cuda_device.get("memory_total_bytes"),
+        # torch's figure first: what this process can use (a MIG slice, not the whole GPU)
+        memory_bytes=cuda_device.get("memory_total_bytes") or nvml_gpu.get("memory_total_bytes"),
         sm_count=cuda_device.get("sm_count"),
         capability=cuda_device.get("compute_capability") or nvml_gpu.get("compute_capability"),
         pcie=_pcie(nvml_gpu),
