@@ -13,6 +13,7 @@
 #include "advantage.cuh"
 #include "mingru_scan.cuh"
 #include "mingru_step.cuh"
+#include "optim_step.cuh"
 #include "prio_sample.cuh"
 
 using namespace pb;
@@ -103,6 +104,31 @@ void pb_host_mingru_scan_bwd(const float* kv, const float* h0, const float* h, c
     for (i64 b = lo; b < hi; ++b)
       for (int j = 0; j < hidden; ++j)
         mingru_scan_bwd<float>(kv, h0, h, grad_h, grad_kv, grad_h0, steps, hidden, b, j);
+  });
+}
+
+// optim_step.cuh over the flat parameter buffer's n elements (scal = {step_size, bc2_sqrt}).
+void pb_host_adam_step(float* p, const float* g, float* m, float* v, long long n, const float* scal,
+                       float w1, float beta2, float w2, float eps, float weight_decay,
+                       int threads) {
+  const float step_size = scal[0], bc2_sqrt = scal[1];
+  split_rows(n, threads, 1 << 16, [=](i64 lo, i64 hi) {
+    for (i64 i = lo; i < hi; ++i)
+      adam_elem(p, g, m, v, i, step_size, bc2_sqrt, w1, beta2, w2, eps, weight_decay);
+  });
+}
+
+void pb_host_muon_momentum(const float* g, float* buf, float* u, long long n, float beta,
+                           int threads) {
+  split_rows(n, threads, 1 << 16, [=](i64 lo, i64 hi) {
+    for (i64 i = lo; i < hi; ++i) muon_momentum_elem(g, buf, u, i, beta);
+  });
+}
+
+void pb_host_muon_apply(float* p, const float* u, long long n, const float* lr, int threads) {
+  const float rate = lr[0];
+  split_rows(n, threads, 1 << 16, [=](i64 lo, i64 hi) {
+    for (i64 i = lo; i < hi; ++i) muon_apply_elem(p, u, i, rate);
   });
 }
 

@@ -22,13 +22,16 @@ import torch
 
 from appliance.gpu.launch import mode
 
-_P, _I, _F, _D = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_double
+_P, _I, _L, _F, _D = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float, ctypes.c_double
 SIGNATURES = {
     "pb_host_advantage": [_P, _P, _P, _P, _P, _I, _I, _F, _F, _F, _F, _I, _I],
     "pb_host_prio_keys_uniform": [_P, _P, _I, _I, _D, _D, _P, _P, _I],
     "pb_host_mingru_step": [_P, _P, _P, _I, _I, _P, _I],
     "pb_host_mingru_scan_fwd": [_P, _P, _P, _I, _I, _I, _I],
     "pb_host_mingru_scan_bwd": [_P, _P, _P, _P, _P, _P, _I, _I, _I, _I],
+    "pb_host_adam_step": [_P, _P, _P, _P, _L, _P, _F, _F, _F, _F, _F, _I],
+    "pb_host_muon_momentum": [_P, _P, _P, _L, _F, _I],
+    "pb_host_muon_apply": [_P, _P, _L, _P, _I],
 }
 
 
@@ -133,3 +136,24 @@ class Scan:
             "pb_host_mingru_scan_bwd", _ptr(kv), _ptr(h0), _ptr(h), _ptr(grad_h), _ptr(grad_kv),
             _ptr(grad_h0), b, t, hidden,
         )  # fmt: skip
+
+
+# optim_step.cuh over the flat buffers of appliance.train.flat (float32, contiguous, CPU): in place.
+
+
+def adam_step(p, g, m, v, scal, beta1: float, beta2: float, eps: float, weight_decay: float = 0.0) -> None:  # type: ignore[no-untyped-def]
+    """:func:`appliance.gpu.reference.adam_step` with the kernel's body."""
+    _call(
+        "pb_host_adam_step", _ptr(p), _ptr(g), _ptr(m), _ptr(v), p.numel(), _ptr(scal), 1 - beta1, beta2,
+        1 - beta2, eps, weight_decay,
+    )  # fmt: skip
+
+
+def muon_momentum(g: torch.Tensor, buf: torch.Tensor, u: torch.Tensor, beta: float) -> None:
+    """:func:`appliance.gpu.reference.muon_momentum` with the kernel's body."""
+    _call("pb_host_muon_momentum", _ptr(g), _ptr(buf), _ptr(u), g.numel(), beta)
+
+
+def muon_apply(p: torch.Tensor, u: torch.Tensor, lr: torch.Tensor) -> None:
+    """:func:`appliance.gpu.reference.muon_apply` with the kernel's body (``lr`` a float32 0-dim tensor)."""
+    _call("pb_host_muon_apply", _ptr(p), _ptr(u), p.numel(), _ptr(lr))

@@ -47,11 +47,14 @@ from appliance.gpu.reference import PPOLoss
 
 __all__ = [
     "PPOLoss",
+    "adam_step",
     "advantage",
     "lstm_step",
     "mingru_scan",
     "mingru_step",
     "mode",
+    "muon_apply",
+    "muon_momentum",
     "ppo_loss",
     "prio_sample",
     "sample_logits",
@@ -354,3 +357,55 @@ def _ids(ids: torch.Tensor | None, n: int) -> torch.Tensor | None:
     if ids is not None and (ids.dtype != torch.int64 or ids.numel() != n):
         raise ConfigError(f"ids must be int64 with one id per row ({n}), got {ids.dtype} {tuple(ids.shape)}")
     return ids
+
+
+# ------------------------------------------------------------------ optim_step (flat buffers)
+# The optimizers' elementwise work over appliance.train.flat's buffers, in place: the kernel on
+# CUDA, the same body compiled for the CPU (appliance.gpu.host) for float32 CPU tensors, else torch.
+
+
+def adam_step(
+    p: torch.Tensor,
+    g: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    scal: torch.Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float = 0.0,
+) -> None:
+    if not use_cuda(p):
+        impl = host if host.use_host(p, g, m, v, scal) else reference
+        return impl.adam_step(p, g, m, v, scal, beta1, beta2, eps, weight_decay)
+    for name, t in (("p", p), ("g", g), ("m", m), ("v", v), ("scal", scal)):
+        _check(t, name, torch.float32)
+    args = (
+        _ptr(p), _ptr(g), _ptr(m), _ptr(v), np.int64(p.numel()), _ptr(scal), np.float32(1 - beta1),
+        np.float32(beta2), np.float32(1 - beta2), np.float32(eps), np.float32(weight_decay),
+    )  # fmt: skip
+    _launch("optim_step", "adam_step_f32", p.device, p.numel(), args)
+    return None
+
+
+def muon_momentum(g: torch.Tensor, buf: torch.Tensor, u: torch.Tensor, beta: float) -> None:
+    if not use_cuda(g):
+        impl = host if host.use_host(g, buf, u) else reference
+        return impl.muon_momentum(g, buf, u, beta)
+    for name, t in (("g", g), ("buf", buf), ("u", u)):
+        _check(t, name, torch.float32)
+    args = (_ptr(g), _ptr(buf), _ptr(u), np.int64(g.numel()), np.float32(beta))
+    _launch("optim_step", "muon_momentum_f32", g.device, g.numel(), args)
+    return None
+
+
+def muon_apply(p: torch.Tensor, u: torch.Tensor, lr: torch.Tensor) -> None:
+    if not use_cuda(p):
+        impl = host if host.use_host(p, u, lr) else reference
+        return impl.muon_apply(p, u, lr)
+    for name, t in (("p", p), ("u", u), ("lr", lr)):
+        _check(t, name, torch.float32)
+    _launch(
+        "optim_step", "muon_apply_f32", p.device, p.numel(), (_ptr(p), _ptr(u), np.int64(p.numel()), _ptr(lr))
+    )
+    return None

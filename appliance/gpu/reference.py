@@ -254,3 +254,37 @@ def _into(out: torch.Tensor | None, value: torch.Tensor) -> torch.Tensor:
         return value
     out.copy_(value)
     return out
+
+
+# ------------------------------------------------------------------------------- optim_step
+
+
+def adam_step(
+    p: torch.Tensor,
+    g: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    scal: torch.Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float = 0.0,
+) -> None:
+    """kernels/optim_step.cuh's ``adam_elem`` over flat float32 buffers, in place: torch.optim.Adam's
+    single-tensor step with ``scal = [lr / (1 - beta1^t), sqrt(1 - beta2^t)]``."""
+    step_size, bc2_sqrt = scal.to(torch.float64).tolist()
+    grad = g.add(p, alpha=weight_decay) if weight_decay != 0 else g
+    m.lerp_(grad, 1 - beta1)
+    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    p.addcdiv_(m, v.sqrt().div_(bc2_sqrt).add_(eps), value=-step_size)
+
+
+def muon_momentum(g: torch.Tensor, buf: torch.Tensor, u: torch.Tensor, beta: float) -> None:
+    """``muon_momentum_elem``: ``buf = buf * beta + g`` and ``u = g + beta * buf``, in place."""
+    buf.mul_(beta).add_(g)
+    torch.add(g, buf, alpha=beta, out=u)
+
+
+def muon_apply(p: torch.Tensor, u: torch.Tensor, lr: torch.Tensor) -> None:
+    """``muon_apply_elem``: ``p = p - lr * u`` with ``lr`` a 0-dim tensor, in place."""
+    p.sub_(u * lr)

@@ -13,6 +13,9 @@ from typing import Any
 
 import torch
 
+from appliance.gpu import kernels
+from appliance.train.flat import FlatParams, flatten
+
 
 class MultiOptimizer:
     """Optimizers stepped as one (one today; graphs.py and checkpoints see this face)."""
@@ -74,6 +77,13 @@ def make_optimizer(policy: torch.nn.Module, hp: Any, graph_safe: bool = False) -
         torch.tensor(float(hp.learning_rate), device=device) if graph_safe else hp.learning_rate
     )
     params = list(dict.fromkeys(policy.parameters()))  # shared weights (the LSTM cell's) once
+    if getattr(hp, "fused_optimizer", False):  # train.fused_optimizer: one flat buffer, one pass a step
+        flat = flatten(policy)
+        if hp.optimizer == "adam":
+            fused: torch.optim.Optimizer = FusedAdam(flat, lr, (hp.adam_beta1, hp.adam_beta2), hp.adam_eps)
+        else:
+            fused = FusedMuon(flat, lr, momentum=hp.adam_beta1, ns=hp.muon_ns)
+        return MultiOptimizer([fused], hp.learning_rate)
     if hp.optimizer == "adam":
         kwargs: dict[str, Any] = {"betas": (hp.adam_beta1, hp.adam_beta2), "eps": hp.adam_eps}
         if graph_safe:  # torch allows capturable on accelerators only; a tensor lr off them needs foreach off
@@ -198,3 +208,146 @@ class Muon(torch.optim.Optimizer):
                     p.sub_(update * lr)
                 else:
                     p.add_(update, alpha=-lr)
+
+
+class _Flat:
+    """What the fused optimizers share: the flat buffers, gradients zeroed in place, and each
+    parameter's state as views of flat state buffers (so checkpoints keep torch's per-parameter
+    layout, and a loaded state is copied back into the flat buffers)."""
+
+    flat: FlatParams
+    state: Any
+    param_groups: list[dict[str, Any]]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero, never None: the gradients must stay views of the flat buffer (``set_to_none`` is
+        ignored)."""
+        self.flat.zero_grad()
+
+    def _lr(self, group: dict[str, Any]) -> torch.Tensor:
+        """The learning rate as a float32 0-dim tensor on the device (the group's own where it is one)."""
+        lr = group["lr"]
+        if isinstance(lr, torch.Tensor) and lr.dtype == torch.float32:
+            return lr
+        self._lr_t.fill_(float(lr))
+        return self._lr_t
+
+    def _check_groups(self) -> None:
+        if len(self.param_groups) != 1 or len(self.param_groups[0]["params"]) != len(self.flat.params):
+            raise ValueError("the fused optimizers take one group: every parameter of the flat buffer")
+
+
+class FusedAdam(_Flat, torch.optim.Optimizer):
+    """torch.optim.Adam (no amsgrad) over a :class:`FlatParams` buffer as one elementwise pass a step
+    (kernels/optim_step.cuh ``adam_elem``: CUDA, or its host build on the CPU). The bias corrections
+    and ``lr / (1 - beta1^t)`` are worked out on the device in float64 from a step counter held there,
+    so the step holds no host value and a CUDA graph can replay it. State per parameter as
+    torch.optim.Adam names it (``step``, ``exp_avg``, ``exp_avg_sq``), so checkpoints move between
+    the two."""
+
+    def __init__(
+        self,
+        flat: FlatParams,
+        lr: float | torch.Tensor,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(flat.params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+        self.flat = flat
+        self._check_groups()
+        device = flat.data.device
+        self.exp_avg = torch.zeros_like(flat.data)
+        self.exp_avg_sq = torch.zeros_like(flat.data)
+        self.step_t = torch.zeros((), dtype=torch.float64, device=device)
+        self.scal = torch.zeros(2, dtype=torch.float32, device=device)
+        self._lr_t = torch.zeros((), dtype=torch.float32, device=device)
+        self._bind()
+
+    def _bind(self) -> None:
+        for i, p in enumerate(self.flat.params):
+            self.state[p] = {
+                "step": self.step_t,
+                "exp_avg": self.flat.slice(self.exp_avg, i),
+                "exp_avg_sq": self.flat.slice(self.exp_avg_sq, i),
+            }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._check_groups()
+        with torch.no_grad():
+            for i, p in enumerate(self.flat.params):
+                s = self.state.get(p, {})
+                if "exp_avg" in s:
+                    self.flat.slice(self.exp_avg, i).copy_(s["exp_avg"])
+                    self.flat.slice(self.exp_avg_sq, i).copy_(s["exp_avg_sq"])
+                    self.step_t.fill_(float(s["step"]))
+        self._bind()
+
+    @torch.no_grad()
+    def step(self) -> None:  # type: ignore[override]
+        group = self.param_groups[0]
+        beta1, beta2 = group["betas"]
+        self.step_t += 1
+        lr = self._lr(group).to(torch.float64)
+        step_size = lr / (1 - beta1**self.step_t)
+        bc2_sqrt = torch.sqrt(1 - beta2**self.step_t)
+        self.scal.copy_(torch.stack([step_size, bc2_sqrt]))
+        kernels.adam_step(
+            self.flat.data, self.flat.grad, self.exp_avg, self.exp_avg_sq, self.scal, beta1, beta2,
+            group["eps"], group["weight_decay"],
+        )  # fmt: skip
+
+
+class FusedMuon(_Flat, Muon):
+    """:class:`Muon` over a :class:`FlatParams` buffer: the momentum and Nesterov blend as one
+    elementwise pass over every parameter into a flat update buffer, each matrix's slice of it
+    orthogonalized in place by the same torch Newton-Schulz iteration, then ``p -= lr * u`` as one
+    more pass (kernels/optim_step.cuh). Every parameter steps, as Muon does with gradients zeroed
+    rather than dropped (the graphed update's case); ``momentum_buffer`` per parameter as Muon's."""
+
+    def __init__(
+        self,
+        flat: FlatParams,
+        lr: float | torch.Tensor,
+        momentum: float = 0.95,
+        steps: int = 5,
+        ns_dtype: torch.dtype | None = None,
+        ns: str = "heavyball",
+    ) -> None:
+        super().__init__(flat.params, lr, momentum, steps, ns_dtype, ns)
+        self.flat = flat
+        self._check_groups()
+        self.buf = torch.zeros_like(flat.data)
+        self.update = torch.zeros_like(flat.data)
+        self._lr_t = torch.zeros((), dtype=torch.float32, device=flat.data.device)
+        self._bind()
+
+    def _bind(self) -> None:
+        for i, p in enumerate(self.flat.params):
+            self.state[p] = {"momentum_buffer": self.flat.slice(self.buf, i)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._check_groups()
+        with torch.no_grad():
+            for i, p in enumerate(self.flat.params):
+                if "momentum_buffer" in self.state.get(p, {}):
+                    self.flat.slice(self.buf, i).copy_(self.state[p]["momentum_buffer"])
+        self._bind()
+
+    @torch.no_grad()
+    def step(self) -> None:  # type: ignore[override]
+        group = self.param_groups[0]
+        kernels.muon_momentum(self.flat.grad, self.buf, self.update, float(group["momentum"]))
+        for i, p in enumerate(self.flat.params):
+            if p.ndim < 2:
+                continue
+            u = self.flat.slice(self.update, i)
+            rows = u.reshape(p.shape[0], -1)
+            if self.ns == "pufferlib4":
+                rows.copy_(self.orthogonalize_pufferlib4(rows, group["ns_dtype"] or torch.float32))
+            else:
+                dtype = group["ns_dtype"] or (torch.bfloat16 if p.is_cuda else torch.float32)
+                rows.copy_(self.orthogonalize(rows, group["steps"], dtype))
+        kernels.muon_apply(self.flat.data, self.update, self._lr(group))
