@@ -150,6 +150,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "adam_beta1": "Adam's first-moment decay; Muon's momentum",
         "adam_beta2": "Adam's second-moment decay (Muon does not read it)",
         "adam_eps": "Adam's epsilon in the denominator (Muon does not read it)",
+        "fused_optimizer": "the policy's weights and gradients as views of one flat buffer each, and the "
+        "optimizer's elementwise work over it in one kernel pass a step (kernels/optim_step.cu on CUDA, "
+        "its host build on the CPU) instead of torch's per-parameter ops; the same math (off: torch's)",
         "gamma": "discount factor of future rewards (also the horizon of reward_norm's return)",
         "gae_lambda": "the advantage's lambda: how far back each TD error is carried (V-trace, as GAE "
         "when no ratio is clipped)",
