@@ -874,7 +874,8 @@ def table(reports: list[Path], targets: dict[str, float], at: tuple[float, ...] 
     at which each run's windowed score is shown too; ``links``: a prefix for the reports' links."""
     by_env: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for path, env, entry in curve_entries(reports):
-        by_env.setdefault(env, []).append((path, entry))
+        # ours on a PufferLib-format env is pufferlib:NAME, the same env code as its NAME
+        by_env.setdefault(env.removeprefix("pufferlib:"), []).append((path, entry))
     extra = "".join(f" score at {x / 1e6:g} M |" for x in at)
     lines = [
         "| env | target | run | agent-steps to target | seconds to target | steps run | final score |"
