@@ -137,8 +137,8 @@ def _in_a_namespace(env: str) -> str | None:
     (case aside), the id meant, where a string match would offer a legacy id (``Breakout-v4``)."""
     import gymnasium
 
-    if "/" in env:
-        return None
+    if "/" in env or any("/" not in i and i.lower() == env.lower() for i in gymnasium.registry):
+        return None  # the id itself, case aside (cartpole-v1: CartPole-v1, not phys2d/CartPole-v1)
     matches = sorted(i for i in gymnasium.registry if "/" in i and i.split("/", 1)[1].lower() == env.lower())
     return next((i for i in matches if i.startswith("ALE/")), matches[0] if matches else None)
 
