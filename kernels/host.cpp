@@ -107,21 +107,57 @@ void pb_host_mingru_scan_bwd(const float* kv, const float* h0, const float* h, c
   });
 }
 
-// optim_step.cuh over the flat parameter buffer's n elements (scal = {step_size, bc2_sqrt}).
+// optim_step.cuh over the flat parameter buffer's n elements (scal = {step_size, bc2_sqrt}). Its
+// fmaf calls are a library call in a portable x86-64 build (no -mfma), so
+// where the CPU has FMA units the loop runs from a copy compiled for them: the same rounding.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define PB_FMA_CLONE __attribute__((target("fma")))
+static bool cpu_has_fma() { return __builtin_cpu_supports("fma"); }
+#else
+#define PB_FMA_CLONE
+static bool cpu_has_fma() { return false; }
+#endif
+
+static void adam_range(float* p, const float* g, float* m, float* v, i64 lo, i64 hi,
+                       float step_size, float bc2_sqrt, float w1, float beta2, float w2, float eps,
+                       float weight_decay) {
+  for (i64 i = lo; i < hi; ++i)
+    adam_elem(p, g, m, v, i, step_size, bc2_sqrt, w1, beta2, w2, eps, weight_decay);
+}
+
+PB_FMA_CLONE static void adam_range_fma(float* p, const float* g, float* m, float* v, i64 lo, i64 hi,
+                                        float step_size, float bc2_sqrt, float w1, float beta2,
+                                        float w2, float eps, float weight_decay) {
+  for (i64 i = lo; i < hi; ++i)
+    adam_elem(p, g, m, v, i, step_size, bc2_sqrt, w1, beta2, w2, eps, weight_decay);
+}
+
+PB_FMA_CLONE static void muon_momentum_range_fma(const float* g, float* buf, float* u, i64 lo,
+                                                 i64 hi, float beta) {
+  for (i64 i = lo; i < hi; ++i) muon_momentum_elem(g, buf, u, i, beta);
+}
+
 void pb_host_adam_step(float* p, const float* g, float* m, float* v, long long n, const float* scal,
                        float w1, float beta2, float w2, float eps, float weight_decay,
                        int threads) {
   const float step_size = scal[0], bc2_sqrt = scal[1];
+  const bool fma = cpu_has_fma();
   split_rows(n, threads, 1 << 16, [=](i64 lo, i64 hi) {
-    for (i64 i = lo; i < hi; ++i)
-      adam_elem(p, g, m, v, i, step_size, bc2_sqrt, w1, beta2, w2, eps, weight_decay);
+    if (fma)
+      adam_range_fma(p, g, m, v, lo, hi, step_size, bc2_sqrt, w1, beta2, w2, eps, weight_decay);
+    else
+      adam_range(p, g, m, v, lo, hi, step_size, bc2_sqrt, w1, beta2, w2, eps, weight_decay);
   });
 }
 
 void pb_host_muon_momentum(const float* g, float* buf, float* u, long long n, float beta,
                            int threads) {
+  const bool fma = cpu_has_fma();
   split_rows(n, threads, 1 << 16, [=](i64 lo, i64 hi) {
-    for (i64 i = lo; i < hi; ++i) muon_momentum_elem(g, buf, u, i, beta);
+    if (fma)
+      muon_momentum_range_fma(g, buf, u, lo, hi, beta);
+    else
+      for (i64 i = lo; i < hi; ++i) muon_momentum_elem(g, buf, u, i, beta);
   });
 }
 
