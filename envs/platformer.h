@@ -13,7 +13,8 @@
  *            has no frame stack for Ocean envs), so motion (a jump's rise or fall, an enemy's way)
  *            is in one observation; it costs one 2,304-byte copy per step.
  *   action   Discrete(6): 0 stay, 1 left, 2 right, 3 jump, 4 jump right, 5 jump left. A jump starts
- *            only from the ground.
+ *            from the ground, or up to 3 steps after running off an edge (a platformer's "coyote
+ *            time": the edge need not be hit to the pixel).
  *   reward   progress: each new furthest x pays its gain over the start-to-goal distance (1 in all
  *            over a level), +1 for reaching the goal. Dying (falling into a gap, or touching an enemy
  *            other than by landing on it from above, which removes the enemy) costs no reward but
@@ -42,6 +43,7 @@
 #define PF_JUMP 4.0f
 #define PF_MAX_FALL 3.5f
 #define PF_STOMP_BOUNCE 3.0f
+#define PF_COYOTE 3 /* steps after running off an edge in which a jump still starts */
 #define PF_ENEMY_SPEED 0.5f
 #define PF_START_COLS 6 /* flat ground at the start, never an enemy */
 #define PF_END_COLS 8   /* flat ground at the end, the goal pole on it */
@@ -74,13 +76,13 @@ typedef struct Platformer {
     int num_enemies, goal_col;
     /* the player */
     float px, py, vy, start_x, best_x;
-    int grounded, tick;
+    int grounded, air, jumped, tick; /* air: steps since last on the ground */
     float episode_return;
 } Platformer;
 
 static const ParamSpec platformer_params[] = {
-    {"length", PARAM_INT, 64, 24, PF_MAX_COLS},   /* tiles from start to end */
-    {"max_steps", PARAM_INT, 400, 50, 1000000},   /* steps before truncation */
+    {"length", PARAM_INT, 40, 24, PF_MAX_COLS},   /* tiles from start to end */
+    {"max_steps", PARAM_INT, 300, 50, 1000000},   /* steps before truncation */
     {"max_gap", PARAM_INT, 3, 0, 4},              /* widest gap, tiles (0: no gaps) */
     {"enemy_rate", PARAM_FLOAT, 0.6, 0, 1},       /* chance a flat run of 4+ tiles has an enemy */
     {NULL, 0, 0, 0, 0},
@@ -222,6 +224,8 @@ static void platformer_reset(Platformer* env) {
     env->py = (float)((PF_ROWS - 2) * PF_TILE) - PF_PH; /* on the start's ground, 2 tiles high */
     env->vy = 0;
     env->grounded = 1;
+    env->air = 0;
+    env->jumped = 0;
     env->tick = 0;
     env->episode_return = 0;
     env->rewards[0] = 0;
@@ -246,7 +250,10 @@ static void platformer_step(Platformer* env) {
         env->px = nx;
     }
     /* vertical: jump from the ground, fall, land or bump a ceiling */
-    if (jump && env->grounded) env->vy = -PF_JUMP;
+    if (jump && !env->jumped && (env->grounded || env->air <= PF_COYOTE)) {
+        env->vy = -PF_JUMP;
+        env->jumped = 1;
+    }
     env->vy += PF_GRAVITY;
     if (env->vy > PF_MAX_FALL) env->vy = PF_MAX_FALL;
     const float vy = env->vy, bottom_before = env->py + PF_PH;
@@ -256,12 +263,14 @@ static void platformer_step(Platformer* env) {
         if (vy > 0) {
             ny = floorf((ny + PF_PH) / PF_TILE) * PF_TILE - PF_PH;
             env->grounded = 1;
+            env->jumped = 0;
         } else {
             ny = (floorf(ny / PF_TILE) + 1) * PF_TILE;
         }
         env->vy = 0;
     }
     env->py = ny;
+    env->air = env->grounded ? 0 : env->air + 1;
 
     /* enemies walk, then touch the player: from above a stomp, otherwise a death */
     int hit = 0;
@@ -280,6 +289,7 @@ static void platformer_step(Platformer* env) {
             e->alive = 0;
             env->vy = -PF_STOMP_BOUNCE;
             env->grounded = 0;
+            env->jumped = 1;
         } else {
             hit = 1;
         }
