@@ -105,7 +105,6 @@ def resolve_source(
     if name is not None:
         env = name
         info = ocean.describe(env, **params)
-        nvec = info["action_nvec"]
         return EnvSource(
             kind="ocean",
             name=env,
