@@ -51,7 +51,7 @@ UNSUPPORTED_HOOKS = (
     "MY_USES_TAGS",
 )
 RAYLIB_ENV = "PUFFER_RAYLIB"
-BUILD_VERSION = "2"  # part of every build's hash: a change to how envs are built or probed builds them anew
+BUILD_VERSION = "4"  # part of every build's hash: a change to how envs are built or probed builds them anew
 # keyword arguments of the vector (appliance.vector.make, the native Vec): no env parameter may take them
 RESERVED_KWARGS = {
     "num_envs",
@@ -398,7 +398,7 @@ def _compile_command(cc: str, folder: Path, name: str, ray: Path | None, rng_fie
     compat = data_dir("envs") / "compat4"
     extra_c = [p for p in sorted(folder.glob("*.c")) if p.name != "binding.c" and _is_library_source(p)]
     return [cc, "-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-DNDEBUG", "-DPLATFORM_DESKTOP",
-            "-w", "-include", str(compat / "prelude.h"), f"-I{compat}", "-IBUILD", f"-I{folder}",
+            "-Werror=implicit-function-declaration", "-include", str(compat / "prelude.h"), f"-I{compat}", "-IBUILD", f"-I{folder}",
             f'-DPUFFER4_NAME="{PREFIX}{name}"', *(["-DPUFFER4_RNG_FIELD"] if rng_field else []),
             *_vendor_includes(folder), *([f"-I{ray / 'include'}"] if ray else []),
             str(folder / "binding.c"), *map(str, extra_c), "-o", "OUT",

@@ -14,9 +14,11 @@ left out: they are not tasks):
          capped at 4,096;
   theirs its binding.c compiled against its own src/vecenv.h, linked with tools/pufferlib4_vecenv_sps.c,
          OMP_NUM_THREADS=1, the same agents, kwargs and seconds, uniform random actions both sides;
-  train  (--train) `puffer-bench train pufferlib:NAME --stop-steps 1e6` on the cpu profile with an MLP core
-         of 64 (the table asks whether it trains without error, not how well), in a process of its own.
-Writes table.json (every row, with the machine's fingerprint and the commands) and table.md.
+  train  (--train, a second pass over the table written) `puffer-bench train pufferlib:NAME --stop-steps 1e6`
+         on the cpu profile with an MLP core of 64 (whether it trains without error, not how well), in
+         a process of its own; --deadline S starts no env after S seconds.
+Writes table.json (every row, with the machine's fingerprint and the commands) and table.md after
+every env.
 """
 
 from __future__ import annotations
@@ -181,6 +183,54 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(args: argparse.Namespace, tree: Path, rows: list[dict], commands: list[str]) -> None:
+    """table.json and table.md as they stand (after every env, so a long pass loses nothing)."""
+    snapshot = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout
+    if not snapshot.strip():  # an exported tree: the commit the peer harness pins
+        pinned = re.search(r'^COMMIT = "(\w+)"', (REPO / "tools" / "pufferlib4_peer.py").read_text(), re.M)
+        snapshot = f"{pinned.group(1)} (the pinned commit; the tree is an export)" if pinned else ""
+    data = {"command": " ; ".join(commands), "snapshot": snapshot.strip() or "(not a git checkout)",
+            "seconds": args.seconds, "machine": args.machine, "rows": rows}  # fmt: skip
+    tmp = args.out / "table.json.tmp"
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(args.out / "table.json")
+    (args.out / "table.md").write_text(render(data))
+
+
+def measure(args: argparse.Namespace, tree: Path, names: list[str], scratch: Path, base: list[dict]) -> None:
+    """Build, step and time every env (no training), writing the table after each: ``base`` (the
+    table already written, for a pass over some envs) with these envs' rows in place of theirs."""
+    from appliance import pufferlib_envs
+
+    rows: list[dict] = []
+    for name in names:
+        row: dict = {"env": name}
+        rows.append(row)
+        # built in a process of its own: the build runs the env's my_init, which may abort
+        code, text, _ = run([*CLI, "envs", "build", str(tree / "ocean" / name)], timeout=900)
+        built = pufferlib_envs.current(name) if code == 0 else None
+        kwargs, total = ini_env(tree, name)
+        if built is None:
+            why = one_line(text).removeprefix("error: ").split(" (full log")[0]
+            row["build"] = {"ok": False, "why": why}
+            log(f"{name}: build: {why}")
+            # does PufferLib 4.0's own vector build it? (one agent per env assumed: we have no layout)
+            row["theirs"] = theirs(tree, name, min(total, MAX_AGENTS), kwargs, args.seconds, scratch)
+        else:
+            apr = int(built.meta["agents_per_env"])
+            row["build"] = {"ok": True, "agents_per_env": apr}
+            kwargs = {k: v for k, v in kwargs.items() if k in built.meta["params"]}
+            agents = max(apr, min(total, MAX_AGENTS) // apr * apr)
+            row["step"] = ours(name, apr, agents, args.seconds, scratch)
+            row["theirs"] = theirs(tree, name, agents, kwargs, args.seconds, scratch)
+            log(f"{name}: ours {row['step']} theirs {row['theirs']}")
+        again = {r["env"]: r for r in rows}
+        merged = [again.pop(r["env"], r) for r in base] + list(again.values())
+        write(args, tree, merged, args.commands)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -188,7 +238,13 @@ def main() -> None:
     )
     ap.add_argument("--envs", help="comma-separated env folders (default: all)")
     ap.add_argument("--seconds", type=float, default=1.0)
-    ap.add_argument("--train", action="store_true", help="also train each stepping env 1 M agent-steps")
+    ap.add_argument(
+        "--train", action="store_true",
+        help="train each stepping env of the table already written 1 M agent-steps (a second pass)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--deadline", type=float, default=float("inf"), help="--train: start no env after this many s"
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     tree = args.tree.resolve()
@@ -198,57 +254,32 @@ def main() -> None:
     if args.envs:
         names = [n for n in args.envs.split(",") if n in names]
     args.out.mkdir(parents=True, exist_ok=True)
-    previous = {}
-    if (args.out / "table.json").is_file():
-        previous = {r["env"]: r for r in json.loads((args.out / "table.json").read_text())["rows"]}
     sys.path.insert(0, str(REPO))
-    from appliance import pufferlib_envs
-
+    shown = " ".join(a for a in sys.argv[1:] if not a.startswith("--tree") and a != str(args.tree))
+    command = f"python tools/pufferlib4_envs.py --tree PATH/TO/PufferLib {shown}"
     scratch = Path(tempfile.mkdtemp(prefix="p4envs-"))
-    rows = []
     try:
-        for name in names:
-            row = {
-                "env": name,
-                **({"train": previous[name]["train"]} if "train" in previous.get(name, {}) else {}),
-            }
-            # built in a process of its own: the build runs the env's my_init, which may abort
-            code, text, _ = run([*CLI, "envs", "build", str(tree / "ocean" / name)], timeout=900)
-            built = pufferlib_envs.current(name) if code == 0 else None
-            kwargs, total = ini_env(tree, name)
-            if built is None:
-                why = one_line(text).removeprefix("error: ").split(" (full log")[0]
-                row["build"] = {"ok": False, "why": why}
-                log(f"{name}: build: {why}")
-                # does PufferLib 4.0's own vector build it? (one agent per env assumed: we have no layout)
-                row["theirs"] = theirs(tree, name, min(total, MAX_AGENTS), kwargs, args.seconds, scratch)
-                rows.append(row)
-                continue
-            apr = int(built.meta["agents_per_env"])
-            row["build"] = {"ok": True, "agents_per_env": apr}
-            kwargs = {k: v for k, v in kwargs.items() if k in built.meta["params"]}
-            agents = max(apr, min(total, MAX_AGENTS) // apr * apr)
-            row["step"] = ours(name, apr, agents, args.seconds, scratch)
-            row["theirs"] = theirs(tree, name, agents, kwargs, args.seconds, scratch)
-            log(f"{name}: ours {row['step']} theirs {row['theirs']}")
-            if args.train and row["step"]["ok"]:
-                row["train"] = train(name, scratch)
-                log(f"{name}: train {row['train']}")
-            rows.append(row)
+        if not args.train:
+            args.machine, args.commands, base = machine(), [command], []
+            if args.envs and (args.out / "table.json").is_file():  # some envs again, into the table
+                data = json.loads((args.out / "table.json").read_text())
+                args.machine, args.commands, base = data["machine"], [data["command"], command], data["rows"]
+            measure(args, tree, names, scratch, base)
+        else:
+            data = json.loads((args.out / "table.json").read_text())
+            args.machine, args.commands = data["machine"], [data["command"], command]
+            rows, start = data["rows"], time.monotonic()
+            for row in rows:
+                if row["env"] not in names or not row.get("step", {}).get("ok") or "train" in row:
+                    continue
+                if time.monotonic() - start > args.deadline:
+                    log(f"deadline: {row['env']} and the rest not trained")
+                    break
+                row["train"] = train(row["env"], scratch)
+                log(f"{row['env']}: train {row['train']}")
+                write(args, tree, rows, args.commands)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    snapshot = subprocess.run(
-        ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True
-    ).stdout
-    if not snapshot.strip():  # an exported tree: the commit the peer harness pins
-        pinned = re.search(r'^COMMIT = "(\w+)"', (REPO / "tools" / "pufferlib4_peer.py").read_text(), re.M)
-        snapshot = f"{pinned.group(1)} (the pinned commit; the tree is an export)" if pinned else ""
-    data = {"command": "python tools/pufferlib4_envs.py --tree PATH/TO/PufferLib " + " ".join(
-        a for a in sys.argv[1:] if not a.startswith("--tree") and a != str(args.tree)),
-        "snapshot": snapshot.strip() or "(not a git checkout)", "seconds": args.seconds,
-        "machine": machine(), "rows": rows}  # fmt: skip
-    (args.out / "table.json").write_text(json.dumps(data, indent=1))
-    (args.out / "table.md").write_text(render(data))
     log(f"wrote {args.out / 'table.md'}")
 
 

@@ -6,7 +6,10 @@
  * `Env`, includes "vecenv.h", and writes my_init(Env*, Dict* kwargs) and my_log(Log*, Dict* out).
  * `puffer-bench envs build` compiles that binding.c unchanged with this folder first on the include
  * path, so "vecenv.h" is this file, written from that interface alone. It turns the env into one of
- * our EnvSpec tables (../vecenv.h) in a shared library that appliance._ocean loads (load_plugin):
+ * our EnvSpec tables (../vecenv.h) in a shared library that appliance._ocean loads (load_plugin).
+ * It includes the C headers the format's own header does (assert, stdbool, stdio, stdlib, string,
+ * time), which env code after the include uses without including them itself (drone's assert).
+ * The library:
  * our thread pool steps it, in our contiguous buffers, each env on its own PCG32 stream seeded from
  * (run seed, env index) (prelude.h routes rand()/rand_r() there).
  *
@@ -32,9 +35,12 @@
 #ifndef PUFFER_COMPAT4_VECENV_H
 #define PUFFER_COMPAT4_VECENV_H
 
+#include <assert.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tensor.h"
 
@@ -400,6 +406,11 @@ COMPAT4_EXPORT int ocean_plugin_abi(void) { return OCEAN_PLUGIN_ABI; }
 
 COMPAT4_EXPORT const EnvSpec* ocean_plugin_spec(void) {
     if (compat4_spec.name) return &compat4_spec;
+    /* The format's vector runs my_init before my_log ever runs, and some my_log read what my_init set
+     * (drone's task, a global): one my_init with the ini's values first. */
+    double defaults[OCEAN_MAX_PARAMS];
+    for (int i = 0; i < compat4_params_count(); i++) defaults[i] = compat4_params[i].value;
+    compat4_probe_agents(defaults);
     compat4_name_logs();
     EnvSpec spec = {
         PUFFER4_NAME, sizeof(Compat4Slot), offsetof(Compat4Slot, env) + offsetof(Env, log),
