@@ -677,6 +677,9 @@ def test_launch_arguments_match_the_kernel_parameters(monkeypatch: pytest.Monkey
     kernels.advantage(*[torch.zeros(n, 5)] * 4, 0.99, 0.95)
     kernels.mingru_scan(torch.zeros(2, 3, 2 * h).requires_grad_(), torch.ones(2, h)).sum().backward()
     kernels.prio_sample(torch.zeros(n, 5), 0.8, 0.4, 6, 1, 2)
+    kernels.adam_step(*[torch.zeros(n)] * 4, torch.zeros(4), 0.9, 0.999, 1e-8, 0.0)
+    kernels.muon_momentum(*[torch.zeros(n)] * 3, 0.95)
+    kernels.muon_apply(torch.zeros(n), torch.zeros(n), torch.zeros(1))
     assert {name for name, _ in launched} == set(params), "every kernel is launched somewhere, and only those"
     for name, args in launched:
         kinds = [_NP_TYPES[np.asarray(a).dtype.name] for a in args]
