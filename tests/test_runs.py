@@ -140,6 +140,7 @@ def test_run_folders_named_from_env_specs_are_safe_in_a_shell(tmp_path):
 # The arguments a command needs before its options are looked at.
 ARGUMENTS = {
     "envs show": ["squared"],
+    "envs build": ["ocean/NAME"],
     "autotune": ["squared"],
     "compare": ["a.json", "b.json"],
     "ab": ["a", "b"],

@@ -654,7 +654,7 @@ args = pl.load_config(env_name)
 # a swept ini's policy sizes are floats (trash_pickup: num_layers 2.92514), which its torch path cannot
 # build a model with; its CUDA trainer reads them into int fields, so 2: the same cast here
 for key in ("hidden_size", "num_layers", "expansion_factor"):
-    if isinstance(args["policy"].get(key), float):
+    if isinstance(args.get("policy", {}).get(key), float):
         args["policy"][key] = int(args["policy"][key])
 runtime = {"pufferlib": str(pufferlib.__version__), "torch": torch.__version__, "numpy": numpy.__version__,
            "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
