@@ -141,6 +141,9 @@ def test_run_folders_named_from_env_specs_are_safe_in_a_shell(tmp_path):
 ARGUMENTS = {
     "envs show": ["squared"],
     "envs build": ["ocean/NAME"],
+    "history": ["env_sps/breakout/threads=1"],
+    "publish": ["reports", "--out", "site"],
+    "share": ["a.json", "--to", "shared"],
     "autotune": ["squared"],
     "compare": ["a.json", "b.json"],
     "ab": ["a", "b"],
@@ -273,7 +276,9 @@ def test_every_option_and_argument_refuses_an_empty_value_before_any_work(tmp_pa
             if getattr(param, "is_flag", False) or isinstance(param.type, click.types.UnprocessedParamType):
                 continue
             words = list(ARGUMENTS.get(name, []))
-            if isinstance(param, click.Option):
+            if isinstance(param, click.Option) and param.nargs > 1:  # --pair BASE NEW: the first empty
+                words += [param.opts[0], "", *["x.json"] * (param.nargs - 1)]
+            elif isinstance(param, click.Option):
                 words.append(f"{param.opts[0]}=")
             else:
                 words[arguments.index(param) : arguments.index(param) + 1] = [""]

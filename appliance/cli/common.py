@@ -72,14 +72,17 @@ class _Command(click.Command):
 
 def _refuse_empty(ctx: click.Context, param: click.Parameter, value: Any) -> None:
     """An option or argument given as ``''`` (or blank) is a one-line error, not "not given"."""
-    for v in value if isinstance(value, tuple | list) else [value]:
-        if isinstance(v, str) and not v.strip():
-            fix = (
-                f"leave {param.opts[0]} out or give a value"
-                if isinstance(param, click.Option)
-                else "give a value"
-            )
-            raise click.BadParameter(f"{_shown(v)} is empty; {fix}", ctx=ctx, param=param)
+    if isinstance(value, tuple | list):  # nargs, multiple, or both (--pair BASE NEW, given twice)
+        for item in value:
+            _refuse_empty(ctx, param, item)
+        return
+    if isinstance(value, str) and not value.strip():
+        fix = (
+            f"leave {param.opts[0]} out or give a value"
+            if isinstance(param, click.Option)
+            else "give a value"
+        )
+        raise click.BadParameter(f"{_shown(value)} is empty; {fix}", ctx=ctx, param=param)
 
 
 _Group.command_class = _Command
