@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance.config.files import ARCHITECTURES, gpu_matches, profile_dir, read_yaml
+from appliance.config import files
+from appliance.config.files import ARCHITECTURES, gpu_matches, read_yaml
 
 GIB = 2**30
 
@@ -189,7 +190,7 @@ def derive(arch: str, gpu: Gpu | None = None) -> Derived:
     like = size_class(gpu.memory_bytes)
     layer: dict[str, dict[str, Any]] = {"vec": {}, "train": {"device": "cuda"}, "bench": {}}
     if like is not None:
-        base = read_yaml(profile_dir() / f"{like}.yaml", "hardware profile")
+        base = read_yaml(files.profile_dir() / f"{like}.yaml", "hardware profile")
         for section, key in SIZE_KEYS:
             if key in (base.get(section) or {}):
                 layer[section][key] = base[section][key]
@@ -236,7 +237,7 @@ class Choice:
 def _measured() -> list[tuple[str, str]]:
     """(profile, the GPU name it expects) for each measured GPU profile."""
     out = []
-    for path in sorted(profile_dir().glob("*.yaml")):
+    for path in sorted(files.profile_dir().glob("*.yaml")):  # looked up each time: tests point it elsewhere
         meta = read_yaml(path, "hardware profile").get("profile")
         expected = str(meta.get("gpu") or "") if isinstance(meta, dict) else ""
         if expected:
