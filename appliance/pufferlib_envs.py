@@ -538,7 +538,13 @@ def kwargs_read(built: Built) -> list[str]:
 
 
 def load(name: str) -> str:
-    """Load ``pufferlib:NAME`` from its newest build; a one-line error names `envs build` otherwise."""
+    """Load ``pufferlib:NAME`` from its newest build; a one-line error names `envs build` otherwise.
+    A name this process has registered already is that env (its library stays loaded)."""
+    from appliance import _ocean
+
+    full = name if name.startswith(PREFIX) else PREFIX + name
+    if full in _ocean.names():
+        return full
     built = current(name)
     if built is None:
         short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
