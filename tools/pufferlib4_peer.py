@@ -925,18 +925,11 @@ SWITCHES = {
     "policy": {"encoder_activation": "none", "init": "torch"},
 }
 
-# 4.0's [train] keys on ours: (our key, its key); the cast is our default's type
-TRAIN_KEYS = (
-    ("total_timesteps", "total_timesteps", int), ("learning_rate", "learning_rate", float),
-    ("anneal_lr", "anneal_lr", bool), ("min_lr_ratio", "min_lr_ratio", float),
-    ("adam_beta1", "beta1", float), ("adam_beta2", "beta2", float), ("adam_eps", "eps", float),
-    ("gamma", "gamma", float), ("gae_lambda", "gae_lambda", float), ("replay_ratio", "replay_ratio", float),
-    ("clip_coef", "clip_coef", float), ("vf_coef", "vf_coef", float), ("vf_clip_coef", "vf_clip_coef", float),
-    ("max_grad_norm", "max_grad_norm", float), ("ent_coef", "ent_coef", float),
-    ("vtrace_rho_clip", "vtrace_rho_clip", float), ("vtrace_c_clip", "vtrace_c_clip", float),
-    ("prio_alpha", "prio_alpha", float), ("prio_beta0", "prio_beta0", float),
-    ("bptt_horizon", "horizon", int), ("minibatch_size", "minibatch_size", int),
-)  # fmt: skip
+# 4.0's [train] keys on ours: (our key, its key, cast), the one table `puffer-bench envs build` maps an
+# ini's recipe with too
+peer.use_our_package()
+from appliance.pufferlib_envs import TRAIN_KEYS  # noqa: E402  (after use_our_package)
+
 # keys of its files that its torch path or ours has no use for, by section (sections left whole: selfplay, sweep*)
 MAPPED = {"base": {"env_name", "reset_state"}, "vec": {"total_agents"}, "policy": {"hidden_size", "num_layers",
           "expansion_factor"}, "torch": {"network", "encoder", "decoder"}, "train": {k for _, k, _ in TRAIN_KEYS}}  # fmt: skip
