@@ -310,3 +310,20 @@ def test_envs_build_then_sps_and_a_few_epochs_of_training_through_the_cli(tmp_pa
         for line in (tmp_path / "runs" / "corridor" / "metrics.jsonl").read_text().splitlines()
     ]
     assert records and records[-1]["global_step"] >= 20000
+
+
+def test_a_my_vec_init_that_makes_no_envs_is_one_line_naming_the_env(tmp_path):
+    # tower_climb's my_vec_init makes no envs when its maps file is missing: a ConfigError, not a crash
+    # or a MemoryError from deep inside
+    from appliance.vector import native
+
+    def edit(binding: str) -> str:
+        binding = binding.replace('#include "vecenv.h"', '#define MY_VEC_INIT\n#include "vecenv.h"')
+        return binding + (
+            "\nEnv* my_vec_init(int* n, int* s, int* c, Dict* v, Dict* e) {\n"
+            '    fprintf(stderr, "no maps\\n");\n    *n = 0;\n    return NULL;\n}\n'
+        )
+
+    name = pufferlib_envs.load_library(pufferlib_envs.build(variant(tmp_path, "corridor_no_maps", edit=edit)))
+    with pytest.raises(ConfigError, match="corridor_no_maps: its my_vec_init made 0 envs"):
+        native.make(name, num_envs=4, num_threads=1, seed=0)
