@@ -1,7 +1,7 @@
 """Write curve.csv (one row per epoch) from a run's metrics.jsonl and print when the training perf
 (the fraction of finished episodes that reached the goal) first held a bar over `window` epochs.
 
-    .venv/bin/python results/cpu/platformer/curve.py experiments/RUN/metrics.jsonl [bar] [window]
+    .venv/bin/python tools/results/cpu/platformer/curve.py experiments/RUN/metrics.jsonl [bar] [window]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ COLUMNS = ["epoch", "global_step", "uptime", "sps", "env/perf", "env/score", "en
 def main(path: str, bar: float = 0.9, window: int = 5) -> None:
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     rows = [r for r in rows if "env/perf" in r]
-    out = Path(__file__).with_name("curve.csv")
+    out = Path(__file__).resolve().parents[4] / "results" / "cpu" / "platformer" / "curve.csv"
     with out.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow([c.split("/")[-1] for c in COLUMNS])

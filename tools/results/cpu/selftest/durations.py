@@ -2,7 +2,7 @@
 duration, the seconds of its probe, env, vector and training steps, what the speed gate waited, and
 the commit (docs/noise.md).
 
-    python results/cpu/selftest/durations.py results/cpu/selftest/try4-zen3 results/cpu/selftest/try6-zen3
+    python tools/results/cpu/selftest/durations.py results/cpu/selftest/try4-zen3 results/cpu/selftest/try6-zen3
 """
 
 import json

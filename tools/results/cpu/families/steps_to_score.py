@@ -4,7 +4,7 @@ reaches TARGET (not before MIN_EPOCHS epochs) or STEPS agent-steps run out; prin
 (agent-steps at the target or null, the final 5-epoch mean, seconds) and writes the per-epoch curve
 (agent-steps, episodes ended, mean return) to OUT.
 
-    PYTHONPATH=. python results/cpu/families/steps_to_score.py ENV TARGET STEPS MIN_EPOCHS OUT \
+    PYTHONPATH=. python tools/results/cpu/families/steps_to_score.py ENV TARGET STEPS MIN_EPOCHS OUT \
         [--family NAME] [--section.key value ...]
 """
 

@@ -6,7 +6,7 @@ the tool's CPU) replayed through `SpeedGate` as a suite's gate judges them, with
 new. In these records the load starts after the start checks and lasts the whole run: the case
 where rebasing moves its median most.
 
-    .venv/bin/python results/cpu/noise/rebased_rates.py results/cpu/noise/guard-rates-zen3-gate.json \
+    .venv/bin/python tools/results/cpu/noise/rebased_rates.py results/cpu/noise/guard-rates-zen3-gate.json \
         results/cpu/noise/guard-rates-zen3-gate-idle.json
 """
 
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from appliance.bench import noise
+from appliance.measure import noise
 
 
 def flags(run: dict, rebased: bool) -> list[bool]:

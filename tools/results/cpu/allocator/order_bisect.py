@@ -3,7 +3,7 @@ run? Per variant, a suite of quick's settings with the probe and the steps named
 selftest` (two runs in one process, back to back) N times; printed: the 8,192-row forward's medians,
 first and second run, K agent-steps/s, and second/first.
 
-    .venv/bin/python results/cpu/allocator/order_bisect.py 3 > results/cpu/allocator/order_bisect.txt
+    .venv/bin/python tools/results/cpu/allocator/order_bisect.py 3 > results/cpu/allocator/order_bisect.txt
 """
 
 import json

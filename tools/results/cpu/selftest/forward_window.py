@@ -13,7 +13,7 @@ strictest level Holm's correction applies over the 16 speed metrics a quick self
 together. Runs of one machine minutes apart: a probe whose spread is honest is rarely called
 different at the Holm level.
 
-    .venv/bin/python results/cpu/selftest/forward_window.py 12 8 > results/cpu/selftest/forward_window.txt
+    .venv/bin/python tools/results/cpu/selftest/forward_window.py 12 8 > results/cpu/selftest/forward_window.txt
 """
 
 import statistics
@@ -26,11 +26,12 @@ from appliance.bench.allocator import hold_freed_memory
 
 hold_freed_memory()
 
-from appliance.bench import noise, probe  # noqa: E402
-from appliance.bench.noise.gate import speed_check, spread_gate  # noqa: E402
+from appliance.bench import probe  # noqa: E402
 from appliance.bench.report import machine_line  # noqa: E402
-from appliance.bench.stats import ratio_test  # noqa: E402
 from appliance.config import resolve  # noqa: E402
+from appliance.measure import noise  # noqa: E402
+from appliance.measure.noise.gate import speed_check, spread_gate  # noqa: E402
+from appliance.measure.stats import ratio_test  # noqa: E402
 from appliance.sysinfo import fingerprint  # noqa: E402
 from appliance.train.make import make_policy  # noqa: E402
 from appliance.vector import native  # noqa: E402

@@ -4,15 +4,16 @@ the one now, and which metrics differ ("disagree", counted) or differ by their o
 With --reflag, each report's slowed steps and figures are first judged again by the noise guard's
 rule as it stands (noise.flag_slow_steps, from the checks the report kept).
 
-    .venv/bin/python results/cpu/selftest/rejudge.py [--reflag] results/cpu/selftest/try*
+    .venv/bin/python tools/results/cpu/selftest/rejudge.py [--reflag] results/cpu/selftest/try*
 """
 
 import json
 import sys
 from pathlib import Path
 
-from appliance.bench import noise, selftest
 from appliance.bench import report as rpt
+from appliance.bench import selftest
+from appliance.measure import noise
 
 REFLAG = "--reflag" in sys.argv
 

@@ -1,6 +1,6 @@
 """The neighbours of issue 45's cases, tried as a hostile input would (results/cpu/faults/round4-hunt.md).
 
-    python results/cpu/faults/round4_hunt.py      # from the checkout; prints one line a case
+    python tools/results/cpu/faults/round4_hunt.py      # from the checkout; prints one line a case
 
 Runs ``puffer-bench ARGS`` for each case in a scratch folder holding ``link`` (a symbolic link to a
 file outside), ``dangling``, ``linkdir`` (a link to a folder outside), ``dir`` and ``ro`` (mode
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 H = Path(tempfile.mkdtemp(prefix="round4-hunt-"))
 for name in ("ro", "outside", "dir"):
     (H / name).mkdir()

@@ -3,7 +3,7 @@ CartPole-v1`'s config under the cpu profile, the same Stop), with ``train.seed``
 line: the agent-steps at which the 5-epoch mean return reached 475, against the 100 K budget.
 
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \\
-        PYTHONPATH=. python results/cpu/learning-tests/cartpole_defaults.py 0
+        PYTHONPATH=. python tools/results/cpu/learning-tests/cartpole_defaults.py 0
 (``-1``: the config's own seed, 0.) The caps are tools/learning_seeds.py's (docs/learning-tests.md).
 """
 

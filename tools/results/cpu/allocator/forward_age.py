@@ -4,7 +4,7 @@
 after a training window (one trainer, one warm-up epoch and one timed window of the quick suite's
 settings), as the selftest's second run follows the first's training step.
 
-    .venv/bin/python results/cpu/allocator/forward_age.py 3 > results/cpu/allocator/forward_age.txt
+    .venv/bin/python tools/results/cpu/allocator/forward_age.py 3 > results/cpu/allocator/forward_age.txt
 """
 
 import subprocess

@@ -11,7 +11,7 @@ that do the same thing agree to float32 rounding (about 1e-6 on the first miniba
 a difference in what they do shows as a jump.
 
     PYTHONPATH=.:$HOME/.cache/puffer-bench/peers/pufferlib-4.0.0-41dc40bb2825/envs/breakout \
-      .venv/bin/python results/cpu/parity4/one_update.py experiments/p4-breakout-all4-s0/model_000200.pt
+      .venv/bin/python tools/results/cpu/parity4/one_update.py experiments/p4-breakout-all4-s0/model_000200.pt
 
 (``python tools/pufferlib4_peer.py build --envs breakout`` builds that folder.) Extra arguments are
 config overrides of ours, e.g. ``--train.vtrace-rho-on reward``; ``--beta pufferlib`` gives its

@@ -6,7 +6,7 @@ division by the Frobenius norm) and prints the singular values that come out (di
 sqrt(rows / cols) = 1.41 both multiply by, so that an exact orthogonalization gives 1.0 each), as
 quantiles, and the update's Frobenius norm, divided the same way (what a step of learning rate 1 moves the weights by)::
 
-    PYTHONPATH=. python results/cpu/parity4/ns_singular_values.py
+    PYTHONPATH=. python tools/results/cpu/parity4/ns_singular_values.py
 """
 
 import torch

@@ -13,7 +13,7 @@ p < 0.05/16, the strictest level Holm's correction applies over the 16 speed met
 selftest judges together. Runs of one idle machine: figures whose spread is honest are rarely
 called different.
 
-    .venv/bin/python results/cpu/selftest/env_rounds.py 8 > results/cpu/selftest/env_rounds.txt
+    .venv/bin/python tools/results/cpu/selftest/env_rounds.py 8 > results/cpu/selftest/env_rounds.txt
 """
 
 import statistics
@@ -24,11 +24,12 @@ from appliance.bench.allocator import hold_freed_memory
 
 hold_freed_memory()
 
-from appliance.bench import envsps, noise  # noqa: E402
-from appliance.bench.noise.gate import speed_check, spread_gate  # noqa: E402
+from appliance.bench import envsps  # noqa: E402
 from appliance.bench.report import machine_line  # noqa: E402
-from appliance.bench.stats import ratio_test  # noqa: E402
 from appliance.config import resolve  # noqa: E402
+from appliance.measure import noise  # noqa: E402
+from appliance.measure.noise.gate import speed_check, spread_gate  # noqa: E402
+from appliance.measure.stats import ratio_test  # noqa: E402
 from appliance.sysinfo import fingerprint  # noqa: E402
 
 REPEATS, THRESHOLD, HOLM_FLOOR = 3, 0.05, 0.05 / 16

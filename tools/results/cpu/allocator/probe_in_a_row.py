@@ -2,7 +2,7 @@
 suite of quick's probe and gate settings): the policy forward's samples at the run's batch and at
 twice it, K agent-steps/s, per run.
 
-    .venv/bin/python results/cpu/allocator/probe_in_a_row.py > results/cpu/allocator/probe_in_a_row.txt
+    .venv/bin/python tools/results/cpu/allocator/probe_in_a_row.py > results/cpu/allocator/probe_in_a_row.txt
 """
 
 import tempfile

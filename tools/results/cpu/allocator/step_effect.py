@@ -9,7 +9,7 @@ Variants: `sleep` (8 s, nothing), `env` (the env step's measurements: breakout, 
 snake at 1 and 2 threads, 1 s each), `vec-<backend>` (breakout vectorized by that backend, 1 s),
 `cp-<backend>` (CartPole-v1, 16 envs, 1 s; `gymnasium-sync` is Gymnasium's own vector env).
 
-    .venv/bin/python results/cpu/allocator/step_effect.py 2 > results/cpu/allocator/step_effect.txt
+    .venv/bin/python tools/results/cpu/allocator/step_effect.py 2 > results/cpu/allocator/step_effect.txt
 """
 
 import json

@@ -3,7 +3,7 @@ the breakout LSTM forward at the run's batch twice, at twice the batch once, at 
 again (medians of 5 timed runs, K agent-steps/s), and after/before; processes alternate without and
 with ``appliance.bench.allocator.hold_freed_memory`` (A B A B).
 
-    .venv/bin/python results/cpu/allocator/forward_order.py 4 > results/cpu/allocator/forward_order.txt
+    .venv/bin/python tools/results/cpu/allocator/forward_order.py 4 > results/cpu/allocator/forward_order.txt
 """
 
 import statistics
@@ -24,8 +24,8 @@ print(*[round(med(b)) for b in (n, n, 2 * n, n, n)])
 """
 
 if __name__ == "__main__":
-    from appliance.sysinfo import fingerprint
     from appliance.bench.report import machine_line
+    from appliance.sysinfo import fingerprint
 
     fp = fingerprint(calibration=False)
     print(f"machine: {machine_line(fp)}; host {fp['host_hash']}; commit {fp['git']['commit'][:7]}")

@@ -2,7 +2,7 @@
 (back to back, or one by one through the speed gate since 08e4b3d), both runs' medians (K agent-steps/s)
 and CVs, second/first, and the comparison's verdict on it as it judges now (docs/noise.md).
 
-    .venv/bin/python results/cpu/selftest/forward_by_try.py $(ls -d results/cpu/selftest/try* | sort -V)
+    .venv/bin/python tools/results/cpu/selftest/forward_by_try.py $(ls -d results/cpu/selftest/try* | sort -V)
 """
 
 import statistics

@@ -2,7 +2,7 @@
 those it took again, those it kept although slow, the seconds it waited for the CPU, and the steps the
 step gate flagged as slowed; then the totals.
 
-    .venv/bin/python results/cpu/selftest/gate_use.py results/cpu/selftest/try*
+    .venv/bin/python tools/results/cpu/selftest/gate_use.py results/cpu/selftest/try*
 """
 
 import json
