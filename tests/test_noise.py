@@ -12,9 +12,9 @@ import time
 import yaml
 from click.testing import CliRunner
 
-from appliance.bench import noise
 from appliance.bench import report as rpt
 from appliance.cli import cli
+from appliance.measure import noise
 
 
 class Script:

@@ -155,7 +155,7 @@ def test_the_seed_table_takes_the_iqm_of_five_seeds_and_says_when_rliable_is_mis
         _report(peer, tmp_path, f"ours-4096-breakout-s{i}", "puffer-bench", [v] * 8)
         for i, v in enumerate((0.1, 0.2, 0.3, 0.4, 0.9))
     ]
-    from appliance.bench import stats
+    from appliance.measure import stats
 
     if stats.iqm_intervals({"x": [1.0]}) is not None:
         row = peer.means(reports, (3e6,)).splitlines()[2]

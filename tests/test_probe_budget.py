@@ -120,8 +120,8 @@ def test_the_suites_probe_has_a_budget_in_quick_and_none_in_full():
 def test_quick_bounds_what_its_speed_gate_adds_and_full_keeps_the_default():
     """On a host whose speed swings, the gate spent its whole default budget (120 s) waiting in
     quick's first step (docs/noise.md), a third of the 5 minutes quick has on 2 cores."""
-    from appliance.bench.noise.gate import GATE_BUDGET_S
     from appliance.bench.suite.definition import load
+    from appliance.measure.noise.gate import GATE_BUDGET_S
 
     quick = load("quick")[0]["gate"]
     assert 0 < quick["budget_s"] <= 30 and quick["patience_s"] <= quick["budget_s"]

@@ -26,10 +26,10 @@ from markdown_it import MarkdownIt
 from appliance import config, sweep, vector
 from appliance.bench import readme
 from appliance.bench import report as rpt
-from appliance.bench.stats import summarize
 from appliance.bench.suite import definition as suite
 from appliance.cli import cli
 from appliance.errors import ConfigError, ReportError
+from appliance.measure.stats import summarize
 from appliance.train import Trainer
 
 # Every way into markup at once: closing an attribute, a script, an event handler, a javascript: link

@@ -1,7 +1,7 @@
 """How often the noise guard's step gate flags a step: on an idle machine (false positives) and under
 a known load (true positives).
 
-The step gate (``appliance.bench.noise.spread_gate``) judges each suite step's speed check against
+The step gate (``appliance.measure.noise.spread_gate``) judges each suite step's speed check against
 the spread of the checks taken before the first step. This tool plays suites without their
 measurements: per run and condition it takes the start checks on the idle machine, derives the
 gate, starts the condition's load, then takes ``--steps`` step checks (each the mean of two speed
@@ -18,7 +18,7 @@ the same floors, as a suite's gate judges its samples. Conditions:
 
 The tool pins itself to ``--core`` (default: the last usable CPU) through all conditions, start
 checks included, so the loads are the only difference. Meanwhile it samples others' load and steal
-(``appliance.bench.noise.Sampler``; its own loads are its children and do not count): an "idle"
+(``appliance.measure.noise.Sampler``; its own loads are its children and do not count): an "idle"
 figure from a busy machine says so. It prints the rates with the machine's fingerprint and writes
 a JSON record (``--out``). The full measurement, on a quiet machine (about 10 minutes on 2 cores)::
 
@@ -28,7 +28,7 @@ a JSON record (``--out``). The full measurement, on a quiet machine (about 10 mi
 A smoke run (a few seconds; the rates mean nothing): ``--runs 1 --steps 2 --conditions idle,cpu``.
 
 ``--rescore RATES.json`` measures nothing: it counts a record's flags again with the step gate as it
-is now (its start checks, :func:`appliance.bench.noise.step_slowed`).
+is now (its start checks, :func:`appliance.measure.noise.step_slowed`).
 
 ``--rejudge REPORT.json ...`` measures nothing: it prints how many steps of committed suite reports
 the gate at the time flagged and how many the step gate flags now (judged by the spread of the
@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("appliance") is None:  # the installed package first (it has the extension)
     sys.path.append(str(ROOT))
 
-from appliance.bench import noise  # noqa: E402
+from appliance.measure import noise  # noqa: E402
 
 CONDITIONS = ("idle", "cpu", "membw")
 TARGETS = {"idle": ("at most", 1 / 20), "cpu": ("at least", 9 / 10), "membw": ("at least", 9 / 10)}

@@ -5,8 +5,8 @@ Builds ``envs/pool_bench.c`` (this checkout's) against each variant's ``envs/`` 
 order config by config for ``--rounds`` rounds: drift and the load of other processes hit both
 alike. Each run gives the 10th percentile of its step times (the steps that other load did not
 interrupt; see the harness) and medians. Per config and figure it reports the median of each side, the ratio of medians B / A with a
-95% interval (``appliance.bench.stats.ratio_interval``), and a verdict; the noise guard
-(``appliance.bench.noise``) samples others' load and steal during every run, and a figure with a
+95% interval (``appliance.measure.stats.ratio_interval``), and a verdict; the noise guard
+(``appliance.measure.noise``) samples others' load and steal during every run, and a figure with a
 busy sample on either side is "unreliable (busy)", as ``puffer-bench ab`` says it. A second build
 with ``-DPOOL_STATS`` (where the variant's vecenv.c has the counters) adds futex and yield calls
 per step, from one extra run per config and side.
@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("appliance") is None:  # the installed package first (it has the extension)
     sys.path.append(str(ROOT))
 
-from appliance.bench import noise  # noqa: E402
-from appliance.bench.stats import ratio_interval  # noqa: E402
+from appliance.measure import noise  # noqa: E402
+from appliance.measure.stats import ratio_interval  # noqa: E402
 
 CFLAGS = ["-O3", "-std=c11", "-fno-strict-aliasing"]  # setup.py's portable flags
 NOOP = ["work=0", "obs_bytes=1", "episode_length=1000000"]

@@ -818,7 +818,7 @@ def train(cache: Path, env: str, stop_steps: float, stop_seconds: float, seed: i
         cmd = [py, "-W", "ignore::DeprecationWarning", str(driver), name, "--slowly", *extra]
     log("$ " + shlex.join(cmd))
     peer.use_our_package()
-    from appliance.bench import noise
+    from appliance.measure import noise
 
     sampler = noise.Sampler()  # others' load over the run: its figures are not idle ones where it is high
     sampler.sample()
@@ -869,7 +869,7 @@ def make_report(env: str, metric: str, target: float, rows: list[dict[str, float
 
 def noise_threshold() -> float:
     """Others' mean load (cores) from which the noise guard calls a measurement busy on this machine."""
-    from appliance.bench import noise
+    from appliance.measure import noise
 
     return noise.thresholds()[0]
 

@@ -929,14 +929,14 @@ def seed_group(stem: str) -> str:
 def means(reports: list[Path], at: tuple[float, ...]) -> str:
     """Markdown: per env and per setup (reports grouped by ``seed_group``), how many runs and, at each
     of ``at``, over the runs that got that far, the interquartile mean of their windowed scores with
-    a 95 % stratified bootstrap interval (the ``rliable`` library, :func:`appliance.bench.stats.iqm_intervals`;
+    a 95 % stratified bootstrap interval (the ``rliable`` library, :func:`appliance.measure.stats.iqm_intervals`;
     where rliable is not installed, the plain mean, and the table says so), their range and count;
     then each of our setups against each PufferLib setup of the env: the difference of means and
     its two-sided permutation p (:func:`permutation_p`)."""
     if not at:
         raise PeerError("--means needs --at: the agent-steps at which to average the runs' scores")
     use_our_package()
-    from appliance.bench.stats import iqm_intervals
+    from appliance.measure.stats import iqm_intervals
 
     groups: dict[tuple[str, str], list[dict[str, list[float]]]] = {}
     for path, env, entry in curve_entries(reports):
@@ -1101,8 +1101,8 @@ def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out
     import tempfile
 
     use_our_package()
-    from appliance.bench import noise
     from appliance.bench.report import Report
+    from appliance.measure import noise
     from appliance.sysinfo import fingerprint
 
     system = f"pufferlib-{VERSION}"

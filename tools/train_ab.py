@@ -47,8 +47,8 @@ def window(
     env_name: str, variant: dict[str, str], steps: int, train_args: list[str], scratch: Path
 ) -> dict[str, Any]:
     """One training run of the variant; its steady agent-steps/s and phase seconds."""
-    from appliance.bench import noise
     from appliance.lifeline import dies_with_parent
+    from appliance.measure import noise
 
     run = scratch / "run"
     shutil.rmtree(run, ignore_errors=True)
@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
     tool_cli.check_output(a.out, ours=tool_cli.written_by("train_ab"))
     sys.path.insert(0, str(REPO))
-    from appliance.bench.noise import thresholds
     from appliance.errors import ApplianceError
+    from appliance.measure.noise import thresholds
     from appliance.safe_files import check_output, write_or_keep
     from appliance.sysinfo import fingerprint
 

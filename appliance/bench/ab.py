@@ -3,7 +3,7 @@
 Comparing a figure against one measured at another time mixes the change with whatever else changed
 (the machine, its load, its clocks). ``puffer-bench ab A B`` runs the same suite for both variants in
 alternating rounds, so drift and background load hit both alike, and reports, per metric, the ratio
-of medians B / A with a 95% interval (:func:`appliance.bench.stats.ratio_interval`).
+of medians B / A with a 95% interval (:func:`appliance.measure.stats.ratio_interval`).
 
 A variant (``A`` or ``B``) is one of::
 
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from appliance.bench.abvariants import InProcess, Subprocess, Variant, parse_variant
-from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_test, summarize
 from appliance.errors import ConfigError
+from appliance.measure.stats import FAMILY_ALPHA, holm, ratio_test, summarize
 from appliance.redact import command_line
 
 SCHEMA = "puffer-bench/ab/1"

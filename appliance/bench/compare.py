@@ -1,7 +1,7 @@
 """Compare benchmark reports: the same metrics side by side, ratios with 95% intervals.
 
 The first report is the base. For every metric the reports share: each machine's median, the
-ratio to the base (new / base), a 95% interval for that ratio (:func:`appliance.bench.stats.ratio_interval`),
+ratio to the base (new / base), a 95% interval for that ratio (:func:`appliance.measure.stats.ratio_interval`),
 and a verdict. A change is significant when the interval excludes 1; a regression is a significant
 change in the worse direction (lower for higher-is-better metrics) by more than the threshold, that
 stays significant when all the comparison's judged metrics are tested together (Holm's correction,
@@ -37,8 +37,8 @@ import numpy as np
 from rich.markup import escape
 
 from appliance.bench import report as rpt
-from appliance.bench.stats import FAMILY_ALPHA, holm, ratio_test
 from appliance.errors import ReportError
+from appliance.measure.stats import FAMILY_ALPHA, holm, ratio_test
 from appliance.sysinfo import machine_facts
 
 

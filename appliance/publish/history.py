@@ -11,7 +11,7 @@ kept when it passes, and both halves are searched again. The noise a point's lev
 larger of two estimates, so neither hides the other: the scatter of the points' levels around their
 side's mean (run-to-run drift, code changes too small to call), and the spread of the samples
 within each point divided by the samples a point has (what the repeats themselves say). A split
-passes at :data:`~appliance.bench.stats.FAMILY_ALPHA` divided by the number of places a step could
+passes at :data:`~appliance.measure.stats.FAMILY_ALPHA` divided by the number of places a step could
 be in the whole history (Bonferroni), so a history of pure noise shows a step about one time in
 twenty or less, however long it is. Where no single split passes, a level that left and came back
 (a regression fixed later, which no single split shows) is searched for as two steps, at the
@@ -37,7 +37,7 @@ from scipy import stats as scipy_stats
 
 from appliance.bench.compare import SLOWED, UNRELIABLE
 from appliance.bench.report import fmt
-from appliance.bench.stats import CONFIDENCE, FAMILY_ALPHA, summarize
+from appliance.measure.stats import CONFIDENCE, FAMILY_ALPHA, summarize
 from appliance.publish.collect import Entry, short_commit
 
 MIN_POINTS = 3  # fewer commits: no step can be told from noise

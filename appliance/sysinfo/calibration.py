@@ -1,6 +1,6 @@
 """Calibration: a number for "how fast is this CPU right now", recorded with every fingerprint.
 
-The noise guard (:mod:`appliance.bench.noise`) runs the same loops as its speed check.
+The noise guard (:mod:`appliance.measure.noise`) runs the same loops as its speed check.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from appliance.bench.noise.table import NOISE_COLUMNS, NOISE_NOTE, noise_table
 from appliance.bench.report.content import METRIC_COLUMNS, SECTIONS, SUMMARY_NOTE, header_facts, metric_cells
+from appliance.measure.noise.table import NOISE_COLUMNS, NOISE_NOTE, noise_table
 from appliance.sysinfo import machine_facts
 
 # Autoescape is on: every value from the report is escaped; nothing in the template is marked safe.

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from appliance.bench.noise.table import NOISE_COLUMNS, NOISE_NOTE, noise_table
 from appliance.bench.report.content import METRIC_COLUMNS, SECTIONS, SUMMARY_NOTE, header_facts, metric_cells
+from appliance.measure.noise.table import NOISE_COLUMNS, NOISE_NOTE, noise_table
 from appliance.sysinfo import machine_facts
 
 _MD_ESCAPES = str.maketrans(

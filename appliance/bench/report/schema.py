@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.bench.stats import summarize
 from appliance.errors import ReportError
+from appliance.measure.stats import summarize
 from appliance.report_io import read_json
 
 SCHEMA = "puffer-bench/report/1"

@@ -385,8 +385,8 @@ def _same_bytes(path: Path, data: bytes) -> bool:
 
 
 def _wait_quiet(seconds: float, announce: Any = None) -> dict[str, Any]:
-    """Wait up to ``seconds`` for a quiet machine (:func:`appliance.bench.noise.wait_quiet`)."""
-    from appliance.bench import noise
+    """Wait up to ``seconds`` for a quiet machine (:func:`appliance.measure.noise.wait_quiet`)."""
+    from appliance.measure import noise
 
     if seconds < 0:
         raise ConfigError(f"--wait-quiet must be 0 or more seconds, got {seconds:g}")

@@ -80,7 +80,7 @@ class SuiteRunner:
 
     def _gate(self) -> Any:
         """The speed gate for CPU-bound samples (None when the suite says ``gate: false``)."""
-        from appliance.bench import noise
+        from appliance.measure import noise
 
         spec = self.suite.get("gate", True)
         if spec is False:
@@ -405,8 +405,8 @@ class SuiteRunner:
         """Before the first step: the C library's memory thresholds a long run reaches
         (:mod:`appliance.bench.allocator`), then the speed check's spread on this machine now, the
         step gate (noise.start), which also judges the samples the speed gate takes."""
-        from appliance.bench import noise
         from appliance.bench.allocator import hold_freed_memory
+        from appliance.measure import noise
 
         held = hold_freed_memory()  # every sample in the memory regime a long run settles into
         if held is not None:
@@ -423,7 +423,7 @@ class SuiteRunner:
         done: Callable[[Step, list[str]], None] | None = None,
     ) -> None:
         """Step ``i`` under the noise guard (``run_all``'s callbacks)."""
-        from appliance.bench import noise
+        from appliance.measure import noise
 
         step = self.steps[i]
         if progress:
@@ -439,7 +439,7 @@ class SuiteRunner:
 
     def end(self) -> None:
         """After the last step: the analysis and the noise guard's verdicts."""
-        from appliance.bench import noise
+        from appliance.measure import noise
 
         self.finish()
         noise.finish(self.report, self.suite.get("cv"))

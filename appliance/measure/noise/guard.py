@@ -1,10 +1,10 @@
 """The noise guard around each suite step, and its verdicts once the suite has run.
 
-:func:`watch` samples the load while a step runs (:mod:`~appliance.bench.noise.readings`), with a
-speed check before and after it (:mod:`~appliance.bench.noise.gate`), and attaches the summary to
+:func:`watch` samples the load while a step runs (:mod:`~appliance.measure.noise.readings`), with a
+speed check before and after it (:mod:`~appliance.measure.noise.gate`), and attaches the summary to
 every metric the step added. :func:`finish` then names, in the report's analysis and warnings, the
 busy metrics, the steps whose speed check ran below what the check's own spread allows (the step
-gate, :func:`~appliance.bench.noise.gate.spread_gate`, from the checks :func:`start` takes before the
+gate, :func:`~appliance.measure.noise.gate.spread_gate`, from the checks :func:`start` takes before the
 first step; a warning, not a busy flag: a CPU's clocks also drop with its own load), the samples the speed gate took
 again, and the metrics whose repeats disagree beyond the suite's stated CV (``cv`` in the suite,
 default 3 %).
@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from appliance.bench.noise.gate import (
+from appliance.measure.noise.gate import (
     LOOP_NAMES,
     SLOW_RATIO,
     SPEED_KEYS,
@@ -27,7 +27,7 @@ from appliance.bench.noise.gate import (
     spread_gate,
     step_slowed,
 )
-from appliance.bench.noise.readings import Sampler, combined, gpu_watch, summarize
+from appliance.measure.noise.readings import Sampler, combined, gpu_watch, summarize
 
 SLOWED_BY = "something slowed the CPU (other processes, or, where /proc shows none, other virtual machines on its host)"
 DEFAULT_CV = 0.03  # repeats of a headline figure should agree within this CV unless the suite says otherwise
@@ -85,7 +85,7 @@ def watch(
 
 def merged(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
     """The noise summary of a metric measured over several steps (in rounds): its steps' indexes,
-    the load over all of them (busy judged on that, :func:`~appliance.bench.noise.readings.combined`)
+    the load over all of them (busy judged on that, :func:`~appliance.measure.noise.readings.combined`)
     and the speed gate's records added up."""
     steps = [*(earlier.get("steps") or [earlier["step"]]), later["step"]]
     out = {**combined(earlier, later), "step": steps[0], "steps": steps}

@@ -25,16 +25,16 @@ whose repeats disagree beyond the suite's stated CV (``cv`` in the suite, defaul
 Processes that are ours but not our children (e.g. Ray workers started by a raylet) count as
 "others"; a busy flag on a Ray measurement is therefore expected.
 
-The package by job: :mod:`~appliance.bench.noise.readings` (the sampler, its summary, waiting for a
-quiet machine), :mod:`~appliance.bench.noise.gate` (the speed check and the per-sample speed
-gate), :mod:`~appliance.bench.noise.guard` (:func:`watch` around each suite step, :func:`finish`
-after the last), :mod:`~appliance.bench.noise.table` (the noise table of the Markdown and HTML
+The package by job: :mod:`~appliance.measure.noise.readings` (the sampler, its summary, waiting for a
+quiet machine), :mod:`~appliance.measure.noise.gate` (the speed check and the per-sample speed
+gate), :mod:`~appliance.measure.noise.guard` (:func:`watch` around each suite step, :func:`finish`
+after the last), :mod:`~appliance.measure.noise.table` (the noise table of the Markdown and HTML
 reports). What was measured that shaped it: ``docs/noise.md``.
 """
 
 from __future__ import annotations
 
-from appliance.bench.noise.gate import (
+from appliance.measure.noise.gate import (
     GATE_KEYS,
     GATE_MAX_CPUS,
     MAX_DROP,
@@ -51,8 +51,8 @@ from appliance.bench.noise.gate import (
     spread_gate,
     step_slowed,
 )
-from appliance.bench.noise.guard import finish, flag_slow_steps, start, step_gate, unstable, watch
-from appliance.bench.noise.readings import (
+from appliance.measure.noise.guard import finish, flag_slow_steps, start, step_gate, unstable, watch
+from appliance.measure.noise.readings import (
     INTERVAL,
     GpuWatch,
     Sampler,
@@ -62,7 +62,7 @@ from appliance.bench.noise.readings import (
     thresholds,
     wait_quiet,
 )
-from appliance.bench.noise.table import NOISE_COLUMNS, NOISE_NOTE, noise_table
+from appliance.measure.noise.table import NOISE_COLUMNS, NOISE_NOTE, noise_table
 
 __all__ = [
     "GATE_KEYS",
