@@ -530,7 +530,7 @@ def test_dispatch_forcing_cuda_without_a_gpu_is_one_clear_line(monkeypatch: pyte
 def test_gpu_check_cases_run_on_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     """gpu-check's list of comparisons and eager compositions, small and on the CPU (reference on both
     sides): the plumbing a GPU machine runs, checked on every commit."""
-    from appliance.bench import gpucheck as check
+    from appliance import gpucheck as check
 
     monkeypatch.setenv(kernels.ENV, "reference")
     cases = check._cases(kernels, reference, torch.device("cpu"), agents=64, hidden=8, horizon=16, rows=256)
@@ -545,7 +545,7 @@ def test_gpu_check_cases_run_on_the_reference(monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.slow
 def test_gpu_check_report_is_written_in_the_report_schema(tmp_path) -> None:
-    from appliance.bench import gpucheck as check
+    from appliance import gpucheck as check
     from appliance.bench import report as rpt
 
     sizes = {"agents": 64, "hidden": 8, "horizon": 16, "rows": 256}

@@ -382,7 +382,7 @@ def gpu_check(out_dir: str | None, runs: int) -> None:
     """Every fused kernel against its torch reference on this GPU (float32 and bfloat16, at breakout
     scale), with its median time beside the eager torch it replaces. Exit 1 if one disagrees, 2 without CUDA.
     """
-    from appliance.bench.gpucheck import run_check
+    from appliance.gpucheck import run_check
 
     if out_dir:
         from appliance.safe_files import check_output

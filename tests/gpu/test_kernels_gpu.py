@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from appliance.bench import gpucheck as check
+from appliance import gpucheck as check
 from appliance.gpu import kernels, reference
 from appliance.train import advantage as advantage_definition
 

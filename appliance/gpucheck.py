@@ -1,5 +1,6 @@
 """``puffer-bench gpu-check``: every fused kernel against its torch reference on the GPU, and its speed
-beside the eager torch composition it replaces, at breakout scale (8,192 agents, hidden 128).
+beside the eager torch composition it replaces, at breakout scale (8,192 agents, hidden 128). It sits
+beside :mod:`appliance.gpu`, one layer above the benchmarks whose report and timer it uses.
 
 Correctness runs in float32 and, where the kernel stores bfloat16, in bfloat16 (both sides read the
 same bf16 values, so the tolerances are the same). Times are medians of CUDA-event timings after
@@ -96,7 +97,7 @@ def measure(
         start = time.time()
         config = {"agents": AGENTS, "hidden": HIDDEN, "horizon": HORIZON, **sizes, "tolerances": TOLERANCES}
         report = rpt.Report(
-            {"name": "gpu-check", "path": "appliance/bench/gpucheck.py", "definition": {}},
+            {"name": "gpu-check", "path": "appliance/gpucheck.py", "definition": {}},
             {"name": "kernels"},
             fingerprint(),
             config,
