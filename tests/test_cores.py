@@ -169,7 +169,7 @@ def test_mingru_scan_under_bf16_autocast_runs_the_float32_host_build(monkeypatch
     """train.precision bfloat16 on a CPU: the scan's inputs come out of bf16 matmuls, and the scan
     runs in float32 on the host build, as the fused kernel does on CUDA (the bf16 torch reference
     it fell to before took 3.8-7.6x as long for the core's forward and backward at PufferLib 4.0's
-    breakout shape; docs/cpu-speed.md). Steps in inference likewise."""
+    breakout shape; docs/lab/cpu-speed.md). Steps in inference likewise."""
     from appliance.gpu import host
 
     if not host.available():

@@ -115,7 +115,7 @@ def test_cartpole_defaults_reach_475():
     """`puffer-bench train CartPole-v1` untouched: the classic family's defaults
     (appliance/defaults/families/classic.yaml, rl-zoo's CartPole values) under the cpu profile. Its
     measured seeds 0-4 reached a mean return of 475 over the last 5 epochs that ended episodes at
-    25.1-38.9 K agent-steps (docs/learning.md, issue 63; SB3 with rl-zoo's values 20-26 K); the test
+    25.1-38.9 K agent-steps (docs/lab/learning.md, issue 63; SB3 with rl-zoo's values 20-26 K); the test
     allows the family's whole 100 K, 2.6x the slowest."""
     history = train("CartPole-v1", [], target=("episode_return", 475), min_epochs=10)
     assert recent(history, "episode_return") >= 475
@@ -231,7 +231,7 @@ class Case:
 
 # The mlp/Adam cases. At entropy coefficient 0.01 a few runs in ten (seeds, or the same seed on
 # another CPU's float rounding) collapsed the policy's entropy within 0.3 M steps onto a policy no
-# better than random and never left it; 0.03 keeps them exploring (docs/learning.md, "The learning
+# better than random and never left it; 0.03 keeps them exploring (docs/lab/learning.md, "The learning
 # tests on every CPU"). The bars have the margin measured there over seeds and instruction sets.
 MLP_ADAM_CASES = {
     # PufferLib's squared (off the grid: -1; random play 0.12): stops at 0.6, asks 0.45
@@ -327,7 +327,7 @@ def test_acrobot_defaults_swing_up():
 # The other Ocean envs on their untouched defaults under the cpu profile (an MLP core for these four,
 # chosen by time to score), each stopped once it clearly beats random play; the budget (not
 # train.total_timesteps, so the learning-rate schedule is the defaults') is about twice the steps the
-# slowest seed and instruction set needed in docs/learning-tests.md (tools/learning_seeds.py runs these
+# slowest seed and instruction set needed in docs/lab/learning-tests.md (tools/learning_seeds.py runs these
 # cases on other seeds and CPUs).
 DEFAULT_CASES = {
     # issue 13's pong bar: perf (own points / all points) 0.9; random play scores 0

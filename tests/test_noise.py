@@ -195,7 +195,7 @@ def test_the_step_gate_passes_idle_like_checks_and_flags_a_30_percent_slowdown()
 
 
 def test_a_step_is_slowed_by_two_loops_below_their_floors_or_by_its_only_loop():
-    """Measured on the 2-core KVM machine (docs/noise.md): under a pinned CPU or memory load every
+    """Measured on the 2-core KVM machine (docs/lab/noise.md): under a pinned CPU or memory load every
     flagged step had two or three loops below their floors; idle, half the flags were one loop's dip."""
     gate = noise.spread_gate([{"int_mops": 10.0, "float_gflops": 3.0, "copy_gbs": 8.0}] * 5)
     assert not noise.step_slowed(gate, {"int_mops": 10.0, "float_gflops": 2.0, "copy_gbs": 8.0})
@@ -295,7 +295,7 @@ def test_speed_gate_waits_for_the_cpu_before_a_sample_within_its_patience():
 
 
 def test_speed_gate_with_the_step_gate_judges_by_the_start_spread_not_a_lucky_best():
-    """On a host whose speed swings (docs/noise.md: 3.5-9.0 M integer ops/s within 20 s, idle), one
+    """On a host whose speed swings (docs/lab/noise.md: 3.5-9.0 M integer ops/s within 20 s, idle), one
     lucky check set a best that every later check ran below 85 % of, and the gate spent its whole
     budget waiting in the first step. With the start checks' floors a check is slow only where two
     loops on one CPU ran below them, the rule that judges the steps."""

@@ -119,7 +119,7 @@ def test_the_suites_probe_has_a_budget_in_quick_and_none_in_full():
 
 def test_quick_bounds_what_its_speed_gate_adds_and_full_keeps_the_default():
     """On a host whose speed swings, the gate spent its whole default budget (120 s) waiting in
-    quick's first step (docs/noise.md), a third of the 5 minutes quick has on 2 cores."""
+    quick's first step (docs/lab/noise.md), a third of the 5 minutes quick has on 2 cores."""
     from appliance.bench.suite.definition import load
     from appliance.measure.noise.gate import GATE_BUDGET_S
 
@@ -206,7 +206,7 @@ def test_the_policy_forward_is_probed_at_twice_the_batch_where_the_section_has_r
 
 def test_the_cpu_probe_takes_every_sample_through_the_speed_gate_the_policy_forward_too():
     """A forward's samples taken back to back within a fraction of a second agreed with each other
-    more than with the same probe seconds later (docs/noise.md), so a selftest called runs of one
+    more than with the same probe seconds later (docs/lab/noise.md), so a selftest called runs of one
     machine different: the forward's samples go one by one through the gate, as the other sections'."""
     from conftest import small_config
 

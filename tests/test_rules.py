@@ -87,7 +87,7 @@ def test_target_random_star_rate_matches_pufferlib():
 def test_target_never_ends_and_keeps_its_field_across_a_logged_window():
     """PufferLib's target never ends an episode; ours did (a truncation every 512 steps, the field
     dealt anew, headings and speeds back to 0), and trained slower for it at target.ini's settings
-    (docs/learning.md, "target"). Now a window is only logged: no terminal or truncation, and every
+    (docs/lab/learning.md, "target"). Now a window is only logged: no terminal or truncation, and every
     puffer's heading moves on from where it was by at most one turn (4/12 rad)."""
     agents, goals = 8, 4
     heading = 2 * (agents + goals)  # the observation's heading / 2pi
@@ -158,7 +158,7 @@ def test_connect4_opening_book_answers_the_centre():
 def test_the_rewards_handed_back_add_up_to_the_logged_episode_return(name):
     """What the trainer is handed per episode is what the env logs as its return. go's game result
     (+1/-1) was logged but never handed back: its step read the reward from a field its reset had
-    just zeroed, so a policy learnt only from the shaped rewards (docs/learning.md, "go")."""
+    just zeroed, so a policy learnt only from the shaped rewards (docs/lab/learning.md, "go")."""
     steps = {"connect4": 600, "go": 600, "g2048": 600}.get(name, 1500)
     vec = native.make(name, num_envs=64, num_threads=1, seed=0, **resolve(env=name).env)
     with vec:

@@ -322,7 +322,7 @@ def test_squared_cells_show_keeps_whole_episodes_of_one_target_cell():
 
 
 def test_perturb_run_is_the_plain_run_to_its_epoch_and_another_after(tmp_path):
-    # the resume experiment (docs/learning.md) reads a perturbed run beside the plain one: that holds
+    # the resume experiment (docs/lab/learning.md) reads a perturbed run beside the plain one: that holds
     # only if the two are bit-identical up to the epoch and the seed change then reaches the update
     import subprocess
 

@@ -353,7 +353,7 @@ def test_a_resume_keeps_the_reward_scale_statistics(tmp_path):
 def test_a_resumed_trainer_updates_as_the_one_it_was_saved_from(tmp_path):
     """Everything an update reads comes back from a checkpoint: given the same rollout, the resumed
     trainer's update is bit-identical to the saved trainer's. So a resumed run differs from the run
-    whole by its games alone, which restart (docs/learning.md, "What a resume changes")."""
+    whole by its games alone, which restart (docs/lab/learning.md, "What a resume changes")."""
     cfg = small_config(
         "breakout", "--policy.core", "mingru", "--policy.num-layers", "2", "--train.optimizer", "muon",
         "--train.replay-ratio", "1.5", "--train.learning-rate", "0.05",
@@ -496,7 +496,7 @@ def test_small_range_integer_observations_are_one_hot_encoded():
 def test_obs_scale_none_feeds_the_raw_floats_as_pufferlib_and_go_says_so():
     """go's capture counts are declared up to 3 x 49 = 147: divided by that bound they reach the
     encoder as about 0.01 per capture, and go's parity run fell from score 1 to -4 where PufferLib's
-    Default policy (raw floats) reached 5.6 (docs/learning.md); with the raw counts ours reached it."""
+    Default policy (raw floats) reached 5.6 (docs/lab/learning.md); with the raw counts ours reached it."""
     from appliance.config import resolve
 
     space = spaces.Box(0.0, np.array([1.0, 1.0, 147.0], np.float32), dtype=np.float32)
@@ -906,7 +906,7 @@ def test_a_learning_rate_set_after_loading_a_state_is_the_one_the_steps_take(opt
     """Loading a state replaces a torch optimizer's group dicts; MultiOptimizer kept the old ones, so
     set_lr after a resume changed nothing a step reads and the run trained on at the checkpoint's
     learning rate to its end (breakout at PufferLib 4.0's recipe, resumed at 33.8 M, stayed near
-    0.38 where the run whole reached 0.9: docs/learning.md, "What a resume changes"). A graph-safe
+    0.38 where the run whole reached 0.9: docs/lab/learning.md, "What a resume changes"). A graph-safe
     learning rate stays the tensor a captured graph holds."""
     from appliance.train.optim import make_optimizer, set_lr
 

@@ -9,7 +9,7 @@ of 32,768 agent-steps as 512 segments of 64): the rollout's one policy step (enc
 heads) and the update's LSTM over a minibatch, forward and backward. Each is timed for
 ``--seconds`` after a warm-up, all threads torch has; FLOPs are counted as 2 per multiply-add of the
 matrix products only (element-wise gate math is not counted), so the figures are a lower bound on
-the work done. docs/cpu-speed.md reads them.
+the work done. docs/lab/cpu-speed.md reads them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks the CPU cannot make, in one call on a lent GPU machine (docs/notes.md, "A lent GPU").
+# The GPU checks the CPU cannot make, in one call on a lent GPU machine (docs/lab/notes.md, "A lent GPU").
 # Run from the repository root on that machine, with the wheels of the packages its image lacks in .whl/
 # (gymnasium, farama-notifications, pettingzoo, optuna and its needs, heavyball), for PufferLib 4.0's
 # CUDA trainer its sources, raylib and wheels in .peer4/ (`tools/pufferlib4_peer.py pack`) and, for

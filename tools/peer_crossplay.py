@@ -18,7 +18,7 @@ out, so a field dealt at reset does not count. The figure per cell is the mean o
 standard error (games are independent; agents within a game are not).
 
 Runs in the peer environment of ``tools/pufferlib_peer.py build`` (PufferLib's own interpreter, with
-this checkout on its path), since that is where both PufferLib's env and policy load. docs/peers.md.
+this checkout on its path), since that is where both PufferLib's env and policy load. docs/lab/peers.md.
 """
 
 from __future__ import annotations

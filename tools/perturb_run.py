@@ -14,7 +14,7 @@ Everything after ``--`` is a ``puffer-bench`` command line (``train ...``)::
         --config bench/parity/pufferlib4/breakout.yaml --run-id rz-reseed-s1 --train.seed 1 \\
         --stop-steps 80e6 --train.checkpoint-interval 129
 
-docs/learning.md ("What a resume changes") has the runs it measured.
+docs/lab/learning.md ("What a resume changes") has the runs it measured.
 """
 
 from __future__ import annotations

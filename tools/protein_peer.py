@@ -26,7 +26,7 @@ fingerprint, as ``sweep.json`` holds them for Protein.
 far against wall minutes since each side's first trial started, a trial counting at its end (a trial
 the budget stopped counts with its score there). A trial's score is the mean of its last 5 logged
 values of the metric on both sides (our sweep's objective window). Writes Markdown, the same as
-JSON beside it, and a figure. docs/peers.md.
+JSON beside it, and a figure. docs/lab/peers.md.
 
 puffer-bench never imports PufferLib; the sweep runs in PufferLib's own interpreter.
 """

@@ -36,7 +36,7 @@ code or config is changed. The report has the shape tools/pufferlib_peer.py writ
 in the cache, fetching nothing; ``pack`` copies those and the wheels the GPU image lacks into an
 ignored folder of the repository, so that a machine without internet builds from it (``--cache
 .peer4``). ``train --device cuda`` runs ``pufferl.train`` on that ``_C`` (no ``--slowly``), a driver
-wrapping ``_C.train`` to read its ``_C.log`` after every epoch into the same curve. docs/peers.md.
+wrapping ``_C.train`` to read its ``_C.log`` after every epoch into the same curve. docs/lab/peers.md.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def check_commit(commit: str, other: bool) -> None:
         raise PeerError(f"--commit {commit!r}: a full 40-hex-digit commit id")
     if commit != COMMIT and not other:
         raise PeerError(
-            f"--commit {commit[:12]} is not the pinned {COMMIT[:12]} the harness and docs/peers.md describe; "
+            f"--commit {commit[:12]} is not the pinned {COMMIT[:12]} the harness and docs/lab/peers.md describe; "
             "add --other-commit to build it anyway"
         )
 
@@ -753,7 +753,7 @@ os._exit(0)
 CUDA_NOTES = [
     "PufferLib 4.0's native CUDA trainer (pufferl.train on its _C backend, src/bindings.cu), built as "
     "build.sh ENV (its default mode: bf16, nvcc -O2) with gcc for clang in the env's static object and "
-    "-lgomp for LLVM's -lomp5; raylib 5.5 from the pufferlib-3.0.0 sdist (docs/peers.md)",
+    "-lgomp for LLVM's -lomp5; raylib 5.5 from the pufferlib-3.0.0 sdist (docs/lab/peers.md)",
     "its own ini, nothing changed: [vec] num_buffers and num_threads as written, [base] cudagraphs (graphs "
     "captured at create time), [base] seed (--seed sets it); the curve's seconds start before create_pufferl",
     "the driver calls its own _C.log after every trained epoch (its loop logs at most every 0.6 s) and its "
@@ -774,7 +774,7 @@ CPU_NOTES = [
     "its torch path seeds nothing ([train] seed is read by its CUDA path only); --seed seeds torch in the "
     "driver; every env is seeded with its index (srand(i) in vecenv.h) on every run",
     "built with gcc/g++ and libgomp where build.sh uses clang and libomp5; raylib 5.5 from the "
-    "pufferlib-3.0.0 sdist (docs/peers.md)",
+    "pufferlib-3.0.0 sdist (docs/lab/peers.md)",
 ]
 
 
@@ -992,7 +992,7 @@ def header(env: str, ini: dict[str, dict[str, Any]], left: list[str], n: dict[st
     lines = f"""\
 PufferLib {VERSION}'s config/{name}.ini (over its config/default.ini) at eig1n/PufferLib-OrbitWars commit
 {COMMIT}, on our keys, written from its files by
-`python tools/pufferlib4_peer.py config {env}` for `puffer-bench train {env} --config {shown}` (docs/peers.md).
+`python tools/pufferlib4_peer.py config {env}` for `puffer-bench train {env} --config {shown}` (docs/lab/peers.md).
 vec.num_envs: its [vec] total_agents {pv["total_agents"]} / {n["agents"]} agent(s) per env; its torch path steps them all as one
 vector (num_buffers forced to 1, num_threads unread). A batch is {n["batch"]:,} agent-steps.
 Spelled out, what its torch path does without a key: Muon (pufferlib/muon.py, its own), float32, rewards

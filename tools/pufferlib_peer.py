@@ -23,7 +23,7 @@ report from one of our run folders (``experiments/<run>/metrics.jsonl``), so ``p
 compare`` and ``plot`` put the two side by side. Scores are the mean over the last 5 logged
 epochs on both sides (our suites' window).
 
-puffer-bench never imports PufferLib; this script runs it in its own interpreter. docs/peers.md.
+puffer-bench never imports PufferLib; this script runs it in its own interpreter. docs/lab/peers.md.
 """
 
 from __future__ import annotations
@@ -1227,7 +1227,7 @@ def parse_our_env_params(env: str, items: list[str]) -> dict[str, int | float]:
 
 
 # Our env params that make an env show the trainer what PufferLib's does where our default differs
-# (go: PufferLib's reset at a game's end clears the terminal flag; docs/learning.md, "go")
+# (go: PufferLib's reset at a game's end clears the terminal flag; docs/lab/learning.md, "go")
 AS_PUFFERLIB: dict[str, dict[str, Any]] = {"go": {"terminal_at_game_end": 0}}
 
 
@@ -1263,7 +1263,7 @@ def write_config(cache: Path, env: str, out: Path) -> None:
     shown = out.resolve().relative_to(REPO) if out.resolve().is_relative_to(REPO) else out
     head = (
         f"# PufferLib {VERSION}'s config/ocean/{ENVS[env][1]}.ini (its default.ini underneath) on our keys, made by\n"
-        f"# `python tools/pufferlib_peer.py config {env}` for the learning-parity runs of docs/learning.md:\n"
+        f"# `python tools/pufferlib_peer.py config {env}` for the learning-parity runs of docs/lab/learning.md:\n"
         f"# `puffer-bench train {env} --config {shown}`. Our vec.num_envs are the games its Serial backend\n"
         "# steps: env.num_envs x the vector envs Serial makes (half of vec.num_envs, as its batch_size auto);\n"
         "# its policy (Default: Linear + GELU encoder over the raw observation floats, LSTM 128, PufferLib's\n"

@@ -14,7 +14,7 @@ run's ``config.yaml`` (copy a snapshot there first) until ``--stop-steps``, afte
   games' episodes start at spread times, not all at once.
 
 Metrics go to the run folder's ``metrics.jsonl`` as a train run's do; ``python tools/pufferlib_peer.py
-ours RUN --env ENV --out REPORT.json`` makes a report of them. docs/learning.md ("What a resume
+ours RUN --env ENV --out REPORT.json`` makes a report of them. docs/lab/learning.md ("What a resume
 changes") has the runs this measured::
 
     python tools/resume_variants.py experiments/rs-d --mode stagger --episode-length 1250 --stop-steps 62e6

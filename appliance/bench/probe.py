@@ -198,7 +198,7 @@ def policy_forward(
     ``FORWARD_SAMPLE_S`` each, one by one through ``take`` (the suite's speed gate, as the other CPU
     sections): samples taken back to back within a fraction of a second agree with each other more
     than with the same probe a few seconds later, and their spread would understate the figure's
-    (docs/noise.md)."""
+    (docs/lab/noise.md)."""
     import torch
 
     from appliance.train.make import make_policy, resolve_precision

@@ -214,7 +214,7 @@ def update_readme(readme: Path, paths: list[Path], results: Path) -> list[Path]:
         parts += [
             "Training speed beside another trainer, on one machine at the peer's own settings, in "
             "interleaved rounds (`python tools/pufferlib_peer.py speed ENV`; what differs is in "
-            "[docs/peers.md](docs/peers.md)):",
+            "[docs/lab/peers.md](docs/lab/peers.md)):",
             "",
             peer_table(peers, [Path(rel(p)) for p in peer_paths]),
             "",

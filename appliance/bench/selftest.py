@@ -62,7 +62,7 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
         "resolution": (result.get("resolution") or [None])[0],
         "excused": excused,
         # the metrics set apart that differ beyond the threshold by their intervals even so: whether
-        # the runs would have agreed had the CPU held its speed (docs/noise.md)
+        # the runs would have agreed had the CPU held its speed (docs/lab/noise.md)
         "excused_beyond": [e for e in excused if e["ci"] and (e["ci"][0] > 1 + t or e["ci"][1] < 1 - t)],
     }
 

@@ -17,7 +17,7 @@
   policies: with a recurrent core, what its LSTM wrapper does (every encoder and head weight
   orthogonal with gain 1, every bias zero, the core as torch makes it); with ``mlp``, its Default
   policy (torch's encoder init, logits 0.01, value 1). ``cleanrl``: encoder gain sqrt(2), logits
-  0.01, value 1 (CleanRL's PPO). docs/learning.md has the breakout curves of each. ``torch``: every
+  0.01, value 1 (CleanRL's PPO). docs/lab/learning.md has the breakout curves of each. ``torch``: every
   layer of encoder, core and heads as torch initializes it, no override (PufferLib 4.0's models).
 
 The recurrent state carries across episode boundaries in rollout and training alike, and each

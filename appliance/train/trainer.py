@@ -317,7 +317,7 @@ class Trainer:
             accelerated=self.advantage_accelerated,
         )
         acc.sums[graphs.NONFINITE] += (~torch.isfinite(adv)).any()
-        # segments by priority, drawn on the device from torch's generator's uniforms (docs/notes.md:
+        # segments by priority, drawn on the device from torch's generator's uniforms (docs/lab/notes.md:
         # why not the kernel's Philox stream): distinct ones by exponential keys and a top-k (one
         # uniform per segment), or with replacement by the inverse cumulative priorities (one per draw)
         replace = hp.prio_replacement

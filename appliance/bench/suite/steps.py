@@ -189,7 +189,7 @@ class SuiteRunner:
         """Steps for measurements of independent samples (``sampled``: a label and a function that
         takes sample r). In rounds (the suite's ``order``, default): the first sample of each, then
         the second of each, and so on, so each figure's samples lie apart across the whole phase and
-        their spread includes the machine's drift over it (docs/noise.md, "Samples in rounds");
+        their spread includes the machine's drift over it (docs/lab/noise.md, "Samples in rounds");
         ``order: steps``: each measurement's samples back to back."""
         checks = self.gate is None  # env and vector samples are CPU-bound: all gated where a gate is on
         if self.suite.get("order", "rounds") == "steps" or self.repeats == 1:
@@ -316,7 +316,7 @@ class SuiteRunner:
         cfg = self.config(env, overrides)
         from appliance.train.make import resolve_device
 
-        # a GPU run's CPU clocks drop with its own load (docs/noise.md): no gate there
+        # a GPU run's CPU clocks drop with its own load (docs/lab/noise.md): no gate there
         on_cpu = resolve_device(str(cfg.train.device)).type == "cpu"
         runs = training.training_speed(
             cfg,

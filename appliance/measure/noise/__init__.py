@@ -29,7 +29,7 @@ The package by job: :mod:`~appliance.measure.noise.readings` (the sampler, its s
 quiet machine), :mod:`~appliance.measure.noise.gate` (the speed check and the per-sample speed
 gate), :mod:`~appliance.measure.noise.guard` (:func:`watch` around each suite step, :func:`finish`
 after the last), :mod:`~appliance.measure.noise.table` (the noise table of the Markdown and HTML
-reports). What was measured that shaped it: ``docs/noise.md``.
+reports). What was measured that shaped it: ``docs/lab/noise.md``.
 """
 
 from __future__ import annotations

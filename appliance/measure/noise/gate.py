@@ -4,7 +4,7 @@ A machine can be slowed where /proc cannot see it (other virtual machines on the
 its caches and memory bandwidth; no steal is reported for that). The speed check runs the
 fingerprint's calibration loops (:func:`appliance.sysinfo.calibrate`) and compares them with the
 best seen in the run; :class:`SpeedGate` takes each CPU-bound sample while the check says the CPU
-runs at its speed. What was measured that led to this design: ``docs/noise.md``.
+runs at its speed. What was measured that led to this design: ``docs/lab/noise.md``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ SPEED_RUNS = 3  # medians of 3 runs (about 0.2 s): single runs scatter too much 
 # speed checks before the first step give, per loop, a median and a robust SD (1.4826 x the median
 # absolute deviation); a step is slowed when a loop's check ran below median x (1 - drop), where
 # drop = SPREAD_Z robust SDs, at least MIN_DROP (a tight spread must not flag a few % of wobble) and
-# at most MAX_DROP (a noisy start must not hide a 30 % slowdown). docs/noise.md has the method and
+# at most MAX_DROP (a noisy start must not hide a 30 % slowdown). docs/lab/noise.md has the method and
 # tools/noise_guard_rates.py measures its false- and true-positive rates.
 # A step is slowed when at least SLOWED_LOOPS of its loops ran below their floors (all of them where
 # a check has fewer): a competing process or a throttled core slows more than one loop, while a single
-# loop's dip is the short check's own scatter (docs/noise.md: the measured rates, both rules).
+# loop's dip is the short check's own scatter (docs/lab/noise.md: the measured rates, both rules).
 SLOWED_LOOPS = 2
 SPREAD_CHECKS = 5
 SPREAD_Z = 4.0
@@ -149,7 +149,7 @@ class SpeedGate:
     """Takes each sample of a CPU-bound measurement while the CPU runs at its speed.
 
     On a shared host the CPU can lose half its speed for seconds or minutes where /proc shows
-    nothing (``docs/noise.md``). Before each sample the gate runs :func:`gate_check` and, while it
+    nothing (``docs/lab/noise.md``). Before each sample the gate runs :func:`gate_check` and, while it
     says slow, waits (``patience_s`` per sample); after the sample it checks again, and a sample with
     a slow check on either side is taken again, ``retakes`` times at most. Slow: once
     :meth:`use_floors` has the step gate (:func:`spread_gate` of the run's start checks), a CPU whose
@@ -195,7 +195,7 @@ class SpeedGate:
         the median of the start checks and of every check since, never below (1 - MAX_DROP) of the
         start checks' median, times the step gate's floor ratio: five checks in two seconds can
         catch the host in a fast moment, and a run judged against that reads slowed throughout
-        (docs/noise.md), while a slowdown deeper than MAX_DROP is still one."""
+        (docs/lab/noise.md), while a slowdown deeper than MAX_DROP is still one."""
         if self.floors is None or self.pool is None:
             return self.floors
         loops = {}

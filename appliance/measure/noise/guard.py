@@ -119,7 +119,7 @@ def flag_slow_steps(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Mark the steps whose speed check ran below the step gate (:func:`step_gate`: what the check's
     own spread allows) ``slow``, with the reason, on the step and on its metrics; the gate goes to
     ``data["noise"]["gate"]``. Not ``busy``: on a many-core GPU machine a CPU's clocks drop with its
-    own load too (``docs/noise.md``), so a slow check is a reason to look, said in a warning, not a
+    own load too (``docs/lab/noise.md``), so a slow check is a reason to look, said in a warning, not a
     verdict on the figures. Steps whose samples went through the speed gate are judged by it. A
     figure measured in rounds is slowed when most of its rounds were (its median is then a slowed
     sample); one slow round of three only widens its interval."""

@@ -4,7 +4,7 @@ line: the agent-steps at which the 5-epoch mean return reached 475, against the 
 
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \\
         PYTHONPATH=. python tools/results/cpu/learning-tests/cartpole_defaults.py 0
-(``-1``: the config's own seed, 0.) The caps are tools/learning_seeds.py's (docs/learning-tests.md).
+(``-1``: the config's own seed, 0.) The caps are tools/learning_seeds.py's (docs/lab/learning-tests.md).
 """
 
 import json

@@ -1,4 +1,4 @@
-"""What each train.muon_ns does to a matrix's singular values (docs/results.md, breakout's switches).
+"""What each train.muon_ns does to a matrix's singular values (docs/lab/results.md, breakout's switches).
 
 Runs appliance.train.optim.Muon's two Newton-Schulz iterations on a 128 x 64 matrix whose singular
 values are spread evenly in log scale over four decades (1e-4 to 1, before the iteration's own

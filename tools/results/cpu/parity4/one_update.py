@@ -1,4 +1,4 @@
-"""One epoch's update from one state: ours against PufferLib 4.0's own ``PuffeRL.train`` (docs/results.md).
+"""One epoch's update from one state: ours against PufferLib 4.0's own ``PuffeRL.train`` (docs/lab/results.md).
 
 Our trainer, at a config of ours (default: the 4.0 breakout parity config), loads a checkpoint (weights,
 Muon momentum, step counters) and plays one rollout. PufferLib 4.0's ``train()`` (its torch_pufferl.py at

@@ -1,6 +1,6 @@
 """Where each quick run of the selftest tries spent its time: per try and run, the report's
 duration, the seconds of its probe, env, vector and training steps, what the speed gate waited, and
-the commit (docs/noise.md).
+the commit (docs/lab/noise.md).
 
     python tools/results/cpu/selftest/durations.py results/cpu/selftest/try4-zen3 results/cpu/selftest/try6-zen3
 """

@@ -1,6 +1,6 @@
 """The policy forward probe in each kept selftest: per try, the commit, how the probe took its samples
 (back to back, or one by one through the speed gate since 08e4b3d), both runs' medians (K agent-steps/s)
-and CVs, second/first, and the comparison's verdict on it as it judges now (docs/noise.md).
+and CVs, second/first, and the comparison's verdict on it as it judges now (docs/lab/noise.md).
 
     .venv/bin/python tools/results/cpu/selftest/forward_by_try.py $(ls -d results/cpu/selftest/try* | sort -V)
 """

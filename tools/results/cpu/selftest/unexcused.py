@@ -1,4 +1,4 @@
-"""A selftest comparison read without the noise guard's excuses (docs/noise.md): the metrics whose 95%
+"""A selftest comparison read without the noise guard's excuses (docs/lab/noise.md): the metrics whose 95%
 interval of the second/first ratio lies wholly outside [1 - t, 1 + t], t the threshold (5 %).
 
     python tools/results/cpu/selftest/unexcused.py results/cpu/selftest/try3/compare.md
