@@ -263,7 +263,7 @@ def test_ctrl_c_during_an_import_is_taken_once_the_import_is_over(tmp_path, monk
     import sys
     import time
 
-    from appliance.cli import interrupts
+    from appliance import signals as interrupts
 
     (tmp_path / "slow_module_for_ctrl_c.py").write_text(
         "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\nDONE = True\n"

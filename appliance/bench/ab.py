@@ -83,7 +83,7 @@ def run(
     }
     if kinds == {"image"} and Path(suite_name).suffix in (".yaml", ".yml"):
         raise ConfigError("image variants run the image's own suites: give --suite by name, not a file")
-    from appliance.train.loop import Interrupted, stop_signals
+    from appliance.signals import Interrupted, stop_signals
 
     runners: dict[str, Any] = {}
     rounds_out: list[dict[str, Any]] = []

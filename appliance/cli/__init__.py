@@ -16,7 +16,7 @@ hide_in_process_title()  # first, before the imports below take seconds: ps show
 
 from appliance.cli import bench, machine, scale, training  # noqa: E402, F401  (each module registers its commands)
 from appliance.cli.common import cli  # noqa: E402
-from appliance.cli.interrupts import hold_during_imports  # noqa: E402
+from appliance.signals import hold_during_imports  # noqa: E402
 
 __all__ = ["cli", "main"]
 

@@ -111,10 +111,10 @@ def sweep(
     from pathlib import Path
 
     from appliance import sweep as sw
+    from appliance.signals import Interrupted, stop_signals
     from appliance.sweep.storage import HEARTBEAT
     from appliance.sweep.storage import parse as parse_storage
     from appliance.sweep.trials import gpu_slots
-    from appliance.train.loop import Interrupted, stop_signals
 
     env, overrides = split_env(args)
     if env is None:

@@ -20,6 +20,7 @@ from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import disk_full
 from appliance.safe_files import check_output
+from appliance.signals import Interrupted, Stopped, stop_signals
 from appliance.sweep.kept import Known, StorageLost, keep_what_is_known, storage_failure
 from appliance.sweep.results import write_outputs
 from appliance.sweep.space import Base, Space, inside, load_space, split_params, trial_overrides
@@ -42,14 +43,6 @@ from appliance.sweep.study import (
     running_trials,
 )
 from appliance.sweep.trials import TrialRunner, check_gpus, check_parallel, failed_result, run_trial
-
-
-class Stopped(ApplianceError):
-    """A stop signal ended the sweep; the study keeps every finished trial (exit 128 + signal)."""
-
-    def __init__(self, message: str, signum: int) -> None:
-        super().__init__(message)
-        self.exit_code = 128 + signum
 
 
 @dataclass
@@ -196,7 +189,6 @@ def _loop(
 ) -> Iterator[str]:
     """Ask, start and record trials until --trials are done or the budget is spent; a worker of a
     shared study then waits for the other workers' trials (they may fail and run again here)."""
-    from appliance.train.loop import Interrupted, stop_signals
 
     distributions = space.distributions()
     runner = TrialRunner(options, trial)

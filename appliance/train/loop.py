@@ -17,15 +17,17 @@ counted, so ``global_step`` counts exactly the steps that were trained on.
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance.errors import ApplianceError
+# The stop signals have one home, appliance.signals; these names are the loop's own API too
+# (loop.Interrupted, loop.stop_signals, loop.Stopped for the trainer's commands).
+from appliance.signals import STOP_SIGNALS as STOP_SIGNALS
+from appliance.signals import Interrupted, SignalGuard, stop_signals
+from appliance.signals import Stopped as Stopped
 
 if TYPE_CHECKING:
     from appliance.train.trainer import Trainer
@@ -47,72 +49,6 @@ class Stop:
     target: tuple[str, float] | None = None
     window: int = 5
     min_epochs: int = 1
-
-
-class Stopped(ApplianceError):
-    """A stop signal ended a run before it trained anything: one line saying what was kept; exit
-    128 + the signal's number, as a process killed by it would."""
-
-    def __init__(self, message: str, signum: int) -> None:
-        super().__init__(message)
-        self.exit_code = 128 + signum
-
-
-class Interrupted(KeyboardInterrupt):
-    """A stop signal (SIGINT, SIGTERM, SIGHUP) raised in the main thread as a KeyboardInterrupt."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        self.name = signal.Signals(signum).name
-        super().__init__(self.name)
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class SignalGuard:
-    """Turns stop signals into :class:`Interrupted`; inside :meth:`deferred` the first one waits."""
-
-    def __init__(self) -> None:
-        self._deferring = False
-        self._pending: int | None = None
-
-    def handler(self, signum: int, frame: Any) -> None:
-        if self._deferring and self._pending is None:
-            self._pending = signum  # a second signal does not wait
-            return
-        raise Interrupted(signum)
-
-    @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        """Let the block finish (an update, a checkpoint write) before a signal interrupts."""
-        outer, self._deferring = self._deferring, True
-        try:
-            yield
-        finally:
-            self._deferring = outer
-        if not outer and self._pending is not None:
-            signum, self._pending = self._pending, None
-            raise Interrupted(signum)
-
-
-@contextlib.contextmanager
-def stop_signals(
-    signals: Sequence[int] = STOP_SIGNALS, guard: SignalGuard | None = None
-) -> Iterator[SignalGuard]:
-    """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (main thread only;
-    elsewhere the guard does nothing), or do what ``guard.handler`` does. The previous handlers
-    come back after."""
-    guard = guard or SignalGuard()
-    if threading.current_thread() is not threading.main_thread():
-        yield guard
-        return
-    previous = {s: signal.signal(s, guard.handler) for s in signals}
-    try:
-        yield guard
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 @dataclass

@@ -15,11 +15,9 @@ from typing import Any
 import numpy as np
 
 from appliance.errors import ConfigError
+from appliance.signals import STOP_SIGNALS as STOP_SIGNALS  # what stops a run; mp_worker takes it from here
 from appliance.vector.buffers import Buffers, buffer_layout
 from appliance.vector.sources import EnvSource
-
-# what stops a run: Ctrl-C, kill, a closed terminal
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 SHM_DIR = "/dev/shm"
 FLAG_STRIDE = 64  # one cache line per worker flag: no false sharing between spinning workers

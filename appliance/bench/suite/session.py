@@ -30,8 +30,8 @@ from appliance.config import detect_profile, gpu_matches, resolve
 from appliance.errors import ApplianceError, ConfigError
 from appliance.redact import command_line
 from appliance.report_io import disk_full, unwritable, write_bytes_exclusive
+from appliance.signals import Interrupted, stop_signals
 from appliance.sysinfo import fingerprint
-from appliance.train.loop import Interrupted, stop_signals
 
 SUITES_DIR = Path(tempfile.gettempdir()) / "puffer-bench-suites"
 
