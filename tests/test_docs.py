@@ -15,8 +15,11 @@ DOCS = ROOT / "docs"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+LAB = DOCS / "lab"
+
+
 def _pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    return [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted(LAB.glob("*.md"))]
 
 
 def _relative_links(page: Path) -> list[str]:
@@ -33,6 +36,17 @@ def test_every_docs_page_is_in_the_index():
     linked = set(LINK.findall(index))
     missing = [p.name for p in DOCS.glob("*.md") if p.name != "README.md" and p.name not in linked]
     assert not missing, f"docs/README.md does not link {missing}"
+
+
+def test_the_docs_index_links_the_lab_once_and_the_lab_index_every_lab_page():
+    """The manual's index lists its task pages and links the lab (docs/lab/) once, through the lab's
+    own index; the investigation logs are listed there, not beside the manual's pages."""
+    index = LINK.findall((DOCS / "README.md").read_text(encoding="utf-8"))
+    into_lab = [t for t in index if t.startswith("lab/")]
+    assert into_lab == ["lab/README.md"], f"docs/README.md links into the lab as {into_lab}"
+    lab_index = set(LINK.findall((LAB / "README.md").read_text(encoding="utf-8")))
+    missing = [p.name for p in LAB.glob("*.md") if p.name != "README.md" and p.name not in lab_index]
+    assert not missing, f"docs/lab/README.md does not link {missing}"
 
 
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: p.relative_to(ROOT).as_posix())

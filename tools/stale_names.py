@@ -1,7 +1,7 @@
 """Code names cited in the docs and in docstrings that no longer exist.
 
 A doc that says "``Trainer._act`` samples the actions" after ``_act`` was renamed sends a reader to
-nothing. This finds such citations: in ``docs/*.md``, the READMEs and the package's docstrings and
+nothing. This finds such citations: in ``docs/**/*.md``, the READMEs and the package's docstrings and
 comments, every code reference (a Sphinx role such as ``:func:`x.y```, a double-backticked name in
 Python, a backticked dotted name or call in Markdown) is looked up:
 
@@ -211,7 +211,7 @@ def _modules() -> set[str]:
 def citations() -> list[tuple[Path, int, str]]:
     """(file, line, name) for each code reference in the docs, READMEs, docstrings and comments."""
     found, modules = [], _modules()
-    pages = [ROOT / "README.md", ROOT / "kernels" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", ROOT / "kernels" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     for page in pages:
         for no, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
             if line.lstrip().startswith(("$ ", "puffer-bench ", "python ", ".venv/")):
