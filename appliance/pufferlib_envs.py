@@ -40,18 +40,16 @@ from appliance.report_io import write_bytes_atomic
 PREFIX = "pufferlib:"
 REQUIRED_MACROS = ("OBS_SIZE", "NUM_ATNS", "ACT_SIZES", "OBS_TENSOR_T")
 TENSOR_TYPES = ("FloatTensor", "ByteTensor")
-# hooks of the format's own vector that our runtime has no place for (each replaces its vector code)
-# (MY_VEC_INIT and MY_VEC_CLOSE, state made for the whole vector, are our EnvSpec's vec_init/vec_close)
-UNSUPPORTED_HOOKS = (
-    "MY_VEC_STEP",
-    "MY_VEC_STEP_RANGE",
-    "MY_SHARED",
-    "MY_METHODS",
-    "MY_USES_PERM",
-    "MY_USES_TAGS",
-)
+# the format's earlier dialect names the observation's element type in OBS_TYPE (and the actions' in
+# ACT_TYPE) instead of OBS_TENSOR_T; the compatibility header reads both from the Env struct itself
+OBS_TYPES = ("FLOAT", "CHAR", "UNSIGNED_CHAR")
+ACT_TYPES = ("FLOAT", "DOUBLE")
+# hooks of the format's own vector that our runtime has no place for (each replaces its memory);
+# MY_VEC_INIT/MY_VEC_CLOSE are our EnvSpec's vec_init/vec_close, MY_USES_PERM/MY_USES_TAGS and
+# MY_VEC_STEP(_RANGE) are covered by envs/compat4/vecenv.h (see there)
+UNSUPPORTED_HOOKS = ("MY_SHARED", "MY_METHODS")
 RAYLIB_ENV = "PUFFER_RAYLIB"
-BUILD_VERSION = "4"  # part of every build's hash: a change to how envs are built or probed builds them anew
+BUILD_VERSION = "5"  # part of every build's hash: a change to how envs are built or probed builds them anew
 # keyword arguments of the vector (appliance.vector.make, the native Vec): no env parameter may take them
 RESERVED_KWARGS = {
     "num_envs",
@@ -148,7 +146,8 @@ def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
             "(vecenv.h with my_init/my_log): port it to 4.0's binding"
         )
     found = {**macros(headers), **macros(binding)}  # a size may be defined in the env's header
-    missing = [m for m in REQUIRED_MACROS if m not in found]
+    dialect = "OBS_TENSOR_T" not in found and "OBS_TYPE" in found
+    missing = [m for m in REQUIRED_MACROS if m not in found and not (dialect and m == "OBS_TENSOR_T")]
     if missing:
         raise ConfigError(f"{folder}/binding.c does not #define {', '.join(missing)} (a PufferLib 4.0 binding defines "
                           f"{', '.join(REQUIRED_MACROS)} and Env, then includes vecenv.h)")  # fmt: skip
@@ -156,7 +155,12 @@ def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
         raise ConfigError(
             f"{folder}/binding.c does not #define Env (its env struct's type) before including vecenv.h"
         )
-    if found["OBS_TENSOR_T"] not in TENSOR_TYPES:
+    if dialect:
+        for key, allowed in (("OBS_TYPE", OBS_TYPES), ("ACT_TYPE", ACT_TYPES)):
+            if key in found and found[key] not in allowed:
+                raise ConfigError(f"{folder}/binding.c: {key} is {found[key]!r}; the format's earlier dialect "
+                                  f"names {' or '.join(allowed)}")  # fmt: skip
+    elif found["OBS_TENSOR_T"] not in TENSOR_TYPES:
         raise ConfigError(
             f"{folder}/binding.c: OBS_TENSOR_T is {found['OBS_TENSOR_T']!r}; the format's observations are "
             f"{' or '.join(TENSOR_TYPES)}"
@@ -164,8 +168,8 @@ def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
     hooks = [h for h in UNSUPPORTED_HOOKS if h in found]
     if hooks:
         raise ConfigError(
-            f"{folder}/binding.c defines {', '.join(hooks)}: hooks that replace the format's vector, which our "
-            "runtime steps itself; not supported"
+            f"{folder}/binding.c defines {', '.join(hooks)}: hooks that replace the format's vector memory, "
+            "which our runtime owns; not supported"
         )
     return folder.resolve().name, found
 
@@ -367,7 +371,7 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
     _compile(command, params, library, out_dir)
     meta = {"name": PREFIX + name, "folder": str(folder.resolve()), "ini": str(ini_path) if ini_path else None,
             "hash": digest, "raylib": str(ray) if ray else None, "params": [p[0] for p in params],
-            "skipped_env_keys": skipped, "macros": {k: found[k] for k in REQUIRED_MACROS},
+            "skipped_env_keys": skipped, "macros": {k: found[k] for k in (*REQUIRED_MACROS, "OBS_TYPE", "ACT_TYPE") if k in found},
             "action_mask": "MY_ACTION_MASK" in found}  # fmt: skip
     built = Built(PREFIX + name, library, out_dir / "recipe.yaml", meta)
     agents, read = _probe_in_child(built)
@@ -459,10 +463,27 @@ def _probe_in_child(built: Built) -> tuple[int, list[str]]:
         except ValueError:
             how = f"signal {-proc.returncode}"
         last = f"; its last words: {said[-1][:200]}" if said else ""
-        raise ConfigError(f"{built.name} crashed ({how}) in my_init with its ini's kwargs{last}")
+        hint = data_hint(Path(built.meta.get("folder") or "."))
+        raise ConfigError(f"{built.name} crashed ({how}) in my_init with its ini's kwargs{last}{hint}")
     last = said[-1] if said else "no output"
     error = re.match(r"^(?:\w+\.)*ConfigError: (.*)$", last)
     raise ConfigError(error.group(1) if error else f"{built.name}: {last[:300]}")
+
+
+def data_hint(folder: Path) -> str:
+    """Where an env that crashed may have looked for its data: the format's envs open files by paths
+    relative to the checkout's root (``resources/NAME/...``), the folder PufferLib runs them from. Says
+    to run from there when the checkout has the folder the working folder lacks, or that it is missing."""
+    text = "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.[ch]")))
+    tops = sorted({m.group(1) for m in re.finditer(r'"((?:resources|\w+_data))/[^"\n]*"', text)})
+    root = folder.resolve().parent.parent
+    for top in tops:
+        if (Path.cwd() / top).exists():
+            continue
+        if (root / top).is_dir():
+            return f" (it opens {top}/... relative to the working folder: run it from {root})"
+        return f" (it opens {top}/... relative to the working folder, and neither here nor {root} has it)"
+    return ""
 
 
 def _write_recipe(built: Built, ini_path: Path | None, sections: dict[str, dict[str, Any]]) -> None:

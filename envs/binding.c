@@ -355,7 +355,7 @@ static PyObject* Vec_reset(PyVec* self, PyObject* args) {
 static PyObject* Vec_log(PyVec* self, PyObject* noargs) {
     if (check_ready(self) < 0) return NULL;
     const EnvSpec* spec = self->vec->spec;
-    float sums[64];
+    float sums[OCEAN_MAX_LOG_FIELDS];
     vecenv_log(self->vec, sums);
     int fields = spec->log_fields;
     float n = sums[fields - 1];
@@ -532,6 +532,12 @@ static PyObject* py_load_plugin(PyObject* self, PyObject* args) {
         return NULL;
     }
     const EnvSpec* spec = spec_fn();
+    if (spec->log_fields < 1 || spec->log_fields > OCEAN_MAX_LOG_FIELDS) {
+        dlclose(lib);
+        PyErr_Format(PyExc_ValueError, "%s: its Log has %d fields, the runtime takes 1..%d", path,
+                     spec->log_fields, OCEAN_MAX_LOG_FIELDS);
+        return NULL;
+    }
     const EnvSpec* known = ocean_find(spec->name);
     if (known) return PyUnicode_FromString(known->name);
     if (ocean_registry_full()) {

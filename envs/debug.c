@@ -41,7 +41,7 @@ static int check_env(const EnvSpec* spec, int steps, int num_envs, int threads) 
     rng_seed(&rng, 1234, 0);
     uint8_t* frame = malloc((size_t)L.frame_h * L.frame_w * 3);
     char* text = malloc((size_t)L.text_h * L.text_w);
-    float logs[64];
+    float logs[OCEAN_MAX_LOG_FIELDS];
     double episodes = 0;
     int failures = 0;
     for (int s = 0; s < steps && failures < 5; s++) {

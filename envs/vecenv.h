@@ -71,7 +71,8 @@ static inline float rng_float(Rng* r) { return (rng_u32(r) >> 8) * (1.0f / 16777
 
 typedef enum { OBS_UINT8 = 0, OBS_INT8 = 1, OBS_FLOAT32 = 2 } ObsDtype;
 
-#define OCEAN_MAX_ACTION_DIMS 16
+#define OCEAN_MAX_ACTION_DIMS 128 /* PufferLib 4.0's orbit_wars: 96 continuous heads */
+#define OCEAN_MAX_LOG_FIELDS 128  /* floats in an env's Log (craftax: 72) */
 #define OCEAN_MAX_PARAMS 64
 
 typedef struct Layout {

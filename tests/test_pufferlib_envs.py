@@ -121,6 +121,119 @@ def test_rewards_terminals_and_logs_cross_the_boundary():
     assert stats["perf"] == 1.0 and stats["n"] >= 16
 
 
+def corridor_frames(name: str, steps: int = 30) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Observations, rewards and terminals of 16 corridor envs under fixed random actions."""
+    from appliance.vector import native
+
+    rng = np.random.default_rng(3)
+    actions = np.stack([rng.integers(0, 3, (32, steps)), rng.integers(0, 2, (32, steps))], -1).astype(
+        np.int32
+    )
+    frames, rewards, terminals = [], [], []
+    with native.make(name, num_envs=16, num_threads=1, seed=5) as vec:
+        obs, _ = vec.reset(5)
+        frames.append(obs.copy())
+        for t in range(steps):
+            obs, rew, term, _, _ = vec.step(actions[:, t])
+            frames.append(obs.copy())
+            rewards.append(rew.copy())
+            terminals.append(term.copy())
+    return np.stack(frames), np.stack(rewards), np.stack(terminals)
+
+
+def test_the_formats_earlier_dialect_with_double_actions_steps_as_the_current_one(tmp_path):
+    """OBS_TYPE/ACT_TYPE in place of OBS_TENSOR_T, and a struct whose actions are double (blastar,
+    convert, snake, whisker_racer in the pinned snapshot): the element types come from the struct."""
+    folder = variant(
+        tmp_path,
+        "corridor_dialect",
+        edit=lambda b: b.replace(
+            "#define OBS_TENSOR_T ByteTensor", "#define OBS_TYPE UNSIGNED_CHAR\n#define ACT_TYPE DOUBLE"
+        ),
+    )
+    header = folder / "corridor.h"
+    header.write_text(header.read_text().replace("    float* actions;", "    double* actions;"))
+    name = pufferlib_envs.load_library(pufferlib_envs.build(folder))
+    assert ocean.describe(name)["obs_dtype"] == "uint8"
+    reference = corridor_frames(pufferlib_envs.load_library(pufferlib_envs.build(CORRIDOR)))
+    for ours, theirs in zip(corridor_frames(name), reference, strict=True):
+        assert np.array_equal(ours, theirs)
+    assert reference[2].any()  # some episodes ended: the double actions moved the agents
+
+
+PERM_ENV = """
+#define MY_USES_PERM
+#define MY_USES_TAGS
+#define MY_VEC_STEP corridor_vec_step
+"""
+PERM_SETUP = """
+void my_setup_perm(StaticVec* vec, Env* env, int slot_base) {
+    for (int s = 0; s < env->num_agents; s++) {
+        int phys = vec->agent_perm ? vec->agent_perm[slot_base + s] : slot_base + s;
+        env->slot_obs[s] = (unsigned char*)vec->observations + (size_t)phys * OBS_SIZE * obs_element_size();
+        env->slot_reward[s] = vec->rewards + phys;
+    }
+    env->perm_calls++;
+}
+
+void corridor_vec_step(StaticVec* vec) { (void)vec; abort(); }
+"""
+
+
+def test_per_slot_pointers_from_my_setup_perm_point_at_the_envs_own_rows(tmp_path):
+    """MY_USES_PERM: the env keeps a pointer per agent slot, set by its my_setup_perm from the vector's
+    rows (identity permutation); MY_USES_TAGS leaves tags 0; MY_VEC_STEP, a whole-vector step the
+    format's own vector never calls, is not called here either (this one aborts if it is)."""
+    folder = variant(
+        tmp_path,
+        "corridor_perm",
+        edit=lambda b: (PERM_ENV + b + PERM_SETUP).replace(
+            "void my_init(Env* env, Dict* kwargs) {",
+            "void my_init(Env* env, Dict* kwargs) {\n    env->tag = 0;",
+        ),
+    )
+    header = folder / "corridor.h"
+    text = header.read_text().replace(
+        "    unsigned int rng;",
+        "    unsigned int rng;\n    unsigned char* slot_obs[8];\n    float* slot_reward[8];\n    int perm_calls;\n"
+        "    int tag;\n    int boundary_reached;",
+    )
+    # observe through the slot's pointer and pay through it, as a permuted env does
+    text = text.replace(
+        "unsigned char* obs = env->observations + a * CORRIDOR_CELLS;",
+        "unsigned char* obs = env->slot_obs[a];",
+    )
+    text = text.replace("env->rewards[a] = reward;", "*env->slot_reward[a] = reward;")
+    header.write_text(text)
+    name = pufferlib_envs.load_library(pufferlib_envs.build(folder))
+    reference = corridor_frames(pufferlib_envs.load_library(pufferlib_envs.build(CORRIDOR)))
+    for ours, theirs in zip(corridor_frames(name), reference, strict=True):
+        assert np.array_equal(ours, theirs)
+
+
+def test_an_env_that_opens_its_data_relative_to_the_checkout_is_told_where_to_run_from(tmp_path, monkeypatch):
+    """The format's envs open resources/NAME/... relative to the checkout's root, where PufferLib runs
+    them: a build elsewhere crashes in my_init, and the one line says which folder to run it from."""
+    opens = """void my_init(Env* env, Dict* kwargs) {
+    FILE* f = fopen("resources/corridor/map.txt", "r");
+    if (!f) { fprintf(stderr, "corridor: no map\\n"); abort(); }
+    fclose(f);"""
+    folder = variant(
+        tmp_path, "corridor_data", edit=lambda b: b.replace("void my_init(Env* env, Dict* kwargs) {", opens)
+    )
+    (tmp_path / "resources" / "corridor").mkdir(parents=True)
+    (tmp_path / "resources" / "corridor" / "map.txt").write_text("map\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    one_line_error(
+        run("envs", "build", str(folder)), "crashed (SIGABRT)", f"run it from {tmp_path.resolve()}"
+    )
+    monkeypatch.chdir(tmp_path)
+    built = run("envs", "build", str(folder))
+    assert built.exit_code == 0, built.output
+
+
 def test_env_kwargs_are_the_config_env_section_and_overridable():
     from appliance.config import resolve
 
@@ -231,7 +344,8 @@ def test_the_folder_itself_names_the_env(tmp_path):
         ("no-binding", ["has no binding.c"]),
         ("no-macro", ["does not #define ACT_SIZES"]),
         ("pufferlib3", ["PufferLib 3.0's format"]),
-        ("vec-hook", ["MY_VEC_STEP", "not supported"]),
+        ("vec-hook", ["MY_SHARED", "not supported"]),
+        ("dialect-type", ["OBS_TYPE is 'HALF'", "FLOAT or CHAR or UNSIGNED_CHAR"]),
         ("compile-error", ["failed to compile", "error", "build.log"]),
         ("missing-kwarg", ["reads kwarg 'length'", "lacks"]),
         ("abort-in-init", ["crashed (SIGABRT) in my_init", "its last words: corridor: no map"]),
@@ -250,7 +364,8 @@ def test_bad_input_gets_one_line_naming_what_to_fix(tmp_path, case, fragments):
         edits = {
             "no-macro": lambda b: b.replace("#define ACT_SIZES {3, 2}\n", ""),
             "pufferlib3": lambda b: b.replace('#include "vecenv.h"', '#include "../env_binding.h"'),
-            "vec-hook": lambda b: "#define MY_VEC_STEP\n" + b,
+            "vec-hook": lambda b: "#define MY_SHARED\n" + b,
+            "dialect-type": lambda b: b.replace("#define OBS_TENSOR_T ByteTensor", "#define OBS_TYPE HALF"),
             "compile-error": lambda b: b + "\nint broken(void) { return undeclared_thing; }\n",
             "missing-kwarg": lambda b: b,
             "abort-in-init": lambda b: b.replace(

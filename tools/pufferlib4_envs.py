@@ -65,10 +65,17 @@ def one_line(text: str) -> str:
     return (lines[-1] if lines else "no output")[:300]
 
 
+# The env's own code opens its data by paths relative to the checkout's root (resources/NAME/...), as
+# PufferLib 4.0 runs it: every command that runs env code runs there, on both sides.
+WORKDIR: Path | None = None
+
+
 def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str, float]:
     start = time.monotonic()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout, env=env)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, errors="replace", timeout=timeout, env=env, cwd=WORKDIR
+        )
     except subprocess.TimeoutExpired:
         return -999, f"timed out after {timeout:.0f} s", time.monotonic() - start
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
@@ -248,6 +255,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     tree = args.tree.resolve()
+    global WORKDIR
+    WORKDIR = tree
     if not (tree / "ocean").is_dir() or not (tree / "src" / "vecenv.h").is_file():
         sys.exit(f"{tree} is not a PufferLib 4.0 checkout (no ocean/ or src/vecenv.h)")
     names = sorted(p.name for p in (tree / "ocean").iterdir() if p.is_dir() and p.name not in EXCLUDED)

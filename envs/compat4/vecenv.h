@@ -15,7 +15,8 @@
  *
  * Per env a Compat4Slot wraps the user's struct. Where the format and our runtime differ, the slot
  * converts at the boundary, with buffers allocated once at init (nothing is allocated per step):
- *   - actions: ours are int32 rows, the format's float; copied in before c_step;
+ *   - actions: ours are int32 rows, the format's float (double in the format's earlier dialect,
+ *     whatever the Env struct's `actions` points to); copied in before c_step;
  *   - terminals: ours are uint8 (plus truncations, which the format has none of: always 0), the
  *     format's float; copied out after c_step and c_reset;
  *   - rewards and observations: the env writes straight into our rows (float32; uint8 or float32);
@@ -23,9 +24,15 @@
  *     read it yet.
  * Continuous actions (every ACT_SIZES entry 1, the format's rule) make Layout.action_continuous: our
  * actions buffer then holds floats, copied as they are. MY_VEC_INIT/MY_VEC_CLOSE (state made for the
- * whole vector) become EnvSpec.vec_init/vec_close. The build step (appliance/pufferlib_envs.py)
- * refuses what this layer does not cover, in one line each: the hooks that replace the vector's
- * stepping or slots (MY_VEC_STEP, MY_SHARED, MY_USES_PERM, ...).
+ * whole vector) become EnvSpec.vec_init/vec_close. MY_USES_PERM (the env keeps a pointer per agent
+ * slot, set by its my_setup_perm) gets a StaticVec of the slot's own rows, with the identity
+ * permutation, as the format's vector gives every env at creation; MY_USES_TAGS (a tag per env for the
+ * format's self-play banks) leaves every tag 0. MY_VEC_STEP/MY_VEC_STEP_RANGE name whole-vector step
+ * functions that the format's own vector does not call: each env is stepped by its c_step here, as
+ * there. The earlier dialect of the format (OBS_TYPE FLOAT|CHAR|UNSIGNED_CHAR and ACT_TYPE DOUBLE in
+ * place of OBS_TENSOR_T) is read from the Env struct's own pointer types. The build step
+ * (appliance/pufferlib_envs.py) refuses what this layer does not cover, in one line each: the hooks
+ * that replace the vector's memory (MY_SHARED, MY_METHODS).
  *
  * What the build passes: PUFFER4_NAME (the registered name, "pufferlib:NAME"), PUFFER4_RNG_FIELD
  * when the Env struct has an integer `rng` word (seeded from our stream at init and reset), and
@@ -103,6 +110,18 @@ static inline void dict_set(Dict* dict, const char* key, double value) {
 #include "../vecenv.h"
 #include "compat4_params.h"
 
+#ifndef OBS_TENSOR_T /* the earlier dialect: OBS_TYPE; the element type is the struct's own */
+#define OBS_TENSOR_T Compat4ObsTensor
+typedef struct { __typeof__(((Env*)0)->observations) data; int64_t shape[PUF_MAX_DIMS]; } Compat4ObsTensor;
+#endif
+
+/* The env's action and terminal elements, as its struct declares them (float; double in the earlier
+ * dialect). Rewards are written straight into our float rows, so they must be float. */
+typedef __typeof__(*((Env*)0)->actions) compat4_act_t;
+typedef __typeof__(*((Env*)0)->terminals) compat4_term_t;
+_Static_assert(__builtin_types_compatible_p(__typeof__(*((Env*)0)->rewards), float),
+               "the Env struct's rewards must be float*");
+
 #ifndef PUFFER4_NAME
 #error "PUFFER4_NAME is not defined: build PufferLib-format envs with `puffer-bench envs build`"
 #endif
@@ -124,7 +143,7 @@ _Static_assert(COMPAT4_ACT_DIMS == NUM_ATNS, "ACT_SIZES must list NUM_ATNS sizes
 _Static_assert(NUM_ATNS <= OCEAN_MAX_ACTION_DIMS, "too many action heads for the runtime");
 #define COMPAT4_LOG_FIELDS ((int)(sizeof(Log) / sizeof(float)))
 _Static_assert(sizeof(Log) % sizeof(float) == 0, "Log must hold floats only");
-_Static_assert(sizeof(Log) / sizeof(float) <= 64, "at most 64 Log fields");
+_Static_assert(sizeof(Log) / sizeof(float) <= OCEAN_MAX_LOG_FIELDS, "too many Log fields for the runtime");
 
 typedef struct Compat4Slot {
     Env env;                 /* the user's env */
@@ -134,8 +153,8 @@ typedef struct Compat4Slot {
     int32_t* our_actions;    /* our rows of the vector's buffers */
     uint8_t* our_terminals;
     uint8_t* our_truncations;
-    float* actions;          /* the env's float rows, owned by the slot */
-    float* terminals;
+    compat4_act_t* actions;  /* the env's action rows (float or double), owned by the slot */
+    compat4_term_t* terminals;
 #ifdef MY_ACTION_MASK
     unsigned char* action_mask;
 #endif
@@ -145,6 +164,29 @@ static size_t compat4_obs_itemsize(void) {
     OBS_TENSOR_T t;
     return sizeof(*t.data);
 }
+
+/* The format's name for the same thing, which a my_setup_perm calls. */
+static inline size_t obs_element_size(void) { return compat4_obs_itemsize(); }
+
+/* The fields of the format's vector that env code reads: a my_setup_perm (the global rows and the
+ * permutation) or a whole-vector step function (MY_VEC_STEP, compiled but never called). */
+typedef struct StaticVec {
+    void* envs;
+    int size;
+    int total_agents;
+    void* observations;
+    compat4_act_t* actions;
+    float* rewards;
+    compat4_term_t* terminals;
+    unsigned char* action_mask;
+    int obs_size;
+    int num_atns;
+    int* agent_perm; /* NULL: the identity */
+} StaticVec;
+
+#ifdef MY_USES_PERM
+void my_setup_perm(StaticVec* vec, Env* env, int slot_base);
+#endif
 
 static int compat4_params_count(void) {
     int n = 0;
@@ -179,6 +221,23 @@ static void compat4_point(Compat4Slot* s, void* observations, float* rewards) {
     s->env.terminals = s->terminals;
 #ifdef MY_ACTION_MASK
     s->env.action_mask = s->action_mask;
+#endif
+#ifdef MY_USES_PERM
+    StaticVec vec;
+    memset(&vec, 0, sizeof(vec));
+    vec.envs = &s->env;
+    vec.size = 1;
+    vec.total_agents = s->agents;
+    vec.observations = observations;
+    vec.actions = s->actions;
+    vec.rewards = rewards;
+    vec.terminals = s->terminals;
+#ifdef MY_ACTION_MASK
+    vec.action_mask = s->action_mask;
+#endif
+    vec.obs_size = OBS_SIZE;
+    vec.num_atns = NUM_ATNS;
+    my_setup_perm(&vec, &s->env, 0);
 #endif
 }
 
@@ -244,8 +303,8 @@ static void compat4_init(void* e, const double* params, Buffers b, Rng rng) {
     if (!s->made_by_vec_init) my_init(&s->env, &kwargs);
     compat4_current = NULL;
     s->agents = s->env.num_agents > 0 ? s->env.num_agents : 1;
-    s->actions = (float*)calloc((size_t)s->agents * NUM_ATNS, sizeof(float));
-    s->terminals = (float*)calloc((size_t)s->agents, sizeof(float));
+    s->actions = (compat4_act_t*)calloc((size_t)s->agents * NUM_ATNS, sizeof(compat4_act_t));
+    s->terminals = (compat4_term_t*)calloc((size_t)s->agents, sizeof(compat4_term_t));
 #ifdef MY_ACTION_MASK
     s->action_mask = (unsigned char*)calloc((size_t)s->agents * MY_ACTION_MASK, 1);
 #endif
@@ -259,7 +318,7 @@ static void compat4_reset(void* e) {
     Compat4Slot* s = (Compat4Slot*)e;
     compat4_enter(s);
     memset(s->env.rewards, 0, (size_t)s->agents * sizeof(float));
-    memset(s->terminals, 0, (size_t)s->agents * sizeof(float));
+    memset(s->terminals, 0, (size_t)s->agents * sizeof(compat4_term_t));
     c_reset(&s->env);
     compat4_current = NULL;
     compat4_flags_out(s);
@@ -273,12 +332,14 @@ static int compat4_continuous(void) {
 
 static inline void compat4_step_one(Compat4Slot* s) {
     const int n = s->agents * NUM_ATNS;
-    if (compat4_continuous()) /* our buffer holds floats then (Layout.action_continuous) */
-        memcpy(s->actions, s->our_actions, (size_t)n * sizeof(float));
-    else
-        for (int i = 0; i < n; i++) s->actions[i] = (float)s->our_actions[i];
+    if (compat4_continuous()) { /* our buffer holds floats then (Layout.action_continuous) */
+        const float* ours = (const float*)s->our_actions;
+        for (int i = 0; i < n; i++) s->actions[i] = (compat4_act_t)ours[i];
+    } else {
+        for (int i = 0; i < n; i++) s->actions[i] = (compat4_act_t)s->our_actions[i];
+    }
     memset(s->env.rewards, 0, (size_t)s->agents * sizeof(float));
-    memset(s->terminals, 0, (size_t)s->agents * sizeof(float));
+    memset(s->terminals, 0, (size_t)s->agents * sizeof(compat4_term_t));
     compat4_current = (Compat4Stream*)&s->rng;
     c_step(&s->env);
     compat4_flags_out(s);
@@ -332,8 +393,8 @@ static void compat4_name_logs(void) {
     Log probe;
     float* f = (float*)&probe;
     for (int i = 0; i < COMPAT4_LOG_FIELDS; i++) f[i] = (float)(i + 1);
-    DictItem items[128];
-    Dict out = {items, 0, 128};
+    DictItem items[2 * OCEAN_MAX_LOG_FIELDS];
+    Dict out = {items, 0, 2 * OCEAN_MAX_LOG_FIELDS};
     my_log(&probe, &out);
     for (int i = 0; i < COMPAT4_LOG_FIELDS; i++) compat4_log_names[i] = NULL;
     for (int k = 0; k < out.size; k++) {
