@@ -11,6 +11,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from appliance.config.families import describe_space as describe_space  # the one short form of a space
 from appliance.emulation.codecs import SpaceCodec, _get
 from appliance.errors import EnvContractError
 
@@ -26,13 +27,6 @@ def env_name(env: Any) -> str:
     if getattr(spec, "id", None):
         return str(spec.id)
     return type(getattr(env, "unwrapped", env)).__name__
-
-
-def describe_space(space: Any) -> str:
-    """Short: ``Box(4,) float32``, ``Discrete(3)``; Dict/Tuple and others as gymnasium prints them."""
-    if isinstance(space, spaces.Box):
-        return f"Box{tuple(space.shape)} {np.dtype(space.dtype)}"
-    return repr(space)
 
 
 def _what(value: Any) -> str:

@@ -44,42 +44,13 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from appliance.errors import ConfigError, EnvContractError
 from appliance.vector.base import Vector, WorkerError
 from appliance.vector.sizes import Sizes
-from appliance.vector.sources import EnvSource
-
-
-def autoreset_mode(env: Any) -> str:
-    """``"SameStep"``, ``"NextStep"`` or ``"Disabled"``: the VectorEnv's metadata (gymnasium's default,
-    NextStep, where it says nothing)."""
-    mode = getattr(env, "metadata", {}).get("autoreset_mode", "NextStep")
-    return str(getattr(mode, "value", mode))
-
-
-def check_spaces(name: str, env: Any) -> None:
-    """The trainer's rows need a Box observation and a Discrete, MultiDiscrete or Box action per env."""
-    obs, act = env.single_observation_space, env.single_action_space
-    if not isinstance(obs, spaces.Box):
-        raise ConfigError(
-            f"{name}: a VectorEnv source needs a Box single_observation_space, got {type(obs).__name__}; "
-            "flatten it in the VectorEnv, or give a single-env creator (structured spaces are emulated then)"
-        )
-    if not isinstance(act, spaces.Discrete | spaces.MultiDiscrete | spaces.Box):
-        raise ConfigError(
-            f"{name}: a VectorEnv source needs a Discrete, MultiDiscrete or Box single_action_space, "
-            f"got {type(act).__name__}"
-        )
-    mode = autoreset_mode(env)
-    if mode not in ("SameStep", "NextStep"):
-        raise ConfigError(
-            f"{name}: the VectorEnv's autoreset_mode is {mode}; training needs SameStep or NextStep "
-            "(gymnasium.vector.AutoresetMode)"
-        )
+from appliance.vector.sources import EnvSource, autoreset_mode
 
 
 def check_batch(name: str, call: str, n: int, space: Any, result: tuple[Any, ...]) -> tuple[Any, ...]:

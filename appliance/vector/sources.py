@@ -3,7 +3,9 @@
 An :class:`EnvSource` is picklable, so spawned workers and Ray actors rebuild the same env from it.
 Its first env is made here, in a helper thread under the same timeout as a worker's reset (a
 constructor that never returns is reported, naming the env), and a second one is measured: what one
-env object holds, for the memory check before the vector allocates (:func:`vector.make`).
+env object holds, for the memory check before the vector allocates (:func:`vector.make`). A factory's
+own VectorEnv is checked here too (:func:`check_spaces`: the spaces and autoreset mode the trainer's
+rows need) before :mod:`~appliance.vector.gymvec` steps it.
 """
 
 from __future__ import annotations
@@ -189,8 +191,6 @@ def _is_vector_env(obj: Any) -> bool:
 
 def _vector_source(env: Any, vec: Any) -> EnvSource:
     """An :class:`EnvSource` of kind "vector" around the live VectorEnv a factory returned."""
-    from appliance.vector.gymvec import check_spaces
-
     name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
     try:
         check_spaces(name, vec)
@@ -257,3 +257,31 @@ def _measure(creator: Callable[[], Any]) -> int:
 
 def _label(env: Any) -> str:
     return repr(env) if isinstance(env, str) else getattr(env, "__qualname__", None) or type(env).__name__
+
+
+def autoreset_mode(env: Any) -> str:
+    """``"SameStep"``, ``"NextStep"`` or ``"Disabled"``: the VectorEnv's metadata (gymnasium's default,
+    NextStep, where it says nothing)."""
+    mode = getattr(env, "metadata", {}).get("autoreset_mode", "NextStep")
+    return str(getattr(mode, "value", mode))
+
+
+def check_spaces(name: str, env: Any) -> None:
+    """The trainer's rows need a Box observation and a Discrete, MultiDiscrete or Box action per env."""
+    obs, act = env.single_observation_space, env.single_action_space
+    if not isinstance(obs, spaces.Box):
+        raise ConfigError(
+            f"{name}: a VectorEnv source needs a Box single_observation_space, got {type(obs).__name__}; "
+            "flatten it in the VectorEnv, or give a single-env creator (structured spaces are emulated then)"
+        )
+    if not isinstance(act, spaces.Discrete | spaces.MultiDiscrete | spaces.Box):
+        raise ConfigError(
+            f"{name}: a VectorEnv source needs a Discrete, MultiDiscrete or Box single_action_space, "
+            f"got {type(act).__name__}"
+        )
+    mode = autoreset_mode(env)
+    if mode not in ("SameStep", "NextStep"):
+        raise ConfigError(
+            f"{name}: the VectorEnv's autoreset_mode is {mode}; training needs SameStep or NextStep "
+            "(gymnasium.vector.AutoresetMode)"
+        )
