@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import pytest
+
+# `train` tunes itself on a machine it has not tuned for (about a minute, appliance.config.autotune):
+# the suite runs with it off, the processes it starts too; tests/test_autotune_selftune.py turns it on.
+os.environ["PUFFER_AUTOTUNE"] = "off"
 
 SMALL = (
     "--train.device",

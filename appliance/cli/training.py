@@ -101,6 +101,13 @@ from appliance.errors import ConfigError
     type=Number(0, 65535, integer=True, why=" (0 for a free one)"),
     help="Port on node 0 (default or 0: a free one; set it for --nnodes > 1).",
 )
+@click.option(
+    "--autotune",
+    "autotune",
+    metavar="off|on|redo",
+    help="On a machine not tuned for this recipe yet, time env threads/workers and engine buffers "
+    "(about a minute, once) and keep the fastest; redo measures again (default: on, or $PUFFER_AUTOTUNE).",
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def train(**options: Any) -> None:
     """Train a PPO policy on ENV (an Ocean env or a Gymnasium id).
@@ -139,8 +146,10 @@ def _train(
     node_rank: int,
     master_addr: str,
     master_port: int | None,
+    autotune: str | None,
     args: tuple[str, ...],
 ) -> None:
+    from appliance.config.autotune import mode as autotune_mode
     from appliance.train import launcher, session
 
     env, overrides = split_env(args)
@@ -158,6 +167,10 @@ def _train(
         cfg, notes = resume_config(resume, env, profile, config_file, overrides, family=family)
     else:
         cfg = run_config(env, profile, config_file, overrides, family=family)
+    if autotune_mode(autotune) != "off" and not resume and nproc == nnodes == 1:
+        from appliance.bench.selftune import autotune_run
+
+        autotune_run(cfg, autotune, click.echo)
     options = session.Options(
         run_id=run_id,
         resume=resume,

@@ -1,0 +1,243 @@
+"""``train``'s self-tuning: time the candidates :mod:`appliance.config.autotune` offers for this run's
+config on this machine, pick by its rule, keep the choice per machine fingerprint and reuse it.
+
+It lives here, above the trainer and the noise guard, because it builds trainers and judges their
+speeds; what it tries, the rule and the store are below it in ``config/`` (plain data, no timing).
+
+How it measures, within ``budget_s`` (about a minute):
+
+1. a screen: each candidate built in turn (its vector and trainer), one rollout to warm up, then
+   rollouts (``Trainer.evaluate``) for a share of the budget, agent-steps/s;
+2. a confirmation: the fastest candidate that is not the profile's, beside the profile's own
+   settings, both built, in interleaved pairs (A B, B A, ...; at least :data:`MIN_PAIRS`), with the
+   noise guard's sampler running; its ratio and interval (:func:`appliance.measure.stats.ratio_test`)
+   and the guard's busy flag go to :func:`appliance.config.autotune.keep_candidate`.
+
+Only the rollout is timed: the tuned keys (env threads or workers, engine buffers) act on it alone;
+the update is the same for every candidate. torch's threads are chosen for each build as ``train``
+chooses them (:mod:`appliance.config.threads`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from appliance.config import autotune
+
+MIN_PAIRS = 3
+MAX_PAIRS = 6
+SCREEN_SHARE = 0.5  # of the budget for the screen; the rest confirms
+
+Progress = Callable[[str], None]
+Build = Callable[[Any, dict[str, Any]], contextlib.AbstractContextManager[Any]]
+Sample = Callable[[Any, float], float]
+
+
+def _copy(cfg: Any) -> Any:
+    import copy
+
+    from appliance.config import Config
+
+    return Config(
+        copy.deepcopy(cfg.data),
+        env_name=cfg.env_name,
+        profile=cfg.profile,
+        sources=list(cfg.sources),
+        family=cfg.family,
+        history=copy.deepcopy(cfg.history),
+    )
+
+
+def _cores() -> int:
+    from appliance.sysinfo import physical_cores
+    from appliance.vector.sizes import usable_cores
+
+    return min(usable_cores(), physical_cores())
+
+
+@contextlib.contextmanager
+def build_trainer(cfg: Any, choice: dict[str, Any]) -> Iterator[Any]:
+    """A trainer of ``cfg`` with ``choice`` set, env threads chosen as ``train`` chooses them, warmed
+    up by one rollout; closed (its envs and workers with it) on the way out, Ctrl-C included."""
+    from appliance import vector
+    from appliance.config import threads
+    from appliance.train import Trainer
+
+    c = _copy(cfg)
+    autotune.apply(c, choice, "autotune candidate")
+    cores, busy = _cores(), threads.others_busy(seconds=0.1)
+    threads.apply_env_threads(c.data, cores, busy)
+    vec = vector.make_from_config(c)
+    try:
+        trainer = Trainer(c, vec)
+    except BaseException:
+        vec.close()
+        raise
+    try:
+        params = sum(p.numel() for p in trainer.policy.parameters())
+        threads.apply_torch(threads.choose(cores, busy, params, int(c.train.minibatch_size)))
+        trainer.evaluate()  # warm-up: allocator, first resets
+        yield trainer
+    finally:
+        trainer.close()
+
+
+def rollout_sps(trainer: Any, seconds: float) -> float:
+    """Rollout agent-steps/s over whole rollouts lasting at least ``seconds`` (one at the least)."""
+    start, steps = time.perf_counter(), trainer.global_step
+    while True:
+        trainer.evaluate()
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return (trainer.global_step - steps) / elapsed
+
+
+def _guard() -> tuple[Any, Callable[[list[dict[str, Any]]], dict[str, Any]]]:
+    from appliance.measure.noise.readings import Sampler, summarize
+
+    return Sampler(), summarize
+
+
+def tune(
+    cfg: Any,
+    budget_s: float = autotune.BUDGET_S,
+    progress: Progress | None = None,
+    cores: int | None = None,
+    build: Build | None = None,
+    sample: Sample | None = None,
+    guard: Callable[[], tuple[Any, Callable[[list[dict[str, Any]]], dict[str, Any]]]] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any] | None:
+    """Time the candidates for ``cfg`` and pick by the rule; None where there is nothing to tune (a
+    serial backend, every tunable key set by the user). The result: ``chosen`` (``{}``: the
+    profile's settings), the screen's speeds, the confirmation's samples, ratio, interval and busy
+    flag, and the seconds it took."""
+    from appliance.measure.stats import ratio_test
+
+    say = progress or (lambda _line: None)
+    build, sample, guard = build or build_trainer, sample or rollout_sps, guard or _guard
+    cands = autotune.candidates(cfg, cores or _cores())
+    if len(cands) < 2:
+        return None
+    start = clock()
+    share = budget_s * SCREEN_SHARE / len(cands)
+    sample_s = max(0.2, share / 3)  # a build and its warm-up take about two samples' time
+    screen: list[dict[str, Any]] = []
+    for i, choice in enumerate(cands):
+        if i > 1 and clock() - start > budget_s * SCREEN_SHARE:
+            say(f"autotune: screen stopped at its share of the budget ({i} of {len(cands)} timed)")
+            break
+        with build(cfg, choice) as trainer:
+            sps = sample(trainer, sample_s)
+        screen.append({"choice": choice, "sps": sps})
+        say(f"autotune: [{i + 1}/{len(cands)}] {autotune.describe(choice)}: {sps:,.0f} agent-steps/s")
+    best = max(screen[1:], key=lambda r: r["sps"])
+    pair_s = max(sample_s, (budget_s - (clock() - start)) / (2 * MIN_PAIRS + 2))
+    a: list[float] = []
+    b: list[float] = []
+    sampler, summarize = guard()
+    say(f"autotune: confirming {autotune.describe(best['choice'])} against the profile's settings in turns")
+    with build(cfg, {}) as profile_trainer, build(cfg, best["choice"]) as best_trainer, sampler:
+        pairs = 0
+        while pairs < MIN_PAIRS or (pairs < MAX_PAIRS and clock() - start + 2 * pair_s < budget_s):
+            order = [(a, profile_trainer), (b, best_trainer)]
+            for side, trainer in order if pairs % 2 == 0 else order[::-1]:
+                side.append(sample(trainer, pair_s))
+            pairs += 1
+            say(f"autotune: pair {pairs}: profile {a[-1]:,.0f}, candidate {b[-1]:,.0f} agent-steps/s")
+    noise = summarize(list(getattr(sampler, "readings", [])))
+    ratio, interval, _p = ratio_test(a, b)
+    busy = bool(noise.get("busy"))
+    keep = autotune.keep_candidate(ratio, interval, busy)
+    return {
+        "chosen": dict(best["choice"]) if keep else {},
+        "candidate": dict(best["choice"]),
+        "screen": screen,
+        "profile_sps": a,
+        "candidate_sps": b,
+        "ratio": ratio,
+        "interval": interval,
+        "busy": busy,
+        "busy_reasons": noise.get("reasons", []),
+        "seconds": round(clock() - start, 1),
+    }
+
+
+def result_line(cfg: Any, result: dict[str, Any]) -> str:
+    """One line: what was chosen, what it measured, and why."""
+    a, b = statistics.median(result["profile_sps"]), statistics.median(result["candidate_sps"])
+    ci = result["interval"]
+    measured = (
+        f"{autotune.describe(result['candidate'])} {b:,.0f} against the profile's {a:,.0f} rollout agent-steps/s, "
+        f"ratio {result['ratio']:.3f}"
+        + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+        + f" over {len(result['profile_sps'])} pairs in turns, {result['seconds']:.0f} s"
+    )
+    if result["chosen"]:
+        return f"autotune: chose {autotune.describe(result['chosen'])}: {measured}"
+    why = (
+        f"the machine was busy: {'; '.join(result['busy_reasons'])}"
+        if result["busy"]
+        else "the candidate was not faster beyond the interval"
+    )
+    return f"autotune: kept the profile's settings ({why}): {measured}"
+
+
+def autotune_run(
+    cfg: Any,
+    option: str | None,
+    echo: Progress,
+    budget_s: float = autotune.BUDGET_S,
+    environ: dict[str, str] | None = None,
+) -> None:
+    """``train``'s hook: with ``--autotune on`` (the default) reuse this machine's tuning for the
+    recipe, or tune it now and keep it; ``redo`` tunes again; ``off`` does nothing. Sets the chosen
+    values in ``cfg`` and says what it did in one line (progress lines while it tunes)."""
+    mode = autotune.mode(option, environ)
+    if mode == "off":
+        return
+    cores = _cores()
+    key, facts = autotune.machine(cores, cfg)
+    path = autotune.store_path(key, environ)
+    store, warning = autotune.load(path)
+    if warning:
+        echo(f"warning: {warning}")
+    recipe = autotune.recipe_key(cfg)
+    keys = {f"{s}.{k}" for s, k in autotune.tunable(cfg)}
+    entry = store["entries"].get(recipe) if mode == "on" else None
+    if entry is not None:
+        chosen = {k: v for k, v in entry["chosen"].items() if k in keys}
+        autotune.apply(cfg, chosen, f"autotune ({path})")
+        echo(
+            f"autotune: reused {autotune.describe(chosen)} for {cfg.env_name} on this machine, "
+            f"tuned {entry['when']} ({path}; --autotune redo measures again, off skips it)"
+        )
+        return
+    if len(autotune.candidates(cfg, cores)) < 2:
+        return  # nothing to tune: a serial backend, or the user set every key
+    echo(
+        f"autotune: first run of {cfg.env_name} on this machine: timing settings that do not change "
+        f"learning for about {budget_s:.0f} s (--autotune off skips it)"
+    )
+    result = tune(cfg, budget_s, echo, cores)
+    if result is None:
+        return
+    autotune.apply(cfg, result["chosen"], f"autotune ({path})")
+    line = result_line(cfg, result)
+    entry = {
+        "env": cfg.env_name,
+        "when": autotune.now(),
+        "chosen": result["chosen"],
+        "line": line,
+        "measured": {
+            k: result[k] for k in ("screen", "profile_sps", "candidate_sps", "ratio", "interval", "busy")
+        },
+    }
+    failed = autotune.save(path, store, facts, recipe, entry)
+    echo(line)
+    if failed:
+        echo(f"warning: {failed}")

@@ -1,0 +1,337 @@
+"""train's self-tuning (issue 60): the candidates, the rule, the store, and the hook in `train`.
+
+The suite runs with PUFFER_AUTOTUNE=off (tests/conftest.py); these tests turn it on where they need it,
+with a data folder of their own, mocked timings for the selection and a tiny budget for the real runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from conftest import small_config
+
+from appliance.bench import selftune
+from appliance.cli import cli
+from appliance.config import autotune
+from appliance.errors import ConfigError
+
+
+def test_the_suite_runs_with_autotune_off() -> None:
+    assert autotune.mode(None) == "off"  # conftest's switch: no test pays a minute per train
+
+
+def test_mode_from_the_option_then_the_environment_then_on() -> None:
+    assert autotune.mode(None, {}) == "on"
+    assert autotune.mode(None, {"PUFFER_AUTOTUNE": "REDO"}) == "redo"
+    assert autotune.mode("off", {"PUFFER_AUTOTUNE": "redo"}) == "off"
+    with pytest.raises(ConfigError, match=r"^--autotune 'sometimes': expected one of off, on, redo$"):
+        autotune.mode("sometimes", {})
+    with pytest.raises(ConfigError, match=r"^PUFFER_AUTOTUNE 'x': expected one of off, on, redo$"):
+        autotune.mode(None, {"PUFFER_AUTOTUNE": "x"})
+
+
+def test_a_bad_autotune_option_is_one_line() -> None:
+    result = CliRunner().invoke(cli, ["train", "squared", "--autotune", "maybe"])
+    assert result.exit_code != 0
+    assert result.output.strip().splitlines() == ["error: --autotune 'maybe': expected one of off, on, redo"]
+
+
+def test_candidates_are_the_profiles_first_then_threads_and_buffers_that_fit() -> None:
+    cfg = small_config("squared", "--vec.num-envs", "6")  # not 4: buffers must divide the envs
+    cands = autotune.candidates(cfg, cores=4)
+    assert cands[0] == {}
+    threads = {c["vec.num_threads"] for c in cands[1:]}
+    buffers = {c["train.buffers"] for c in cands[1:]}
+    assert threads == {1, 2, 4}
+    assert buffers == {1, 2}  # a CPU: 1 or 2; 4 does not divide 6 envs anyway
+    assert all(set(c) <= {"vec.num_threads", "train.buffers"} for c in cands)  # never num_envs, minibatch
+
+
+def test_keys_the_user_set_are_not_tuned() -> None:
+    cfg = small_config("squared", "--vec.num-threads", "1")
+    assert ("vec", "num_threads") not in autotune.tunable(cfg)
+    assert all("vec.num_threads" not in c for c in autotune.candidates(cfg, cores=4))
+    both = small_config("squared", "--vec.num-threads", "1", "--train.buffers", "1")
+    assert autotune.candidates(both, cores=4) == [{}]
+
+
+def test_a_serial_backend_has_nothing_to_tune() -> None:
+    from appliance.config import resolve
+
+    cfg = resolve(env="CartPole-v1", profile="cpu")
+    assert cfg.data["vec"]["backend"] == "serial"
+    assert autotune.candidates(cfg, cores=2) == [{}]
+    assert selftune.tune(cfg, cores=2, build=_no_build, sample=_no_sample) is None
+
+
+def _no_build(cfg: Any, choice: dict[str, Any]) -> Any:
+    raise AssertionError("nothing is built where there is nothing to tune")
+
+
+def _no_sample(trainer: Any, seconds: float) -> float:
+    raise AssertionError("nothing is timed where there is nothing to tune")
+
+
+@pytest.mark.parametrize(
+    ("ratio", "interval", "busy", "kept"),
+    [
+        (1.2, [1.05, 1.3], False, True),
+        (1.2, [0.95, 1.4], False, False),  # the interval reaches 1: not faster at the threshold
+        (0.8, [0.7, 0.9], False, False),
+        (1.2, [1.05, 1.3], True, False),  # measured busy: the profile stays
+        (1.2, None, False, False),
+    ],
+)
+def test_the_rule_keeps_a_candidate_only_when_faster_beyond_its_interval(
+    ratio: float, interval: list[float] | None, busy: bool, kept: bool
+) -> None:
+    assert autotune.keep_candidate(ratio, interval, busy) is kept
+
+
+class FakeRun:
+    """Mocked builds and timings: each choice's speed from a table, with a small alternating wobble."""
+
+    def __init__(self, speeds: dict[str, float], busy: bool = False, wobble: float = 0.01) -> None:
+        self.speeds, self.busy, self.wobble = speeds, busy, wobble
+        self.open: list[str] = []
+        self.built: list[str] = []
+        self.samples = 0
+
+    @contextlib.contextmanager
+    def build(self, cfg: Any, choice: dict[str, Any]) -> Any:
+        name = autotune.describe(choice)
+        self.open.append(name)
+        self.built.append(name)
+        try:
+            yield name
+        finally:
+            self.open.remove(name)
+
+    def sample(self, trainer: str, seconds: float) -> float:
+        self.samples += 1
+        return self.speeds[trainer] * (1 + self.wobble * (-1) ** self.samples)
+
+    def guard(self) -> tuple[Any, Any]:
+        reasons = ["other processes used 1.00 cores on average"] if self.busy else []
+        return contextlib.nullcontext(), lambda readings: {"busy": self.busy, "reasons": reasons}
+
+
+def _tune(cfg: Any, run: FakeRun) -> dict[str, Any] | None:
+    return selftune.tune(
+        cfg, budget_s=1.0, cores=2, build=run.build, sample=run.sample, guard=run.guard, clock=lambda: 0.0
+    )
+
+
+PROFILE = "the profile's settings"
+ONE_TWO = "vec.num_threads 1, train.buffers 2"
+
+
+def _speeds(profile: float, one_two: float) -> dict[str, float]:
+    others = (
+        "vec.num_threads 1, train.buffers 1",
+        "vec.num_threads 2, train.buffers 1",
+        "vec.num_threads 2, train.buffers 2",
+    )
+    return {PROFILE: profile, ONE_TWO: one_two, **dict.fromkeys(others, profile * 0.8)}
+
+
+def test_a_candidate_faster_in_turns_is_chosen() -> None:
+    run = FakeRun(_speeds(100.0, 130.0))
+    result = _tune(small_config("squared"), run)
+    assert result is not None and result["chosen"] == {"vec.num_threads": 1, "train.buffers": 2}
+    assert len(result["profile_sps"]) >= selftune.MIN_PAIRS
+    assert result["interval"][0] > 1
+    assert not run.open  # every trainer closed
+    line = selftune.result_line(small_config("squared"), result)
+    assert line.startswith("autotune: chose vec.num_threads 1, train.buffers 2: ") and "ratio 1.30" in line
+
+
+def test_a_slower_or_equal_candidate_keeps_the_profile() -> None:
+    run = FakeRun(_speeds(100.0, 99.0), wobble=0.05)
+    result = _tune(small_config("squared"), run)
+    assert result is not None and result["chosen"] == {}
+    assert result["candidate"] == {"vec.num_threads": 1, "train.buffers": 2}  # the screen's best
+    assert "kept the profile's settings (the candidate was not faster" in selftune.result_line(None, result)
+
+
+def test_a_faster_candidate_measured_busy_keeps_the_profile() -> None:
+    result = _tune(small_config("squared"), FakeRun(_speeds(100.0, 130.0), busy=True))
+    assert result is not None and result["chosen"] == {}
+    assert "the machine was busy: other processes used 1.00 cores" in selftune.result_line(None, result)
+
+
+def test_ctrl_c_while_tuning_closes_every_trainer_and_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = FakeRun(_speeds(100.0, 130.0))
+
+    def interrupted(trainer: str, seconds: float) -> float:
+        if run.samples == 6:  # in the confirmation, with two trainers open
+            raise KeyboardInterrupt
+        return FakeRun.sample(run, trainer, seconds)
+
+    monkeypatch.setattr(selftune, "build_trainer", run.build)
+    monkeypatch.setattr(selftune, "rollout_sps", interrupted)
+    monkeypatch.setattr(selftune, "_guard", run.guard)
+    environ = {"PUFFER_AUTOTUNE": "on", "PUFFER_BENCH_DATA": str(tmp_path)}
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        selftune.autotune_run(small_config("squared"), None, lines.append, budget_s=1.0, environ=environ)
+    assert len(run.built) == 7 and not run.open  # five screened, two confirming: every one closed
+    assert not list(tmp_path.rglob("*.json"))  # nothing kept: the next run tunes again
+    assert lines[0].startswith("autotune: first run of squared")
+
+
+def _store_file(root: Path) -> Path:
+    files = list((root / "autotune").glob("*.json"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+@pytest.mark.slow
+def test_a_real_tiny_tuning_is_kept_and_reused(tmp_path: Path) -> None:
+    environ = {"PUFFER_AUTOTUNE": "on", "PUFFER_BENCH_DATA": str(tmp_path)}
+    lines: list[str] = []
+    cfg = small_config("squared")
+    selftune.autotune_run(cfg, None, lines.append, budget_s=1.0, environ=environ)
+    assert lines[0].startswith("autotune: first run of squared on this machine")
+    assert lines[-1].startswith(("autotune: chose ", "autotune: kept the profile's settings"))
+    path = _store_file(tmp_path)
+    store = json.loads(path.read_text())
+    assert store["schema"] == autotune.SCHEMA and store["machine"]["usable_cores"] >= 1
+    (entry,) = store["entries"].values()
+    assert len(entry["measured"]["profile_sps"]) >= selftune.MIN_PAIRS
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left beside it
+    again: list[str] = []
+    cfg2 = small_config("squared", "--train.seed", "3")  # another seed: the same recipe for speed
+    selftune.autotune_run(cfg2, None, again.append, budget_s=1.0, environ=environ)
+    assert len(again) == 1 and again[0].startswith("autotune: reused ")
+    assert f"tuned {entry['when']}" in again[0]
+    for dotted, value in entry["chosen"].items():
+        section, key = dotted.split(".")
+        assert cfg2.data[section][key] == value
+
+
+def _fake_tune(calls: list[int], chosen: dict[str, int]) -> Any:
+    def tune(cfg: Any, budget_s: float, progress: Any, cores: int) -> dict[str, Any]:
+        calls.append(1)
+        return {
+            "chosen": chosen,
+            "candidate": chosen,
+            "screen": [],
+            "profile_sps": [1.0, 1.0, 1.0],
+            "candidate_sps": [2.0, 2.0, 2.0],
+            "ratio": 2.0,
+            "interval": [1.9, 2.1],
+            "busy": False,
+            "busy_reasons": [],
+            "seconds": 0.0,
+        }
+
+    return tune
+
+
+def test_a_bad_store_is_one_warning_and_tuned_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    environ = {"PUFFER_AUTOTUNE": "on", "PUFFER_BENCH_DATA": str(tmp_path)}
+    calls: list[int] = []
+    monkeypatch.setattr(selftune, "tune", _fake_tune(calls, {"vec.num_threads": 1}))
+    cfg = small_config("squared")
+    key, _facts = autotune.machine(selftune._cores(), cfg)
+    path = autotune.store_path(key, environ)
+    path.parent.mkdir(parents=True)
+    for bad in (
+        b"{not json",
+        json.dumps(
+            {"schema": autotune.SCHEMA, "entries": {"x": {"chosen": {"vec.num_envs": 9}, "when": "then"}}}
+        ).encode(),
+    ):
+        path.write_bytes(bad)
+        lines: list[str] = []
+        selftune.autotune_run(small_config("squared"), None, lines.append, environ=environ)
+        warnings = [line for line in lines if line.startswith("warning:")]
+        assert len(warnings) == 1 and str(path) in warnings[0] and warnings[0].endswith("tuning again"), lines
+        assert lines[-1].startswith("autotune: chose vec.num_threads 1")
+        assert autotune.load(path)[1] is None  # written over with a good store
+    assert len(calls) == 2
+
+
+def test_redo_tunes_again_and_off_does_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    environ = {"PUFFER_AUTOTUNE": "on", "PUFFER_BENCH_DATA": str(tmp_path)}
+    calls: list[int] = []
+    monkeypatch.setattr(selftune, "tune", _fake_tune(calls, {"train.buffers": 2}))
+    selftune.autotune_run(small_config("squared"), None, lambda _: None, environ=environ)
+    selftune.autotune_run(small_config("squared"), None, lambda _: None, environ=environ)
+    assert len(calls) == 1
+    selftune.autotune_run(small_config("squared"), "redo", lambda _: None, environ=environ)
+    assert len(calls) == 2
+    lines: list[str] = []
+    selftune.autotune_run(small_config("squared"), "off", lines.append, environ=environ)
+    assert lines == [] and len(calls) == 2
+
+
+def test_a_store_that_is_a_link_is_not_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environ = {"PUFFER_AUTOTUNE": "on", "PUFFER_BENCH_DATA": str(tmp_path)}
+    monkeypatch.setattr(selftune, "tune", _fake_tune([], {"train.buffers": 2}))
+    cfg = small_config("squared")
+    path = autotune.store_path(autotune.machine(selftune._cores(), cfg)[0], environ)
+    path.parent.mkdir(parents=True)
+    target = tmp_path / "elsewhere.json"
+    target.write_text("keep me")
+    path.symlink_to(target)
+    lines: list[str] = []
+    selftune.autotune_run(cfg, None, lines.append, environ=environ)
+    assert target.read_text() == "keep me"
+    assert any(line.startswith("warning: could not keep the tuning") for line in lines), lines
+    assert cfg.data["train"]["buffers"] == 2  # the run still uses what it measured
+
+
+def test_train_reuses_a_kept_tuning_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the command: a store written for this machine and recipe is used by `train` (its
+    saved config holds the tuned env threads), in one line saying when it was tuned."""
+    monkeypatch.setenv("PUFFER_AUTOTUNE", "on")
+    monkeypatch.setenv("PUFFER_BENCH_DATA", str(tmp_path / "data"))
+    monkeypatch.setattr(selftune, "_cores", lambda: 2)
+    args = [
+        "--train.device",
+        "cpu",
+        "--vec.num-envs",
+        "8",
+        "--train.bptt-horizon",
+        "8",
+        "--train.minibatch-size",
+        "64",
+    ]
+    cfg = small_config("squared")
+    from appliance.cli.common import run_config
+
+    cfg = run_config("squared", None, None, list(args))
+    key, facts = autotune.machine(2, cfg)
+    path = autotune.store_path(key, os.environ)
+    entry = {
+        "env": "squared",
+        "when": "2026-11-29 01:00 UTC",
+        "chosen": {"vec.num_threads": 1},
+        "line": "",
+        "measured": {},
+    }
+    assert autotune.save(path, {"entries": {}}, facts, autotune.recipe_key(cfg), entry) is None
+    result = CliRunner().invoke(
+        cli, ["train", "squared", *args, "--stop-steps", "64", "--train.data-dir", str(tmp_path / "runs")]
+    )
+    assert result.exit_code == 0, result.output
+    reused = [line for line in result.output.splitlines() if line.startswith("autotune:")]
+    assert reused == [
+        f"autotune: reused vec.num_threads 1 for squared on this machine, tuned 2026-11-29 01:00 UTC "
+        f"({path}; --autotune redo measures again, off skips it)"
+    ]
+    import yaml
+
+    (saved,) = (tmp_path / "runs").glob("squared-*/config.yaml")
+    assert yaml.safe_load(saved.read_text())["vec"]["num_threads"] == 1  # what the run used
