@@ -442,3 +442,21 @@ def test_a_my_vec_init_that_makes_no_envs_is_one_line_naming_the_env(tmp_path):
     name = pufferlib_envs.load_library(pufferlib_envs.build(variant(tmp_path, "corridor_no_maps", edit=edit)))
     with pytest.raises(ConfigError, match="corridor_no_maps: its my_vec_init made 0 envs"):
         native.make(name, num_envs=4, num_threads=1, seed=0)
+
+
+def test_vector_bench_times_a_folder_on_our_backends_and_its_worker_processes_load_it(tmp_path):
+    """`vector-bench --env FOLDER`: built and named; the multiprocessing backend's workers load the
+    library themselves (they were refused as an unknown env); two agents per env leave gymnasium's
+    single-agent vectors out, said in one line, not a reshape traceback."""
+    folder = variant(tmp_path, "corridor_vecbench")
+    out = tmp_path / "vb.json"
+    result = run(
+        "vector-bench", "--env", str(folder), "--seconds", "0.1", "--num-envs", "4", "--json", str(out)
+    )
+    assert result.exit_code == 0, result.output
+    assert "only our backends are timed" in result.output
+    families = {r["family"] for r in json.loads(out.read_text())["rows"]}
+    assert any(f.startswith("native") for f in families) and any(
+        f.startswith("multiprocessing") for f in families
+    )
+    assert not any("gymnasium" in f for f in families)

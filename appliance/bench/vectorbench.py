@@ -41,7 +41,8 @@ def resolve_env(env: str, step_us: float | None) -> tuple[str, Any]:
         return f"BusyEnv(step_us={step_us:g})", functools.partial(BusyEnv, step_us)
     if env.lower() == "cartpole":
         env = "CartPole-v1"
-    if env.startswith("ocean:"):
+    env = ocean.canonical(env)  # a PufferLib-format env folder is built and named pufferlib:NAME
+    if env.startswith(("ocean:", "pufferlib:")):
         name = ocean.ocean_name(env)
         if name is None:
             raise ConfigError(
@@ -92,6 +93,8 @@ def approaches(
                 lambda n: vector.make(target, backend="multiprocessing", num_envs=n, num_workers=c),
             )
         )
+        if multi_agent(target):  # gymnasium's and SB3's vectors step one agent per env: no baseline
+            return _sized(out, num_envs)
         creator: Callable[[], Any] = functools.partial(_OceanSingle, target)
     else:
         creator = target
@@ -138,10 +141,21 @@ def approaches(
         )
     except ImportError:
         pass
+    return _sized(out, num_envs)
+
+
+def _sized(out: list[Approach], num_envs: list[int] | None) -> list[Approach]:
     if num_envs:
         for a in out:
             a.sizes = list(num_envs)
     return out
+
+
+def multi_agent(target: Any) -> bool:
+    """An Ocean env with more than one agent per env (gymnasium's vectors cannot run it as it is)."""
+    from appliance import ocean
+
+    return isinstance(target, str) and ocean.describe(target)["agents_per_env"] > 1
 
 
 class _OceanSingle(gymnasium.Env):
@@ -230,7 +244,13 @@ def run(
             best[row["family"]] = row
     gym_best = max((r["sps"] for r in best.values() if r["baseline"]), default=None)
     rows = [{**r, "ratio": r["sps"] / gym_best if gym_best else None} for r in best.values()]
-    return {"env": label, "cores": cores, "seconds": seconds, "rows": rows, "samples": samples}
+    out = {"env": label, "cores": cores, "seconds": seconds, "rows": rows, "samples": samples}
+    if multi_agent(target):
+        out["note"] = (
+            f"{label} has several agents per env: gymnasium's and stable-baselines3's vectors step one "
+            "agent per env, so only our backends are timed (no ratio)"
+        )
+    return out
 
 
 def table_rows(result: dict[str, Any]) -> list[list[str]]:

@@ -341,7 +341,7 @@ def envs_sps(
 
 @cli.command("vector-bench", context_settings=CONTEXT)
 @click.option(
-    "--env", "env", default="cartpole", show_default=True, help="cartpole, a Gymnasium id, or ocean:NAME."
+    "--env", "env", default="cartpole", show_default=True, help="cartpole, a Gymnasium id, ocean:NAME, pufferlib:NAME or a PufferLib env folder."
 )
 @click.option(
     "--step-us",
@@ -426,6 +426,8 @@ def vector_bench(
     )
     title = f"{result['env']} on {cores} cores: agent-steps/s, best num_envs per approach"
     print_table(title, ("approach", "num_envs", "SPS", "vs best gymnasium"), vectorbench.table_rows(result))
+    if result.get("note"):
+        click.echo(result["note"])
     write_json(json_out, "vector-bench", result)
 
 

@@ -32,8 +32,10 @@ class OceanGroup:
         num_threads: int = 1,
         infos: bool = False,
     ) -> None:
-        from appliance import _ocean
+        from appliance import _ocean, ocean
 
+        if source.name.startswith("pufferlib:"):  # in a worker process: its library is not loaded yet
+            ocean.ocean_name(source.name)
         self.buffers, self.infos = buffers, infos
         buffers.masks[:] = True
         self.vec = _ocean.Vec(
