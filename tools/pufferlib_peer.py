@@ -1454,6 +1454,7 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("reports", type=tool_cli.path, nargs="+")
     pl.add_argument("--out", type=tool_cli.path, required=True)
     a = ap.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)  # the command a report records
     return tool_cli.guarded(lambda: run_command(a))
 
 
@@ -1551,8 +1552,11 @@ def run_command(a: argparse.Namespace) -> None:
             copy = a.out.with_suffix(".jsonl")
             if copy.resolve() != (a.run_dir / "metrics.jsonl").resolve():
                 copy.write_bytes((a.run_dir / "metrics.jsonl").read_bytes())
+            from appliance.redact import redact_args
+
+            this = ["python", "tools/pufferlib_peer.py", *redact_args(a.argv)]
             data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
-                               f"our run folder {a.run_dir}", a.seed, at, window=a.window)  # fmt: skip
+                               shlex.join(this), a.seed, at, window=a.window)  # fmt: skip
         write_report(data, a.out)
 
 
