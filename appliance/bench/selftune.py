@@ -7,9 +7,11 @@ speeds; what it tries, the rule and the store are below it in ``config/`` (plain
 How it measures, within ``budget_s`` (about a minute):
 
 1. a screen: each candidate built in turn (its vector and trainer), one rollout to warm up, then
-   rollouts (``Trainer.evaluate``) for a share of the budget, agent-steps/s;
+   rollouts (``Trainer.evaluate``) for a share of the budget (one at the least), agent-steps/s;
+   every candidate is timed, so on a slow or busy machine the whole may run past the budget (the
+   result line says how long it took);
 2. a confirmation: the fastest candidate that is not the profile's, beside the profile's own
-   settings, both built, in interleaved pairs (A B, B A, ...; at least :data:`MIN_PAIRS`), with the
+   settings (both kept built from the screen), in interleaved pairs (A B, B A, ...; at least :data:`MIN_PAIRS`), with the
    noise guard's sampler running; its ratio and interval (:func:`appliance.measure.stats.ratio_test`)
    and the guard's busy flag go to :func:`appliance.config.autotune.keep_candidate`.
 
@@ -127,28 +129,42 @@ def tune(
     share = budget_s * SCREEN_SHARE / len(cands)
     sample_s = max(0.2, share / 3)  # a build and its warm-up take about two samples' time
     screen: list[dict[str, Any]] = []
-    for i, choice in enumerate(cands):
-        if i > 1 and clock() - start > budget_s * SCREEN_SHARE:
-            say(f"autotune: screen stopped at its share of the budget ({i} of {len(cands)} timed)")
-            break
-        with build(cfg, choice) as trainer:
-            sps = sample(trainer, sample_s)
-        screen.append({"choice": choice, "sps": sps})
-        say(f"autotune: [{i + 1}/{len(cands)}] {autotune.describe(choice)}: {sps:,.0f} agent-steps/s")
-    best = max(screen[1:], key=lambda r: r["sps"])
-    pair_s = max(sample_s, (budget_s - (clock() - start)) / (2 * MIN_PAIRS + 2))
     a: list[float] = []
     b: list[float] = []
     sampler, summarize = guard()
-    say(f"autotune: confirming {autotune.describe(best['choice'])} against the profile's settings in turns")
-    with build(cfg, {}) as profile_trainer, build(cfg, best["choice"]) as best_trainer, sampler:
-        pairs = 0
-        while pairs < MIN_PAIRS or (pairs < MAX_PAIRS and clock() - start + 2 * pair_s < budget_s):
-            order = [(a, profile_trainer), (b, best_trainer)]
-            for side, trainer in order if pairs % 2 == 0 else order[::-1]:
-                side.append(sample(trainer, pair_s))
-            pairs += 1
-            say(f"autotune: pair {pairs}: profile {a[-1]:,.0f}, candidate {b[-1]:,.0f} agent-steps/s")
+    with contextlib.ExitStack() as held, contextlib.ExitStack() as best_held:
+        # the profile's trainer and the best so far stay built for the confirmation; the rest close
+        profile_trainer = held.enter_context(build(cfg, {}))
+        best_trainer, best = None, None
+        for i, choice in enumerate(cands):
+            if i == 0:
+                sps = sample(profile_trainer, sample_s)
+            else:
+                trying = contextlib.ExitStack()
+                with trying:
+                    trainer = trying.enter_context(build(cfg, choice))
+                    sps = sample(trainer, sample_s)
+                    if best is None or sps > best["sps"]:
+                        best_held.close()  # the previous best
+                        best_held.push(trying.pop_all())
+                        best_trainer = trainer
+            screen.append({"choice": choice, "sps": sps})
+            if i and (best is None or sps > best["sps"]):
+                best = screen[-1]
+            say(f"autotune: [{i + 1}/{len(cands)}] {autotune.describe(choice)}: {sps:,.0f} agent-steps/s")
+        assert best is not None
+        pair_s = max(sample_s, (budget_s - (clock() - start)) / (2 * MIN_PAIRS))
+        say(
+            f"autotune: confirming {autotune.describe(best['choice'])} against the profile's settings in turns"
+        )
+        with sampler:
+            pairs = 0
+            while pairs < MIN_PAIRS or (pairs < MAX_PAIRS and clock() - start + 2 * pair_s < budget_s):
+                order = [(a, profile_trainer), (b, best_trainer)]
+                for side, trainer in order if pairs % 2 == 0 else order[::-1]:
+                    side.append(sample(trainer, pair_s))
+                pairs += 1
+                say(f"autotune: pair {pairs}: profile {a[-1]:,.0f}, candidate {b[-1]:,.0f} agent-steps/s")
     noise = summarize(list(getattr(sampler, "readings", [])))
     ratio, interval, _p = ratio_test(a, b)
     busy = bool(noise.get("busy"))
