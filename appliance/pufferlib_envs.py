@@ -404,6 +404,7 @@ def _compile_command(cc: str, folder: Path, name: str, ray: Path | None, rng_fie
     return [cc, "-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-DNDEBUG", "-DPLATFORM_DESKTOP",
             "-Werror=implicit-function-declaration", "-include", str(compat / "prelude.h"), f"-I{compat}", "-IBUILD", f"-I{folder}",
             f'-DPUFFER4_NAME="{PREFIX}{name}"', *(["-DPUFFER4_RNG_FIELD"] if rng_field else []),
+            *(["-DPUFFER4_RAYLIB"] if ray else []),
             *_vendor_includes(folder), *([f"-I{ray / 'include'}"] if ray else []),
             str(folder / "binding.c"), *map(str, extra_c), "-o", "OUT",
             *([str(ray / "lib" / "libraylib.a")] if ray else []), "-lm", "-lpthread"]  # fmt: skip
@@ -644,3 +645,86 @@ def fetch_raylib(progress: Any = None) -> Path:
 def _made(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# ---------------------------------------------------------------------- a display for c_render
+
+_display: dict[str, Any] = {}
+
+
+def render_display(warn: Any = None) -> bool:
+    """Make the env's own picture possible in this process: its ``c_render`` draws through raylib into
+    a window, which needs a display. ``$DISPLAY`` when it names one; else a private Xvfb (X's virtual
+    framebuffer) started for this process, which dies with it (``lifeline``) and is ended at exit.
+    Sets ``PUFFER4_RENDER=1``, which the compatibility header reads before it calls ``c_render``.
+    Without either, frames stay black and ``warn`` is told once how to get a display."""
+    if "ready" in _display:
+        return _display["ready"]
+    ready = _display_usable(os.environ.get("DISPLAY", "")) or _start_xvfb()
+    if ready:
+        os.environ["PUFFER4_RENDER"] = "1"
+    elif warn:
+        warn("no display to draw a PufferLib-format env on: its frames are black (install Xvfb, e.g. "
+             "`apt install xvfb libgl1-mesa-dri`, or set DISPLAY)")  # fmt: skip
+    _display["ready"] = ready
+    return ready
+
+
+def _display_usable(display: str) -> bool:
+    """A local display ``:N`` whose X socket exists, or a remote one (trusted as given)."""
+    if not display:
+        return False
+    host, _, rest = display.rpartition(":")
+    if host and host != "unix":
+        return True
+    number = rest.split(".")[0]
+    return number.isdigit() and Path(f"/tmp/.X11-unix/X{number}").exists()
+
+
+def _start_xvfb() -> bool:
+    import atexit
+    import select
+
+    from appliance.lifeline import dies_with_parent
+
+    xvfb = shutil.which("Xvfb")
+    if not xvfb:
+        return False
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [xvfb, "-displayfd", str(write_fd), "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
+            pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent(),
+        )  # fmt: skip
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return False
+    os.close(write_fd)
+    number = b""
+    try:
+        while not number.endswith(b"\n") and select.select([read_fd], [], [], 10.0)[0]:
+            chunk = os.read(read_fd, 16)
+            if not chunk:
+                break
+            number += chunk
+    finally:
+        os.close(read_fd)
+    if not number.strip().isdigit():
+        proc.kill()
+        proc.wait()
+        return False
+    atexit.register(_stop_xvfb, proc)
+    _display["xvfb"] = proc
+    os.environ["DISPLAY"] = f":{number.decode().strip()}"
+    return True
+
+
+def _stop_xvfb(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

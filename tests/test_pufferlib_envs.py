@@ -6,6 +6,7 @@ these tests (two agents per env, two action heads, byte observations, rand_r on 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -460,3 +461,68 @@ def test_vector_bench_times_a_folder_on_our_backends_and_its_worker_processes_lo
         f.startswith("multiprocessing") for f in families
     )
     assert not any("gymnasium" in f for f in families)
+
+
+RAYLIB = pufferlib_envs.find_raylib()  # before the fixture points the env cache at a scratch folder
+DRAWS = """void c_render(Corridor* env) {
+    if (!IsWindowReady()) InitWindow(16 * 10, 40, "corridor");
+    BeginDrawing();
+    ClearBackground(BLACK);
+    DrawRectangle(env->pos[0] * 10, 10, 10, 20, RED);
+    EndDrawing();
+}"""
+
+
+def drawing_corridor(tmp_path: Path, name: str) -> Path:
+    folder = variant(tmp_path, name)
+    header = folder / "corridor.h"
+    text = header.read_text().replace('#include "raylib_free.h"', '#include "raylib.h"')
+    header.write_text(text.replace("void c_render(Corridor* env) { (void)env; }", DRAWS))
+    return folder
+
+
+def test_envs_show_draws_the_envs_own_raylib_picture_on_a_private_display(tmp_path, monkeypatch):
+    """c_render draws through raylib into a window; with no $DISPLAY the process starts its own Xvfb,
+    reads the window back into the frame, and the GIF shows the agent's square where the env put it.
+    CI installs both and sets PUFFER_TEST_RAYLIB=required: there it must run, not skip."""
+    from PIL import Image
+
+    if RAYLIB is None or shutil.which("Xvfb") is None:
+        if os.environ.get("PUFFER_TEST_RAYLIB") == "required":
+            pytest.fail("PUFFER_TEST_RAYLIB=required, but raylib or Xvfb is missing")
+        pytest.skip("needs raylib (puffer-bench envs raylib) and Xvfb (apt install xvfb libgl1-mesa-dri)")
+
+    monkeypatch.setenv("PUFFER_RAYLIB", str(RAYLIB))
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("PUFFER4_RENDER", raising=False)
+    monkeypatch.setattr(pufferlib_envs, "_display", {})
+    folder = drawing_corridor(tmp_path, "corridor_draws")
+    gif = tmp_path / "corridor.gif"
+    result = run("envs", "show", str(folder), "--frames", "3", "--gif", str(gif))
+    assert result.exit_code == 0, result.output
+    frame = np.asarray(Image.open(gif).convert("RGB")).astype(int)
+    red = (frame[..., 0] > 150) & (frame[..., 1] < 100)
+    assert red.any() and red.mean() < 0.2  # the agent's square, not a red screen
+    xvfb = pufferlib_envs._display.get("xvfb")
+    assert xvfb is not None and xvfb.poll() is None  # ours, alive until the process ends
+    pufferlib_envs._stop_xvfb(xvfb)
+
+
+def test_without_a_display_frames_are_black_and_the_user_is_told_how_to_get_one(
+    tmp_path, monkeypatch, capsys
+):
+    if RAYLIB is None:
+        pytest.skip("needs raylib (puffer-bench envs raylib)")
+    monkeypatch.setenv("PUFFER_RAYLIB", str(RAYLIB))
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("PUFFER4_RENDER", raising=False)
+    monkeypatch.setattr(pufferlib_envs, "_display", {})
+    from appliance.vector import native
+
+    name = pufferlib_envs.load_library(pufferlib_envs.build(drawing_corridor(tmp_path, "corridor_dark")))
+    monkeypatch.setattr(pufferlib_envs.shutil, "which", lambda name: None)  # no Xvfb on this machine
+    with native.make(name, num_envs=1, num_threads=1) as vec:
+        vec.reset(0)
+        frame = vec.render(0)  # raylib would end the process opening a window with no display
+    assert frame.shape == (360, 480, 3) and not frame.any()
+    assert "install Xvfb" in capsys.readouterr().err

@@ -7,11 +7,12 @@ pool steps every env on ``send``, so each ``recv`` returns all of them.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
-from appliance import _ocean, ocean
+from appliance import _ocean, ocean, pufferlib_envs
 from appliance.errors import ConfigError
 from appliance.sysinfo import physical_cores
 from appliance.vector.base import Vector
@@ -127,6 +128,8 @@ class OceanVec(Vector):
         """One env as an HxWx3 uint8 frame."""
         self._check_open()
         h, w = self.info["frame"]
+        if self.name.startswith(pufferlib_envs.PREFIX) and h > 1:  # c_render draws in a raylib window
+            pufferlib_envs.render_display(warn=lambda msg: print(f"warning: {msg}", file=sys.stderr))
         return np.frombuffer(self._c.render(int(index)), dtype=np.uint8).reshape(h, w, 3)
 
     def render_text(self, index: int = 0) -> str:

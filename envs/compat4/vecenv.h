@@ -21,7 +21,8 @@
  *     format's float; copied out after c_step and c_reset;
  *   - rewards and observations: the env writes straight into our rows (float32; uint8 or float32);
  *   - an action mask (MY_ACTION_MASK) gets a buffer of its own the env writes; the policy does not
- *     read it yet.
+ *     read it yet;
+ *   - a frame: the window the env's c_render draws with raylib, read back (compat4_render).
  * Continuous actions (every ACT_SIZES entry 1, the format's rule) make Layout.action_continuous: our
  * actions buffer then holds floats, copied as they are. MY_VEC_INIT/MY_VEC_CLOSE (state made for the
  * whole vector) become EnvSpec.vec_init/vec_close. MY_USES_PERM (the env keeps a pointer per agent
@@ -109,6 +110,16 @@ static inline void dict_set(Dict* dict, const char* key, double value) {
 
 #include "../vecenv.h"
 #include "compat4_params.h"
+
+#ifdef PUFFER4_RAYLIB /* the build linked raylib: c_render's window can be read back */
+#include <math.h>
+#include "raylib.h"
+#define COMPAT4_FRAME_H 360
+#define COMPAT4_FRAME_W 480
+#else /* c_render draws through raylib, which this build lacks: no frame of ours */
+#define COMPAT4_FRAME_H 1
+#define COMPAT4_FRAME_W 1
+#endif
 
 #ifndef OBS_TENSOR_T /* the earlier dialect: OBS_TYPE; the element type is the struct's own */
 #define OBS_TENSOR_T Compat4ObsTensor
@@ -287,8 +298,8 @@ static void compat4_layout(const double* params, Layout* out) {
         continuous &= compat4_act_sizes[d] == 1;
     }
     out->action_continuous = continuous;
-    out->frame_h = 1; /* c_render draws through raylib to a window: no frame of ours */
-    out->frame_w = 1;
+    out->frame_h = COMPAT4_FRAME_H;
+    out->frame_w = COMPAT4_FRAME_W;
     out->text_h = 1;
     out->text_w = 48;
 }
@@ -356,14 +367,46 @@ static void compat4_step_many(void* e, int count) {
     compat4_current = NULL;
 }
 
+/* The env's own picture: its c_render draws through raylib into a window of its own (made on its
+ * first call), which is read back and fitted into our frame (nearest pixel, centred, black bars).
+ * Only where the build linked raylib (PUFFER4_RAYLIB) and the process has a display to draw on
+ * (appliance.pufferlib_envs.render_display sets PUFFER4_RENDER=1 then); otherwise a black frame,
+ * since raylib cannot open a window without a display and ends the process trying. The draw uses a
+ * copy of the env's stream, so a rendered episode is the episode an unrendered one would be. */
 static void compat4_render(void* e, uint8_t* rgb) {
+    memset(rgb, 0, (size_t)COMPAT4_FRAME_H * COMPAT4_FRAME_W * 3);
+#ifdef PUFFER4_RAYLIB
+    Compat4Slot* s = (Compat4Slot*)e;
+    const char* on = getenv("PUFFER4_RENDER");
+    if (!on || strcmp(on, "1") != 0) return;
+    Rng scratch = s->rng;
+    compat4_current = (Compat4Stream*)&scratch;
+    c_render(&s->env);
+    compat4_current = NULL;
+    if (!IsWindowReady()) return; /* this env's c_render draws nothing */
+    Image img = LoadImageFromScreen();
+    if (img.data == NULL || img.width <= 0 || img.height <= 0) return;
+    ImageFormat(&img, PIXELFORMAT_UNCOMPRESSED_R8G8B8);
+    const uint8_t* src = (const uint8_t*)img.data;
+    double scale = fmin((double)COMPAT4_FRAME_W / img.width, (double)COMPAT4_FRAME_H / img.height);
+    int w = (int)(img.width * scale), h = (int)(img.height * scale);
+    int x0 = (COMPAT4_FRAME_W - w) / 2, y0 = (COMPAT4_FRAME_H - h) / 2;
+    for (int y = 0; y < h; y++) {
+        int sy = (int)(y / scale);
+        for (int x = 0; x < w; x++) {
+            int sx = (int)(x / scale);
+            memcpy(rgb + ((size_t)(y0 + y) * COMPAT4_FRAME_W + x0 + x) * 3, src + ((size_t)sy * img.width + sx) * 3, 3);
+        }
+    }
+    UnloadImage(img);
+#else
     (void)e;
-    rgb[0] = rgb[1] = rgb[2] = 0;
+#endif
 }
 
 static void compat4_render_text(void* e, char* text) {
     (void)e;
-    const char* msg = "(a PufferLib-format env: renders with raylib)";
+    const char* msg = "(a PufferLib env: its picture is drawn by --gif)";
     size_t n = strlen(msg);
     memset(text, ' ', 48);
     memcpy(text, msg, n < 48 ? n : 48);
