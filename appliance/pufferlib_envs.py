@@ -574,7 +574,19 @@ def load(name: str) -> str:
             f"{PREFIX}{short} is not built: run `puffer-bench envs build PATH/TO/ocean/{short}` first "
             f"(or give the folder itself as the env)"
         )
-    return load_library(built)
+    try:
+        return load_library(built)
+    except ConfigError as e:
+        folder = Path(built.meta.get("folder") or "")
+        if "built against other runtime headers" not in str(e) or not is_env_folder(folder):
+            raise
+    # an upgrade of puffer-bench changed the runtime's tables: the env's folder is built again
+    import sys
+
+    print(
+        f"{built.name} was built for an older puffer-bench: building it again from {folder}", file=sys.stderr
+    )
+    return load_library(build(folder, ini=built.meta.get("ini"), force=True))
 
 
 def _describe(name: str) -> dict[str, Any]:
