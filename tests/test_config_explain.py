@@ -1,6 +1,6 @@
-"""Every config key explained in one place (appliance/config/schema.py's MEANINGS beside RANGES and
-CHOICES): the schema covers default.yaml exactly, `config --explain` and `config --show-origin`
-print it, and docs/configuration.md is generated from it."""
+"""Every config key explained in one place (its declaration in appliance/config/keys.py, read by the
+checks as schema.py's MEANINGS, RANGES and CHOICES): every key has a meaning, `config --explain` and
+`config --show-origin` print it, and docs/configuration.md is generated from it."""
 
 from __future__ import annotations
 

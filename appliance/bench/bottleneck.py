@@ -19,9 +19,12 @@ update epoch: a replay ratio below 1 instead).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.config.schema import RANGES
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 # phase sections of appliance.train.timings grouped by what they cost
 CATEGORIES = {
@@ -380,7 +383,7 @@ def buffer_advice(
 # ----------------------------------------------------------------------------- from a report
 
 
-def _ocean_spaces(env: str, cfg: Any) -> tuple[Any, Any] | None:
+def _ocean_spaces(env: str, cfg: Config) -> tuple[Any, Any] | None:
     """Observation and action space of an Ocean env (None for other envs)."""
     from appliance import ocean
     from appliance.vector.sources import resolve_source
@@ -391,7 +394,7 @@ def _ocean_spaces(env: str, cfg: Any) -> tuple[Any, Any] | None:
     return source.observation_space, source.action_space
 
 
-def roofline_from_report(env: str, cfg: Any, report: dict[str, Any]) -> dict[str, Any]:
+def roofline_from_report(env: str, cfg: Config, report: dict[str, Any]) -> dict[str, Any]:
     """The roofline of a probed Ocean env from every figure a suite measured into ``report``."""
     import torch
 
@@ -456,7 +459,9 @@ def phase_shares(env: str, train: dict[str, Any], report: dict[str, Any]) -> dic
     return graphed_shares(shares, train, _buffer_shares(env, metrics))
 
 
-def diagnosis_from_report(env: str, cfg: Any, report: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+def diagnosis_from_report(
+    env: str, cfg: Config, report: dict[str, Any], run: dict[str, Any]
+) -> dict[str, Any]:
     """The training diagnosis of ``env`` from a suite's phase shares and probe figures; ``run`` holds
     the last training measurement's memory figures."""
     metrics = report["metrics"]

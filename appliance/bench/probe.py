@@ -25,11 +25,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from appliance.bench import envsps
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 COPY_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
 MATMUL_SIZES = [4096, 8192]
@@ -186,7 +189,7 @@ def env_single_core(
 
 
 def policy_forward(
-    cfg: Any,
+    cfg: Config,
     device: str,
     runs: int,
     batch: int | None = None,
@@ -261,7 +264,7 @@ def _cpu_forward_samples(
 
 
 def policy_forward_scaling(
-    cfg: Any, device: str, runs: int, budget: Budget | None = None, take: Take = _direct
+    cfg: Config, device: str, runs: int, budget: Budget | None = None, take: Take = _direct
 ) -> list[Figure]:
     """The policy forward at the run's batch and, where the section's budget fits it, at twice that
     batch (``probe/<device>/policy_forward_2x/<env>``): whether a bigger batch (more envs) would make
@@ -361,7 +364,7 @@ def wall_per_call(fn: Callable[[], Any], runs: int, inner: int = 1000) -> list[f
 
 
 def cpu_probe(
-    cfg: Any,
+    cfg: Config,
     runs: int,
     seconds: float,
     sections: Sections | None = None,

@@ -26,9 +26,12 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.config import autotune
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 MIN_PAIRS = 3
 MAX_PAIRS = 6
@@ -39,7 +42,7 @@ Build = Callable[[Any, dict[str, Any]], contextlib.AbstractContextManager[Any]]
 Sample = Callable[[Any, float], float]
 
 
-def _copy(cfg: Any) -> Any:
+def _copy(cfg: Config) -> Config:
     import copy
 
     from appliance.config import Config
@@ -62,7 +65,7 @@ def _cores() -> int:
 
 
 @contextlib.contextmanager
-def build_trainer(cfg: Any, choice: dict[str, Any]) -> Iterator[Any]:
+def build_trainer(cfg: Config, choice: dict[str, Any]) -> Iterator[Any]:
     """A trainer of ``cfg`` with ``choice`` set, env threads chosen as ``train`` chooses them, warmed
     up by one rollout; closed (its envs and workers with it) on the way out, Ctrl-C included."""
     from appliance import vector
@@ -105,7 +108,7 @@ def _guard() -> tuple[Any, Callable[[list[dict[str, Any]]], dict[str, Any]]]:
 
 
 def tune(
-    cfg: Any,
+    cfg: Config,
     budget_s: float = autotune.BUDGET_S,
     progress: Progress | None = None,
     cores: int | None = None,
@@ -183,7 +186,7 @@ def tune(
     }
 
 
-def result_line(cfg: Any, result: dict[str, Any]) -> str:
+def result_line(cfg: Config, result: dict[str, Any]) -> str:
     """One line: what was chosen, what it measured, and why."""
     a, b = statistics.median(result["profile_sps"]), statistics.median(result["candidate_sps"])
     ci = result["interval"]
@@ -204,7 +207,7 @@ def result_line(cfg: Any, result: dict[str, Any]) -> str:
 
 
 def autotune_run(
-    cfg: Any,
+    cfg: Config,
     option: str | None,
     echo: Progress,
     budget_s: float = autotune.BUDGET_S,

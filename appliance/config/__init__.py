@@ -1,39 +1,31 @@
 """Layered, typed configuration.
 
-Layers, later wins::
-
-    appliance/defaults/default.yaml        every key and its type
-    envs/<env>.h, its ParamSpec table      an Ocean env's parameters: the ``env`` section's keys,
-                                           types, defaults and ranges (read from appliance._ocean)
-    appliance/defaults/envs/<env>.yaml     the env's tuned values, if any (a Gymnasium id:
-                                           defaults/gymnasium/<id>.yaml, whose ``env`` section
-                                           defines that section)
-    bench/profiles/<profile>.yaml          sizes for a class of machine (``--gpu 4090``)
-    profiles.<profile> in the env's YAML   the env's own values on that class of machine
-    families/<family>.yaml                 a Gymnasium id's family defaults (classic control ...)
-    <run>/config.yaml                      with ``train --resume RUN``: the run's own config
-    --config FILE                          the user's YAML
-    --section.key VALUE                    command-line overrides (dashes or underscores)
+Every key is declared once, in :mod:`~appliance.config.keys`: one dataclass a section
+(:class:`VecConfig`, :class:`TrainConfig`, :class:`PolicyConfig`, :class:`BenchConfig`; the ``env``
+section is each env's own parameters), each field with its type, default, range or choices and
+meaning. The layers a config is resolved from are declared once too, in order, later wins:
+:data:`appliance.config.layers.ORDER` (listed in docs/configuration.md#layers, which is generated
+from it).
 
 The default of a key fixes its type; every layer is checked against it, and a bad key or value is a
 :class:`~appliance.errors.ConfigError` that names the key, where it came from, the expected type and
 the nearest valid key. Every number is also checked against its range in :data:`RANGES` (NaN and
 infinity never pass), an Ocean env's parameters against the env's own ranges, and the buffers a run
 would allocate against the memory available: all when the config is resolved, before any env,
-worker or Ray cluster starts. The result is a plain nested dict (:meth:`Config.to_dict`) with
-attribute access on top (``cfg.train.learning_rate``).
+worker or Ray cluster starts. The result is a plain nested dict (:meth:`Config.to_dict`); each
+section is read typed (``cfg.train`` is a :class:`TrainConfig`: ``cfg.train.learning_rate``).
 
-The package, one job a module: :mod:`~appliance.config.files` (bounded YAML reads, the shipped
-defaults, env and profile names), :mod:`~appliance.config.schema` (sections, choices, ranges,
-typing, each key's meaning), :mod:`~appliance.config.layers` (one layer checked and merged,
-overrides parsed),
+The package, one job a module: :mod:`~appliance.config.keys` (every key declared),
+:mod:`~appliance.config.files` (bounded YAML reads, the defaults, env and profile names),
+:mod:`~appliance.config.schema` (the checks' tables made from the declarations, typing),
+:mod:`~appliance.config.layers` (the layers' order; one layer checked and merged, overrides parsed),
 :mod:`~appliance.config.env_params` (an Ocean env's section from its ParamSpec),
 :mod:`~appliance.config.build` (:func:`resolve`, :class:`Config`, the checks across keys) and
 :mod:`~appliance.config.memory` (the buffers' size against the memory available);
-:mod:`~appliance.config.explain` (every key described: ``config --explain``, docs/configuration.md)
-and :mod:`~appliance.config.audit` (the shipped YAMLs against every env x profile: no dead values).
-Each resolved value keeps the layers that set it (``Config.history``, ``config --show-origin``).
-Import from ``appliance.config``.
+:mod:`~appliance.config.explain` (every key described: ``config --explain``, docs/configuration.md,
+default.yaml) and :mod:`~appliance.config.audit` (the shipped YAMLs against every env x profile: no
+dead values). Each resolved value keeps the layers that set it (``Config.history``, ``config
+--show-origin``). Import from ``appliance.config``.
 """
 
 from appliance.config.build import Config, Section, check_batch, check_buffers, resolve
@@ -53,23 +45,24 @@ from appliance.config.files import (
     profile_names,
     read_yaml,
 )
-from appliance.config.layers import check_layer, parse_overrides, unknown_name
-from appliance.config.memory import check_memory, estimate_memory
-from appliance.config.schema import (
+from appliance.config.keys import (
     AT_LEAST_1,
     AUTO,
-    CHOICES,
     INT32,
-    NON_EMPTY,
     NON_NEGATIVE,
     POSITIVE,
-    RANGES,
     SECTIONS,
     UNIT,
+    BenchConfig,
+    EnvParams,
+    PolicyConfig,
     Range,
-    check_value,
-    coerce,
+    TrainConfig,
+    VecConfig,
 )
+from appliance.config.layers import check_layer, parse_overrides, unknown_name
+from appliance.config.memory import check_memory, estimate_memory
+from appliance.config.schema import CHOICES, NON_EMPTY, RANGES, check_value, coerce
 from appliance.errors import ConfigError
 
 __all__ = [
@@ -86,10 +79,15 @@ __all__ = [
     "RANGES",
     "SECTIONS",
     "UNIT",
+    "BenchConfig",
     "Config",
     "ConfigError",
+    "EnvParams",
+    "PolicyConfig",
     "Range",
     "Section",
+    "TrainConfig",
+    "VecConfig",
     "_is_gymnasium_id",
     "check_batch",
     "check_buffers",

@@ -20,7 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from appliance.config.build import (
+from appliance.config.build import Config, resolve
+from appliance.config.families import CHOICES as FAMILIES
+from appliance.config.files import env_names, profile_names
+from appliance.config.layers import (
     COMMAND_LINE,
     CONFIG_FILE,
     DEFAULT,
@@ -28,14 +31,10 @@ from appliance.config.build import (
     ENV_PROFILE,
     PARAMSPEC,
     PROFILE,
-    Config,
-    resolve,
 )
-from appliance.config.families import CHOICES as FAMILIES
-from appliance.config.files import env_names, profile_names
 from appliance.paths import defaults_dir
 
-NOT_SHIPPED = (DEFAULT, PARAMSPEC, DERIVED, CONFIG_FILE, COMMAND_LINE)  # default.yaml is the schema
+NOT_SHIPPED = (DEFAULT, PARAMSPEC, DERIVED, CONFIG_FILE, COMMAND_LINE)  # the declared defaults are the schema
 PROFILE_META = {("bench", "profile"), ("bench", "expected_gpu")}  # set from a profile's name and gpu
 FAMILY_PROBE = "CartPole-v1"  # any Gymnasium id: a family named with --family is applied as it is
 

@@ -29,9 +29,12 @@ import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ConfigError
+
+if TYPE_CHECKING:
+    from appliance.config.build import Config
 
 MODES = ("off", "on", "redo")
 ENV_VAR = "PUFFER_AUTOTUNE"  # off | on | redo when --autotune is not given (the test suite sets off)
@@ -93,7 +96,7 @@ def _cpuinfo(path: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
     return out
 
 
-def machine(cores: int, cfg: Any) -> tuple[str, dict[str, Any]]:
+def machine(cores: int, cfg: Config) -> tuple[str, dict[str, Any]]:
     """The tuning's machine fingerprint: the CPU model and stepping, the usable cores, the RAM, the
     hardware profile and device, and the torch and puffer-bench versions (not the boot id: a reboot
     keeps the tuning). Returns its 12-hex key and the facts it came from."""
@@ -122,7 +125,7 @@ def machine(cores: int, cfg: Any) -> tuple[str, dict[str, Any]]:
     return key, facts
 
 
-def recipe_key(cfg: Any) -> str:
+def recipe_key(cfg: Config) -> str:
     """What a tuning holds for: the env, its parameters, the policy, the vector but for the tuned keys,
     and the train keys that change speed (:data:`SPEED_KEYS`); a new seed or learning rate keeps it."""
     tuned = {f"{s}.{k}" for s, k in TUNED_KEYS}
@@ -138,7 +141,7 @@ def recipe_key(cfg: Any) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def tunable(cfg: Any) -> list[tuple[str, str]]:
+def tunable(cfg: Config) -> list[tuple[str, str]]:
     """The keys this run may tune: those of its backend that the user did not set."""
     backend = cfg.data["vec"]["backend"]
     keys: list[tuple[str, str]] = []
@@ -151,7 +154,7 @@ def tunable(cfg: Any) -> list[tuple[str, str]]:
     return [k for k in keys if not cfg.origin(*k).startswith(USER_LAYERS)]
 
 
-def candidates(cfg: Any, cores: int) -> list[dict[str, int]]:
+def candidates(cfg: Config, cores: int) -> list[dict[str, int]]:
     """Settings worth timing, the profile's own (``{}``) first: each tunable key's values within the
     usable cores (env threads 1..cores, workers that divide the envs, 1, 2 or 4 buffers that divide
     the envs) one at a time, and the best pairs of threads and buffers."""
@@ -191,7 +194,7 @@ def keep_candidate(ratio: float, interval: list[float] | None, busy: bool) -> bo
     return not busy and interval is not None and interval[0] > 1.0 and ratio > 1.0
 
 
-def apply(cfg: Any, choice: Mapping[str, Any], origin: str) -> None:
+def apply(cfg: Config, choice: Mapping[str, Any], origin: str) -> None:
     """Set the chosen values in ``cfg`` (their history says ``origin``)."""
     for dotted, value in choice.items():
         section, key = dotted.split(".", 1)

@@ -21,7 +21,22 @@ from appliance.config.files import (
     profile_names,
     read_yaml,
 )
-from appliance.config.layers import _apply, _nearest, parse_overrides
+from appliance.config.keys import BenchConfig, PolicyConfig, TrainConfig, VecConfig
+from appliance.config.layers import (
+    COMMAND_LINE,
+    CONFIG_FILE,
+    DEFAULT,
+    DERIVED,
+    ENV_PROFILE,
+    ENV_YAML,
+    FAMILY,
+    PARAMSPEC,
+    PROFILE,
+    RESUMED,
+    _apply,
+    _nearest,
+    parse_overrides,
+)
 from appliance.config.memory import check_memory
 from appliance.config.schema import AUTO, RANGES, SECTIONS
 from appliance.errors import ConfigError
@@ -82,13 +97,33 @@ class Config:
 
     def origin(self, section: str, key: str) -> str:
         """Which layer set ``section.key`` last: ``hardware profile (bench/profiles/cpu.yaml)``; the
-        layers are named as in :data:`LAYERS`."""
+        layers are named as in :data:`~appliance.config.layers.LAYERS`."""
         steps = self.history.get((section, key))
         return steps[-1][0] if steps else DEFAULT
 
-    def __getattr__(self, section: str) -> Section:
-        if section in SECTIONS:
-            return Section(section, self.data[section])
+    # each section typed as its declaration (appliance/config/keys.py): a copy of the resolved values
+    @property
+    def vec(self) -> VecConfig:
+        return VecConfig.from_mapping(self.data["vec"])
+
+    @property
+    def train(self) -> TrainConfig:
+        return TrainConfig.from_mapping(self.data["train"])
+
+    @property
+    def policy(self) -> PolicyConfig:
+        return PolicyConfig.from_mapping(self.data["policy"])
+
+    @property
+    def env(self) -> Section:
+        """The env's own parameters (:data:`~appliance.config.keys.EnvParams`), a read-only view."""
+        return Section("env", self.data["env"])
+
+    @property
+    def bench(self) -> BenchConfig:
+        return BenchConfig.from_mapping(self.data["bench"])
+
+    def __getattr__(self, section: str) -> Any:
         raise AttributeError(f"config has no section '{section}'")
 
     def __getitem__(self, section: str) -> dict[str, Any]:
@@ -112,32 +147,6 @@ class Config:
         return json.dumps(self.to_dict(), indent=2)
 
 
-# The layers of :func:`resolve`, as --show-origin names them (later wins); DERIVED: a value resolve
-# sets itself (a Python env's process backend).
-DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, RESUMED, CONFIG_FILE, COMMAND_LINE, DERIVED = (
-    "built-in default",
-    "env ParamSpec",
-    "env YAML",
-    "hardware profile",
-    "env YAML for the profile",
-    "family YAML",
-    "the resumed run's config",
-    "--config file",
-    "command line",
-    "set by resolve",
-)
-LAYERS = (
-    DEFAULT,
-    PARAMSPEC,
-    ENV_YAML,
-    PROFILE,
-    ENV_PROFILE,
-    FAMILY,
-    RESUMED,
-    CONFIG_FILE,
-    COMMAND_LINE,
-    DERIVED,
-)
 SAVED_META = ("env_name", "profile", "family", "sources")  # what Config.to_dict adds to the sections
 
 

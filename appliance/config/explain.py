@@ -1,9 +1,10 @@
-"""Every config key explained: its type, range or choices, default and meaning, gathered from the
-schema (:data:`~appliance.config.schema.MEANINGS`, ``RANGES``, ``CHOICES``) and the shipped
-default.yaml, for ``puffer-bench config --explain`` and docs/configuration.md.
+"""Every config key explained: its type, range or choices, default and meaning, read from its
+declaration (:mod:`~appliance.config.keys`), for ``puffer-bench config --explain``, docs/configuration.md
+and appliance/defaults/default.yaml (the default layer written out); the layers' order from
+:data:`~appliance.config.layers.ORDER`.
 
-``python -m appliance.config.explain`` rewrites docs/configuration.md (``make config-docs``);
-``--check`` exits 1 where the committed page differs from what it would write."""
+``python -m appliance.config.explain`` rewrites docs/configuration.md and default.yaml (``make
+config-docs``); ``--check`` exits 1 where a committed file differs from what it would write."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appliance.config.files import defaults
-from appliance.config.layers import _nearest
-from appliance.config.schema import AUTO, CHOICES, MEANINGS, NON_EMPTY, RANGES, SECTIONS, _type_name
+import yaml
+
+from appliance.config.keys import ENV_NOTE, RECIPES, SECTION_TYPES, SECTIONS, Declared, FromRecipe, declared
+from appliance.config.layers import DERIVED, ORDER, _nearest
+from appliance.config.schema import _type_name
 from appliance.errors import ConfigError
 
 
@@ -35,59 +38,32 @@ class KeyInfo:
         return f"{self.section}.{self.key}"
 
 
-def _allowed(section: str, key: str, default: Any) -> str:
-    choices = CHOICES.get((section, key))
-    if choices is not None:
-        return " | ".join(choices)
-    if isinstance(default, bool):
+def _allowed(d: Declared) -> str:
+    if d.choices is not None:
+        return " | ".join(d.choices)
+    if isinstance(d.default, bool):
         return "true | false"
-    valid = RANGES.get((section, key))
-    if valid is not None:
-        each = "each " if isinstance(default, list) else ""
-        return f"{each}{valid}"
-    if (section, key) in NON_EMPTY:
+    if d.valid is not None:
+        each = "each " if isinstance(d.default, list) else ""
+        return f"{each}{d.valid}"
+    if d.non_empty:
         return "not empty"
-    return "any text" if isinstance(default, str) else "any"
+    return "any text" if isinstance(d.default, str) else "any"
 
 
-def _typed(section: str, key: str, default: Any) -> str:
-    if (section, key) in CHOICES:
+def _typed(d: Declared) -> str:
+    if d.choices is not None:
         return "a choice"
-    if default == AUTO and (section, key) in RANGES:
-        return "'auto' or an int" if _whole_range(section, key) else "'auto' or a number"
-    if isinstance(default, list) and default:
-        return f"a list of {_type_name(default[0]).split(' ', 1)[1]}s"
-    return _type_name(default)
-
-
-def _whole_range(section: str, key: str) -> bool:
-    """Whether the key counts things (its range's bounds are whole: workers, envs, passes)."""
-    return (section, key) in {
-        ("vec", "num_threads"),
-        ("vec", "num_workers"),
-        ("vec", "batch_size"),
-        ("train", "batch_size"),
-    }
+    if d.default == "auto" and d.valid is not None:
+        return "'auto' or an int" if d.counts else "'auto' or a number"
+    if isinstance(d.default, list) and d.default:
+        return f"a list of {_type_name(d.default[0]).split(' ', 1)[1]}s"
+    return _type_name(d.default)
 
 
 def describe() -> list[KeyInfo]:
-    """Every key of default.yaml, section by section, in the file's order."""
-    base = defaults()
-    out = []
-    for section in SECTIONS:
-        for key, default in (base.get(section) or {}).items():
-            meaning = MEANINGS.get(section, {}).get(key, "")
-            out.append(
-                KeyInfo(
-                    section,
-                    key,
-                    _typed(section, key, default),
-                    _allowed(section, key, default),
-                    default,
-                    meaning,
-                )
-            )
-    return out
+    """Every declared key, section by section, in declaration order."""
+    return [KeyInfo(d.section, d.key, _typed(d), _allowed(d), d.default, d.meaning) for d in declared()]
 
 
 def find(name: str) -> KeyInfo:
@@ -156,60 +132,96 @@ def all_text(resolved: Callable[[str, str], str] | None = None) -> str:
     return "\n".join(out).rstrip("\n")
 
 
+# each section's note: its declaration's docstring (the env section has none: each env's own)
 SECTION_NOTES = {
-    "vec": "How the envs are made and stepped (appliance/vector).",
-    "train": "The PPO trainer (appliance/train): the update, the optimizer, the rollout.",
-    "policy": "The network (appliance/train/policy.py): encoder, core, heads.",
-    "env": "An env's own parameters: an Ocean env's come from its C ParamSpec (`puffer-bench envs show "
-    "ENV` lists them); for a Gymnasium id or import path they are keyword arguments for "
-    "gymnasium.make or the factory. default.yaml has none.",
-    "bench": "Benchmark suites (appliance/bench) and the hardware profile a config was made for.",
+    section: " ".join((cls.__doc__ or "").split()) if cls is not None else ENV_NOTE
+    for section, cls in SECTION_TYPES.items()
 }
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+DEFAULT_YAML = Path(__file__).resolve().parents[1] / "defaults" / "default.yaml"
+RECIPE_NAMES = {"pufferlib3": "PufferLib 3.0", "pufferlib4": "PufferLib 4.0", "cleanrl": "CleanRL"}
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def layers_markdown() -> list[str]:
+    """The layers, later wins, as a numbered list (docs/configuration.md's "Layers")."""
+    lines = []
+    for i, layer in enumerate(ORDER, 1):
+        lines.append(f"{i}. {layer.name}: {layer.source}; {layer.holds}")
+    lines += [
+        "",
+        f'`--show-origin` names each value\'s layer as above; "{DERIVED}" is a value resolve sets itself',
+        "right after the defaults (a Python env's process backend), which the later layers may change.",
+    ]
+    return lines
+
+
+def variants_markdown() -> list[str]:
+    """The recipe variants: the keys that exist to run the trainer as a peer does, with the value
+    each peer's recipe gives them."""
+    keys = [d for d in declared() if d.variants]
+    lines = [
+        "| key | default (ours) | " + " | ".join(RECIPE_NAMES[r] for r in RECIPES) + " | meaning |",
+        "| --- | --- |" + " --- |" * len(RECIPES) + " --- |",
+    ]
+    for d in keys:
+        cells = ["" if r not in d.variants else _variant(d.variants[r]) for r in RECIPES]
+        lines.append(
+            f"| `{d.name}` | `{_shown(d.default)}` | "
+            + " | ".join(_cell(c) for c in cells)
+            + f" | {_cell(d.meaning)} |"
+        )
+    return lines
+
+
+def _variant(value: object) -> str:
+    return str(value) if isinstance(value, FromRecipe) else f"`{_shown(value)}`"
+
+
 def markdown() -> str:
-    """docs/configuration.md: every key's type, allowed values, default and meaning, by section."""
+    """docs/configuration.md: the layers, the recipe variants, and every key's type, allowed values,
+    default and meaning, by section."""
     lines = [
         "# Configuration",
         "",
-        "<!-- Generated by `python -m appliance.config.explain` (make config-docs) from",
-        "appliance/config/schema.py and appliance/defaults/default.yaml; edit those, not this page.",
-        "tests/test_config_explain.py fails when it is stale. -->",
+        "<!-- Generated by `python -m appliance.config.explain` (make config-docs) from the key",
+        "declarations of appliance/config/keys.py and the layer order of appliance/config/layers.py; edit",
+        "those, not this page. tests/test_config_explain.py fails when it is stale. -->",
         "",
-        "Every key a run is configured with. A key's default fixes its type; every layer (the layers",
-        "are below) is checked against the type and the range or choices here, and a bad value is a",
-        "one-line error naming the key and where it came from. `puffer-bench config --explain KEY` prints",
-        "one key (`puffer-bench config ENV --explain KEY` adds the value ENV resolves to);",
-        "`puffer-bench config ENV --show-origin` prints every value with the layer that set it.",
+        "Every key a run is configured with, each declared once, typed, in appliance/config/keys.py (one",
+        "dataclass a section: a component gets its section typed, `cfg.train` a `TrainConfig`). A key's",
+        "default fixes its type; every layer (below) is checked against the type and the range or choices",
+        "here, and a bad value is a one-line error naming the key and where it came from.",
+        "`puffer-bench config --explain KEY` prints one key (`puffer-bench config ENV --explain KEY` adds",
+        "the value ENV resolves to); `puffer-bench config ENV --show-origin` prints every value with the",
+        "layer that set it.",
         "",
         "## Layers",
         "",
         "Later wins:",
         "",
-        "1. built-in default: appliance/defaults/default.yaml (an Ocean env's `env` section: its C ParamSpec)",
-        "2. env YAML: appliance/defaults/envs/ENV.yaml (a Gymnasium id: appliance/defaults/gymnasium/ID.yaml)",
-        "3. hardware profile: bench/profiles/PROFILE.yaml (`--gpu PROFILE`, else detected from the GPU); a",
-        "   GPU no measured profile names gets its architecture's (`ampere`, `ada`, `hopper`, ...), derived",
-        "   from its memory and compute capability (appliance/config/hardware.py)",
-        "4. the env YAML's `profiles.PROFILE` section: the env's own values on that class of machine (first",
-        "   those of the measured profile a profile is like: h200 like h100, a derived one like the measured",
-        "   profile of its memory)",
-        "5. family YAML (a Gymnasium id or import path without a YAML of its own):",
-        "   appliance/defaults/families/FAMILY.yaml, after the profile",
-        "6. `--config FILE`",
-        "7. `--section.key VALUE` on the command line",
+        *layers_markdown(),
         "",
         "A value in a shipped YAML that no resolution would ever use (a later layer replaces it in every",
         "env x profile, no profile included: `envs sps` resolves without one), or a profile value that",
         "restates what it overrides, is refused by tests/test_config_dead_values.py",
         "(`python -m appliance.config.audit dead` lists them). An env's or family's own value equal to",
-        "default.yaml's is kept: it pins the recipe the env was measured with.",
+        "the default is kept: it pins the recipe the env was measured with.",
+        "",
+        "## Recipe variants",
+        "",
+        "The trainer is one algorithm; these keys are its variants, each there to run it as a peer's",
+        "trainer does (its recipe: PufferLib 3.0's or 4.0's ini, CleanRL's script), named beside the",
+        "default, ours. A cell is the value the peer's recipe gives the key (bench/parity/ holds the",
+        "PufferLib 3.0 configs; a PufferLib 4.0 env's recipe is written from its ini by",
+        "appliance/pufferlib_envs.py); an empty cell: that recipe is not stated for the key. The keys keep",
+        "their names in their sections (config files, recipes and parity YAMLs name them so).",
+        "",
+        *variants_markdown(),
         "",
     ]
     for section in SECTIONS:
@@ -226,21 +238,53 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
+def default_yaml() -> str:
+    """appliance/defaults/default.yaml: the default layer, every key with its default and meaning, as
+    declared in appliance/config/keys.py (the loader takes the defaults from there; this file is their
+    rendering, for reading and as a starting point for a --config file)."""
+    lines = [
+        "# Generated by `python -m appliance.config.explain` (make config-docs) from the key declarations",
+        "# of appliance/config/keys.py, where each key is declared once; edit those, not this file",
+        "# (tests/test_config_explain.py fails when it is stale). Every key's type, range or choices and",
+        '# meaning: docs/configuration.md. A value of `auto` means "derive it at run time".',
+        "# Layers, later wins:",
+        *(f"#   {i}. {layer.name}: {layer.source}" for i, layer in enumerate(ORDER, 1)),
+    ]
+    by_section: dict[str, list[Declared]] = {s: [] for s in SECTIONS}
+    for d in declared():
+        by_section[d.section].append(d)
+    for section in SECTIONS:
+        lines.append("")
+        if not by_section[section]:
+            lines.append(f"{section}: {{}}  # each env's own parameters (docs/configuration.md#{section})")
+            continue
+        lines.append(f"{section}:")
+        for d in by_section[section]:
+            value = yaml.safe_dump([d.default], default_flow_style=True, width=1000).strip()[1:-1]
+            lines.append(f"  {d.key}: {value}  # {d.meaning}")
+    return "\n".join(lines) + "\n"
+
+
+GENERATED = ((lambda: PAGE, markdown), (lambda: DEFAULT_YAML, default_yaml))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    page = markdown()
-    if args == ["--check"]:
-        current = PAGE.read_text(encoding="utf-8") if PAGE.is_file() else ""
-        if current != page:
-            print(f"{PAGE} is stale: run python -m appliance.config.explain", file=sys.stderr)
-            return 1
-        return 0
-    if args:
+    if args not in ([], ["--check"]):
         print("usage: python -m appliance.config.explain [--check]", file=sys.stderr)
         return 2
-    PAGE.write_text(page, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+    stale = []
+    for where, make in GENERATED:
+        path, text = where(), make()
+        if args == ["--check"]:
+            current = path.read_text(encoding="utf-8") if path.is_file() else ""
+            if current != text:
+                print(f"{path} is stale: run python -m appliance.config.explain", file=sys.stderr)
+                stale.append(path)
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

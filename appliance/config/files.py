@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from appliance.config.keys import default_values
 from appliance.errors import ConfigError
 from appliance.paths import data_dir, defaults_dir
 from appliance.report_io import read_bounded
@@ -134,7 +135,9 @@ def _check_size(data: Any, path: Path, what: str) -> None:
 
 
 def defaults() -> dict[str, dict[str, Any]]:
-    return read_yaml(defaults_dir() / "default.yaml", "default config")
+    """The default layer: every key's declared default (:mod:`appliance.config.keys`; default.yaml
+    is its rendering, kept equal by tests/test_config_keys.py), a fresh copy."""
+    return default_values()
 
 
 def env_names() -> list[str]:

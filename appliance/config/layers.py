@@ -6,11 +6,95 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from appliance.config.files import defaults
 from appliance.config.schema import CHOICES, RANGES, SECTIONS, Range, _type_name, check_value, coerce
 from appliance.errors import ConfigError
+
+# ----------------------------------------------------------------------------- the order
+
+# Each layer as --show-origin names it; DERIVED: a value resolve sets itself (a Python env's process
+# backend), right after the defaults.
+DEFAULT, PARAMSPEC, ENV_YAML, PROFILE, ENV_PROFILE, FAMILY, RESUMED, CONFIG_FILE, COMMAND_LINE, DERIVED = (
+    "built-in default",
+    "env ParamSpec",
+    "env YAML",
+    "hardware profile",
+    "env YAML for the profile",
+    "family YAML",
+    "the resumed run's config",
+    "--config file",
+    "command line",
+    "set by resolve",
+)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of :func:`~appliance.config.resolve`: its name (as ``--show-origin`` prints it),
+    where its values come from, and what it holds."""
+
+    name: str
+    source: str
+    holds: str
+
+
+# The layers in the order resolve applies them, later wins: declared here once; docs/configuration.md
+# (its "Layers" list), default.yaml's header and `config --explain` are made from it.
+ORDER: tuple[Layer, ...] = (
+    Layer(
+        DEFAULT,
+        "appliance/config/keys.py, rendered as appliance/defaults/default.yaml",
+        "every key: its type, default, range or choices and meaning",
+    ),
+    Layer(
+        PARAMSPEC,
+        "envs/ENV.h (read from appliance._ocean)",
+        "an Ocean env's parameters: the `env` section's keys, types, defaults and ranges",
+    ),
+    Layer(
+        ENV_YAML,
+        "appliance/defaults/envs/ENV.yaml",
+        "the env's tuned values, if any (a Gymnasium id: appliance/defaults/gymnasium/ID.yaml, whose `env` "
+        "section defines that section)",
+    ),
+    Layer(
+        PROFILE,
+        "bench/profiles/PROFILE.yaml",
+        "sizes for a class of machine (`--gpu PROFILE`, else detected from the GPU); a GPU no measured "
+        "profile names gets its architecture's (`ampere`, `ada`, `hopper`, ...), derived from its memory "
+        "and compute capability (appliance/config/hardware.py)",
+    ),
+    Layer(
+        ENV_PROFILE,
+        "`profiles.PROFILE` in the env's YAML",
+        "the env's own values on that class of machine (first those of the measured profile a profile is "
+        "like: h200 like h100, a derived one like the measured profile of its memory)",
+    ),
+    Layer(
+        FAMILY,
+        "appliance/defaults/families/FAMILY.yaml",
+        "a Gymnasium id's or import path's family defaults (classic control, ...) when it has no YAML "
+        "of its own; after the profile: a family's sizes are what its learning needs",
+    ),
+    Layer(RESUMED, "RUN/config.yaml", "with `train --resume RUN`: the run's own config"),
+    Layer(CONFIG_FILE, "`--config FILE`", "the user's YAML (e.g. from autotune --save)"),
+    Layer(
+        COMMAND_LINE,
+        "`--section.key VALUE`",
+        "command-line overrides (dashes or underscores: `--train.learning-rate 3e-4`)",
+    ),
+)
+# Every name --show-origin may print: the layers, then the values resolve derives itself.
+LAYERS = (*(layer.name for layer in ORDER), DERIVED)
+
+
+def order_text(indent: str = "") -> list[str]:
+    """The layers as numbered lines, later wins (for a YAML header or a docstring)."""
+    return [f"{indent}{i}. {layer.name}: {layer.source}" for i, layer in enumerate(ORDER, 1)]
+
 
 # ----------------------------------------------------------------------------- layers
 

@@ -293,7 +293,7 @@ def split_params(params: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
         yield section, key, spec
 
 
-def trial_overrides(cfg: Any, params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def trial_overrides(cfg: Config, params: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Sampled params as config sections; a minibatch larger than the batch is cut to the batch."""
     out: dict[str, dict[str, Any]] = {}
     for name, value in params.items():

@@ -21,6 +21,7 @@ from appliance import lifeline
 from appliance.errors import ConfigError
 
 if TYPE_CHECKING:
+    from appliance.config import Config
     from appliance.sweep.driver import Options
 
 
@@ -35,7 +36,7 @@ GROWING = (
 )  # memory grows with these
 
 
-def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -> None:
+def check_parallel(cfg: Config, params: dict[str, dict[str, Any]], parallel: int) -> None:
     """Refuse ``--parallel`` trials on this machine that cannot run at once: more than its usable
     cores (as ``train --nproc`` is capped), or more than its memory holds, each trial counted as a
     process (:data:`TRIAL_PROCESS_BYTES`) and its env's and training buffers at the space's largest
@@ -82,7 +83,7 @@ def check_parallel(cfg: Any, params: dict[str, dict[str, Any]], parallel: int) -
         )
 
 
-def _layout(cfg: Any) -> dict[str, Any]:
+def _layout(cfg: Config) -> dict[str, Any]:
     """A Python env's layout and one env's bytes, from its first env (made under vec.recv_timeout)."""
     from appliance.config.memory import source_layout
     from appliance.vector.sources import resolve_source

@@ -39,7 +39,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
@@ -48,8 +48,11 @@ from appliance.train import loop, runs, session
 from appliance.train.launcher import Launch, RankStop, cores_per_rank, init, launch
 from appliance.train.rank import RankTrainer
 
+if TYPE_CHECKING:
+    from appliance.config import Config
 
-def rank_config(cfg: Any, rank: int, local_world: int) -> Any:
+
+def rank_config(cfg: Config, rank: int, local_world: int) -> Config:
     """This rank's config: its own seed, and its share of this machine's cores for the env threads."""
     cfg = copy.deepcopy(cfg)
     cfg.data["train"]["seed"] = int(cfg.train.seed) + rank
@@ -58,7 +61,7 @@ def rank_config(cfg: Any, rank: int, local_world: int) -> Any:
     return cfg
 
 
-def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[str, bool]]:
+def train(cfg: Config, options: session.Options, where: Launch) -> Iterator[tuple[str, bool]]:
     """``puffer-bench train --nproc N``: the run folder is claimed here, the ranks train, rank 0
     reports; node 0 holds the run folder's lock for the whole launch, as one process does."""
     if options.profile_trace:
@@ -81,7 +84,7 @@ def train(cfg: Any, options: session.Options, where: Launch) -> Iterator[tuple[s
         raise loop.Stopped(message, e.signum) from None
 
 
-def check_ranks_fit(cfg: Any, nproc: int) -> None:
+def check_ranks_fit(cfg: Config, nproc: int) -> None:
     """Before any rank starts: this machine's ``nproc`` ranks, each with the config's envs and
     buffers, fit in its memory (refused in one line with the figures, as one process's run is); an
     env that is not Ocean is made once here for it, under ``vec.recv_timeout``."""
@@ -106,7 +109,7 @@ class _NothingTrained(Exception):
 
 
 def _launch(
-    cfg: Any, options: session.Options, where: Launch, run_dir: Path | None, resume_from: Path | None
+    cfg: Config, options: session.Options, where: Launch, run_dir: Path | None, resume_from: Path | None
 ) -> Iterator[tuple[str, bool]]:
     yield f"{where.world_size} ranks ({where.nproc} here); run folder {run_dir}", True
     results = launch(_train_rank, (cfg, options, run_dir, resume_from, where.timeout_s), where)
@@ -117,7 +120,7 @@ def _launch(
 
 
 def _train_rank(
-    cfg: Any, options: session.Options, run_dir: Path | None, resume_from: Path | None, timeout_s: float
+    cfg: Config, options: session.Options, run_dir: Path | None, resume_from: Path | None, timeout_s: float
 ) -> dict[str, Any]:
     """One rank of ``train --nproc``; rank 0 returns {"lines": [(line, to stderr)]}, or
     {"nothing_trained": signal} when a stop signal came before the first epoch ended."""
@@ -185,7 +188,7 @@ def _train_rank(
 
 
 def _summary(
-    options: session.Options, cfg: Any, trainer: RankTrainer, result: loop.Result, world: int
+    options: session.Options, cfg: Config, trainer: RankTrainer, result: loop.Result, world: int
 ) -> list[tuple[str, bool]]:
     """Rank 0's closing lines, as one process's: the stop, the report, steps and speed."""
     lines = []

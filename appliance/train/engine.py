@@ -41,6 +41,7 @@ from appliance.train.graphs import RolloutGraphs
 from appliance.train.rewards import scale_and_clamp
 
 if TYPE_CHECKING:
+    from appliance.config import TrainConfig
     from appliance.train.trainer import Trainer
 
 MODES = ("auto", "on", "off")
@@ -51,7 +52,7 @@ def is_native(vec: Any) -> bool:
     return getattr(vec, "backend", None) == "native" and hasattr(vec, "_c")
 
 
-def wanted(hp: Any, vec: Any) -> bool:
+def wanted(hp: TrainConfig, vec: Any) -> bool:
     """``train.engine``: ``auto`` uses the engine for native Ocean envs, ``on`` insists, ``off`` never."""
     mode = str(hp.engine)
     if mode == "off":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -12,6 +12,9 @@ import torch
 from appliance.config import check_layer, read_yaml
 from appliance.errors import ConfigError
 from appliance.train import checkpoint
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 MAX_STEPS = 1_000_000  # a policy that never ends an episode still returns
 
@@ -23,7 +26,7 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
     return read_yaml(saved, "run config") if saved.is_file() else {}
 
 
-def config_of_run(cfg: Any, run_dir: Path, saved: dict[str, Any] | None = None) -> Any:
+def config_of_run(cfg: Config, run_dir: Path, saved: dict[str, Any] | None = None) -> Config:
     """``cfg`` with the policy shape the run was trained with (from its saved config.yaml) and the preprocessing of its frames (vec.preprocess), each
     value checked against the config's types and ranges before a policy is built from it (a
     damaged or crafted ``hidden_size: 1e6`` would otherwise allocate terabytes). Keys this version
@@ -46,7 +49,7 @@ def config_of_run(cfg: Any, run_dir: Path, saved: dict[str, Any] | None = None) 
     return cfg
 
 
-def check_env(cfg: Any, path: Path, meta: dict[str, Any] | None, saved: dict[str, Any]) -> None:
+def check_env(cfg: Config, path: Path, meta: dict[str, Any] | None, saved: dict[str, Any]) -> None:
     """Refuse a checkpoint trained on another env than ``cfg``'s, naming both (its weights would not
     fit, and the error would be a list of tensor names)."""
     trained_on = (meta or {}).get("env") or saved.get("env_name")
@@ -58,7 +61,7 @@ def check_env(cfg: Any, path: Path, meta: dict[str, Any] | None, saved: dict[str
 
 
 def play(
-    cfg: Any,
+    cfg: Config,
     path: Path,
     episodes: int,
     record: bool = False,

@@ -15,11 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from appliance.train.losses import STAT_NAMES
+
+if TYPE_CHECKING:
+    from appliance.config import TrainConfig
 
 # What EpochScalars.sums holds, in order: the loss terms (each chunk's weighted by its share of the
 # minibatch), then per minibatch the clipped gradient's norm, the mean importance weight and
@@ -257,7 +260,9 @@ class RolloutGraphs:
         )
 
 
-def can_capture(hp: Any, device: torch.device, policy: Any, profile: bool, data_parallel: bool) -> bool:
+def can_capture(
+    hp: TrainConfig, device: torch.device, policy: Any, profile: bool, data_parallel: bool
+) -> bool:
     """Whether the update can be one CUDA graph per minibatch: ``train.graphs`` on a CUDA device,
     except where a graph cannot hold it: Box actions (no fused loss), observations kept on the host
     (``cpu_offload``), ``torch.compile`` (its own graphs), per-phase profiling (it synchronizes) and

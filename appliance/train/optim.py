@@ -9,12 +9,15 @@ and Muon's step is torch ops only: no ``.item()``, no host branch on a tensor's 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from appliance.gpu import kernels
 from appliance.train.flat import FlatParams, flatten
+
+if TYPE_CHECKING:
+    from appliance.config import TrainConfig
 
 
 class MultiOptimizer:
@@ -68,7 +71,7 @@ def set_lr(optimizer: MultiOptimizer, scale: float) -> float:
     return optimizer.param_groups[0]["initial_lr"] * scale
 
 
-def make_optimizer(policy: torch.nn.Module, hp: Any, graph_safe: bool = False) -> MultiOptimizer:
+def make_optimizer(policy: torch.nn.Module, hp: TrainConfig, graph_safe: bool = False) -> MultiOptimizer:
     """``train.optimizer adam``: Adam over every parameter; ``muon``: :class:`Muon` over every
     parameter (PufferLib 3.0's optimizer), momentum ``adam_beta1``, Newton-Schulz coefficients
     ``train.muon_ns``. ``graph_safe``: the learning rate is a device tensor and Adam is capturable."""

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ApplianceError, ConfigError
 from appliance.redact import command_line, redact_tree
@@ -31,6 +31,9 @@ from appliance.report_io import (
     write_bytes_atomic,
 )
 from appliance.safe_files import UnsafeFileError, append_line, link_text, open_lock, open_own, repair_tail
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 MODEL, LATEST, LOCK, METRICS = "model.pt", "latest", ".lock", "metrics.jsonl"
 SNAPSHOT = re.compile(r"model_(\d+)\.pt$")
@@ -164,7 +167,7 @@ def require_checkpoint_room(run_dir: Path, policy: Any) -> None:
         raise ConfigError(f"run folder: {problem} (two checkpoints of this policy: {size_text(need)})")
 
 
-def start_run(cfg: Any, run_dir: Path) -> None:
+def start_run(cfg: Config, run_dir: Path) -> None:
     """Create the folder and write the resolved config (``latest`` moves at the first checkpoint)."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

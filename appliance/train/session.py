@@ -10,12 +10,15 @@ import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ApplianceError, ConfigError
 from appliance.redact import redact_tree
 from appliance.safe_files import check_output
 from appliance.train import loop, runs
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 
 @dataclass
@@ -32,13 +35,13 @@ class Options:
     notes: tuple[str, ...] = ()  # lines said once the run has started (a resume's config and changes)
 
 
-def stop_rule(cfg: Any, options: Options) -> loop.Stop:
+def stop_rule(cfg: Config, options: Options) -> loop.Stop:
     """``train.total_timesteps``, or ``--stop-steps`` when that comes first."""
     total = int(cfg.train.total_timesteps)
     return loop.Stop(total_timesteps=total if options.stop_steps is None else min(total, options.stop_steps))
 
 
-def train(cfg: Any, options: Options) -> Iterator[tuple[str, bool]]:
+def train(cfg: Config, options: Options) -> Iterator[tuple[str, bool]]:
     """Train with ``cfg``; yields (line, to stderr) for the caller to print.
 
     The run folder is claimed and locked for the whole session (:func:`runs.claim`). An
@@ -77,7 +80,9 @@ def nothing_trained(signal_name: str, resumed: Path | None) -> str:
     return f"interrupted ({signal_name}) before the first epoch ended: nothing was trained; {kept}"
 
 
-def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) -> Iterator[tuple[str, bool]]:
+def _train(
+    cfg: Config, options: Options, run_dir: Path, resume_from: Path | None
+) -> Iterator[tuple[str, bool]]:
     sinks = Sinks(options, cfg, run_dir)
     try:
         yield from _train_with(cfg, options, run_dir, resume_from, sinks.writers)
@@ -86,7 +91,7 @@ def _train(cfg: Any, options: Options, run_dir: Path, resume_from: Path | None) 
 
 
 def _train_with(
-    cfg: Any,
+    cfg: Config,
     options: Options,
     run_dir: Path,
     resume_from: Path | None,
@@ -162,7 +167,7 @@ def _train_with(
         trainer.close()
 
 
-def header(cfg: Any, trainer: Any) -> str:
+def header(cfg: Config, trainer: Any) -> str:
     """The run's first line: env, the hardware profile (detected or --gpu) and why, what it gave."""
     from appliance.config import hardware
 
@@ -173,7 +178,7 @@ def header(cfg: Any, trainer: Any) -> str:
     )
 
 
-def defaults_chosen(cfg: Any, trainer: Any) -> list[str]:
+def defaults_chosen(cfg: Config, trainer: Any) -> list[str]:
     """The lines after the header that say what was picked for the env and why: a non-Ocean env's
     family (:mod:`appliance.config.families`) and the policy's encoder with its parameter count."""
     family = getattr(cfg, "family", None)
@@ -182,7 +187,7 @@ def defaults_chosen(cfg: Any, trainer: Any) -> list[str]:
     return [*lines, *([note] if note else []), trainer.policy.describe_encoder()]
 
 
-def _write_report(path: str, cfg: Any, trainer: Any, result: loop.Result) -> None:
+def _write_report(path: str, cfg: Config, trainer: Any, result: loop.Result) -> None:
     import json
 
     from appliance.safe_files import write_or_keep
@@ -215,7 +220,7 @@ class Sinks:
     :meth:`close` flushes and closes them; the session calls it on every exit (the end, an error, a
     stop signal)."""
 
-    def __init__(self, options: Options, cfg: Any, run_dir: Path) -> None:
+    def __init__(self, options: Options, cfg: Config, run_dir: Path) -> None:
         self.writers: list[Callable[[dict[str, Any]], None]] = []
         self._closers: list[Callable[[], None]] = []
         try:
@@ -244,7 +249,7 @@ class Sinks:
 
         self.writers.append(to_tensorboard)
 
-    def _wandb(self, cfg: Any, run_dir: Path) -> None:
+    def _wandb(self, cfg: Config, run_dir: Path) -> None:
         try:
             import wandb
         except ImportError:
@@ -315,7 +320,7 @@ def _profile(trainer: Any, path: str) -> str:
     )
 
 
-def _choose_env_threads(cfg: Any) -> tuple[int, float | None, tuple[str, int] | None]:
+def _choose_env_threads(cfg: Config) -> tuple[int, float | None, tuple[str, int] | None]:
     """Look at the cores and the load others put on them (:mod:`appliance.config.threads`); with
     ``vec.num_threads`` or ``vec.num_workers`` ``auto``, size the envs' threads or workers to the free
     cores. Returns (usable cores, cores' worth others use, (the key set, its value) or None)."""
@@ -330,7 +335,7 @@ def _choose_env_threads(cfg: Any) -> tuple[int, float | None, tuple[str, int] | 
 
 
 def _choose_torch_threads(
-    cfg: Any, trainer: Any, cores: int, busy: float | None, env_threads: tuple[str, int] | None
+    cfg: Config, trainer: Any, cores: int, busy: float | None, env_threads: tuple[str, int] | None
 ) -> str:
     """Size torch's pools from the policy, the cores and the load seen; the line that says so."""
     from appliance.config import threads

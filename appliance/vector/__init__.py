@@ -18,12 +18,15 @@ ids) wraps Python envs. Sizes are checked by
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ConfigError
 from appliance.vector.base import Vector, WorkerError
 from appliance.vector.sizes import check_sizes
 from appliance.vector.sources import accepts_num_envs, resolve_source
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 BACKENDS = ("native", "serial", "multiprocessing", "ray")
 
@@ -145,7 +148,7 @@ def _vector_env(source: Any, backend: str, batch_size: Any, recv_timeout: float 
     return GymVector(source, env, recv_timeout=recv_timeout)
 
 
-def make_from_config(cfg: Any, env: Any | None = None) -> Any:
+def make_from_config(cfg: Config, env: Any | None = None) -> Any:
     """A vector from a resolved config (``appliance.config.resolve``): vec section plus env params."""
     v = cfg.vec
     return make(

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.train.loop import Stop
+
+if TYPE_CHECKING:
+    from appliance.config import Config
 
 SCORE_WINDOW = 5  # epochs averaged when judging a score
 
 
 def training_speed(
-    cfg: Any,
+    cfg: Config,
     seconds: float,
     repeats: int = 1,
     take: Callable[[Callable[[], dict[str, Any]]], dict[str, Any]] | None = None,
@@ -64,7 +67,7 @@ def training_speed(
 
 
 def time_to_score(
-    cfg: Any, metric: str, target: float, max_timesteps: int, min_epochs: int = 1
+    cfg: Config, metric: str, target: float, max_timesteps: int, min_epochs: int = 1
 ) -> dict[str, Any]:
     """Train until the mean of ``metric`` over the last epochs reaches ``target``: wall time and
     agent-steps to it, the final score (that mean when the run ended) and the learning curve (per
