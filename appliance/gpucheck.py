@@ -85,6 +85,7 @@ def measure(
 ) -> dict[str, Any]:
     """The comparisons and timings with ``PUFFER_KERNELS=mode`` on ``device``, as a report. gpu-check runs
     it on CUDA; the CPU tests run it small with the reference, to check the plumbing."""
+    from appliance.bench import metrics as reg
     from appliance.bench import report as rpt
     from appliance.bench.probe import timed
     from appliance.gpu import kernels, reference
@@ -105,35 +106,37 @@ def measure(
             repeats=runs,
             command=command_line(),
         )
-        report.data["analysis"]["versions"] = versions
+        report.analyse("versions", versions)
         results: list[dict[str, Any]] = []
         for case in _cases(kernels, reference, device, **sizes):
             ok, detail = case["compare"]()
             results.append({"op": case["op"], "dtype": case["dtype"], "passed": ok, **detail})
             fast = timed(case["kernel"], runs, cuda=cuda)
             slow = timed(case["eager"], runs, cuda=cuda)
-            base = f"kernel/{case['op']}/{case['dtype']}"
-            k = report.add(f"{base}/cuda", [s * 1e6 for s in fast], "us", "lower", op=case["op"], impl=mode)
-            e = report.add(
-                f"{base}/eager", [s * 1e6 for s in slow], "us", "lower", op=case["op"], impl="eager"
+            base = (case["op"], case["dtype"])
+            k = report.record(reg.KERNEL, (*base, "cuda"), [s * 1e6 for s in fast], op=case["op"], impl=mode)
+            e = report.record(
+                reg.KERNEL, (*base, "eager"), [s * 1e6 for s in slow], op=case["op"], impl="eager"
             )
-            report.add(f"{base}/speedup", [e["median"] / k["median"]], "x", "higher", op=case["op"])
+            report.record(
+                reg.KERNEL, (*base, "speedup"), [e["median"] / k["median"]], "x", "higher", op=case["op"]
+            )
             log(
                 f"{case['op']:<20} {case['dtype']:<5} {'ok  ' if ok else 'FAIL'} max err {detail['max_err']:.3g}; "
                 f"{k['median']:.1f} us vs eager {e['median']:.1f} us ({e['median'] / k['median']:.1f}x)"
             )
         if cuda:
             results.append(_graph_check(report, runs, log))
-        report.data["analysis"]["kernels"] = results
-        report.data["analysis"]["kernel_origin"] = dict(kernels._MODULES.origin)
-        report.data["analysis"]["passed"] = all(r["passed"] for r in results)
-        report.data["duration_s"] = time.time() - start
+        report.analyse("kernels", results)
+        report.analyse("kernel_origin", dict(kernels._MODULES.origin))
+        report.analyse("passed", all(r["passed"] for r in results))
+        report.set("duration_s", time.time() - start)
         if out_dir is not None:  # as run writes a report: a full disk keeps the JSON, named in one line
             from appliance.bench.suite.session import write_report
 
-            report.data["written"] = [
-                str(p) for p in write_report(report.data, out_dir, "kernels", plots=False)
-            ]
+            report.set(
+                "written", [str(p) for p in write_report(report.data, out_dir, "kernels", plots=False)]
+            )
         return report.data
     finally:
         if before is None:
@@ -404,9 +407,11 @@ def _graph_check(report: Any, epochs: int, log: Callable[[str], None]) -> dict[s
         graphed.close()
         eager.close()
     ok = captured and worst < 1e-3 and weights < 1e-4
-    g = report.add("update/breakout/graphs", [s * 1e3 for s in seconds["graphs"]], "ms", "lower")
-    e = report.add("update/breakout/eager", [s * 1e3 for s in seconds["eager"]], "ms", "lower")
-    report.add("update/breakout/speedup", [e["median"] / g["median"]], "x", "higher")
+    from appliance.bench.metrics import UPDATE
+
+    g = report.record(UPDATE, ("breakout", "graphs"), [s * 1e3 for s in seconds["graphs"]])
+    e = report.record(UPDATE, ("breakout", "eager"), [s * 1e3 for s in seconds["eager"]])
+    report.record(UPDATE, ("breakout", "speedup"), [e["median"] / g["median"]], "x", "higher")
     log(
         f"{'update graphs':<20} {'f32':<5} {'ok  ' if ok else 'FAIL'} replay vs call: loss rel err {worst:.3g}, "
         f"weights max err {weights:.3g}; epoch {g['median']:.1f} ms vs train.graphs false {e['median']:.1f} ms "

@@ -158,7 +158,7 @@ class InProcess:
             self.options.get("seconds"),
         )
         runner.run_all()
-        report.data["config"] = runner.resolved_configs()
+        report.set("config", runner.resolved_configs())
         return report.data
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from appliance.bench import metrics as reg
 from appliance.config.schema import RANGES
 
 if TYPE_CHECKING:
@@ -402,12 +403,12 @@ def roofline_from_report(env: str, cfg: Config, report: dict[str, Any]) -> dict[
     nbytes = step_bytes(obs_space, action_space)
     limits: dict[str, tuple[float, str]] = {}
     metrics = report["metrics"]
-    pinned = [m for n, m in metrics.items() if n.startswith("probe/gpu/h2d_pinned/") and m.get("median")]
+    pinned = [m for _, m in reg.below(metrics, reg.PROBE_GPU, "h2d_pinned") if m.get("median")]
     if pinned:
         best = max(m["median"] for m in pinned)
         limits["PCIe"] = (best * 1e9 / nbytes, f"best pinned host-to-device copy, {best:.1f} GB/s")
-    env_rows = [m for n, m in metrics.items() if n.startswith(f"env_sps/{env}/") and m.get("median")]
-    single = metrics.get(f"probe/cpu/env_step/{env}", {}).get("median")
+    env_rows = [m for _, m in reg.below(metrics, reg.ENV_SPS, env) if m.get("median")]
+    single = metrics.get(reg.PROBE_CPU.name("env_step", env), {}).get("median")
     if env_rows:
         best_row = max(env_rows, key=lambda m: m["median"])
         limits["env threads"] = (best_row["median"], f"measured at {best_row['labels']['threads']} threads")
@@ -418,13 +419,13 @@ def roofline_from_report(env: str, cfg: Config, report: dict[str, Any]) -> dict[
             f"one core's {single / 1e6:.3g} M x {cores} cores, estimated",
         )
     device = "gpu" if torch.cuda.is_available() else "cpu"
-    fwd = metrics.get(f"probe/{device}/policy_forward/{env}", {})
+    fwd = metrics.get((reg.PROBE_GPU if device == "gpu" else reg.PROBE_CPU).name("policy_forward", env), {})
     if fwd.get("median"):
         limits["policy forward"] = (
             fwd["median"],
             f"{fwd['labels']['core']} policy, batch {fwd['labels']['batch']} on the {device.upper()}",
         )
-    train = metrics.get(f"train_sps/{env}", {})
+    train = metrics.get(reg.TRAIN_SPS.name(env), {})
     shares = phase_shares(env, cfg.to_dict().get("train", {}), report)
     learn = shares.get("train.learn", 0.0) + shares.get("train.graphed", 0.0)
     if train.get("median") and learn:
@@ -443,9 +444,8 @@ def roofline_from_report(env: str, cfg: Config, report: dict[str, Any]) -> dict[
 def _buffer_shares(env: str, metrics: dict[str, Any]) -> list[dict[str, float]]:
     """Per rollout-engine buffer its shares (policy, copy, gil, env) from ``train_buffer/<env>/`` metrics."""
     buffers: dict[int, dict[str, float]] = {}
-    for n, m in metrics.items():
-        if n.startswith(f"train_buffer/{env}/"):
-            buffers.setdefault(int(m["labels"]["buffer"]), {})[m["labels"]["part"]] = m["median"]
+    for _, m in reg.below(metrics, reg.TRAIN_BUFFER, env):
+        buffers.setdefault(int(m["labels"]["buffer"]), {})[m["labels"]["part"]] = m["median"]
     return [buffers[b] for b in sorted(buffers)]
 
 
@@ -453,9 +453,7 @@ def phase_shares(env: str, train: dict[str, Any], report: dict[str, Any]) -> dic
     """``env``'s training phase shares in ``report``, graphed work under its own name (older reports
     included: :func:`graphed_shares`)."""
     metrics = report["metrics"]
-    shares = {
-        m["labels"]["phase"]: m["median"] for n, m in metrics.items() if n.startswith(f"train_phase/{env}/")
-    }
+    shares = {m["labels"]["phase"]: m["median"] for _, m in reg.below(metrics, reg.TRAIN_PHASE, env)}
     return graphed_shares(shares, train, _buffer_shares(env, metrics))
 
 
@@ -468,21 +466,21 @@ def diagnosis_from_report(
     data = cfg.to_dict()
     shares = phase_shares(env, data.get("train", {}), report)
     fp = report["fingerprint"]
-    device = "gpu" if f"probe/gpu/policy_forward/{env}" in metrics else "cpu"
+    probe = reg.PROBE_GPU if reg.PROBE_GPU.name("policy_forward", env) in metrics else reg.PROBE_CPU
     figures: dict[str, Any] = {
         "memory_peak": run.get("memory_peak"),
         "memory_total": run.get("memory_total"),
         "usable_cores": fp["cpu"].get("usable_cores"),
         "cuda_available": bool(fp.get("cuda_available")),
         "cpu_bf16": bool((fp["cpu"].get("isa") or {}).get("bf16")),
-        "env_sps_single": (metrics.get(f"probe/cpu/env_step/{env}") or {}).get("median"),
+        "env_sps_single": (metrics.get(reg.PROBE_CPU.name("env_step", env)) or {}).get("median"),
         # the forward on the GPU where the probe had one, and at twice the batch where it took that
-        "forward_sps": (metrics.get(f"probe/{device}/policy_forward/{env}") or {}).get("median"),
-        "forward_sps_2x": (metrics.get(f"probe/{device}/policy_forward_2x/{env}") or {}).get("median"),
+        "forward_sps": (metrics.get(probe.name("policy_forward", env)) or {}).get("median"),
+        "forward_sps_2x": (metrics.get(probe.name("policy_forward_2x", env)) or {}).get("median"),
     }
     figures["buffers"] = _buffer_shares(env, metrics)
     spaces = _ocean_spaces(env, cfg)
     if spaces is not None:
         figures["bytes_per_step"] = step_bytes(*spaces)
         figures["obs_dtype"] = str(spaces[0].dtype)
-    return diagnose_training(env, shares, metrics[f"train_sps/{env}"]["median"], data, figures)
+    return diagnose_training(env, shares, metrics[reg.TRAIN_SPS.name(env)]["median"], data, figures)

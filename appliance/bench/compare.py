@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from rich.markup import escape
 
+from appliance.bench import metrics as reg
 from appliance.bench import report as rpt
 from appliance.errors import ReportError
 from appliance.measure.stats import FAMILY_ALPHA, holm, ratio_test
@@ -227,11 +228,10 @@ def normalized_ratio(
 
 def cpu_bound(name: str, report: dict[str, Any]) -> str | None:
     """'copy' or 'compute' for metrics the CPU's speed decides; None for GPU and descriptive ones."""
-    if name == "probe/cpu/memory_bandwidth":
-        return "copy"
-    if name.startswith(("probe/cpu/", "env_sps/", "vector_sps/")):
-        return "compute"
-    if name.startswith(("train_sps/", "time_to_score/")):
+    kind = reg.calibration(name)  # the metric registry's calibration kind of the name's family
+    if kind in ("copy", "compute"):
+        return kind
+    if kind == "compute_on_cpu":
         device = _get(report.get("config"), "profile", "train", "device")
         gpu = bool(report["fingerprint"].get("cuda_available"))
         return "compute" if device == "cpu" or (device is None and not gpu) else None

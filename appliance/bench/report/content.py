@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.bench import metrics as reg
+
 
 def fmt(value: float | None, unit: str = "") -> str:
     """A figure with 3-4 significant digits and an SI prefix for rates."""
@@ -59,16 +61,22 @@ def metric_cells(m: dict[str, Any]) -> dict[str, str]:
 
 METRIC_COLUMNS = ("metric", "median", "range", "95% CI", "CV", "unit", "ceiling")
 
-SECTIONS = (
-    ("probe/", "Hardware probe"),
-    ("env_sps/", "Env speed (Ocean C envs, random actions)"),
-    ("vector_sps/", "Vector speed per backend"),
-    ("train_sps/", "Training speed (end-to-end agent-steps/s)"),
-    ("train_phase/", "Training phase shares"),
-    ("train_buffer/", "Rollout engine buffers (share of wall time: policy step, GIL wait, env step)"),
-    ("time_to_score/", "Time to score"),
-    ("kernel/", "Fused kernels (us per call, cuda and eager torch; speed-up)"),
-)
+
+def sections() -> list[tuple[str, str]]:
+    """(the shortest prefix among its families, title) of each metric section, from the registry
+    (:mod:`appliance.bench.metrics`), in its order."""
+    return [
+        (min((f.prefix for f in reg.FAMILIES if f.section == title), key=len), title)
+        for title in reg.sections()
+    ]
+
+
+def section_rows(metrics: dict[str, Any], title: str) -> list[tuple[str, dict[str, Any]]]:
+    """(name, metric) of the report's metrics in section ``title``, in the report's order."""
+    return list(reg.in_section(metrics, title))
+
+
+SECTIONS = tuple(sections())  # the registry's sections when this module was imported (the site's families)
 SUMMARY_NOTE = (
     "Figures are medians of the repeats; the range is min - max; CI is a 95% bootstrap interval for "
     "the median; CV is the run-to-run spread (sample std / mean)."

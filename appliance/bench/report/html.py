@@ -8,7 +8,16 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from appliance.bench.report.content import METRIC_COLUMNS, SECTIONS, SUMMARY_NOTE, header_facts, metric_cells
+from appliance.bench.report.content import (
+    METRIC_COLUMNS,
+    SUMMARY_NOTE,
+    header_facts,
+    metric_cells,
+    section_rows,
+)
+from appliance.bench.report.content import (
+    sections as metric_sections,
+)
 from appliance.measure.noise.table import NOISE_COLUMNS, NOISE_NOTE, noise_table
 from appliance.sysinfo import machine_facts
 
@@ -71,11 +80,10 @@ def to_html(report: dict[str, Any], images: Sequence[tuple[str, bytes]] = ()) ->
     analysis = report.get("analysis") or {}
     metrics = report["metrics"]
     sections = []
-    for prefix, title in SECTIONS:
+    for _, title in metric_sections():
         rows = [
             (name, bool((m.get("noise") or {}).get("busy")), metric_cells(m))
-            for name, m in metrics.items()
-            if name.startswith(prefix)
+            for name, m in section_rows(metrics, title)
         ]
         if rows:
             sections.append((title, rows))

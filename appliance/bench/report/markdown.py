@@ -11,7 +11,16 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from appliance.bench.report.content import METRIC_COLUMNS, SECTIONS, SUMMARY_NOTE, header_facts, metric_cells
+from appliance.bench.report.content import (
+    METRIC_COLUMNS,
+    SUMMARY_NOTE,
+    header_facts,
+    metric_cells,
+    section_rows,
+)
+from appliance.bench.report.content import (
+    sections as metric_sections,
+)
 from appliance.measure.noise.table import NOISE_COLUMNS, NOISE_NOTE, noise_table
 from appliance.sysinfo import machine_facts
 
@@ -104,13 +113,12 @@ class _Markup(str):
 md_format = _MarkdownFormatter().format
 
 
-def _metric_rows(metrics: dict[str, Any], prefix: str) -> list[str]:
+def _metric_rows(metrics: dict[str, Any], title: str) -> list[str]:
     rows = []
-    for name, m in metrics.items():
-        if name.startswith(prefix):
-            busy = " **(busy)**" if (m.get("noise") or {}).get("busy") else ""
-            template = "| {name!c}" + busy + " | {median} | {range} | {ci} | {cv} | {unit} | {ceiling} |"
-            rows.append(md_format(template, name=name, **metric_cells(m)))
+    for name, m in section_rows(metrics, title):
+        busy = " **(busy)**" if (m.get("noise") or {}).get("busy") else ""
+        template = "| {name!c}" + busy + " | {median} | {range} | {ci} | {cv} | {unit} | {ceiling} |"
+        rows.append(md_format(template, name=name, **metric_cells(m)))
     return rows
 
 
@@ -145,8 +153,8 @@ def to_markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         lines += ["", md_format("## Training bottleneck: {}", env), "", md_format("{}", t["summary"]), ""]
         lines += [md_format("- {}", s) for s in t.get("suggestions") or []]
     metrics = report["metrics"]
-    for prefix, title in SECTIONS:
-        rows = _metric_rows(metrics, prefix)
+    for _, title in metric_sections():
+        rows = _metric_rows(metrics, title)
         if rows:
             lines += [
                 "",

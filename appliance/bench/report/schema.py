@@ -21,11 +21,14 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance.errors import ReportError
 from appliance.measure.stats import summarize
 from appliance.report_io import read_json
+
+if TYPE_CHECKING:
+    from appliance.bench.metrics import Family
 
 SCHEMA = "puffer-bench/report/1"
 REQUIRED = ("schema", "created_utc", "fingerprint", "suite", "profile", "config", "seed", "metrics")
@@ -87,11 +90,59 @@ class Report:
         self.data["metrics"][name] = metric
         return metric
 
+    def record(
+        self,
+        family: Family,
+        parts: Sequence[Any],
+        samples: Sequence[float | None],
+        unit: str | None = None,
+        better: str | None = None,
+        ceiling: dict[str, Any] | None = None,
+        **labels: Any,
+    ) -> dict[str, Any]:
+        """:meth:`add` a metric of a registered ``family`` (:mod:`appliance.bench.metrics`), named by
+        ``parts`` below its prefix, in the family's unit and direction unless given."""
+        return self.add(
+            family.name(*parts), samples, unit or family.unit, better or family.better, ceiling, **labels
+        )
+
+    def samples(self, name: str) -> list[float | None]:
+        """The samples recorded so far for ``name`` (none: an empty list)."""
+        metric = self.data["metrics"].get(name)
+        return list(metric["samples"]) if metric else []
+
     def warn(self, message: str) -> None:
         self.data["warnings"].append(message)
 
     def skip(self, what: str, why: str) -> None:
         self.data["skipped"].append({"what": what, "why": why})
+
+    def set(self, field: str, value: Any) -> None:
+        """A top-level field of the report (``duration_s``, ``config``, ``partial``, ...); never the
+        metrics, the analysis, warnings or skips, which have their own methods."""
+        if field in ("schema", "metrics", "analysis", "warnings", "skipped"):
+            raise ValueError(f"the report's {field!r} is written through its own methods")
+        self.data[field] = value
+
+    def analyse(self, key: str, value: Any, entry: str | None = None) -> None:
+        """``analysis[key] = value``, or with ``entry`` ``analysis[key][entry] = value``."""
+        if entry is None:
+            self.data["analysis"][key] = value
+        else:
+            self.data["analysis"].setdefault(key, {})[entry] = value
+
+    def append_analysis(self, key: str, value: Any) -> None:
+        """Append ``value`` to the list ``analysis[key]``."""
+        self.data["analysis"].setdefault(key, []).append(value)
+
+    def noise(self) -> dict[str, Any]:
+        """The noise guard's section (``noise``: its start checks and one entry per step), created
+        empty the first time; the guard fills it (:mod:`appliance.measure.noise`)."""
+        return self.data.setdefault("noise", {"steps": []})
+
+    def set_metric_noise(self, name: str, noise: dict[str, Any]) -> None:
+        """The noise summary of metric ``name`` (the guard's, for the step that measured it)."""
+        self.data["metrics"][name]["noise"] = noise
 
 
 # ---------------------------------------------------------------------- reading: the one validator

@@ -254,8 +254,8 @@ def measure(
                         f"another puffer-bench suite ran on this machine at the same time ({'; '.join(sorted(concurrent))}): "
                         "the runs shared the cores, so these figures may be far too low; measure one suite at a time"
                     )
-                report.data["config"] = runner.resolved_configs()
-                report.data["duration_s"] = time.time() - start
+                report.set("config", runner.resolved_configs())
+                report.set("duration_s", time.time() - start)
 
 
 def _mark_partial(
@@ -272,13 +272,16 @@ def _mark_partial(
     else:
         why = f"measurement '{runner.steps[done].label}' failed: {type(error).__name__}: {error}"
     missing = [s.label for s in runner.steps[done:]]
-    report.data["partial"] = {
-        "reason": why,
-        "signal": signal,
-        "completed": done,
-        "planned": len(runner.steps),
-        "missing": missing,
-    }
+    report.set(
+        "partial",
+        {
+            "reason": why,
+            "signal": signal,
+            "completed": done,
+            "planned": len(runner.steps),
+            "missing": missing,
+        },
+    )
     report.warn(
         f"partial report: {why} after {done} of {len(runner.steps)} measurements; missing: {', '.join(missing)}"
     )
@@ -308,7 +311,7 @@ def run_suite(
     quiet = _wait_quiet(wait_quiet, announce) if wait_quiet is not None else None
     name, report = new_report(suite, str(path), profile, repeats)
     if quiet is not None:
-        report.data["quiet_wait"] = quiet
+        report.set("quiet_wait", quiet)
         if not quiet["quiet"]:
             report.warn(
                 f"the machine was not quiet after waiting {wait_quiet:.0f} s (others used "

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from appliance.bench import metrics as reg
 from appliance.bench.suite import training
 from appliance.bench.suite.definition import _env_list, missing_modules
 from appliance.errors import ConfigError, DeviceError
@@ -209,11 +210,14 @@ class SuiteRunner:
                     )
                 )
 
-    def _sample(self, name: str, r: int, sample: Callable[[], float], unit: str, **labels: Any) -> None:
-        """Sample ``r`` of metric ``name`` through the speed gate; the metric is recorded with every
-        sample taken so far (the earlier rounds' from the report; complete after the last)."""
-        earlier = self.report.data["metrics"][name]["samples"] if r else []
-        self.report.add(name, [*earlier, self.take(sample)], unit, **labels)
+    def _sample(
+        self, family: reg.Family, parts: tuple[Any, ...], r: int, sample: Callable[[], float], **labels: Any
+    ) -> None:
+        """Sample ``r`` of the metric ``parts`` of ``family`` through the speed gate; the metric is
+        recorded with every sample taken so far (the earlier rounds' from the report; complete after
+        the last)."""
+        earlier = self.report.samples(family.name(*parts)) if r else []
+        self.report.record(family, parts, [*earlier, self.take(sample)], **labels)
 
     # --------------------------------------------------------------- measurements
 
@@ -239,10 +243,11 @@ class SuiteRunner:
                 self.report.skip(what, why)
         else:
             self.report.skip("GPU probe", "torch sees no CUDA device; only the CPU side was profiled")
-        self.report.data["analysis"].setdefault("probe_sections", {})[env] = {
-            "budget_s": budget_s,
-            "seconds": {name: round(s, 3) for name, s in sections.seconds.items()},
-        }
+        self.report.analyse(
+            "probe_sections",
+            {"budget_s": budget_s, "seconds": {name: round(s, 3) for name, s in sections.seconds.items()}},
+            env,
+        )
         self._probed.append(env)
 
     def roofline(self, env: str) -> None:
@@ -250,7 +255,7 @@ class SuiteRunner:
         from appliance.bench.bottleneck import roofline_from_report
 
         entry = roofline_from_report(env, self.config(env), self.report.data)
-        self.report.data["analysis"].setdefault("roofline", []).append(entry)
+        self.report.append_analysis("roofline", entry)
 
     def run_env_sps(self, env: str, threads: int, r: int) -> None:
         """Sample ``r`` of the env's speed at ``threads`` threads (seeded r)."""
@@ -258,12 +263,12 @@ class SuiteRunner:
 
         cfg = self.config(env)
         self._sample(
-            f"env_sps/{env}/threads={threads}",
+            reg.ENV_SPS,
+            (env, f"threads={threads}"),
             r,
             lambda: envsps.measure(
                 env, int(cfg.vec.num_envs), threads, seconds=self.seconds, seed=r, **dict(cfg.env)
             )["sps"],
-            "agent-steps/s",
             env=env,
             threads=threads,
             num_envs=int(cfg.vec.num_envs),
@@ -299,10 +304,10 @@ class SuiteRunner:
                 vec.close()  # before the gate's check after the sample: no worker spins through it
 
         self._sample(
-            f"vector_sps/{env}/{backend}",
+            reg.VECTOR_SPS,
+            (env, backend),
             r,
             sample,
-            "agent-steps/s",
             env=env,
             backend=backend,
             num_envs=num_envs,
@@ -325,28 +330,22 @@ class SuiteRunner:
             take=lambda window: self.take(window, on_cpu, figure=lambda r: r["sps"]),
         )
         if label is not None:
-            self.report.add(
-                f"train_sps/{env}/{label}", [r["sps"] for r in runs], "agent-steps/s", env=env, variant=label,
+            self.report.record(
+                reg.TRAIN_SPS, (env, label), [r["sps"] for r in runs], env=env, variant=label,
                 overrides=dict(overrides or {}),
             )  # fmt: skip
             return
-        self.report.add(f"train_sps/{env}", [r["sps"] for r in runs], "agent-steps/s", env=env)
+        self.report.record(reg.TRAIN_SPS, (env,), [r["sps"] for r in runs], env=env)
         for phase in runs[0]["shares"]:
-            self.report.add(
-                f"train_phase/{env}/{phase}",
-                [r["shares"][phase] for r in runs],
-                "share",
-                "info",
-                env=env,
-                phase=phase,
+            self.report.record(
+                reg.TRAIN_PHASE, (env, phase), [r["shares"][phase] for r in runs], env=env, phase=phase
             )
         for b, parts in enumerate(runs[0].get("buffers") or []):
             for part in parts:
-                self.report.add(
-                    f"train_buffer/{env}/{b}/{part}",
+                self.report.record(
+                    reg.TRAIN_BUFFER,
+                    (env, b, part),
                     [r["buffers"][b][part] for r in runs],
-                    "share",
-                    "info",
                     env=env,
                     buffer=b,
                     part=part,
@@ -357,7 +356,7 @@ class SuiteRunner:
         from appliance.bench.bottleneck import diagnosis_from_report
 
         entry = diagnosis_from_report(env, self.config(env), self.report.data, self._train[env])
-        self.report.data["analysis"].setdefault("training", {})[env] = entry
+        self.report.analyse("training", entry, env)
 
     def run_time_to_score(self, item: dict[str, Any]) -> None:
         overrides = dict(item.get("overrides") or {})
@@ -374,13 +373,17 @@ class SuiteRunner:
                     min_epochs=int(item.get("min_epochs", 1)),
                 )
             )
-        name = f"time_to_score/{item['env']}/{item['metric']}>={item['target']}"
+        where = (item["env"], f"{item['metric']}>={item['target']}")
         labels = {"env": item["env"], "metric": item["metric"], "target": item["target"]}
-        self.report.add(name + "/seconds", [r["seconds"] for r in runs], "s", "lower", **labels)
-        self.report.add(name + "/steps", [r["steps"] for r in runs], "agent-steps", "lower", **labels)
-        self.report.add(name + "/final", [r["final"] for r in runs], item["metric"], "higher", **labels)
-        curves = self.report.data["analysis"].setdefault("learning_curves", {})
-        curves[item["env"]] = {**labels, "runs": [r["curve"] for r in runs]}
+        score = reg.TIME_TO_SCORE
+        self.report.record(score, (*where, "seconds"), [r["seconds"] for r in runs], "s", "lower", **labels)
+        self.report.record(
+            score, (*where, "steps"), [r["steps"] for r in runs], "agent-steps", "lower", **labels
+        )
+        self.report.record(
+            score, (*where, "final"), [r["final"] for r in runs], item["metric"], "higher", **labels
+        )
+        self.report.analyse("learning_curves", {**labels, "runs": [r["curve"] for r in runs]}, item["env"])
         missed = [r for r in runs if not r["reached"]]
         if missed:
             last = ", ".join("-" if r["last"] is None else f"{r['last']:.3g}" for r in missed)
@@ -410,7 +413,7 @@ class SuiteRunner:
 
         held = hold_freed_memory()  # every sample in the memory regime a long run settles into
         if held is not None:
-            self.report.data["allocator"] = held
+            self.report.set("allocator", held)
         if self.steps:
             checks = noise.start(self.report)
             if self.gate is not None:

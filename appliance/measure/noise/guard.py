@@ -39,7 +39,7 @@ def start(
     """Before the first step: ``n`` speed checks back to back, kept in ``report["noise"]["start"]``;
     their spread sets the step gate (:func:`flag_slow_steps`)."""
     checks = [{k: round(float(c[k]), 4) for k in SPEED_KEYS} for c in (speed() for _ in range(n))]
-    report.data.setdefault("noise", {"steps": []})["start"] = checks
+    report.noise()["start"] = checks
     return checks
 
 
@@ -63,7 +63,7 @@ def watch(
     if speed:
         checks.append(speed())
     summary = summarize(sampler.readings)
-    noise_data = report.data.setdefault("noise", {"steps": []})
+    noise_data = report.noise()
     noise_data.setdefault("interval_s", sampler.interval)
     steps = noise_data.setdefault("steps", [])
     step = {"step": label, **summary, "readings": sampler.readings}
@@ -80,7 +80,7 @@ def watch(
         if gated and gated["samples"]:
             noise["gate"] = gated
         earlier = (before[name].get("noise") or {}) if name in before else {}
-        metric["noise"] = merged(earlier, noise) if earlier else noise
+        report.set_metric_noise(name, merged(earlier, noise) if earlier else noise)
 
 
 def merged(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +195,7 @@ def finish(report: Any, cv_limit: float | None = None) -> dict[str, Any]:
     }
     spread = unstable(data, cv_limit)
     analysis = {"cv_limit": cv_limit, "busy": sorted(busy), "unstable": [n for n, _ in spread]}
-    data["analysis"]["noise"] = analysis
+    report.analyse("noise", analysis)
     if busy:
         steps = [s for s in (data.get("noise") or {}).get("steps", []) if s.get("busy")]
         worst = max(steps, key=lambda s: s.get("others_cores_mean", 0), default=None)
