@@ -19,25 +19,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from appliance.bench import metrics as reg
 from appliance.bench import report as rpt
 from appliance.errors import ReportError
 from appliance.report_io import read_json, write_bytes_atomic
 
 BEGIN, END = "<!-- results:begin (make readme-results) -->", "<!-- results:end -->"
-HEADLINE = (
-    "probe/cpu/",
-    "probe/gpu/h2d_pinned/256MiB",
-    "probe/gpu/d2h_pinned/256MiB",
-    "probe/gpu/d2d/256MiB",
-    "probe/gpu/matmul_",
-    "probe/gpu/launch_",
-    "probe/gpu/graph_replay",
-    "probe/gpu/policy_forward/",
-    "env_sps/",
-    "vector_sps/",
-    "train_sps/",
-    "time_to_score/",
-)
 
 
 def newest_report(folder: Path, wanted: Any = lambda data: True) -> Path | None:
@@ -70,7 +57,7 @@ def latest_reports(results: Path) -> list[Path]:
     return out
 
 
-RATIO = "train_sps_ratio/"  # the per-round ratios a trainer-speed comparison holds
+RATIO = reg.TRAIN_SPS_RATIO.prefix  # the per-round ratios a trainer-speed comparison holds
 OURS = "puffer-bench"
 
 
@@ -124,7 +111,8 @@ def peer_table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
 
 
 def headline(name: str) -> bool:
-    return name.startswith(HEADLINE) and "/4096" not in name
+    """Whether the reference table shows ``name``: its family's README rows (the metric registry)."""
+    return name.startswith(reg.readme_starts()) and "/4096" not in name
 
 
 def table(reports: list[dict[str, Any]], paths: list[Path]) -> str:
@@ -165,10 +153,9 @@ def plot(reports: list[dict[str, Any]], path: Path) -> Path:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    groups = ("env_sps/", "vector_sps/", "train_sps/")
     names: list[str] = []
     for r in reports:
-        names += [n for n in r["metrics"] if n.startswith(groups) and n not in names]
+        names += [n for n in r["metrics"] if reg.plotted(n) and n not in names]
     fig, ax = plt.subplots(figsize=(8, min(rpt.MAX_FIGURE_INCHES, 0.3 * len(names) * len(reports) + 1.5)))
     height = 0.8 / max(1, len(reports))
     for i, r in enumerate(reports):

@@ -216,10 +216,9 @@ def _interleaved(
         problem = unwritable(out / label / name)
         if problem:
             raise ConfigError(f"--out {out / label}: {problem}; nothing was measured")
-        report.data["interleaved"] = {
-            "with": "second" if label == "first" else "first",
-            "order": "ABBA by step",
-        }
+        report.set(
+            "interleaved", {"with": "second" if label == "first" else "first", "order": "ABBA by step"}
+        )
         runs.append((SuiteRunner(suite, name, report, report.data["repeats"], envs, seconds), report, label))
     steps = len(runs[0][0].steps)
     if announce:
