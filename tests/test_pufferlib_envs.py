@@ -526,3 +526,20 @@ def test_without_a_display_frames_are_black_and_the_user_is_told_how_to_get_one(
         frame = vec.render(0)  # raylib would end the process opening a window with no display
     assert frame.shape == (360, 480, 3) and not frame.any()
     assert "install Xvfb" in capsys.readouterr().err
+
+
+def test_a_build_for_older_runtime_headers_is_built_again_from_its_folder(tmp_path, capfd):
+    """An upgrade that changes the runtime's tables (the plugin ABI) leaves older builds in the cache:
+    `pufferlib:NAME` builds the env again from the folder it came from, saying so, instead of refusing."""
+    import subprocess
+
+    folder = variant(tmp_path, "corridor_stale")
+    built = pufferlib_envs.build(folder)
+    stub = tmp_path / "stale.c"
+    stub.write_text(
+        "int ocean_plugin_abi(void) { return 1; }\nconst void* ocean_plugin_spec(void) { return 0; }\n"
+    )
+    subprocess.run(["gcc", "-shared", "-fPIC", str(stub), "-o", str(built.library)], check=True)
+    name = pufferlib_envs.load("pufferlib:corridor_stale")
+    assert name == "pufferlib:corridor_stale" and ocean.describe(name)["agents_per_env"] == 2
+    assert "built for an older puffer-bench: building it again" in capfd.readouterr().err
