@@ -55,7 +55,9 @@ def test_every_file_under_results_is_cited_and_in_the_index():
     listed = {"results/" + p for p in re.findall(r"^\| \[[^\]]*\]\(([^)]+)\)", index, re.M)}
     files = {e.path for e in entries}
     assert sorted(files - listed) == [], "not in results/INDEX.md: run python tools/results_index.py"
-    assert sorted(listed - files) == [], "results/INDEX.md lists files that are gone: run python tools/results_index.py"
+    assert sorted(listed - files) == [], (
+        "results/INDEX.md lists files that are gone: run python tools/results_index.py"
+    )
 
 
 def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
