@@ -12,7 +12,12 @@ speed. One :class:`Family` row says, for every metric of the family:
   trained on the CPU, else none), empty for GPU-bound and descriptive figures;
 - ``readme``: the starts of the names the README's reference table shows (``make readme-results``);
   ``plotted``: whether the README's speed plot shows its metrics;
-- ``producer`` (the code that measures it) and ``suite_key`` (the suite YAML key that asks for it).
+- ``producer`` (the code that measures it) and ``suite_key`` (the suite YAML key that asks for it);
+- ``produce``: for a family the suite runner has no step of its own for, the producer as an import
+  path, ``package.module:function``. A suite's ``suite_key`` then holds a list of items (mappings), and
+  for each the runner calls ``function(item, ctx)`` under the noise guard (``ctx``:
+  :class:`Context`, the repeats, seconds and the speed gate's ``take``) and records each
+  :class:`Measured` it returns into the family.
 
 The suites (:mod:`appliance.bench.suite.steps`), the report renderings
 (:mod:`appliance.bench.report.content`), ``compare``, the README table
@@ -23,8 +28,8 @@ read this table instead of matching names themselves. Adding a metric: docs/arch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 CALIBRATIONS = ("", "copy", "compute", "compute_on_cpu")
@@ -43,6 +48,7 @@ class Family:
     plotted: bool = False
     producer: str = ""
     suite_key: str = ""
+    produce: str = ""
 
     def __post_init__(self) -> None:
         if self.calibration not in CALIBRATIONS:
@@ -113,6 +119,7 @@ KERNEL = Family(
 )  # fmt: skip
 UPDATE = Family("update/", "ms", "lower", producer="appliance.gpucheck.check")
 TRAIN_SPS_RATIO = Family("train_sps_ratio/", "x", producer="tools/pufferlib_peer.py (speed)")
+SCORE_AT = Family("score_at/", "", producer="tools/pufferlib_peer.py (learning curves beside a peer)")
 
 FAMILIES: list[Family] = [
     PROBE_CPU_COPY,
@@ -128,7 +135,45 @@ FAMILIES: list[Family] = [
     KERNEL,
     UPDATE,
     TRAIN_SPS_RATIO,
+    SCORE_AT,
 ]
+
+
+@dataclass
+class Measured:
+    """One metric a producer measured: its name's ``parts`` below the family's prefix, every sample,
+    its labels, and its unit and direction where they are not the family's."""
+
+    parts: tuple[Any, ...]
+    samples: list[float | None]
+    labels: dict[str, Any] = field(default_factory=dict)
+    unit: str | None = None
+    better: str | None = None
+
+
+@dataclass
+class Context:
+    """What a producer gets beside its suite item: ``repeats`` samples of ``seconds`` each, taken
+    through ``take(sample)`` (the speed gate, for CPU-bound samples) and ``config(env)``, the env's
+    config resolved for the run's hardware profile."""
+
+    repeats: int
+    seconds: float
+    take: Callable[[Callable[[], Any]], Any]
+    config: Callable[[str], Any]
+
+
+def produced() -> list[Family]:
+    """The families the suite runner measures through their ``produce`` import path."""
+    return [f for f in FAMILIES if f.produce and f.suite_key]
+
+
+def producer(family: Family) -> Callable[[dict[str, Any], Context], Iterable[Measured]]:
+    """The function ``family.produce`` names (``package.module:function``)."""
+    import importlib
+
+    module, _, name = family.produce.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def register(family: Family) -> Family:

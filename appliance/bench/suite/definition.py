@@ -132,9 +132,16 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
     """Check a suite definition; raise ConfigError naming the key and the rule."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a suite is a YAML mapping")
-    unknown = set(data) - KEYS
+    from appliance.bench.metrics import produced
+
+    keys = KEYS | {f.suite_key for f in produced()}  # a registered family's own suite key
+    unknown = set(data) - keys
     if unknown:
-        raise ConfigError(f"{source}: unknown keys {sorted(unknown)}; allowed: {sorted(KEYS)}")
+        raise ConfigError(f"{source}: unknown keys {sorted(unknown)}; allowed: {sorted(keys)}")
+    for family in produced():
+        items = data.get(family.suite_key, [])
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise _fail(family.suite_key, f"must be a list of mappings, got {items!r}")
     if not isinstance(data.get("name"), str):
         raise ConfigError(f"{source}: 'name' (a string) is required")
     if not isinstance(data.get("description", ""), str):

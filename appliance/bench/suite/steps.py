@@ -174,6 +174,11 @@ class SuiteRunner:
                         lambda item=item: self.run_time_to_score(item),
                     )
                 )
+        for family in reg.produced():  # a registered family measured by its own producer
+            for item in self.suite.get(family.suite_key) or []:
+                if self.wanted(str(item.get("env", ""))) or "env" not in item:
+                    label = " ".join([family.suite_key, *(str(v) for v in item.values())])
+                    self.steps.append(Step(label, lambda f=family, item=item: self.run_produced(f, item)))
         if not self.steps:
             what = f" for envs {sorted(self.filter)}" if self.filter else ""
             raise ConfigError(f"suite '{self.suite['name']}' has nothing to measure{what}")
@@ -351,6 +356,13 @@ class SuiteRunner:
                     part=part,
                 )
         self._train[env] = runs[-1]  # memory figures for the diagnosis
+
+    def run_produced(self, family: reg.Family, item: dict[str, Any]) -> None:
+        """One suite item of a registered family, by the family's producer; each metric it returns is
+        recorded in the family's unit and direction unless it names its own."""
+        context = reg.Context(self.repeats, self.seconds, self.take, self.config)
+        for m in reg.producer(family)(item, context):
+            self.report.record(family, m.parts, m.samples, m.unit, m.better, **m.labels)
 
     def diagnose(self, env: str) -> None:
         from appliance.bench.bottleneck import diagnosis_from_report
