@@ -201,6 +201,9 @@ def _train(
 @click.option(
     "--gif", type=click.Path(dir_okay=False), help="Write the first episode as an animated GIF (Ocean envs)."
 )
+@click.option(
+    "--greedy", is_flag=True, help="Play the most likely action (the mean for Box actions), not a sample."
+)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="Your YAML config.")
 @click.option("--gpu", "profile", metavar="PROFILE", type=PROFILE, help=PROFILE_HELP)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -208,6 +211,7 @@ def evaluate(
     load_model_path: str,
     episodes: int,
     gif: str | None,
+    greedy: bool,
     config_file: str | None,
     profile: str | None,
     args: tuple[str, ...],
@@ -234,7 +238,12 @@ def evaluate(
             click.echo(f"episode {i}: return {stats['episode_return']:.4g}  length {stats['episode_length']}")
 
     scores, frames = play(
-        cfg, find_checkpoint(cfg.train.data_dir, load_model_path), episodes, record=bool(gif), on_episode=show
+        cfg,
+        find_checkpoint(cfg.train.data_dir, load_model_path),
+        episodes,
+        record=bool(gif),
+        on_episode=show,
+        greedy=greedy,
     )
     if scores:
         click.echo(f"mean over {len(scores)} episodes: {np.mean(scores):.4g}")

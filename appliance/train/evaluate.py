@@ -66,8 +66,11 @@ def play(
     episodes: int,
     record: bool = False,
     on_episode: Callable[[int, dict[str, float]], None] | None = None,
+    greedy: bool = False,
 ) -> tuple[list[float], list[np.ndarray]]:
-    """Run the weights of the checkpoint ``path`` (a file, or a run folder's newest) for ``episodes`` episodes on one env (greedy sampling as trained).
+    """Run the weights of the checkpoint ``path`` (a file, or a run folder's newest) for ``episodes``
+    episodes on one env: actions sampled as in training, or with ``greedy`` the most likely one
+    (:meth:`~appliance.train.policy.Policy.mode`).
 
     Returns the scores and, with ``record``, the first episode's frames (Ocean envs render).
     ``on_episode(i, stats)`` is called as each episode ends.
@@ -99,7 +102,7 @@ def play(
                 frames.append(vec.render(0).copy())
             with torch.no_grad():
                 out, _, state = policy.step(torch.as_tensor(obs), state)
-                action, _ = policy.sample(out)
+                action = policy.mode(out) if greedy else policy.sample(out)[0]
             obs, _, _, _, infos = vec.step(policy.env_actions(action).numpy())  # Box: clipped as in training
             finished = [vec.log()] if ocean else list(infos or ())
             for stats in finished:

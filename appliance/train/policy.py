@@ -362,6 +362,13 @@ class Policy(nn.Module):
         )
         return action, logprob
 
+    def mode(self, out: torch.Tensor) -> torch.Tensor:
+        """The most likely action of each head (the mean for Box actions), shaped as :meth:`sample`'s."""
+        if self.nvec is None:
+            return out
+        heads = [part.argmax(-1) for part in torch.split(out, self.nvec, dim=-1)]
+        return heads[0] if isinstance(self.action_space, spaces.Discrete) else torch.stack(heads, dim=-1)
+
     def env_actions(self, action: torch.Tensor) -> torch.Tensor:
         """What the envs are sent: Box samples clipped to the action space's bounds (PPO keeps the
         unclipped sample, whose log-probability its ratio needs); discrete actions as they are."""
