@@ -59,6 +59,9 @@ def ini_env(tree: Path, name: str) -> tuple[dict[str, float], int]:
 
 def one_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    for line in lines:  # a compiler's first error names the cause; what follows it is context
+        if ": error:" in line or ": fatal error:" in line:
+            return line[:300]
     for line in reversed(lines):
         if line.startswith("error:") or "Error" in line:
             return line[:300]
