@@ -188,3 +188,15 @@ def test_the_generated_yaml_is_a_usable_config_file(tmp_path):
     path = ROOT / "appliance" / "defaults" / "default.yaml"
     assert resolve(config_file=path).data == resolve().data
     assert yaml.safe_load(path.read_text())["env"] == {}
+
+
+def test_explain_names_a_recipe_variants_values():
+    from click.testing import CliRunner
+
+    from appliance.cli import cli
+
+    result = CliRunner().invoke(cli, ["config", "--explain", "train.vtrace_rho_on"])
+    assert result.exit_code == 0, result.output
+    assert "  recipe variants: PufferLib 3.0: td_error, PufferLib 4.0: reward" in result.output.splitlines()
+    plain = CliRunner().invoke(cli, ["config", "--explain", "train.gamma"])
+    assert "recipe variants" not in plain.output  # one algorithm: most keys are no variant

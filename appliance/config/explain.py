@@ -32,6 +32,7 @@ class KeyInfo:
     allowed: str
     default: Any
     meaning: str
+    variants: str = ""  # a recipe variant: the value each peer's recipe gives it
 
     @property
     def name(self) -> str:
@@ -63,7 +64,18 @@ def _typed(d: Declared) -> str:
 
 def describe() -> list[KeyInfo]:
     """Every declared key, section by section, in declaration order."""
-    return [KeyInfo(d.section, d.key, _typed(d), _allowed(d), d.default, d.meaning) for d in declared()]
+    return [
+        KeyInfo(d.section, d.key, _typed(d), _allowed(d), d.default, d.meaning, _variants_text(d))
+        for d in declared()
+    ]
+
+
+def _variants_text(d: Declared) -> str:
+    return ", ".join(f"{RECIPE_NAMES[r]}: {_plain(d.variants[r])}" for r in RECIPES if r in d.variants)
+
+
+def _plain(value: object) -> str:
+    return str(value) if isinstance(value, FromRecipe) else _shown(value)
 
 
 def find(name: str) -> KeyInfo:
@@ -109,6 +121,8 @@ def text(info: KeyInfo, resolved: str | None = None) -> str:
         f"  allowed: {info.allowed}",
         f"  default: {_shown(info.default)}",
     ]
+    if info.variants:
+        lines.append(f"  recipe variants: {info.variants}")
     if resolved is not None:
         lines.append(f"  {resolved}")
     return "\n".join(lines)
@@ -126,6 +140,8 @@ def all_text(resolved: Callable[[str, str], str] | None = None) -> str:
         for i in infos:
             out.append(f"  {i.key} = {_shown(i.default)}  ({i.type}; {i.allowed})")
             out.append(f"      {i.meaning}")
+            if i.variants:
+                out.append(f"      recipe variants: {i.variants}")
             if resolved is not None:
                 out.append(f"      {resolved(i.section, i.key)}")
         out.append("")
