@@ -14,7 +14,7 @@ from appliance.redact import hide_in_process_title
 
 hide_in_process_title()  # first, before the imports below take seconds: ps shows no --storage password
 
-from appliance.cli import bench, machine, scale, training  # noqa: E402, F401  (each module registers its commands)
+from appliance.cli import bench, config, envs, machine, scale, training  # noqa: E402, F401  (each module registers its commands)
 from appliance.cli.common import cli  # noqa: E402
 from appliance.signals import hold_during_imports  # noqa: E402
 

@@ -19,7 +19,7 @@ from appliance.cli.common import (
     run_config,
     split_env,
 )
-from appliance.cli.machine import save_gif
+from appliance.cli.envs import save_gif
 from appliance.errors import ConfigError
 
 # ----------------------------------------------------------------------------- training
