@@ -41,23 +41,21 @@ def test_a_bad_autotune_option_is_one_line() -> None:
     assert result.output.strip().splitlines() == ["error: --autotune 'maybe': expected one of off, on, redo"]
 
 
-def test_candidates_are_the_profiles_first_then_threads_and_buffers_that_fit() -> None:
+def test_the_axes_are_threads_then_buffers_within_the_cores_never_the_recipe() -> None:
     cfg = small_config("squared", "--vec.num-envs", "6")  # not 4: buffers must divide the envs
-    cands = autotune.candidates(cfg, cores=4)
-    assert cands[0] == {}
-    threads = {c["vec.num_threads"] for c in cands[1:]}
-    buffers = {c["train.buffers"] for c in cands[1:]}
-    assert threads == {1, 2, 4}
-    assert buffers == {1, 2}  # a CPU: 1 or 2; 4 does not divide 6 envs anyway
-    assert all(set(c) <= {"vec.num_threads", "train.buffers"} for c in cands)  # never num_envs, minibatch
+    assert cfg.data["vec"]["num_threads"] == "auto" and cfg.data["train"]["buffers"] == 1
+    assert autotune.axes(cfg, cores=4) == [("vec.num_threads", [1, 2, 4]), ("train.buffers", [2])]
+    assert autotune.axes(cfg, cores=2) == [("vec.num_threads", [1, 2]), ("train.buffers", [2])]
+    odd = small_config("squared", "--vec.num-envs", "5")
+    assert autotune.axes(odd, cores=8) == [("vec.num_threads", [1, 2, 4])]  # no buffer count divides 5
 
 
 def test_keys_the_user_set_are_not_tuned() -> None:
     cfg = small_config("squared", "--vec.num-threads", "1")
     assert ("vec", "num_threads") not in autotune.tunable(cfg)
-    assert all("vec.num_threads" not in c for c in autotune.candidates(cfg, cores=4))
+    assert autotune.axes(cfg, cores=4) == [("train.buffers", [2])]
     both = small_config("squared", "--vec.num-threads", "1", "--train.buffers", "1")
-    assert autotune.candidates(both, cores=4) == [{}]
+    assert autotune.axes(both, cores=4) == []
 
 
 def test_a_serial_backend_has_nothing_to_tune() -> None:
@@ -65,7 +63,7 @@ def test_a_serial_backend_has_nothing_to_tune() -> None:
 
     cfg = resolve(env="CartPole-v1", profile="cpu")
     assert cfg.data["vec"]["backend"] == "serial"
-    assert autotune.candidates(cfg, cores=2) == [{}]
+    assert autotune.axes(cfg, cores=2) == []
     assert selftune.tune(cfg, cores=2, build=_no_build, sample=_no_sample) is None
 
 
@@ -114,7 +112,7 @@ class FakeRun:
 
     def sample(self, trainer: str, seconds: float) -> float:
         self.samples += 1
-        return self.speeds[trainer] * (1 + self.wobble * (-1) ** self.samples)
+        return self.speeds.get(trainer, 80.0) * (1 + self.wobble * (-1) ** self.samples)
 
     def guard(self) -> tuple[Any, Any]:
         reasons = ["other processes used 1.00 cores on average"] if self.busy else []
@@ -132,12 +130,16 @@ ONE_TWO = "vec.num_threads 1, train.buffers 2"
 
 
 def _speeds(profile: float, one_two: float) -> dict[str, float]:
-    others = (
-        "vec.num_threads 1, train.buffers 1",
-        "vec.num_threads 2, train.buffers 1",
-        "vec.num_threads 2, train.buffers 2",
-    )
-    return {PROFILE: profile, ONE_TWO: one_two, **dict.fromkeys(others, profile * 0.8)}
+    """The screen: threads 1 beats threads 2 and the profile's, then two buffers on one thread."""
+    return {PROFILE: profile, "vec.num_threads 1": profile * 1.02, ONE_TWO: one_two}
+
+
+def test_the_screen_goes_one_key_at_a_time_from_the_fastest_so_far() -> None:
+    run = FakeRun(_speeds(100.0, 130.0))
+    result = _tune(small_config("squared"), run)
+    assert result is not None
+    assert run.built == [PROFILE, "vec.num_threads 1", "vec.num_threads 2", ONE_TWO]  # 4, not the 5 of a grid
+    assert [autotune.describe(r["choice"]) for r in result["screen"]] == run.built
 
 
 def test_a_candidate_faster_in_turns_is_chosen() -> None:
@@ -155,7 +157,7 @@ def test_a_slower_or_equal_candidate_keeps_the_profile() -> None:
     run = FakeRun(_speeds(100.0, 99.0), wobble=0.05)
     result = _tune(small_config("squared"), run)
     assert result is not None and result["chosen"] == {}
-    assert result["candidate"] == {"vec.num_threads": 1, "train.buffers": 2}  # the screen's best
+    assert result["candidate"] == {"vec.num_threads": 1}  # the screen's best: 2 % ahead there
     assert "kept the profile's settings (the candidate was not faster" in selftune.result_line(None, result)
 
 
@@ -171,7 +173,7 @@ def test_ctrl_c_while_tuning_closes_every_trainer_and_keeps_nothing(
     run = FakeRun(_speeds(100.0, 130.0))
 
     def interrupted(trainer: str, seconds: float) -> float:
-        if run.samples == 6:  # in the confirmation, with two trainers open
+        if run.samples == 6:  # in the confirmation (after four screen samples), two trainers open
             raise KeyboardInterrupt
         return FakeRun.sample(run, trainer, seconds)
 
@@ -182,7 +184,7 @@ def test_ctrl_c_while_tuning_closes_every_trainer_and_keeps_nothing(
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
         selftune.autotune_run(small_config("squared"), None, lines.append, budget_s=1.0, environ=environ)
-    assert len(run.built) == 5 and not run.open  # five screened, two kept for the confirmation: all closed
+    assert len(run.built) == 4 and not run.open  # four screened, two kept for the confirmation: all closed
     assert not list(tmp_path.rglob("*.json"))  # nothing kept: the next run tunes again
     assert lines[0].startswith("autotune: first run of squared")
 

@@ -6,10 +6,12 @@ speeds; what it tries, the rule and the store are below it in ``config/`` (plain
 
 How it measures, within ``budget_s`` (about a minute):
 
-1. a screen: each candidate built in turn (its vector and trainer), one rollout to warm up, then
-   rollouts (``Trainer.evaluate``) for a share of the budget (one at the least), agent-steps/s;
-   every candidate is timed, so on a slow or busy machine the whole may run past the budget (the
-   result line says how long it took);
+1. a screen: the profile's settings, then one key at a time (:func:`appliance.config.autotune.axes`:
+   env threads or workers, then buffers), each value with the other keys at the fastest found so
+   far; each built in turn (its vector and trainer), one rollout to warm up, then rollouts
+   (``Trainer.evaluate``) for a share of the budget (one at the least), agent-steps/s. Every value
+   is timed, so on a slow or busy machine the whole may run past the budget (the result line says
+   how long it took);
 2. a confirmation: the fastest candidate that is not the profile's, beside the profile's own
    settings (both kept built from the screen), in interleaved pairs (A B, B A, ...; at least :data:`MIN_PAIRS`), with the
    noise guard's sampler running; its ratio and interval (:func:`appliance.measure.stats.ratio_test`)
@@ -125,36 +127,40 @@ def tune(
 
     say = progress or (lambda _line: None)
     build, sample, guard = build or build_trainer, sample or rollout_sps, guard or _guard
-    cands = autotune.candidates(cfg, cores or _cores())
-    if len(cands) < 2:
+    axes = autotune.axes(cfg, cores or _cores())
+    if not axes:
         return None
+    count = 1 + sum(len(values) for _, values in axes)
     start = clock()
-    share = budget_s * SCREEN_SHARE / len(cands)
-    sample_s = max(0.2, share / 3)  # a build and its warm-up take about two samples' time
+    sample_s = max(0.2, budget_s * SCREEN_SHARE / count / 3)  # a build and its warm-up: about two samples
     screen: list[dict[str, Any]] = []
     a: list[float] = []
     b: list[float] = []
     sampler, summarize = guard()
     with contextlib.ExitStack() as held, contextlib.ExitStack() as best_held:
-        # the profile's trainer and the best so far stay built for the confirmation; the rest close
+        # the profile's trainer and the best other so far stay built for the confirmation; the rest close
         profile_trainer = held.enter_context(build(cfg, {}))
-        best_trainer, best = None, None
-        for i, choice in enumerate(cands):
-            if i == 0:
-                sps = sample(profile_trainer, sample_s)
-            else:
-                trying = contextlib.ExitStack()
-                with trying:
+        screen.append({"choice": {}, "sps": sample(profile_trainer, sample_s)})
+        say(f"autotune: [1/{count}] {autotune.describe({})}: {screen[0]['sps']:,.0f} agent-steps/s")
+        best_trainer, best, fastest = None, None, screen[0]
+        for dotted, values in axes:  # one key at a time, the others at the fastest so far
+            base = dict(fastest["choice"])
+            for value in values:
+                choice = {**base, dotted: value}
+                with contextlib.ExitStack() as trying:
                     trainer = trying.enter_context(build(cfg, choice))
                     sps = sample(trainer, sample_s)
                     if best is None or sps > best["sps"]:
                         best_held.close()  # the previous best
                         best_held.push(trying.pop_all())
                         best_trainer = trainer
-            screen.append({"choice": choice, "sps": sps})
-            if i and (best is None or sps > best["sps"]):
-                best = screen[-1]
-            say(f"autotune: [{i + 1}/{len(cands)}] {autotune.describe(choice)}: {sps:,.0f} agent-steps/s")
+                screen.append({"choice": choice, "sps": sps})
+                if best is None or sps > best["sps"]:
+                    best = screen[-1]
+                say(
+                    f"autotune: [{len(screen)}/{count}] {autotune.describe(choice)}: {sps:,.0f} agent-steps/s"
+                )
+            fastest = max([fastest, *(r for r in screen if dotted in r["choice"])], key=lambda r: r["sps"])
         assert best is not None
         pair_s = max(sample_s, (budget_s - (clock() - start)) / (2 * MIN_PAIRS))
         say(
@@ -236,7 +242,7 @@ def autotune_run(
             f"tuned {entry['when']} ({path}; --autotune redo measures again, off skips it)"
         )
         return
-    if len(autotune.candidates(cfg, cores)) < 2:
+    if not autotune.axes(cfg, cores):
         return  # nothing to tune: a serial backend, or the user set every key
     echo(
         f"autotune: first run of {cfg.env_name} on this machine: timing settings that do not change "

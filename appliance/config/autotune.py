@@ -10,8 +10,8 @@ The timing itself needs the trainer and the statistics above this layer; it live
   same actions (buffers 1, 2 and 4 give the same actions, rewards and observations,
   ``tests/test_engine.py``). ``vec.num_envs`` and the minibatch are the recipe and are never tuned; a
   key the user set (``--config``, the command line, a resumed run) is never tuned either;
-* the candidates (:func:`candidates`): the profile's own settings first, then each other value
-  within the usable cores;
+* the candidates (:func:`axes`): the profile's own settings first, then each key's other values
+  within the usable cores, one key at a time;
 * the rule (:func:`keep_candidate`): a candidate replaces the profile's settings only where its
   interleaved ratio's interval lies wholly above 1 and no sample was taken on a busy machine, so the
   tuned settings are never slower than the profile's at that threshold;
@@ -154,32 +154,26 @@ def tunable(cfg: Config) -> list[tuple[str, str]]:
     return [k for k in keys if not cfg.origin(*k).startswith(USER_LAYERS)]
 
 
-def candidates(cfg: Config, cores: int) -> list[dict[str, int]]:
-    """Settings worth timing, the profile's own (``{}``) first: each tunable key's values within the
-    usable cores (env threads 1..cores, workers that divide the envs, 1, 2 or 4 buffers that divide
-    the envs) one at a time, and the best pairs of threads and buffers."""
-    keys = tunable(cfg)
+def axes(cfg: Config, cores: int) -> list[tuple[str, list[int]]]:
+    """Each key this run may tune (``vec.num_threads``) with the values worth timing, those equal to
+    the profile's left out: env threads 1, 2, 4, ... up to the usable cores; workers that divide the
+    envs within the cores; 1 or 2 buffers that divide the envs (up to 4 on a GPU: on a CPU the
+    buffers' policy steps share the cores with the envs). Screened one key at a time, in this order
+    (:func:`appliance.bench.selftune.tune`), so the count grows with the sum of the values, not
+    their product. Empty: nothing to tune."""
     num_envs = int(cfg.data["vec"]["num_envs"])
-    values: dict[tuple[str, str], list[int]] = {}
-    for key in keys:
+    out: list[tuple[str, list[int]]] = []
+    for key in tunable(cfg):
         if key == ("vec", "num_threads"):
-            values[key] = sorted({n for n in (1, 2, 4, 8, 16, 32, 64, cores) if n <= min(cores, num_envs)})
+            values = sorted({n for n in (1, 2, 4, 8, 16, 32, 64, cores) if n <= min(cores, num_envs)})
         elif key == ("vec", "num_workers"):
-            values[key] = [n for n in range(1, min(cores, num_envs) + 1) if num_envs % n == 0]
+            values = [n for n in range(1, min(cores, num_envs) + 1) if num_envs % n == 0]
         else:
-            # on a CPU the buffers' policy steps share the cores with the envs: 1 or 2 (4 on a GPU)
             most = MAX_BUFFERS if str(cfg.data["train"]["device"]).startswith("cuda") else 2
-            values[key] = [b for b in (1, 2, 4) if b <= most and num_envs % b == 0]
-    out: list[dict[str, int]] = [{}]
-    if not values:
-        return out
-    combos: list[dict[str, int]] = [{}]
-    for key, vals in values.items():
-        combos = [{**c, f"{key[0]}.{key[1]}": v} for c in combos for v in vals]
-    current = {f"{s}.{k}": cfg.data[s][k] for s, k in values}
-    for combo in combos:
-        if combo != current:
-            out.append(combo)
+            values = [b for b in (1, 2, 4) if b <= most and num_envs % b == 0]
+        values = [v for v in values if v != cfg.data[key[0]][key[1]]]
+        if values:
+            out.append((f"{key[0]}.{key[1]}", values))
     return out
 
 
