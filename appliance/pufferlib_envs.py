@@ -35,7 +35,7 @@ from typing import Any
 
 from appliance.errors import ConfigError
 from appliance.paths import data_dir
-from appliance.report_io import write_bytes_atomic
+from appliance.report_io import read_json, write_bytes_atomic
 
 PREFIX = "pufferlib:"
 REQUIRED_MACROS = ("OBS_SIZE", "NUM_ATNS", "ACT_SIZES", "OBS_TENSOR_T")
@@ -94,6 +94,12 @@ class Built:
 
 def atomic_write_text(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode())
+
+
+def _read_record(path: Path) -> Any:
+    """A build record of the cache (JSON), read as any shared file is (a FIFO, device or folder there
+    is refused without waiting on it; bounded); ValueError, one line, when it is not one."""
+    return read_json(path, "build record", ValueError, 2**20)
 
 
 def cache_root() -> Path:
@@ -359,8 +365,12 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
     out_dir = cache_root() / f"{name}-{digest}"
     library = out_dir / f"{name}.so"
     meta_path = out_dir / "meta.json"
-    if library.is_file() and meta_path.is_file() and not force:
-        built = Built(PREFIX + name, library, out_dir / "recipe.yaml", json.loads(meta_path.read_text()))
+    try:  # a damaged or foreign record is built again
+        meta = _read_record(meta_path) if library.is_file() and not force else None
+    except ValueError:
+        meta = None
+    if isinstance(meta, dict):
+        built = Built(PREFIX + name, library, out_dir / "recipe.yaml", meta)
         _write_recipe(built, ini_path, sections)  # derived from the ini by this version's mapping
         _record_current(built)
         return built
@@ -527,11 +537,13 @@ def current(name: str) -> Built | None:
         return None
     path = cache_root() / "current" / f"{short}.json"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = _read_record(path)
+    except ValueError:
         return None
-    library = Path(data.get("library", ""))
-    if not library.is_file():
+    if not isinstance(data, dict) or not isinstance(data.get("library"), str):
+        return None
+    library = Path(data["library"])
+    if not isinstance(data.get("recipe", ""), str) or not library.is_file():
         return None
     return Built(PREFIX + short, library, Path(data.get("recipe", "")), data)
 
@@ -600,9 +612,11 @@ def built_envs() -> list[dict[str, Any]]:
     out = []
     for path in sorted((cache_root() / "current").glob("*.json")):
         try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
+            record = _read_record(path)
+        except ValueError:
             continue
+        if isinstance(record, dict):
+            out.append(record)
     return out
 
 

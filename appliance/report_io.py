@@ -22,10 +22,11 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from appliance.redact import redact
 
@@ -196,21 +197,125 @@ def remove_stale_temps(folder: str | Path) -> list[Path]:
 # ----------------------------------------------------------------------------- bounded reads
 
 
-def read_bounded(path: str | Path, what: str, error: type[Exception], max_bytes: int) -> bytes:
-    """The bytes of ``path``, refused (``error``, one line naming the file) above ``max_bytes``."""
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``st_mode`` is, in words ('a FIFO', 'a folder'...), for a refusal."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def open_input(path: str | Path, what: str, error: type[Exception], follow: bool = True) -> BinaryIO:
+    """``path`` open for reading, refused in one line (``error``) unless it is a regular file.
+
+    Opened non-blocking, so a FIFO or a device never hangs the open, then checked with ``fstat`` (no
+    race between a check and the open): a FIFO, a device, a folder or a socket is refused before a
+    byte is read. ``follow=False`` (a run's or sweep's own files): a symbolic link is refused too
+    (``O_NOFOLLOW``). Every reader of a file a command is given or finds goes through here."""
     path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise error(f"no such {what}: {path}") from None
     except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise error(
+                f"{what} {path} is a symbolic link: refused (a run's own files are never read through "
+                "a link); replace it with the file itself"
+            ) from None
         raise error(f"cannot read {what} {path}: {e.strerror or e}") from None
-    if len(data) > max_bytes:
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(f"{what} {path} is {kind_of(mode)}, not a regular file: refused; pass a file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_bounded(
+    path: str | Path, what: str, error: type[Exception], max_bytes: int, follow: bool = True
+) -> bytes:
+    """The bytes of ``path`` (a regular file: :func:`open_input`), refused (``error``, one line naming
+    the file) above ``max_bytes`` before it is read."""
+    path = Path(path)
+    with open_input(path, what, error, follow) as f:
+        try:
+            too_big = os.fstat(f.fileno()).st_size > max_bytes
+            data = b"" if too_big else f.read(max_bytes + 1)
+        except OSError as e:
+            raise error(f"cannot read {what} {path}: {e.strerror or e}") from None
+    if too_big or len(data) > max_bytes:
         raise error(
             f"{what} {path} is larger than {max_bytes / 2**20:g} MiB: refused (damaged or not a {what})"
         )
     return data
+
+
+# shown escaped: control characters (C0 but tab, DEL, C1), bidi embeddings, overrides, isolates and
+# marks (they reorder what follows on a terminal), and lone surrogates (JSON's "\ud800"; no encoder takes one)
+_UNSAFE_TEXT = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+# lone surrogates, and the bidi controls that reorder what follows them on a terminal or a page
+_SURROGATE = re.compile("[\ud800-\udfff\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def needs_whole_characters(text: str) -> bool:
+    """Whether parsed data of ``text`` may hold what :func:`whole_characters` replaces (an escape, or
+    a bidi control as it is): a cheap test that spares the walk for nearly every file."""
+    return "\\u" in text or "\\U" in text or _SURROGATE.search(text) is not None
+
+
+def whole_characters(data: Any) -> Any:
+    """``data`` (parsed JSON or YAML) with every lone surrogate and bidi control in its strings and
+    keys as U+FFFD.
+
+    UTF-8 text cannot hold a lone surrogate, but JSON's ``"\\ud800"`` and YAML's ``"\\ud800"`` escapes
+    make one, and a string holding one can be neither printed nor written as UTF-8; a bidi control
+    (U+202E) makes a terminal, a Markdown page or a plot show text in another order than it is.
+    Every reader of a JSON or YAML file returns its data through here, so every rendering of it
+    (tables, errors, Markdown, HTML, plots) is safe. Nested containers are walked without recursion."""
+    if isinstance(data, str):
+        return _SURROGATE.sub("\ufffd", data)
+    if not isinstance(data, dict | list):
+        return data
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        for key, value in items:
+            if isinstance(value, str) and _SURROGATE.search(value):
+                node[key] = _SURROGATE.sub("\ufffd", value)
+            elif isinstance(value, dict | list):
+                stack.append(value)
+            if isinstance(key, str) and _SURROGATE.search(key):
+                node[_SURROGATE.sub("\ufffd", key)] = node.pop(key)
+    return data
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on one line whatever a JSON or YAML string held: each control
+    character, bidi control and lone surrogate becomes its escape (``\\x1b``, ``\\u202e``, ``\\n``), so
+    a file's text can neither move the cursor, recolour or reorder a terminal, break a one-line
+    message in two, nor make printing fail."""
+
+    def escape(m: re.Match[str]) -> str:
+        code = ord(m.group())
+        return {10: "\\n", 13: "\\r"}.get(code) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+    return _UNSAFE_TEXT.sub(escape, text)
 
 
 def decode_utf8(data: bytes, path: str | Path, what: str, error: type[Exception]) -> str:
@@ -263,7 +368,10 @@ def read_json(
         raise error(f"{what} {path} nests {depth:,} levels deep, more than the {max_depth} allowed: refused")
     text = decode_utf8(data, path, what, error)
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError, as is a 5,000-digit int
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise error(f"cannot read {what} {path}: {detail}") from None
+    if needs_whole_characters(text):
+        data = whole_characters(data)
+    return data

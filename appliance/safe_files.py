@@ -36,6 +36,7 @@ from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import (
     MIN_FREE,
     disk_full,
+    open_input,
     size_text,
     unwritable,
     write_bytes_atomic,
@@ -158,6 +159,25 @@ def _set_aside(fd: int, path: Path, what: str) -> str | None:
     )
 
 
+def _refuse_foreign(fd: int, path: Path, what: str) -> None:
+    """Refuse, before anything is written, a file that is not JSON lines: one whose first line (or its
+    start, when cut short) is no JSON object: random bytes, NUL bytes, text, another program's file."""
+    head = os.pread(fd, MAX_LINE + 1, 0)
+    if not head:
+        return
+    first, newline, _ = head.partition(b"\n")
+    try:
+        record = json.loads(first) if newline else None
+    except (ValueError, RecursionError):
+        record = None
+    if isinstance(record, dict) or (not newline and first.lstrip(b" \t\r").startswith(b"{")):
+        return  # a record, or the one record there was cut short (set aside next)
+    raise UnsafeFileError(
+        f"{what} {path} is not a JSON-lines file of records (its first line is none): refused before "
+        "anything was written; move it away"
+    )
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -167,7 +187,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def append_line(path: str | Path, line: str, what: str, sync: bool = False) -> str | None:
     """Append ``line`` (one line, ending in a line break) to ``path`` on a line boundary.
 
-    The file is opened by :func:`open_own` (no links, FIFOs or shared hard links). If its last line
+    The file is opened by :func:`open_own` (no links, FIFOs or shared hard links); one whose first line
+    is no JSON object (random bytes, text) is refused before anything is written. If its last line
     was cut short, that fragment is moved into ``<path>.damaged`` first; the return value is then a
     one-line note saying so (None otherwise) for the caller to print. ``sync``: on disk before it
     returns (a record other processes act on, such as a shared study's journal).
@@ -175,6 +196,7 @@ def append_line(path: str | Path, line: str, what: str, sync: bool = False) -> s
     path = Path(path)
     fd = open_own(path, what, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
+        _refuse_foreign(fd, path, what)
         note = _set_aside(fd, path, what)
         _write_all(fd, line.encode())
         if sync:
@@ -192,6 +214,7 @@ def repair_tail(path: str | Path, what: str) -> str | None:
         return None
     fd = open_own(path, what, os.O_RDWR)
     try:
+        _refuse_foreign(fd, path, what)
         return _set_aside(fd, path, what)
     finally:
         os.close(fd)
@@ -200,12 +223,7 @@ def repair_tail(path: str | Path, what: str) -> str | None:
 def iter_json_lines(path: str | Path, what: str, skipped: list[int]) -> Iterator[dict[str, Any]]:
     """The JSON objects of a JSON-lines file, one per line; a line that is not one (cut short, damaged,
     longer than :data:`MAX_LINE`) is skipped and counted in ``skipped[0]``. Blank lines are ignored."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115 (closed below; a generator)
-    except FileNotFoundError:
-        raise ConfigError(f"no such {what}: {path}") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    f = open_input(path, what, ConfigError)  # a FIFO or a device is refused, never waited on
     with f:
         while True:
             raw = f.readline(MAX_LINE + 1)

@@ -22,7 +22,7 @@ from urllib.parse import quote
 from appliance.bench import metrics as reg
 from appliance.bench import report as rpt
 from appliance.errors import ReportError
-from appliance.report_io import read_json, write_bytes_atomic
+from appliance.report_io import decode_utf8, read_bounded, read_json, write_bytes_atomic
 
 BEGIN, END = "<!-- results:begin (make readme-results) -->", "<!-- results:end -->"
 
@@ -180,10 +180,9 @@ def plot(reports: list[dict[str, Any]], path: Path) -> Path:
 
 def update_readme(readme: Path, paths: list[Path], results: Path) -> list[Path]:
     reports = [rpt.load(p) for p in paths]
-    try:
-        text = readme.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ReportError(f"cannot read {readme}: {getattr(e, 'strerror', None) or e}") from None
+    text = decode_utf8(
+        read_bounded(readme, "README", ReportError, rpt.MAX_BYTES), readme, "README", ReportError
+    )
     if BEGIN not in text or END not in text:
         raise ReportError(f"{readme} has no results block; add the lines {BEGIN!r} and {END!r}")
     begins, ends = text.count(BEGIN), text.count(END)

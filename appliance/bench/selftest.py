@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.bench import compare as cmp
+from appliance.report_io import write_bytes_atomic
 
 DEFAULT_THRESHOLD = 0.05  # compare's default; a suite's ``threshold`` key overrides it
 DISAGREE = ("regression", "improvement", cmp.SLOWER, cmp.FASTER)  # significant beyond the threshold
@@ -184,10 +185,10 @@ def _verdict(
     interleave: bool,
 ) -> dict[str, Any]:
     result, v = judge(reports[0], reports[1], threshold)
-    (out / "compare.md").write_text(cmp.to_markdown(result))
+    write_bytes_atomic(out / "compare.md", cmp.to_markdown(result).encode())  # never through a link
     record = {"suite": suite, "order": "interleaved" if interleave else "back to back"}
     record |= {"reports": [str(p) for p in paths], **v}
-    (out / "selftest.json").write_text(json.dumps(record, indent=1) + "\n")
+    write_bytes_atomic(out / "selftest.json", (json.dumps(record, indent=1) + "\n").encode())
     record["written"] = [*map(str, paths), str(out / "compare.md"), str(out / "selftest.json")]
     return record
 

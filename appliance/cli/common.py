@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -11,6 +13,7 @@ import click
 import appliance
 from appliance.errors import ApplianceError, ConfigError
 from appliance.redact import hidden_values, hide_in_process_title, redact, secret_key
+from appliance.report_io import printable
 
 if TYPE_CHECKING:
     from appliance.config import Config
@@ -26,10 +29,11 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         hide_in_process_title()  # what ps shows of a --storage URL's password
+        _never_fail_to_print()
         try:
             return super().invoke(ctx)
         except ApplianceError as e:
-            click.echo(f"error: {redact(str(e))}", err=True)
+            click.echo(f"error: {printable(redact(str(e)))}", err=True)
             ctx.exit(e.exit_code)
         except click.MissingParameter as e:  # its message is empty: click words it in format_message
             click.echo(
@@ -37,7 +41,7 @@ class _Group(click.Group):
             )
             ctx.exit(e.exit_code)
         except click.BadParameter as e:
-            click.echo(f"error: {_param_name(e)}{redact(e.message)}", err=True)
+            click.echo(f"error: {printable(_param_name(e) + redact(e.message))}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt as e:  # not click's bare "Aborted!" (a command that can save says so itself)
             import signal
@@ -53,6 +57,16 @@ class _Group(click.Group):
 
 
 _STARTED = "puffer-bench.started"
+
+
+def _never_fail_to_print() -> None:
+    """Text a file held that this terminal's encoding cannot show is printed as escapes, never a
+    UnicodeEncodeError: stdout and stderr replace what they cannot encode (``\\udc80``)."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
 
 
 class _Command(click.Command):
@@ -327,14 +341,14 @@ def resume_config(
         ).train.data_dir
     checkpoint = runs.find_checkpoint(data_dir, resume)
     saved = checkpoint.parent / "config.yaml"
-    if not saved.is_file():
+    if not saved.exists() and not saved.is_symlink():  # a FIFO, folder or link there is refused below
         if env is None:
             raise ConfigError(
                 f"--resume {resume}: {checkpoint.parent} has no config.yaml to take the run's settings from; "
                 "name the ENV and the settings it was trained with (--config FILE, --section.key VALUE)"
             )
         return run_config(env, profile, config_file, overrides, family), []
-    run_env = read_yaml(saved, "the resumed run's config").get("env_name")
+    run_env = read_yaml(saved, "the resumed run's config", follow=False).get("env_name")
     if not isinstance(run_env, str) or not run_env:
         raise ConfigError(
             f"the resumed run's config {saved} names no env_name: it is not a run's config.yaml"

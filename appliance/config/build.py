@@ -299,7 +299,11 @@ def resolve(
 
     if resumed is not None:
         path = Path(resumed)
-        layer = {k: v for k, v in read_yaml(path, "the resumed run's config").items() if k not in SAVED_META}
+        layer = {
+            k: v
+            for k, v in read_yaml(path, "the resumed run's config", follow=False).items()
+            if k not in SAVED_META
+        }
         if python_env:
             _open_env_keys(layer, schema)
         layer, gone = _known_keys(layer, schema)

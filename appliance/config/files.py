@@ -11,7 +11,7 @@ import yaml
 from appliance.config.keys import default_values
 from appliance.errors import ConfigError
 from appliance.paths import data_dir, defaults_dir
-from appliance.report_io import read_bounded
+from appliance.report_io import needs_whole_characters, read_bounded, whole_characters
 
 MAX_YAML_BYTES = 4 * 2**20  # configs, suites, profiles and sweep spaces are a few KiB
 MAX_YAML_DEPTH = 32
@@ -76,18 +76,19 @@ def _check_unique_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:
             stack.append((value_node, name))
 
 
-def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
+def read_yaml(path: Path, what: str = "config file", follow: bool = True) -> dict[str, Any]:
     """Read a YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError.
 
     These files may come from elsewhere (a suite or config someone shared), so the file is bounded
     (:data:`MAX_YAML_BYTES`), and so is what it holds: nesting (:data:`MAX_YAML_DEPTH`) and values
     counted through aliases (:data:`MAX_YAML_VALUES`). It is read strictly (:func:`strict_load`): a
     key or section given twice is refused, naming both lines. Every refusal is one line naming the
-    file."""
+    file, a FIFO, device or folder included (:func:`report_io.open_input`); ``follow=False`` (a run's
+    own ``config.yaml``) refuses a symbolic link too."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise ConfigError(f"{what} not found: {path}")
-    raw = read_bounded(path, what, ConfigError, MAX_YAML_BYTES)
+    raw = read_bounded(path, what, ConfigError, MAX_YAML_BYTES, follow)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -112,7 +113,7 @@ def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {path} must hold a mapping of sections, not a {type(data).__name__}")
     _check_size(data, path, what)
-    return data
+    return whole_characters(data) if needs_whole_characters(text) else data
 
 
 def _check_size(data: Any, path: Path, what: str) -> None:

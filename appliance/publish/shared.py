@@ -39,7 +39,9 @@ def add_report(report: str | Path, folder: str | Path) -> tuple[Path, bool]:
     try:
         write_bytes_exclusive(path, content)
     except FileExistsError:
-        if path.read_bytes() != content:  # a digest collision: never overwrite another's report
+        if (
+            read_bounded(path, "shared report", ReportError, rpt.MAX_BYTES) != content
+        ):  # a digest collision: never overwrite another's report
             raise ReportError(f"{path} exists with other content; not replaced") from None
         return path, False
     return path, True

@@ -77,11 +77,17 @@ def _check_db(db: Path) -> None:
         raise ConfigError(f"{db} has other hard links (it is another file too); {_fresh(db)}")
     try:
         with open(db, "rb") as f:
-            head = f.read(len(SQLITE_HEADER))
+            head = f.read(100)  # SQLite's database header
     except OSError as e:
         raise ConfigError(f"cannot read {db}: {e.strerror or e}") from None
-    if head != SQLITE_HEADER:
+    if head[: len(SQLITE_HEADER)] != SQLITE_HEADER:
         raise ConfigError(f"{db} is not an SQLite database (damaged, or another kind of file); {_fresh(db)}")
+    past = _past_last_page(db, head)
+    if past:
+        raise ConfigError(
+            f"{db} holds {past:,} bytes past its last page (damaged, or something was appended to it); "
+            f"{_fresh(db)}"
+        )
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
             status = con.execute("PRAGMA quick_check").fetchone()[0]
@@ -105,6 +111,18 @@ def _check_db(db: Path) -> None:
             f"{db} holds Optuna studies {', '.join(names[:5])}, not a puffer-bench sweep ('{STUDY}'); {_fresh(db)}"
         )
     _check_schema(db, version[0] if version else None, written_by[0] if written_by else "an unknown version")
+
+
+def _past_last_page(db: Path, head: bytes) -> int:
+    """Bytes of ``db`` past the pages its header counts (0 when none, or when the header's count is
+    not to be trusted: SQLite's "version-valid-for" differs from the change counter, or a WAL is open)."""
+    if len(head) < 100 or head[24:28] != head[92:96] or db.with_name(db.name + "-wal").exists():
+        return 0
+    page_size = int.from_bytes(head[16:18], "big")
+    pages = int.from_bytes(head[28:32], "big")
+    if not pages:
+        return 0
+    return max(0, db.stat().st_size - pages * (65536 if page_size == 1 else page_size))
 
 
 def _check_schema(db: Path, version: str | None, written_by: str) -> None:

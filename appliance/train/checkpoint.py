@@ -25,7 +25,7 @@ import torch
 
 from appliance.config import Config, check_layer
 from appliance.errors import ConfigError
-from appliance.report_io import write_temp
+from appliance.report_io import open_input, write_temp
 from appliance.train.rewards import ReturnScale
 from appliance.train.runs import (
     MODEL,
@@ -163,6 +163,8 @@ def _read(path: Path) -> Any:
 
     An archive whose entries would unpack to far more than its own size (a zip bomb) is refused
     before torch reads it; torch writes its entries uncompressed."""
+    # a FIFO, device, folder or link: one line, no wait, nothing read through the link
+    open_input(path, "checkpoint", CheckpointError, follow=False).close()
     try:
         size = path.stat().st_size
     except OSError as e:

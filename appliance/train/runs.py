@@ -24,6 +24,7 @@ from appliance.redact import command_line, redact_tree
 from appliance.report_io import (
     MIN_FREE,
     lock_or_refuse,
+    read_bounded,
     remove_stale_temps,
     require_room,
     size_text,
@@ -85,13 +86,13 @@ def find_checkpoint(data_dir: str | Path, which: str) -> Path:
     data_dir = Path(data_dir)
     if which == LATEST:
         pointer = data_dir / LATEST
-        if not pointer.is_file():
+        if not _there(pointer):
             raise ConfigError(
                 f"no 'latest' run in {data_dir}/ yet: train first, or pass a run folder or model.pt"
             )
         target = _pointer_target(pointer)
         path = run_folder(data_dir, target, f"the 'latest' pointer {pointer} names {target!r}, which")
-        if not (path / MODEL).is_file():
+        if not _there(path / MODEL):
             raise ConfigError(f"no {MODEL} in {path} (named by {pointer}): the run wrote no checkpoint")
         return path / MODEL
     path = Path(which)
@@ -100,19 +101,23 @@ def find_checkpoint(data_dir: str | Path, which: str) -> Path:
     name = which.rstrip("/")
     if not path.is_dir() and ((data_dir / name).is_dir() or (data_dir / name).is_symlink()):
         path = run_folder(data_dir, name, f"{which!r}")
-    if not (path / MODEL).is_file():
+    if not _there(path / MODEL):  # a FIFO, folder or link there is named when it is read
         if path.is_dir():
             raise ConfigError(f"no {MODEL} in {path}: the run wrote no checkpoint")
         raise ConfigError(f"no run or checkpoint {which!r} (looked in . and {data_dir}/)")
     return path / MODEL
 
 
+def _there(path: Path) -> bool:
+    """Whether anything is at ``path``: a file, a FIFO, a folder, a link (dangling included)."""
+    return path.exists() or path.is_symlink()
+
+
 def _pointer_target(pointer: Path) -> str:
     """The run the ``latest`` pointer names: one line of text, or a one-line error naming it."""
-    try:
-        with open(pointer, "rb") as f:
-            target = f.read(4097).decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+    try:  # a FIFO or device there is damage too, refused without waiting on it
+        target = read_bounded(pointer, "'latest' pointer", ConfigError, 4096, follow=False).decode().strip()
+    except (ConfigError, UnicodeDecodeError):
         target = ""
     if not target or len(target) > 4096 or not target.isprintable():
         raise ConfigError(
