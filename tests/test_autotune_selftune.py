@@ -35,6 +35,19 @@ def test_mode_from_the_option_then_the_environment_then_on() -> None:
         autotune.mode(None, {"PUFFER_AUTOTUNE": "x"})
 
 
+def test_an_unwritable_report_is_refused_before_the_tuning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PUFFER_AUTOTUNE", "on")
+    monkeypatch.setattr(
+        selftune, "autotune_run", lambda *a, **k: pytest.fail("tuned before the outputs were checked")
+    )
+    (tmp_path / "folder.json").mkdir()
+    args = ["train", "squared", "--train.device", "cpu", "--report", str(tmp_path / "folder.json")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != 0 and "--report" in result.output, result.output
+
+
 def test_a_bad_autotune_option_is_one_line() -> None:
     result = CliRunner().invoke(cli, ["train", "squared", "--autotune", "maybe"])
     assert result.exit_code != 0
@@ -151,6 +164,25 @@ def test_a_candidate_faster_in_turns_is_chosen() -> None:
     assert not run.open  # every trainer closed
     line = selftune.result_line(small_config("squared"), result)
     assert line.startswith("autotune: chose vec.num_threads 1, train.buffers 2: ") and "ratio 1.30" in line
+
+
+def test_a_setting_that_cannot_be_built_here_is_said_and_passed_over() -> None:
+    run = FakeRun(_speeds(100.0, 130.0))
+    built = run.build
+
+    def build(cfg: Any, choice: dict[str, Any]) -> Any:
+        if choice == {"vec.num_threads": 2}:
+            raise ConfigError("vec.num_threads 2: not on this machine")
+        return built(cfg, choice)
+
+    lines: list[str] = []
+    result = selftune.tune(
+        small_config("squared"), 1.0, lines.append, 2, build=build, sample=run.sample, guard=run.guard,
+        clock=lambda: 0.0,
+    )  # fmt: skip
+    assert "autotune: vec.num_threads 2: not usable here: vec.num_threads 2: not on this machine" in lines
+    assert result is not None and result["chosen"] == {"vec.num_threads": 1, "train.buffers": 2}
+    assert not run.open
 
 
 def test_a_slower_or_equal_candidate_keeps_the_profile() -> None:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from appliance.config import autotune
+from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:
     from appliance.config import Config
@@ -147,13 +148,17 @@ def tune(
             base = dict(fastest["choice"])
             for value in values:
                 choice = {**base, dotted: value}
-                with contextlib.ExitStack() as trying:
-                    trainer = trying.enter_context(build(cfg, choice))
-                    sps = sample(trainer, sample_s)
-                    if best is None or sps > best["sps"]:
-                        best_held.close()  # the previous best
-                        best_held.push(trying.pop_all())
-                        best_trainer = trainer
+                try:
+                    with contextlib.ExitStack() as trying:
+                        trainer = trying.enter_context(build(cfg, choice))
+                        sps = sample(trainer, sample_s)
+                        if best is None or sps > best["sps"]:
+                            best_held.close()  # the previous best
+                            best_held.push(trying.pop_all())
+                            best_trainer = trainer
+                except ApplianceError as e:  # a rule this setting breaks here: said, and not chosen
+                    say(f"autotune: {autotune.describe(choice)}: not usable here: {e}")
+                    continue
                 screen.append({"choice": choice, "sps": sps})
                 if best is None or sps > best["sps"]:
                     best = screen[-1]
@@ -161,7 +166,8 @@ def tune(
                     f"autotune: [{len(screen)}/{count}] {autotune.describe(choice)}: {sps:,.0f} agent-steps/s"
                 )
             fastest = max([fastest, *(r for r in screen if dotted in r["choice"])], key=lambda r: r["sps"])
-        assert best is not None
+        if best is None:
+            return None
         pair_s = max(sample_s, (budget_s - (clock() - start)) / (2 * MIN_PAIRS))
         say(
             f"autotune: confirming {autotune.describe(best['choice'])} against the profile's settings in turns"
@@ -250,6 +256,7 @@ def autotune_run(
     )
     result = tune(cfg, budget_s, echo, cores)
     if result is None:
+        echo("autotune: no other setting could be built here: the profile's settings stay (not kept)")
         return
     autotune.apply(cfg, result["chosen"], f"autotune ({path})")
     line = result_line(cfg, result)

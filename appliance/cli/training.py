@@ -167,10 +167,6 @@ def _train(
         cfg, notes = resume_config(resume, env, profile, config_file, overrides, family=family)
     else:
         cfg = run_config(env, profile, config_file, overrides, family=family)
-    if autotune_mode(autotune) != "off" and not resume and nproc == nnodes == 1:
-        from appliance.bench.selftune import autotune_run
-
-        autotune_run(cfg, autotune, click.echo)
     options = session.Options(
         run_id=run_id,
         resume=resume,
@@ -183,6 +179,11 @@ def _train(
         stop_steps=stop_steps,
         notes=tuple(notes),
     )
+    if autotune_mode(autotune) != "off" and not resume and nproc == nnodes == 1:
+        from appliance.bench.selftune import autotune_run
+
+        session.check_outputs(options)  # an unwritable --report is refused before the tuning's minute
+        autotune_run(cfg, autotune, click.echo)
     if nproc > 1 or nnodes > 1:
         from appliance.train import distributed
 
