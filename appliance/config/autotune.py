@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from appliance.config.layers import COMMAND_LINE, CONFIG_FILE, RESUMED
 from appliance.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ DATA_ENV = "PUFFER_BENCH_DATA"  # the data folder (default: $XDG_DATA_HOME/puffe
 BUDGET_S = 60.0  # the whole tuning, builds included, stays near this
 SCHEMA = "puffer-bench/autotune/1"
 TUNED_KEYS = (("vec", "num_threads"), ("vec", "num_workers"), ("train", "buffers"))
-USER_LAYERS = ("--config file", "command line", "the resumed run's config")  # a key set there is the user's
+USER_LAYERS = (CONFIG_FILE, COMMAND_LINE, RESUMED)  # a key set there is the user's
 MAX_BUFFERS = 4
 # train keys that change the speed of a step or an update (the rest, learning rates and the like, do not)
 SPEED_KEYS = (

@@ -21,6 +21,7 @@ from typing import Any
 
 from appliance.config import gymids
 from appliance.config.images import image_layout
+from appliance.config.layers import COMMAND_LINE, CONFIG_FILE
 from appliance.errors import ConfigError
 from appliance.paths import defaults_dir, repo_path
 
@@ -200,7 +201,7 @@ def fit_minibatch(config: Any, num_agents: int) -> tuple[int, str | None]:
     if train.batch_size != "auto" or minibatch % horizon or (segments * horizon) % minibatch == 0:
         return minibatch, None
     origin = config.origin("train", "minibatch_size") if hasattr(config, "origin") else ""
-    if origin.startswith(("command line", "--config file")):
+    if origin.startswith((COMMAND_LINE, CONFIG_FILE)):
         return minibatch, None
     most = min(max(1, minibatch // horizon), segments)
     fit = max(d for d in range(1, most + 1) if segments % d == 0) * horizon
