@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import typing
 from collections.abc import Iterator, Mapping
@@ -111,7 +112,7 @@ class Keys(Mapping[str, Any]):
         """The section from resolved (already typed and checked) values; a key ``values`` lacks (a
         config saved by an older version) takes its declared default, one it has that is no longer
         declared is left out."""
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        names = cls._names()
         return cls(**{k: v for k, v in values.items() if k in names})
 
     def __getitem__(self, name: str) -> Any:
@@ -127,7 +128,7 @@ class Keys(Mapping[str, Any]):
 
     @classmethod
     def _names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        return _field_names(cls)
 
     def __getattr__(self, name: str) -> Any:  # only for a name that is no field: a typo
         if name.startswith("_"):
@@ -135,6 +136,11 @@ class Keys(Mapping[str, Any]):
         matches = difflib.get_close_matches(name, self._names(), n=1, cutoff=0.6)
         hint = f"; did you mean {matches[0]}?" if matches else ""
         raise AttributeError(f"config section '{self.SECTION}' has no key '{name}'{hint}")
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 # ----------------------------------------------------------------------------- the sections
