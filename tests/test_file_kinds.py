@@ -16,6 +16,8 @@ Three roles of path:
 * ``data``: a run's or sweep's own file (``config.yaml``, ``model.pt``, ``metrics.jsonl``,
   ``latest``, ``study.db``, the journal, the env build cache). Its "symlink" case is a link to a
   file elsewhere, which must be refused and the target left unchanged.
+* ``renamed``: a run's file replaced whole by a rename (``latest``): a link, FIFO or device there
+  is replaced (never followed, never waited on), a folder refused.
 * ``output``: a file a command writes (``compare --out``, ``report --readme``): a link is refused and
   its target kept; a plain file there is replaced, as the user asked.
 """
@@ -45,6 +47,7 @@ from appliance.train import Trainer
 
 SMALL = (*conftest.SMALL, "--policy.hidden-size", "32")
 RESUME = (*SMALL, "--train.total-timesteps", "128")
+NEW = (*SMALL, "--train.total-timesteps", "64")
 TINY = tiny_sweep_args(64)
 BIG = 64 * 2**20  # past every bound a reader sets (4 MiB for YAML, 16 MiB for reports)
 BAD = ("symlink", "fifo", "device", "directory", "cut-short", "foreign", "oversized")
@@ -205,6 +208,15 @@ def _latest(tmp, trained, report):
     )
 
 
+def _latest_moved(tmp, trained, report):
+    """The ``latest`` pointer a new run's first checkpoint moves (replaced by a rename)."""
+    data = _run_copy(tmp, trained)
+    path = data / "latest"
+    return Case(
+        path, path.read_bytes(), lambda: words("train squared --no-dashboard --train.data-dir", data, *NEW)
+    )
+
+
 def _metrics(tmp, trained, report):
     data = _run_copy(tmp, trained)
     path = data / "r1" / "metrics.jsonl"
@@ -282,6 +294,7 @@ KINDS = {
     "resumed run's config.yaml": ("data", _resumed_config),
     "checkpoint (eval)": ("data", _checkpoint),
     "latest pointer (eval)": ("data", _latest),
+    "latest pointer (train moves it)": ("renamed", _latest_moved),
     "metrics.jsonl (train --resume)": ("data", _metrics),
     "study.db (sweep)": ("data", _study_db),
     "journal (sweep --storage journal://)": ("data", _journal),
@@ -341,6 +354,8 @@ def _expected(bad: str, role: str, line_based: bool) -> str:
         return "set aside"
     if role == "output" and bad in ("cut-short", "foreign", "oversized"):
         return "replaced"
+    if role == "renamed" and bad != "directory":  # a link, FIFO or device there is replaced, not followed
+        return "replaced"
     return "refused"
 
 
@@ -378,7 +393,8 @@ def test_every_bad_file_kind_over_every_path_kind_is_one_line_and_writes_nothing
         assert result.exit_code == 0, out
     else:
         assert result.exit_code in (0, 1), out  # compare exits 1 on a regression
-        assert case.path.is_file() and case.path.read_bytes() != before, out
+        assert case.path.is_file() and not case.path.is_symlink(), out  # replaced, not written through
+        assert case.path.read_bytes() != before, out
 
 
 # ----------------------------------------------------------------------------- text from the files

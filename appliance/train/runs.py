@@ -359,10 +359,16 @@ def point_latest(pointer: Path, run_dir: Path) -> None:
     if run_dir.parent.resolve() != pointer.parent.resolve():
         return
     target = run_dir.name
-    with contextlib.suppress(OSError):
-        if pointer.read_text().strip() == target:
+    if pointer.is_dir() and not pointer.is_symlink():  # a rename cannot replace a folder
+        raise UnsafeFileError(
+            f"the 'latest' pointer {pointer} is a folder, so it cannot name {run_dir} (saved there): "
+            "remove the folder; pass the run folder itself meanwhile"
+        )
+    with contextlib.suppress(ConfigError):  # a FIFO, device or link there: replaced, never waited on
+        named = read_bounded(pointer, "'latest' pointer", ConfigError, 4096, follow=False).strip()
+        if named == target.encode():
             return
-    write_bytes_atomic(pointer, target.encode())
+    write_bytes_atomic(pointer, target.encode())  # a rename: a link there is replaced, not followed
 
 
 SUPERSEDED = ".superseded"

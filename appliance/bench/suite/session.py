@@ -29,7 +29,7 @@ from appliance.bench.suite.steps import Step, SuiteRunner
 from appliance.config import detect_profile, gpu_matches, resolve
 from appliance.errors import ApplianceError, ConfigError
 from appliance.redact import command_line
-from appliance.report_io import disk_full, unwritable, write_bytes_exclusive
+from appliance.report_io import disk_full, open_input, unwritable, write_bytes_exclusive
 from appliance.signals import Interrupted, stop_signals
 from appliance.sysinfo import fingerprint
 
@@ -198,11 +198,13 @@ def registered_suite() -> Iterator[Callable[[], list[str]]]:
                 if path == me:
                     continue
                 try:
-                    with open(path) as g:
+                    # a shared folder: another user's FIFO there is refused (OSError), never waited on
+                    with open_input(path, "suite registration", OSError, follow=False) as g:
                         try:
                             fcntl.flock(g, fcntl.LOCK_SH | fcntl.LOCK_NB)
                         except OSError:  # held: that run is alive
-                            alive.append(f"process {path.stem} ({g.read().strip()})")
+                            held = g.read(4096).decode(errors="replace").strip()
+                            alive.append(f"process {path.stem} ({held})")
                             continue
                     path.unlink()  # a run that died
                 except OSError:
