@@ -13,13 +13,13 @@ from click.testing import CliRunner
 from conftest import fake_cpu_bf16
 
 from appliance.bench import compare as cmp
-from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.bottleneck import diagnose_training, roofline
 from appliance.bench.suite import definition as suite
 from appliance.bench.suite.session import bench_profile
 from appliance.cli import cli
 from appliance.config import detect_profile
+from appliance.docs import readme
 from appliance.errors import ConfigError, ReportError
 from appliance.measure.stats import holm, ratio_interval, ratio_p_value, summarize
 from appliance.sysinfo import fingerprint

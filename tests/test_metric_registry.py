@@ -18,10 +18,10 @@ import pytest
 
 from appliance.bench import compare as cmp
 from appliance.bench import metrics as reg
-from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.suite import definition
 from appliance.bench.suite.steps import SuiteRunner
+from appliance.docs import readme
 from appliance.sysinfo import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,10 +24,10 @@ from conftest import one_line_error
 from markdown_it import MarkdownIt
 
 from appliance import config, sweep, vector
-from appliance.bench import readme
 from appliance.bench import report as rpt
 from appliance.bench.suite import definition as suite
 from appliance.cli import cli
+from appliance.docs import readme
 from appliance.errors import ConfigError, ReportError
 from appliance.measure.stats import summarize
 from appliance.train import Trainer

@@ -21,7 +21,7 @@ speed. One :class:`Family` row says, for every metric of the family:
 
 The suites (:mod:`appliance.bench.suite.steps`), the report renderings
 (:mod:`appliance.bench.report.content`), ``compare``, the README table
-(:mod:`appliance.bench.readme`) and the bottleneck analysis (:mod:`appliance.bench.bottleneck`)
+(:mod:`appliance.docs.readme`) and the bottleneck analysis (:mod:`appliance.bench.bottleneck`)
 read this table instead of matching names themselves. Adding a metric: docs/architecture.md,
 "Adding a metric".
 """

@@ -347,8 +347,8 @@ def report_cmd(
 
     Without REPORTS, --readme takes the newest report of each profile folder under --results.
     """
-    from appliance.bench import readme as readme_mod
     from appliance.bench import report as rpt
+    from appliance.docs import readme as readme_mod
 
     if not (render or md_out or readme):
         raise click.UsageError("give --render, --markdown FILE or --readme README.md")
