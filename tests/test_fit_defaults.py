@@ -17,12 +17,13 @@ from appliance.train import Trainer
 
 def test_a_family_minibatch_fits_a_vector_env_of_two(capsys):
     """The classic family's minibatch (256 = 8 segments of 32) is more than a 2-env VectorEnv's
-    batch (64): the trainer takes the batch's 2 segments, says so, and trains."""
+    batch (64): the trainer takes the whole batch, 64 single steps (the family's mlp core draws
+    minibatches in transitions), says so, and trains."""
     cfg = resolve(env="appliance.testing:cartpole_pair", overrides=["--train.device", "cpu"])
     assert (cfg.family.name, cfg.train.minibatch_size, cfg.train.bptt_horizon) == ("classic", 256, 32)
     trainer = Trainer(cfg, vector.make_from_config(cfg))
     try:
-        assert (trainer.batch_size, trainer.mb_segments) == (64, 2)
+        assert (trainer.batch_size, trainer.transitions, trainer.mb_segments) == (64, True, 64)
         trainer.evaluate()
         trainer.train()
         assert trainer.epoch == 1 and 0 < trainer.global_step <= 64  # NextStep resets are masked

@@ -57,4 +57,5 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         num_layers=p.num_layers,
         expansion_factor=p.expansion_factor,
         encoder_activation=p.encoder_activation,
+        separate_value=p.separate_value,
     )

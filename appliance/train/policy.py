@@ -9,6 +9,13 @@
 * Core: ``mlp``, ``lstm`` or ``mingru`` (PufferNet: ``num_layers`` minimal GRUs with highway
   connections, ``expansion_factor``), each a small module of :mod:`appliance.train.cores` with the
   same three methods (``initial_state``, ``step``, ``sequence``), which the policy composes.
+* Activations (``policy.encoder_activation``): ``gelu`` after the encoder's Linear (the mlp core's
+  layers always GELU), ``none``, or ``tanh`` / ``relu`` after the encoder's Linear *and* each mlp core
+  layer (CleanRL's MuJoCo networks are tanh, rl-zoo's tuned ones ReLU).
+* Value network (``policy.separate_value``): by default the value head reads the same encoder and
+  core as the action head; ``true`` gives the value head an encoder and mlp core of its own (the PPO
+  paper's and CleanRL's separate actor and critic), sharing only the observation scaling and
+  normalization.
 * Heads: Discrete and MultiDiscrete logits, or a Gaussian for Box actions with a learned
   state-independent log-std; Box samples are clipped to the bounds only when sent to the env
   (:meth:`Policy.env_actions`), and Box-action policies normalize observations by running
@@ -55,6 +62,10 @@ _TORCH_DTYPES = {
     }.items()
 }
 
+
+# policy.encoder_activation: the module after the linear and onehot encoders' Linear (None: nothing);
+# tanh and relu also replace the mlp core's GELU
+ACTIVATIONS: dict[str, type[nn.Module] | None] = {"gelu": nn.GELU, "none": None, "tanh": nn.Tanh, "relu": nn.ReLU}
 
 MAX_CATEGORIES = 32  # integer observations with at most this many values can be one-hot encoded
 
@@ -226,6 +237,7 @@ class Policy(nn.Module):
         num_layers: int = 1,
         expansion_factor: int = 1,
         encoder_activation: str = "gelu",
+        separate_value: bool = False,
     ) -> None:
         super().__init__()
         if core not in CORES:
@@ -234,8 +246,10 @@ class Policy(nn.Module):
             raise ValueError(f"policy.expansion_factor {expansion_factor}: only the mingru core has one")
         if init not in ("pufferlib", "cleanrl", "torch"):
             raise ValueError(f"unknown policy init {init!r}; choose pufferlib, cleanrl or torch")
-        if encoder_activation not in ("gelu", "none"):
-            raise ValueError(f"unknown policy encoder_activation {encoder_activation!r}; choose gelu or none")
+        if encoder_activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown policy encoder_activation {encoder_activation!r}; choose {', '.join(ACTIVATIONS)}"
+            )
         if obs_scale not in ("bounds", "none"):
             raise ValueError(f"unknown policy obs_scale {obs_scale!r}; choose bounds or none")
         self.hidden_size = hidden_size
@@ -254,15 +268,30 @@ class Policy(nn.Module):
         self.obs_norm = RunningNorm(self.to_float.size) if obs_norm else None
         self.image = layout if image else None
         self.image_shape = layout.shape if self.image is not None else None
+        if separate_value and (core != "mlp" or self.image is not None):
+            raise ConfigError(
+                f"policy.separate_value needs the mlp core and a linear or onehot encoder (got core {core}, "
+                f"encoder {kind}); use --policy.separate-value false"
+            )
+        activation = ACTIVATIONS[encoder_activation]
+
+        def linear_encoder() -> nn.Sequential:
+            act = [activation()] if activation is not None else []
+            return nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), *act)
+
         if self.image is not None:
             build = nature_cnn if kind == "nature" else small_cnn
             self.encoder = build(layout.channels, layout.height, layout.width, hidden_size)
         else:
-            act = [nn.GELU()] if encoder_activation == "gelu" else []
-            self.encoder = nn.Sequential(layer_init(nn.Linear(self.to_float.size, hidden_size)), *act)
+            self.encoder = linear_encoder()
         self.encoder_choice = (kind, why)  # what the run's header prints
-        factor = {"expansion_factor": expansion_factor} if core == "mingru" else {}
+        factor: dict[str, Any] = {"expansion_factor": expansion_factor} if core == "mingru" else {}
+        if core == "mlp" and encoder_activation in ("tanh", "relu"):  # the core's layers take it too
+            factor["activation"] = activation
         self.core: Core = CORES[core](hidden_size, num_layers=num_layers, **factor)
+        # the critic's own trunk (policy.separate_value), or none: the value head reads the actor's
+        self.value_encoder = linear_encoder() if separate_value else None
+        self.value_core = CORES[core](hidden_size, num_layers=num_layers, **factor) if separate_value else None
         if isinstance(self.core, LSTM):  # its step cell, whose weights checkpoints name cell.* too
             self.cell = self.core.cell
         self.action_space = action_space
@@ -283,13 +312,14 @@ class Policy(nn.Module):
                          for b in (action_space.low, action_space.high))  # fmt: skip
             self.register_buffer("action_low", low, persistent=False)
             self.register_buffer("action_high", high, persistent=False)
+        trunks = [m for m in (self.value_encoder, self.value_core) if m is not None]
         if init == "torch":  # every layer as torch constructs it: undo layer_init's overrides
-            for module in (self.encoder, self.core, self.decoder, self.value):
+            for module in (self.encoder, self.core, self.decoder, self.value, *trunks):
                 for layer in module.modules():
                     if hasattr(layer, "reset_parameters"):  # Linear, Conv2d, LSTM
                         layer.reset_parameters()
         elif init == "pufferlib" and not self.core.recurrent:  # PufferLib's Default: torch's encoder init
-            for layer in self.encoder.modules():
+            for layer in (*self.encoder.modules(), *(trunks[0].modules() if trunks else ())):
                 if isinstance(layer, (nn.Linear, nn.Conv2d)):
                     layer.reset_parameters()
         elif init == "pufferlib":  # what its LSTM wrapper does to the policy it wraps
@@ -307,10 +337,15 @@ class Policy(nn.Module):
 
     # ------------------------------------------------------------------ forward
 
-    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations as the encoders read them: floats, normalized where ``policy.obs_norm`` is on."""
         x = self.to_float(obs)
-        if self.obs_norm is not None:
-            x = self.obs_norm(x)
+        return self.obs_norm(x) if self.obs_norm is not None else x
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.encode_features(self.features(obs))
+
+    def encode_features(self, x: torch.Tensor) -> torch.Tensor:
         if self.image is not None:
             im = self.image
             lead = x.shape[:-1]  # (batch[, time])
@@ -331,13 +366,21 @@ class Policy(nn.Module):
 
     def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """Inference for one step: obs [B, ...] -> (logits or mean [B, A], value [B], state)."""
-        x, state = self.core.step(self.encode(obs), state)
-        return self.decoder(x), self.value(x).squeeze(-1), state
+        f = self.features(obs)
+        x, state = self.core.step(self.encode_features(f), state)
+        return self.decoder(x), self._value(f, x), state
 
     def sequence(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor]:
         """Training over segments: obs [B, T, ...] from initial state [B, H] -> ([B, T, A], [B, T])."""
-        x = self.core.sequence(self.encode(obs), state)
-        return self.decoder(x), self.value(x).squeeze(-1)
+        f = self.features(obs)
+        x = self.core.sequence(self.encode_features(f), state)
+        return self.decoder(x), self._value(f, x)
+
+    def _value(self, features: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The value head over the actor's ``x``, or over the critic's own trunk (separate_value)."""
+        if self.value_encoder is not None and self.value_core is not None:
+            x = self.value_core(self.value_encoder(features))
+        return self.value(x).squeeze(-1)
 
     # ------------------------------------------------------------------ distributions
 

@@ -35,7 +35,7 @@ import torch
 
 from appliance.config import Config, families
 from appliance.config.build import batch_for_agents
-from appliance.errors import TrainingError
+from appliance.errors import ConfigError, TrainingError
 from appliance.gpu import kernels
 from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
 from appliance.train.episodes import Episodes
@@ -46,6 +46,39 @@ from appliance.train.policy import Policy, State, copy_weights, inference_copy
 from appliance.train.rewards import ReturnScale
 from appliance.train.rollout import Rollout, recv_to_device
 from appliance.train.timings import Timings
+
+
+MINIBATCH_UNITS = ("auto", "segments", "transitions")
+
+
+def minibatch_in_transitions(unit: str, policy: Policy, prio_alpha: float) -> bool:
+    """Whether minibatches are drawn in single transitions (``train.minibatch_unit``): ``transitions``
+    needs a core without state (a recurrent core trains on whole segments from their starting state);
+    ``auto`` is transitions for such a core when the sampling is uniform (``prio_alpha`` 0: CleanRL's
+    and SB3's shuffled minibatches), segments otherwise (prioritized segments, as PufferLib)."""
+    if unit not in MINIBATCH_UNITS:
+        raise ConfigError(f"unknown train.minibatch_unit {unit!r}; choose {', '.join(MINIBATCH_UNITS)}")
+    recurrent = bool(getattr(policy.core, "recurrent", True))
+    if unit == "transitions" and recurrent:
+        raise ConfigError(
+            "train.minibatch_unit transitions needs a core without state (policy.core mlp): a recurrent "
+            "core trains on whole segments; use --train.minibatch-unit segments"
+        )
+    return unit == "transitions" or (unit == "auto" and not recurrent and prio_alpha == 0)
+
+
+class Rows:
+    """A rollout's tensors indexed by minibatch row: as they are (``[segments, horizon, ...]``), or
+    with ``transitions`` each step a row of its own (``[segments * horizon, 1, ...]`` views, so what a
+    minibatch writes back lands in the rollout)."""
+
+    NAMES = ("obs", "actions", "logprobs", "values", "rewards", "dones", "ratios", "masks")
+
+    def __init__(self, rollout: Rollout, transitions: bool) -> None:
+        for name in self.NAMES:
+            t = getattr(rollout, name)
+            setattr(self, name, t.flatten(0, 1).unsqueeze(1) if transitions else t)
+        self.initial_state = rollout.initial_state
 
 
 class Trainer:
@@ -88,11 +121,14 @@ class Trainer:
         batch = batch_for_agents({**{k: getattr(hp, k) for k in sizes}, "minibatch_size": minibatch}, n)
         self.batch_size, self.horizon = batch, horizon
         self.segments = batch // horizon
-        self.mb_segments = minibatch // horizon
-        self.chunk_segments = min(self.mb_segments, hp.max_minibatch_size // horizon)
+        # what minibatches are drawn in (train.minibatch_unit): whole segments, or single transitions
+        self.transitions = minibatch_in_transitions(hp.minibatch_unit, self.policy, hp.prio_alpha)
+        unit = 1 if self.transitions else horizon  # agent-steps in one row of a minibatch
+        self.mb_segments = minibatch // unit  # rows of a minibatch (transitions, or segments)
+        self.chunk_segments = min(self.mb_segments, max(1, hp.max_minibatch_size // unit))
         # minibatches an epoch: train.replay_ratio passes over the batch (auto: update_epochs), at least one
         passes = hp.update_epochs if hp.replay_ratio == "auto" else hp.replay_ratio
-        self.minibatches = max(1, int(passes * self.segments / self.mb_segments))
+        self.minibatches = max(1, int(passes * batch / minibatch))
 
         # ---- preallocated experience: one row per segment
         obs_device = torch.device("cpu") if hp.cpu_offload else self.device
@@ -108,6 +144,8 @@ class Trainer:
             pin_obs=hp.cpu_offload and self.device.type == "cuda",
         )
         self.state = self.policy.initial_state(n, self.device)
+        # train.recompute_advantages false: the epoch's advantages, computed once before its minibatches
+        self.epoch_advantages = None if hp.recompute_advantages else torch.zeros_like(self.rollout.values)
         self.box_noise = BoxNoise(n, hp.noise_corr)  # Box actions' exploration noise
 
         # the update: device work only, captured as a CUDA graph where that is possible
@@ -272,6 +310,8 @@ class Trainer:
         minibatches = self.minibatches
         with self.timings.phase("train"):
             b.ratios.fill_(1.0)
+            if self.epoch_advantages is not None:  # GAE once, from the rollout's values (ratios 1)
+                self.epoch_advantages.copy_(self._advantages())
             acc.begin(self.epoch * minibatches, hp.prio_beta0 + (hp.prio_beta1 - hp.prio_beta0) * progress)
             for _ in range(minibatches):
                 self.update_step()
@@ -303,20 +343,13 @@ class Trainer:
         previous minibatches wrote back, segments by priority (distinct, unless
         ``train.prio_replacement``), the loss and its gradient,
         clipping and the optimizer step; statistics summed into ``epoch_scalars``."""
-        hp, b, acc = self.hp, self.rollout, self.epoch_scalars
-        adv = advantage.compute(  # fused on CUDA, the host build on a CPU, as check_at_start allowed
-            b.values,
-            b.rewards,
-            b.dones,
-            b.ratios,
-            hp.gamma,
-            hp.gae_lambda,
-            hp.vtrace_rho_clip,
-            hp.vtrace_c_clip,
-            hp.vtrace_rho_on,
-            accelerated=self.advantage_accelerated,
-        )
+        hp, acc = self.hp, self.epoch_scalars
+        adv = self._advantages() if self.epoch_advantages is None else self.epoch_advantages
         acc.sums[graphs.NONFINITE] += (~torch.isfinite(adv)).any()
+        acc.last_advantages = adv
+        rows = self.rows()
+        if self.transitions:  # each step its own row of one
+            adv = adv.reshape(-1, 1)
         # segments by priority, drawn on the device from torch's generator's uniforms (docs/lab/notes.md:
         # why not the kernel's Philox stream): distinct ones by exponential keys and a top-k (one
         # uniform per segment), or with replacement by the inverse cumulative priorities (one per draw)
@@ -330,7 +363,7 @@ class Trainer:
             adv, hp.prio_alpha, acc.beta, self.mb_segments, hp.seed, acc.step, uniform=u, replacement=replace
         )
         mb_adv = adv[idx]
-        mb_returns = mb_adv + b.values[idx]
+        mb_returns = mb_adv + rows.values[idx]
         mean, std = self._advantage_stats(mb_adv)
         norm_adv = importance[:, None] * (mb_adv - mean) / (std + 1e-8)
         self.optimizer.zero_grad(set_to_none=not self.update_step.capture)  # graphs: grads stay put
@@ -343,7 +376,27 @@ class Trainer:
             self.optimizer.step()
         acc.sums[graphs.IMPORTANCE] += importance.mean()
         acc.step += 1
-        acc.last_advantages = adv
+
+    def _advantages(self) -> torch.Tensor:
+        """V-trace advantages over the rollout ``[segments, horizon]`` with its current values and ratios."""
+        hp, b = self.hp, self.rollout
+        return advantage.compute(  # fused on CUDA, the host build on a CPU, as check_at_start allowed
+            b.values,
+            b.rewards,
+            b.dones,
+            b.ratios,
+            hp.gamma,
+            hp.gae_lambda,
+            hp.vtrace_rho_clip,
+            hp.vtrace_c_clip,
+            hp.vtrace_rho_on,
+            accelerated=self.advantage_accelerated,
+        )
+
+    def rows(self) -> Rows:
+        """The rollout as minibatches index it: its ``[segments, horizon, ...]`` tensors, or views of
+        them as ``[segments * horizon, 1, ...]`` when minibatches are drawn in transitions."""
+        return Rows(self.rollout, self.transitions)
 
     # Data-parallel hooks (appliance.train.rank.RankTrainer): one process needs neither.
 
@@ -355,9 +408,10 @@ class Trainer:
         """Called after a minibatch's backward, before clipping: ranks average gradients here."""
 
     def _minibatch(self, idx: torch.Tensor, norm_adv: torch.Tensor, returns: torch.Tensor) -> None:
-        """Forward and backward over the sampled segments ``idx``, in chunks of at most
-        ``max_minibatch_size`` whose gradients add up (each scaled by its share of the minibatch)."""
-        b = self.rollout
+        """Forward and backward over the sampled rows ``idx`` (segments, or transitions: :meth:`rows`), in
+        chunks of at most ``max_minibatch_size`` whose gradients add up (each scaled by its share of the
+        minibatch)."""
+        b = self.rows()
         for start in range(0, len(idx), self.chunk_segments):
             sl = slice(start, start + self.chunk_segments)
             rows = idx[sl]
@@ -370,8 +424,9 @@ class Trainer:
             out, new_value = out.float(), new_value.float()
             terms, ratio = self._loss(out, new_value, rows, norm_adv[sl], returns[sl], weight)
             with torch.no_grad():  # fresh ratios and values for the next minibatch's V-trace advantages
-                b.ratios[rows] = ratio.reshape(len(rows), -1)
-                b.values[rows] = new_value.detach()
+                if self.epoch_advantages is None:
+                    b.ratios[rows] = ratio.reshape(len(rows), -1)
+                    b.values[rows] = new_value.detach()
                 self.epoch_scalars.sums[graphs.LOSS_TERMS] += terms * weight
 
     def _loss(
@@ -388,7 +443,7 @@ class Trainer:
         fused CUDA loss runs (discrete actions, ``kernels.use_cuda``) it gives the same terms and the
         gradients with respect to the logits and values in one kernel, checked against the torch loss
         when the trainer starts (:func:`losses.check_at_start`)."""
-        b = self.rollout
+        b = self.rows()
         if self.policy.nvec is not None and kernels.use_cuda(out):
             n = value.numel()
             res = kernels.ppo_loss(
