@@ -35,7 +35,7 @@ from typing import Any
 
 from appliance.errors import ConfigError
 from appliance.paths import data_dir
-from appliance.report_io import read_json, write_bytes_atomic
+from appliance.report_io import read_bounded, read_json, write_bytes_atomic
 
 PREFIX = "pufferlib:"
 REQUIRED_MACROS = ("OBS_SIZE", "NUM_ATNS", "ACT_SIZES", "OBS_TENSOR_T")
@@ -102,6 +102,12 @@ def _read_record(path: Path) -> Any:
     return read_json(path, "build record", ValueError, 2**20)
 
 
+def _source_text(path: Path) -> str:
+    """An env's source file (C, header, ini) as text: a FIFO, device or folder by that name is one
+    line naming it, never waited on (:func:`report_io.read_bounded`)."""
+    return read_bounded(path, "source file", ConfigError, 64 * 2**20).decode(errors="replace")
+
+
 def cache_root() -> Path:
     """Where built envs live ($PUFFER_ENV_CACHE, else ~/.cache/puffer-bench/envs)."""
     root = os.environ.get("PUFFER_ENV_CACHE") or os.path.join(
@@ -144,8 +150,8 @@ def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
         raise ConfigError(
             f"{folder} has no binding.c: not a PufferLib 4.0 env folder (ocean/NAME/ with NAME.h and binding.c)"
         )
-    binding = binding_path.read_text(errors="replace")
-    headers = "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.h")))
+    binding = _source_text(binding_path)
+    headers = "\n".join(_source_text(p) for p in sorted(folder.glob("*.h")))
     if "env_binding.h" in binding:
         raise ConfigError(
             f"{folder}/binding.c is in PufferLib 3.0's format (env_binding.h, the CPython API), not 4.0's "
@@ -270,7 +276,7 @@ def recipe(ini: dict[str, dict[str, Any]], agents_per_env: int) -> dict[str, dic
 def raylib_needed(folder: Path) -> bool:
     """True when the env's sources include raylib (every PufferLib env's renderer does)."""
     include = re.compile(r'^\s*#\s*include\s*[<"](raylib|raymath|rlgl)\.h[>"]', re.M)
-    return any(include.search(p.read_text(errors="replace")) for p in folder.glob("*.[ch]"))
+    return any(include.search(_source_text(p)) for p in folder.glob("*.[ch]"))
 
 
 def find_raylib(given: str | Path | None = None) -> Path | None:
@@ -485,7 +491,7 @@ def data_hint(folder: Path) -> str:
     """Where an env that crashed may have looked for its data: the format's envs open files by paths
     relative to the checkout's root (``resources/NAME/...``), the folder PufferLib runs them from. Says
     to run from there when the checkout has the folder the working folder lacks, or that it is missing."""
-    text = "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.[ch]")))
+    text = "\n".join(_source_text(p) for p in sorted(folder.glob("*.[ch]")))
     tops = sorted({m.group(1) for m in re.finditer(r'"((?:resources|\w+_data))/[^"\n]*"', text)})
     root = folder.resolve().parent.parent
     for top in tops:
@@ -507,12 +513,12 @@ def _write_recipe(built: Built, ini_path: Path | None, sections: dict[str, dict[
 
 
 def _sources_text(folder: Path) -> str:
-    return "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.h")))
+    return "\n".join(_source_text(p) for p in sorted(folder.glob("*.h")))
 
 
 def _is_library_source(path: Path) -> bool:
     """A .c beside binding.c that is part of the env (not a demo program with its own main)."""
-    return not re.search(r"\bint\s+main\s*\(", path.read_text(errors="replace"))
+    return not re.search(r"\bint\s+main\s*\(", _source_text(path))
 
 
 def _vendor_includes(folder: Path) -> list[str]:

@@ -269,6 +269,16 @@ def _build_record(tmp, trained, report):
     return Case(path, good, lambda: run_cli("config", "pufferlib:foo", env={"PUFFER_ENV_CACHE": str(cache)}))
 
 
+def _env_source(tmp, trained, report):
+    """A header in a PufferLib env's source folder, read by ``envs build`` before it compiles."""
+    folder = tmp / "ocean" / "foo"
+    folder.mkdir(parents=True)
+    (folder / "binding.c").write_text('#include "foo.h"\n')
+    path = folder / "foo.h"
+    cache = {"PUFFER_ENV_CACHE": str(tmp / "cache")}
+    return Case(path, b"#define OBS_SIZE 1\n", lambda: run_cli("envs", "build", folder, env=cache))
+
+
 def _compare_out(tmp, trained, report):
     path = tmp / "compare.md"
     return Case(path, b"# an older comparison\n", lambda: run_cli("compare", report, report, "--out", path))
@@ -299,6 +309,7 @@ KINDS = {
     "study.db (sweep)": ("data", _study_db),
     "journal (sweep --storage journal://)": ("data", _journal),
     "env build record (config pufferlib:NAME)": ("data", _build_record),
+    "env source header (envs build)": ("input", _env_source),
     "output (compare --out)": ("output", _compare_out),
     "README (report --readme)": ("data", _readme),  # read, then rewritten
 }
@@ -359,14 +370,20 @@ def _expected(bad: str, role: str, line_based: bool) -> str:
     return "refused"
 
 
-@pytest.mark.parametrize("bad", BAD)
-@pytest.mark.parametrize("kind", list(KINDS))
+# what a C compiler reads (a source file's content is the compiler's to judge): the files that are no
+# file at all
+NOT_FILES = {"env source header (envs build)"}
+CASES = [(k, b) for k in KINDS for b in BAD if k not in NOT_FILES or b in BAD[:4]]
+
+
+@pytest.mark.parametrize(("kind", "bad"), CASES)
 def test_every_bad_file_kind_over_every_path_kind_is_one_line_and_writes_nothing_through_a_link(
     tmp_path, request, good_report, kind, bad
 ):
     role, make = KINDS[kind]
     line_based = kind in LINES
-    made = request.getfixturevalue("swept" if make in (_study_db, _journal) else "trained")
+    fixture = {_study_db: "swept", _journal: "swept"}.get(make, "trained" if role != "input" else None)
+    made = request.getfixturevalue(fixture) if fixture else None
     case = make(tmp_path, made, good_report)
     victim = _put(bad, role, line_based, case, tmp_path)
     before = case.path.read_bytes() if case.path.is_file() and not case.path.is_symlink() else None
