@@ -54,14 +54,14 @@ def test_the_trainer_reaches_the_host_advantage_and_reference_mode_turns_it_off(
     real = host.advantage
     monkeypatch.setattr(host, "advantage", lambda *a: calls.append(1) or real(*a))
     v, r, d, rho = rollout_like(16, 8)
-    advantage.compute(v, r, d, rho, 0.99, 0.95)
+    advantage.compute(v, r, d, rho, advantage.Coefs(0.99, 0.95))
     assert calls == [1]
     monkeypatch.setenv("PUFFER_KERNELS", "reference")
-    advantage.compute(v, r, d, rho, 0.99, 0.95)
+    advantage.compute(v, r, d, rho, advantage.Coefs(0.99, 0.95))
     assert calls == [1]
     # bfloat16 or float64 tensors are not the kernels' storage: the torch definition takes them
     monkeypatch.delenv("PUFFER_KERNELS")
-    advantage.compute(v.double(), r.double(), d.double(), rho.double(), 0.99, 0.95)
+    advantage.compute(v.double(), r.double(), d.double(), rho.double(), advantage.Coefs(0.99, 0.95))
     assert calls == [1]
 
 

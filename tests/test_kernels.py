@@ -497,7 +497,9 @@ def test_dispatch_runs_the_reference_on_cpu(monkeypatch: pytest.MonkeyPatch) -> 
     for m in ("", "auto", "reference", "REFERENCE"):
         monkeypatch.setenv(kernels.ENV, m)
         assert not kernels.use_cuda(values)
-        assert torch.equal(advantage.compute(*args), advantage.advantage(*args))
+        assert torch.equal(
+            advantage.compute(*args[:4], advantage.Coefs(*args[4:])), advantage.advantage(*args)
+        )
     out = torch.randn(16, 5)
     assert all(
         torch.equal(a, b)

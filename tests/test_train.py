@@ -120,7 +120,7 @@ def test_vtrace_rho_on_reaches_the_advantage_the_trainer_trains_on(monkeypatch):
     """The config key (default td_error) is what each minibatch's advantage is computed with."""
     seen = []
     real = advantage.compute
-    monkeypatch.setattr(advantage, "compute", lambda *a, **k: seen.append(a[8]) or real(*a, **k))
+    monkeypatch.setattr(advantage, "compute", lambda *a, **k: seen.append(a[4].rho_on) or real(*a, **k))
     for form in ("td_error", "reward"):
         cfg = small_config("squared", **({} if form == "td_error" else {"train": {"vtrace_rho_on": form}}))
         assert cfg.train.vtrace_rho_on == form
@@ -1354,12 +1354,14 @@ def test_the_gpu_start_up_check_holds_the_fused_advantage_to_the_edited_torch_on
     real = advantage.advantage
     monkeypatch.setattr(kernels, "advantage", real)
     monkeypatch.setattr(advantage, "_build_for", lambda *tensors: kernels.advantage)
-    assert advantage.check_at_start(torch.device("cpu"), 0.99, 0.95, 1.0, 1.0)  # the same: no complaint
+    assert advantage.check_at_start(
+        torch.device("cpu"), advantage.Coefs(0.99, 0.95, 1.0, 1.0)
+    )  # the same: no complaint
     monkeypatch.setattr(advantage, "advantage", lambda *a: real(*a) + 0.01)
     with pytest.raises(
         TrainingError, match="fused CUDA advantage differs from advantage.* kernels/advantage.cuh"
     ):
-        advantage.check_at_start(torch.device("cpu"), 0.99, 0.95, 1.0, 1.0)
+        advantage.check_at_start(torch.device("cpu"), advantage.Coefs(0.99, 0.95, 1.0, 1.0))
 
 
 def test_a_run_saved_before_obs_scale_is_evaluated_on_the_observations_it_trained_on(tmp_path):

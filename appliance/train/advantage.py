@@ -24,14 +24,41 @@ edited function (with a warning), so the edit is never silently ignored.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from appliance.errors import TrainingError
 from appliance.gpu import host, kernels
 
+if TYPE_CHECKING:
+    from appliance.config.keys import TrainConfig
+
 KERNEL_TOLERANCE = (1e-4, 1e-5)  # (relative, absolute): a build of the kernel against advantage(), float32
 RHO_ON = ("td_error", "reward")  # what the clipped ratio weights in each TD error (train.vtrace_rho_on)
+
+
+@dataclass(frozen=True)
+class Coefs:
+    """The advantage's coefficients, as :func:`advantage` and its builds take them after the four
+    tensors: ``gamma``, ``gae_lambda``, the V-trace clips and what the clipped ratio weights."""
+
+    gamma: float
+    gae_lambda: float
+    rho_clip: float = 1.0
+    c_clip: float = 1.0
+    rho_on: str = "td_error"
+
+    @classmethod
+    def of(cls, train: TrainConfig) -> Coefs:
+        """From the config's train section (``train.gamma``, ``train.vtrace_rho_clip``, ...)."""
+        return cls(
+            train.gamma, train.gae_lambda, train.vtrace_rho_clip, train.vtrace_c_clip, train.vtrace_rho_on
+        )
+
+    def args(self) -> tuple[float, float, float, float, str]:
+        return (self.gamma, self.gae_lambda, self.rho_clip, self.c_clip, self.rho_on)
 
 
 def advantage(
@@ -70,11 +97,7 @@ def compute(
     rewards: torch.Tensor,
     dones: torch.Tensor,
     ratios: torch.Tensor,
-    gamma: float,
-    gae_lambda: float,
-    rho_clip: float = 1.0,
-    c_clip: float = 1.0,
-    rho_on: str = "td_error",
+    coefs: Coefs,
     accelerated: bool = True,
 ) -> torch.Tensor:
     """:func:`advantage`, by the fused kernel where ``kernels.use_cuda`` says it runs, and by the same
@@ -82,7 +105,7 @@ def compute(
     ``accelerated=False`` (what :func:`check_at_start` returns when the host build disagrees with
     :func:`advantage`): this function always."""
     fn = _build_for(values, rewards, dones, ratios) if accelerated else None
-    return (fn or advantage)(values, rewards, dones, ratios, gamma, gae_lambda, rho_clip, c_clip, rho_on)
+    return (fn or advantage)(values, rewards, dones, ratios, *coefs.args())
 
 
 def _build_for(*tensors: torch.Tensor):
@@ -107,14 +130,7 @@ def _test_batch(
     return tuple(t.to(device) for t in (values, rewards, dones, ratios))
 
 
-def check_at_start(
-    device: torch.device,
-    gamma: float,
-    gae_lambda: float,
-    rho_clip: float,
-    c_clip: float,
-    rho_on: str = "td_error",
-) -> bool:
+def check_at_start(device: torch.device, coefs: Coefs) -> bool:
     """Hold the build :func:`compute` runs for float32 tensors on ``device`` to :func:`advantage` on
     one random batch, at the run's own coefficients. Agreeing (or no build here): True. The CUDA
     kernel disagreeing: a :class:`TrainingError` naming what to do, as the fused loss's check. The
@@ -123,8 +139,8 @@ def check_at_start(
     build = _build_for(*batch)
     if build is None:
         return True
-    got = build(*batch, gamma, gae_lambda, rho_clip, c_clip, rho_on).float()
-    want = advantage(*batch, gamma, gae_lambda, rho_clip, c_clip, rho_on)
+    got = build(*batch, *coefs.args()).float()
+    want = advantage(*batch, *coefs.args())
     rtol, atol = KERNEL_TOLERANCE
     if torch.allclose(got, want, rtol=rtol, atol=atol):
         return True

@@ -151,9 +151,9 @@ class Trainer:
         # the update: device work only, captured as a CUDA graph where that is possible
         self.loss_coefs = losses.Coefs(hp.clip_coef, hp.vf_clip_coef, hp.vf_coef, hp.ent_coef)
         losses.check_at_start(self.policy.nvec, self.loss_coefs, self.device)  # the fused loss, on a GPU
-        self.advantage_accelerated = advantage.check_at_start(
-            self.device, hp.gamma, hp.gae_lambda, hp.vtrace_rho_clip, hp.vtrace_c_clip, hp.vtrace_rho_on
-        )  # the kernel builds against advantage(): an edit there is never silently ignored
+        self.advantage_coefs = advantage.Coefs.of(hp)
+        # the kernel builds against advantage(): an edit there is never silently ignored
+        self.advantage_accelerated = advantage.check_at_start(self.device, self.advantage_coefs)
         capture = graphs.can_capture(
             hp,
             self.device,
@@ -385,11 +385,7 @@ class Trainer:
             b.rewards,
             b.dones,
             b.ratios,
-            hp.gamma,
-            hp.gae_lambda,
-            hp.vtrace_rho_clip,
-            hp.vtrace_c_clip,
-            hp.vtrace_rho_on,
+            self.advantage_coefs,
             accelerated=self.advantage_accelerated,
         )
 
