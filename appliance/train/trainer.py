@@ -379,7 +379,7 @@ class Trainer:
 
     def _advantages(self) -> torch.Tensor:
         """V-trace advantages over the rollout ``[segments, horizon]`` with its current values and ratios."""
-        hp, b = self.hp, self.rollout
+        b = self.rollout
         return advantage.compute(  # fused on CUDA, the host build on a CPU, as check_at_start allowed
             b.values,
             b.rewards,
