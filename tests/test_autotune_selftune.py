@@ -369,3 +369,41 @@ def test_train_reuses_a_kept_tuning_and_says_so(tmp_path: Path, monkeypatch: pyt
 
     (saved,) = (tmp_path / "runs").glob("squared-*/config.yaml")
     assert yaml.safe_load(saved.read_text())["vec"]["num_threads"] == 1  # what the run used
+
+
+def test_ctrl_c_while_train_tunes_is_one_line_and_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real SIGINT in the tuning's first timed rollout, through the command: the usual one line,
+    exit 130, every trainer closed, no store written and no run folder."""
+    import signal
+
+    monkeypatch.setenv("PUFFER_AUTOTUNE", "on")
+    monkeypatch.setenv("PUFFER_BENCH_DATA", str(tmp_path / "data"))
+    real, closed = selftune.rollout_sps, []
+
+    def interrupted(trainer: Any, seconds: float) -> float:
+        real_close = trainer.close
+        trainer.close = lambda: (closed.append(1), real_close())[1]
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(trainer, seconds)
+
+    monkeypatch.setattr(selftune, "rollout_sps", interrupted)
+    args = [
+        "--train.device",
+        "cpu",
+        "--vec.num-envs",
+        "8",
+        "--train.bptt-horizon",
+        "8",
+        "--train.minibatch-size",
+        "64",
+    ]
+    result = CliRunner().invoke(cli, ["train", "squared", *args, "--train.data-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 130, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "error: interrupted (SIGINT) before the first epoch ended: nothing was trained; nothing was kept"
+    )
+    assert "Traceback" not in result.output and closed == [1]
+    assert not (tmp_path / "data").exists() or not list((tmp_path / "data").rglob("*.json"))
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
