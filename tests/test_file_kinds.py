@@ -250,6 +250,12 @@ def _study_db(tmp, made, report):
     return Case(path, path.read_bytes(), lambda: run_cli(*_sweep_args(tmp, "--out", tmp / "sw")))
 
 
+def _study_journal(tmp, made, report):
+    """The journal SQLite keeps beside study.db while it writes (``study.db-journal``)."""
+    case = _study_db(tmp, made, report)
+    return Case(case.path.with_name("study.db-journal"), b"", case.invoke)
+
+
 def _journal(tmp, made, report):
     path = tmp / "study.log"
     shutil.copyfile(made / "study.log", path)
@@ -307,6 +313,7 @@ KINDS = {
     "latest pointer (train moves it)": ("renamed", _latest_moved),
     "metrics.jsonl (train --resume)": ("data", _metrics),
     "study.db (sweep)": ("data", _study_db),
+    "study.db-journal (sweep)": ("data", _study_journal),
     "journal (sweep --storage journal://)": ("data", _journal),
     "env build record (config pufferlib:NAME)": ("data", _build_record),
     "env source header (envs build)": ("input", _env_source),
@@ -370,9 +377,8 @@ def _expected(bad: str, role: str, line_based: bool) -> str:
     return "refused"
 
 
-# what a C compiler reads (a source file's content is the compiler's to judge): the files that are no
-# file at all
-NOT_FILES = {"env source header (envs build)"}
+# what a C compiler or SQLite reads (their content is theirs to judge): the files that are no file
+NOT_FILES = {"env source header (envs build)", "study.db-journal (sweep)"}
 CASES = [(k, b) for k in KINDS for b in BAD if k not in NOT_FILES or b in BAD[:4]]
 
 
@@ -382,7 +388,9 @@ def test_every_bad_file_kind_over_every_path_kind_is_one_line_and_writes_nothing
 ):
     role, make = KINDS[kind]
     line_based = kind in LINES
-    fixture = {_study_db: "swept", _journal: "swept"}.get(make, "trained" if role != "input" else None)
+    fixture = {_study_db: "swept", _study_journal: "swept", _journal: "swept"}.get(
+        make, "trained" if role != "input" else None
+    )
     made = request.getfixturevalue(fixture) if fixture else None
     case = make(tmp_path, made, good_report)
     victim = _put(bad, role, line_based, case, tmp_path)

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from appliance.config import Config
 from appliance.errors import ApplianceError, ConfigError
 from appliance.redact import command_line, redact_args, redact_tree
-from appliance.report_io import disk_full, lock_or_refuse
+from appliance.report_io import disk_full, kind_of, lock_or_refuse
 from appliance.safe_files import open_lock, refuse_link
 from appliance.sweep.space import SECTIONS, Base, Space, sections_of
 from appliance.sweep.storage import Shared, open_storage, while_created
@@ -66,9 +67,19 @@ def _fresh(db: Path) -> str:
 def _check_db(db: Path) -> None:
     """Refuse a study.db that is not a sweep's study, before Optuna or SQLAlchemy touch it: damaged
     or truncated, not SQLite, another program's database, another Optuna study, another schema; and one
-    (or its journal) that is a symbolic link, which SQLite would write through into another file."""
-    for path in (db, *(db.with_name(db.name + end) for end in JOURNALS)):
+    (or its journal) that is a symbolic link, which SQLite would write through into another file, or
+    a journal that is no regular file (SQLite would wait forever reading a FIFO there)."""
+    journals = [db.with_name(db.name + end) for end in JOURNALS]
+    for path in (db, *journals):
         refuse_link(path, "the sweep's study")
+    for path in journals:
+        with contextlib.suppress(FileNotFoundError):
+            mode = path.stat().st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigError(
+                    f"{path}, beside the sweep's study, is {kind_of(mode)}, not SQLite's journal: refused; "
+                    f"move it away (SQLite would wait on it or write into it)"
+                )
     if not db.exists() or (db.is_file() and db.stat().st_size == 0):
         return  # a new sweep (SQLite treats an empty file as an empty database)
     if not db.is_file():
