@@ -290,6 +290,15 @@ def _compare_out(tmp, trained, report):
     return Case(path, b"# an older comparison\n", lambda: run_cli("compare", report, report, "--out", path))
 
 
+def _site(tmp, trained, report):
+    """The site folder ``publish`` replaces (only a site it built before, or an empty folder)."""
+    folder = tmp / "reports"
+    folder.mkdir()
+    shutil.copyfile(report, folder / "good.json")
+    path = tmp / "site"
+    return Case(path, b"", lambda: run_cli("publish", folder, "--out", path))
+
+
 def _readme(tmp, trained, report):
     path = tmp / "README.md"
     return Case(
@@ -319,6 +328,7 @@ KINDS = {
     "env source header (envs build)": ("input", _env_source),
     "output (compare --out)": ("output", _compare_out),
     "README (report --readme)": ("data", _readme),  # read, then rewritten
+    "site folder (publish --out)": ("data", _site),  # a folder: a file of any kind there is refused
 }
 LINES = {"metrics.jsonl (train --resume)", "journal (sweep --storage journal://)"}  # JSON lines: set aside
 
