@@ -343,7 +343,7 @@ def test_train_reuses_a_kept_tuning_and_says_so(tmp_path: Path, monkeypatch: pyt
         "64",
     ]
     cfg = small_config("squared")
-    from appliance.cli.common import run_config
+    from appliance.config.runs import run_config
 
     cfg = run_config("squared", None, None, list(args))
     key, facts = autotune.machine(2, cfg)
@@ -407,3 +407,25 @@ def test_ctrl_c_while_train_tunes_is_one_line_and_keeps_nothing(
     assert "Traceback" not in result.output and closed == [1]
     assert not (tmp_path / "data").exists() or not list((tmp_path / "data").rglob("*.json"))
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def test_a_recipe_too_heavy_to_screen_in_the_budget_keeps_the_profile_after_one_sample() -> None:
+    """A recipe whose profile build and one sample take a third of the budget or more (PufferLib's
+    convert: 262 K agents a rollout) would take many budgets to screen: the tuner stops after the
+    profile's sample and says so in one line; --autotune redo (patient) screens anyway."""
+    ticks = iter([0.0, *[10.0] * 100])  # the profile's build and sample take 10 s against a 1 s budget
+    run = FakeRun(_speeds(100.0, 130.0))
+    result = selftune.tune(
+        small_config("squared"), budget_s=1.0, cores=2, build=run.build, sample=run.sample, guard=run.guard,
+        clock=lambda: next(ticks),
+    )  # fmt: skip
+    assert result is not None and result["chosen"] == {} and result["too_slow"] == 40.0
+    assert run.built == [PROFILE] and not run.open
+    line = selftune.result_line(small_config("squared"), result)
+    assert "one setting took 10 s" in line and "the 4 would take about 40 s" in line and "redo" in line
+    ticks = iter([0.0, *[10.0] * 100])
+    patient = selftune.tune(
+        small_config("squared"), budget_s=1.0, cores=2, build=run.build, sample=run.sample, guard=run.guard,
+        clock=lambda: next(ticks), patient=True,
+    )  # fmt: skip
+    assert patient is not None and "too_slow" not in patient and len(patient["screen"]) == 4

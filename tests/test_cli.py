@@ -159,7 +159,7 @@ def test_train_then_eval_then_resume(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "saved" in result.output and "epoch" in result.output
-    from appliance.cli.common import pick_profile
+    from appliance.config.runs import pick_profile
 
     assert f"profile '{pick_profile(None)}'" in result.output, "train names the detected profile"
     run_dir = tmp_path / "exp" / "r1"

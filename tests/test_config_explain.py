@@ -10,8 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from appliance.cli import cli
-from appliance.cli.common import run_config
 from appliance.config import SECTIONS, defaults, explain
+from appliance.config.runs import run_config
 from appliance.config.schema import MEANINGS
 
 

@@ -91,8 +91,8 @@ class _Played:
         import torch
 
         from appliance import vector
-        from appliance.cli.common import pick_profile
         from appliance.config import resolve
+        from appliance.config.runs import pick_profile
         from appliance.train import checkpoint
         from appliance.train.evaluate import check_env, config_of_run, saved_config
         from appliance.train.make import make_policy

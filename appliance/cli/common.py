@@ -6,17 +6,14 @@ import contextlib
 import io
 import math
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 import appliance
-from appliance.errors import ApplianceError, ConfigError
-from appliance.redact import hidden_values, hide_in_process_title, redact, secret_key
+from appliance.errors import ApplianceError
+from appliance.redact import hide_in_process_title, redact
 from appliance.report_io import printable
-
-if TYPE_CHECKING:
-    from appliance.config import Config
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 OVERRIDES = {"ignore_unknown_options": True, "allow_extra_args": True, **CONTEXT}
@@ -286,110 +283,6 @@ def cli() -> None:
     Run a command with --help for its options. Config overrides use the form
     --section.key VALUE (e.g. --train.learning-rate 3e-4).
     """
-
-
-def pick_profile(given: str | None) -> str:
-    """The hardware profile a command uses: ``--gpu NAME`` if given, else detected from this machine's
-    GPUs (:func:`appliance.config.hardware.detect`: a measured profile that names the GPU, else its
-    architecture's; ``cpu`` only where torch has no usable CUDA device)."""
-    if given is not None:
-        return given
-    from appliance.config import hardware
-
-    return hardware.detect().name
-
-
-def run_config(
-    env: str | None,
-    profile: str | None,
-    config_file: str | None,
-    overrides: list[str],
-    family: str | None = None,
-) -> Config:
-    """The config a run of ``env`` uses on this machine: every layer, the hardware profile included
-    (``--gpu``, or detected as :func:`pick_profile` does). ``train``, ``eval`` and ``config`` all
-    resolve through here, so ``config ENV`` prints what ``train ENV`` runs (``family``: ``--family``)."""
-    from appliance.config import resolve
-
-    return resolve(
-        env=env, profile=pick_profile(profile), config_file=config_file, overrides=overrides, family=family
-    )
-
-
-def resume_config(
-    resume: str,
-    env: str | None,
-    profile: str | None,
-    config_file: str | None,
-    overrides: list[str],
-    family: str | None = None,
-) -> tuple[Config, list[str]]:
-    """The config ``train --resume RUN`` continues with: the run's own config.yaml (its env, core,
-    recipe and seed), then ``--config`` and the command line over it, as :func:`run_config`'s layers
-    are. Returns it and the lines that say so (which config, what the command line changed). ENV may
-    be left out; one that is not the run's env is refused. A run folder without config.yaml (a copied
-    model.pt) resolves from ENV as a new run does."""
-    from appliance.config import parse_overrides, resolve
-    from appliance.config.files import read_yaml
-    from appliance.train import runs
-
-    given = parse_overrides(overrides)
-    data_dir = (given.get("train") or {}).get("data_dir")
-    if data_dir is None:
-        data_dir = (
-            run_config(env, profile, config_file, overrides, family) if env else resolve()
-        ).train.data_dir
-    checkpoint = runs.find_checkpoint(data_dir, resume)
-    saved = checkpoint.parent / "config.yaml"
-    if not saved.exists() and not saved.is_symlink():  # a FIFO, folder or link there is refused below
-        if env is None:
-            raise ConfigError(
-                f"--resume {resume}: {checkpoint.parent} has no config.yaml to take the run's settings from; "
-                "name the ENV and the settings it was trained with (--config FILE, --section.key VALUE)"
-            )
-        return run_config(env, profile, config_file, overrides, family), []
-    run_env = read_yaml(saved, "the resumed run's config", follow=False).get("env_name")
-    if not isinstance(run_env, str) or not run_env:
-        raise ConfigError(
-            f"the resumed run's config {saved} names no env_name: it is not a run's config.yaml"
-        )
-    if env is not None and env != run_env:
-        raise ConfigError(
-            f"--resume {resume} ({checkpoint}) is a run of {run_env}, not {env}: pass {run_env} or leave ENV out"
-        )
-    cfg = resolve(
-        env=run_env,
-        profile=pick_profile(profile),
-        config_file=config_file,
-        overrides=overrides,
-        family=family,
-        resumed=saved,
-    )
-    left_out = hidden_values(cfg.data)
-    if left_out:  # secrets are never written into config.yaml: the command line gives them again
-        options = ", ".join(
-            f"--{k.split('.', 1)[0]}.{k.split('.', 1)[1].replace('_', '-')}" for k in left_out
-        )
-        raise ConfigError(
-            f"--resume {resume}: {saved} does not hold {', '.join(left_out)} (a secret is never written "
-            f"there): give {'it' if len(left_out) == 1 else 'them'} again ({options})"
-        )
-    before = resolve(env=run_env, profile=pick_profile(profile), family=family, resumed=saved)
-    changed = [
-        f"{section}.{key} {before.data[section][key]!r} -> {value!r}"
-        if not secret_key(key)
-        else f"{section}.{key} given again"
-        for section, values in cfg.data.items()
-        for key, value in values.items()
-        if before.data[section].get(key) != value
-    ]
-    lines = [f"resuming with the run's config {saved}"]
-    lines += [
-        f"  {src.split(' (', 1)[1].rstrip(')')}" for src in cfg.sources if src.startswith(f"{saved} (keys")
-    ]
-    if changed:
-        lines.append("changed for this resume: " + "; ".join(changed))
-    return cfg, lines
 
 
 def split_env(args: tuple[str, ...]) -> tuple[str | None, list[str]]:

@@ -13,7 +13,6 @@ from appliance.cli.common import (
     PROFILE,
     PROFILE_HELP,
     cli,
-    run_config,
     split_env,
 )
 from appliance.redact import redact, redact_tree
@@ -60,6 +59,7 @@ def config(
     e.g. puffer-bench config breakout --gpu 4090 --train.learning-rate 3e-4
     """
     from appliance.config import explain as explained
+    from appliance.config.runs import run_config
 
     env, overrides = split_env(args)
     if explain is not None and (as_json or show_origin):

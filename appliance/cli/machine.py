@@ -20,7 +20,6 @@ from appliance.cli.common import (
     count,
     duration,
     env_params,
-    pick_profile,
     print_table,
     write_json,
     write_out,
@@ -221,6 +220,7 @@ def autotune(
     from rich.table import Table
 
     from appliance.bench import autotune as tuner
+    from appliance.config.runs import pick_profile
     from appliance.ocean import ocean_name
     from appliance.sysinfo import fingerprint, physical_cores
 

@@ -13,7 +13,6 @@ from appliance.cli.common import (
     cli,
     count,
     duration,
-    pick_profile,
     print_table,
     split_env,
 )
@@ -111,6 +110,7 @@ def sweep(
     from pathlib import Path
 
     from appliance import sweep as sw
+    from appliance.config.runs import pick_profile
     from appliance.signals import Interrupted, stop_signals
     from appliance.sweep.storage import HEARTBEAT
     from appliance.sweep.storage import parse as parse_storage

@@ -15,8 +15,6 @@ from appliance.cli.common import (
     check_out,
     cli,
     count,
-    resume_config,
-    run_config,
     split_env,
 )
 from appliance.cli.envs import save_gif
@@ -150,7 +148,9 @@ def _train(
     args: tuple[str, ...],
 ) -> None:
     from appliance.config.autotune import mode as autotune_mode
+    from appliance.config.runs import run_config
     from appliance.train import launcher, session
+    from appliance.train.resume import resume_config
 
     env, overrides = split_env(args)
     if env is None and not resume:
@@ -220,6 +220,7 @@ def evaluate(
     """Run a trained policy on ENV and print episode scores (render frames with --gif)."""
     import numpy as np
 
+    from appliance.config.runs import run_config
     from appliance.train.evaluate import play
     from appliance.train.runs import find_checkpoint
 

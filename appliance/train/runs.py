@@ -179,7 +179,7 @@ def start_run(cfg: Config, run_dir: Path) -> None:
         import yaml
 
         # the resolved config with no secret in it (an API key given as an env parameter): a resume
-        # asks for what was left out (cli.common.resume_config)
+        # asks for what was left out (train.resume.resume_config)
         saved = yaml.safe_dump(redact_tree(cfg.to_dict()), sort_keys=False, default_flow_style=False)
         write_bytes_atomic(run_dir / "config.yaml", saved.encode())
     except OSError as e:

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from appliance.bench import selftune
-from appliance.cli.common import run_config
 from appliance.config import autotune
+from appliance.config.runs import run_config
 from appliance.measure.noise.readings import Sampler, summarize
 from appliance.measure.stats import ratio_test
 from appliance.sysinfo import fingerprint
