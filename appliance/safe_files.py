@@ -36,9 +36,11 @@ from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import (
     MIN_FREE,
     disk_full,
+    needs_whole_characters,
     open_input,
     size_text,
     unwritable,
+    whole_characters,
     write_bytes_atomic,
     write_bytes_exclusive,
 )
@@ -240,8 +242,9 @@ def iter_json_lines(path: str | Path, what: str, skipped: list[int]) -> Iterator
                 record = json.loads(raw)
             except (ValueError, RecursionError):
                 record = None
-            if isinstance(record, dict):
-                yield record
+            if isinstance(record, dict):  # its strings as every JSON reader gives them: whole, ordered
+                text = raw.decode(errors="replace")
+                yield whole_characters(record) if needs_whole_characters(text) else record
             else:
                 skipped[0] += 1
 

@@ -494,3 +494,14 @@ def test_text_a_file_holds_is_shown_safely_whatever_unicode_it_holds(tmp_path, g
     if written.exists():
         text = written.read_bytes().decode("utf-8")  # whole UTF-8: nothing lone in it
         assert "\u202e" not in text and "evil" in text, ascii(text)
+
+
+def test_json_lines_readers_give_strings_whole_as_every_json_reader_does(tmp_path):
+    """A metrics or journal line's strings come back as a report's do: a lone surrogate (from a
+    ``\\ud800`` escape) and a bidi override as U+FFFD, so no later rendering can fail or reorder."""
+    from appliance import safe_files
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"env": "x\ud800\u202ey", "epoch": 1}) + "\n" + '{"epoch": 2}\n')
+    records, skipped = safe_files.read_json_lines(path, "the run's metrics")
+    assert skipped == 0 and records == [{"env": "x\ufffd\ufffdy", "epoch": 1}, {"epoch": 2}]
