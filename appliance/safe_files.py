@@ -164,7 +164,9 @@ def _set_aside(fd: int, path: Path, what: str) -> str | None:
 def _refuse_foreign(fd: int, path: Path, what: str) -> None:
     """Refuse, before anything is written, a file that is not JSON lines: one whose first line (or its
     start, when cut short) is no JSON object: random bytes, NUL bytes, text, another program's file."""
-    head = os.pread(fd, MAX_LINE + 1, 0)
+    head = os.pread(fd, 65536, 0)  # a record is a few KiB: the first line is nearly always in here
+    if b"\n" not in head and len(head) == 65536:
+        head = os.pread(fd, MAX_LINE + 1, 0)
     if not head:
         return
     first, newline, _ = head.partition(b"\n")
