@@ -8,11 +8,15 @@ little free space) before the work that would fill it: ``run``, ``ab``, ``sweep`
 --report`` and run folders all ask it. A disk that fills up anyway is named by :func:`disk_full`;
 :func:`write_what_fits` then keeps every file that still fits.
 
-Reports, suites and configs are shared between machines, so their content is hostile input:
-:func:`read_bounded` refuses a file over a size limit before reading it whole, and
+Reports, suites and configs are shared between machines, so their content is hostile input, and the
+files themselves too: :func:`open_input` opens every file a command reads without blocking and
+refuses anything but a regular file (a FIFO, a device, a folder) before reading a byte;
+:func:`read_bounded` refuses a file over a size limit before reading it, and
 :func:`read_json` also refuses nesting deeper than a limit before parsing (the parser recurses, so a
 200,000-deep array would otherwise end in RecursionError). Errors are one line naming the file, raised
-as the caller's error class (this module sits below ``errors``).
+as the caller's error class (this module sits below ``errors``). Text from such files is made safe
+to show: :func:`whole_characters` (lone surrogates and bidi controls as U+FFFD, where a file is
+read) and :func:`printable` (control characters escaped, for a one-line message).
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ link rather than writing through it.
 * :func:`append_line`: one JSON line, started on a line boundary: a last line cut short (a kill or a
   full disk mid-append) is set aside into ``<name>.damaged`` and reported, never glued onto.
 * :func:`read_json_lines`: every reader of JSON lines skips a damaged line and says how many it skipped.
+* Reading: every file a command reads is opened by :func:`appliance.report_io.open_input` (under
+  ``read_bounded``, ``read_json``, ``read_yaml`` and the readers here): non-blocking, a FIFO, device,
+  folder or socket refused before a byte is read, a run's own files never through a link; the
+  strings of a JSON or YAML file come back whole (``report_io.whole_characters``).
 * :func:`check_output`: every output a command or tool writes (``--out``, ``--save``, ``--json``,
   ``--report``, ``--markdown``, a study or run folder) is checked before the work: its folder exists or
   can be made and takes a file, has room, and the target is neither a link, a directory, nor one of the
