@@ -252,7 +252,7 @@ def test_a_real_tiny_tuning_is_kept_and_reused(tmp_path: Path) -> None:
 
 
 def _fake_tune(calls: list[int], chosen: dict[str, int]) -> Any:
-    def tune(cfg: Any, budget_s: float, progress: Any, cores: int) -> dict[str, Any]:
+    def tune(cfg: Any, budget_s: float, progress: Any, cores: int, **_: Any) -> dict[str, Any]:
         calls.append(1)
         return {
             "chosen": chosen,
@@ -413,17 +413,17 @@ def test_a_recipe_too_heavy_to_screen_in_the_budget_keeps_the_profile_after_one_
     """A recipe whose profile build and one sample take a third of the budget or more (PufferLib's
     convert: 262 K agents a rollout) would take many budgets to screen: the tuner stops after the
     profile's sample and says so in one line; --autotune redo (patient) screens anyway."""
-    ticks = iter([0.0, *[10.0] * 100])  # the profile's build and sample take 10 s against a 1 s budget
+    ticks = iter([0.0, *[100.0] * 100])  # the profile's build and sample: 100 s, where 60 s is the budget
     run = FakeRun(_speeds(100.0, 130.0))
     result = selftune.tune(
         small_config("squared"), budget_s=1.0, cores=2, build=run.build, sample=run.sample, guard=run.guard,
         clock=lambda: next(ticks),
     )  # fmt: skip
-    assert result is not None and result["chosen"] == {} and result["too_slow"] == 40.0
+    assert result is not None and result["chosen"] == {} and result["too_slow"] == 400.0
     assert run.built == [PROFILE] and not run.open
     line = selftune.result_line(small_config("squared"), result)
-    assert "one setting took 10 s" in line and "the 4 would take about 40 s" in line and "redo" in line
-    ticks = iter([0.0, *[10.0] * 100])
+    assert "one setting took 100 s" in line and "the 4 would take about 400 s" in line and "redo" in line
+    ticks = iter([0.0, *[100.0] * 100])
     patient = selftune.tune(
         small_config("squared"), budget_s=1.0, cores=2, build=run.build, sample=run.sample, guard=run.guard,
         clock=lambda: next(ticks), patient=True,

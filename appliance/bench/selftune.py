@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 MIN_PAIRS = 3
 MAX_PAIRS = 6
+OVER_BUDGET = 3.0  # a screen projected past this many budgets is not run: the profile's settings stay
 SCREEN_SHARE = 0.5  # of the budget for the screen; the rest confirms
 
 Progress = Callable[[str], None]
@@ -119,11 +120,14 @@ def tune(
     sample: Sample | None = None,
     guard: Callable[[], tuple[Any, Callable[[list[dict[str, Any]]], dict[str, Any]]]] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    patient: bool = False,
 ) -> dict[str, Any] | None:
     """Time the candidates for ``cfg`` and pick by the rule; None where there is nothing to tune (a
     serial backend, every tunable key set by the user). The result: ``chosen`` (``{}``: the
     profile's settings), the screen's speeds, the confirmation's samples, ratio, interval and busy
-    flag, and the seconds it took."""
+    flag, and the seconds it took. Where the profile's own build and sample show that the whole
+    screen would run past :data:`OVER_BUDGET` budgets (a recipe whose rollout alone takes many
+    seconds), it stops there and keeps the profile's settings (``too_slow``), unless ``patient``."""
     from appliance.measure.stats import ratio_test
 
     say = progress or (lambda _line: None)
@@ -143,6 +147,15 @@ def tune(
         profile_trainer = held.enter_context(build(cfg, {}))
         screen.append({"choice": {}, "sps": sample(profile_trainer, sample_s)})
         say(f"autotune: [1/{count}] {autotune.describe({})}: {screen[0]['sps']:,.0f} agent-steps/s")
+        one = clock() - start  # a build, its warm-up and a sample: a rollout's length sets it
+        if not patient and one * count > OVER_BUDGET * max(
+            budget_s, autotune.BUDGET_S
+        ):  # a heavy recipe (many agents a rollout): not worth it
+            return {
+                "chosen": {}, "candidate": {}, "screen": screen, "profile_sps": [screen[0]["sps"]],
+                "candidate_sps": [], "ratio": None, "interval": None, "busy": False, "busy_reasons": [],
+                "too_slow": round(one * count, 1), "settings": count, "seconds": round(one, 1),
+            }  # fmt: skip
         best_trainer, best, fastest = None, None, screen[0]
         for dotted, values in axes:  # one key at a time, the others at the fastest so far
             base = dict(fastest["choice"])
@@ -200,6 +213,12 @@ def tune(
 
 def result_line(cfg: Config, result: dict[str, Any]) -> str:
     """One line: what was chosen, what it measured, and why."""
+    if result.get("too_slow"):
+        return (
+            f"autotune: kept the profile's settings (one setting took {result['seconds']:.0f} s to build and time "
+            f"here, so the {result['settings']} would take about {result['too_slow']:.0f} s, past "
+            f"{OVER_BUDGET:.0f}x the budget; --autotune redo runs them anyway)"
+        )
     a, b = statistics.median(result["profile_sps"]), statistics.median(result["candidate_sps"])
     ci = result["interval"]
     measured = (
@@ -254,7 +273,7 @@ def autotune_run(
         f"autotune: first run of {cfg.env_name} on this machine: timing settings that do not change "
         f"learning for about {budget_s:.0f} s (--autotune off skips it)"
     )
-    result = tune(cfg, budget_s, echo, cores)
+    result = tune(cfg, budget_s, echo, cores, patient=mode == "redo")
     if result is None:
         echo("autotune: no other setting could be built here: the profile's settings stay (not kept)")
         return
