@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.bench import metrics as reg
 from appliance.bench.report.content import gpu_label
 
 
@@ -21,12 +22,13 @@ def plot_text(value: Any, most: int = 80) -> str:
 MAX_FIGURE_INCHES = 600  # at 90 dpi, below Agg's 65,536 pixels a side
 
 
-def _metrics(report: dict[str, Any], group: str) -> list[tuple[str, dict[str, Any]]]:
-    """The group's metrics that have a median and a range (a report may lack either)."""
+def _metrics(report: dict[str, Any], family: reg.Family) -> list[tuple[str, dict[str, Any]]]:
+    """The family's metrics (the metric registry) that have a median and a range (a report may lack
+    either)."""
     return [
         (n, m)
-        for n, m in report["metrics"].items()
-        if n.startswith(group + "/") and m.get("median") and None not in (m.get("min"), m.get("max"))
+        for n, m in reg.below(report["metrics"], family)
+        if m.get("median") and None not in (m.get("min"), m.get("max"))
     ]
 
 
@@ -57,18 +59,18 @@ def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
 
     bars = []  # best thread count per env, every backend, training
     best_env: dict[str, tuple[float, float, float]] = {}
-    for _, m in _metrics(report, "env_sps"):
+    for _, m in _metrics(report, reg.ENV_SPS):
         env = _label(m, "env")
         if env is not None and (env not in best_env or m["median"] > best_env[env][0]):
             best_env[env] = (m["median"], m["min"], m["max"])
     bars += [(f"{env} env (best threads)", *v) for env, v in best_env.items()]
     bars += [
         (f"{_label(m, 'env')} {_label(m, 'backend')}", m["median"], m["min"], m["max"])
-        for _, m in _metrics(report, "vector_sps")
+        for _, m in _metrics(report, reg.VECTOR_SPS)
     ]
     bars += [
         (f"{_label(m, 'env')} train", m["median"], m["min"], m["max"])
-        for _, m in _metrics(report, "train_sps")
+        for _, m in _metrics(report, reg.TRAIN_SPS)
     ]
     if bars:
         fig, ax = plt.subplots(figsize=(8, min(MAX_FIGURE_INCHES, 0.35 * len(bars) + 1.2)))
@@ -85,7 +87,7 @@ def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
         save(fig, "sps")
 
     curves: dict[str, list[tuple[int, float]]] = {}
-    for _, m in _metrics(report, "env_sps"):
+    for _, m in _metrics(report, reg.ENV_SPS):
         env, threads = _label(m, "env"), _label(m, "threads")
         if env is not None and isinstance(threads, int) and threads > 0:
             curves.setdefault(env, []).append((threads, m["median"]))
@@ -104,7 +106,7 @@ def plot_images(report: dict[str, Any]) -> list[tuple[str, bytes]]:
         save(fig, "scaling")
 
     phases: dict[str, dict[str, float]] = {}
-    for _, m in _metrics(report, "train_phase"):
+    for _, m in _metrics(report, reg.TRAIN_PHASE):
         env, phase = _label(m, "env"), _label(m, "phase")
         if env is not None and phase is not None:
             phases.setdefault(env, {})[phase] = m["median"]
