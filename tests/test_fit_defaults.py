@@ -81,3 +81,22 @@ def test_mujoco_leaves_no_log_file_and_no_deprecation_lines(tmp_path, monkeypatc
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
     out, err = capfd.readouterr()
     assert "deprecated" not in out + err
+
+
+def test_a_profiles_minibatch_is_fitted_to_a_horizon_set_elsewhere_and_a_users_is_refused():
+    """The cpu profile's minibatch (2,048) over a horizon of 48 from another layer (PufferLib's
+    laser_puzzle ini; here the command line) was a refusal with no flag of the user's at fault: it
+    is rounded down to whole segments and noted as derived. A minibatch the user set is refused."""
+    given = resolve(env="breakout", profile="cpu").train.minibatch_size
+    assert given % 48  # breakout's own minibatch is not whole segments of 48 steps
+    cfg = resolve(env="breakout", profile="cpu", overrides=["--train.bptt-horizon", "48"])
+    assert cfg.train.minibatch_size == given // 48 * 48
+    assert cfg.history[("train", "minibatch_size")][-1][0].startswith("set by resolve (whole segments")
+    with pytest.raises(
+        ConfigError, match=r"minibatch_size \(2048\) must be a multiple of train.bptt_horizon \(48\)"
+    ):
+        resolve(
+            env="breakout",
+            profile="cpu",
+            overrides=["--train.bptt-horizon", "48", "--train.minibatch-size", "2048"],
+        )

@@ -335,6 +335,7 @@ def resolve(
                 _record(history, data, {section: {key: 0}}, f"{COMMAND_LINE} ({flag})")
         sources.append("command line")
 
+    _fit_to_horizon(data, history)
     check_batch(data["train"])
     if data["vec"]["backend"] == "native" and data["train"]["engine"] != "off":
         check_buffers(data["train"]["buffers"], data["vec"]["num_envs"])
@@ -386,6 +387,24 @@ def check_buffers(buffers: int, num_envs: int) -> None:
             f"train.buffers ({buffers}) must divide vec.num_envs ({num_envs}) so every rollout buffer steps as many "
             f"envs; valid: {', '.join(map(str, valid))}"
         )
+
+
+def _fit_to_horizon(data: dict[str, Any], history: History) -> None:
+    """A minibatch (or its chunk, ``max_minibatch_size``) that no user set, from a layer other than the
+    horizon's (the cpu profile's 2,048 over a PufferLib env's ini horizon of 48: laser_puzzle), is
+    rounded down to whole segments of ``bptt_horizon``, noted as derived; one the user set on the
+    command line or in ``--config`` is refused by :func:`check_batch` as before."""
+    train = data["train"]
+    horizon = train["bptt_horizon"]
+    for key in ("minibatch_size", "max_minibatch_size"):
+        value = train[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value % horizon == 0:
+            continue
+        label = (history.get(("train", key)) or [("", None)])[-1][0]
+        if label.startswith((COMMAND_LINE, CONFIG_FILE)):
+            continue
+        train[key] = max(horizon, value // horizon * horizon)
+        _record(history, data, {"train": {key: 0}}, f"{DERIVED} (whole segments of bptt_horizon {horizon})")
 
 
 def check_batch(train: Mapping[str, Any]) -> None:
