@@ -1141,8 +1141,8 @@ def test_encoder_activation_none_is_one_linear_and_image_encoders_refuse_it():
         ):
             Policy(spaces.Box(0, 255, (40, 40, 3), np.uint8), spaces.Discrete(3), encoder=encoder,
                    encoder_activation="none")  # fmt: skip
-    with pytest.raises(ValueError, match="encoder_activation 'relu'; choose gelu or none"):
-        Policy(spaces.Box(-1, 1, (6,), np.float32), spaces.Discrete(3), encoder_activation="relu")
+    with pytest.raises(ValueError, match="encoder_activation 'swish'; choose gelu, none, tanh, relu"):
+        Policy(spaces.Box(-1, 1, (6,), np.float32), spaces.Discrete(3), encoder_activation="swish")
 
 
 def test_the_policy_switches_default_to_todays_policy_and_reach_it_from_the_config():
