@@ -14,7 +14,8 @@ left out: they are not tasks):
          capped at 4,096;
   theirs its binding.c compiled against its own src/vecenv.h, linked with tools/pufferlib4_vecenv_sps.c,
          OMP_NUM_THREADS=1, the same agents, kwargs and seconds, uniform random actions both sides;
-  train  (--train, a second pass over the table written) `puffer-bench train pufferlib:NAME --stop-steps 1e6`
+  train  (--train, a second pass over the table written) `puffer-bench train pufferlib:NAME --stop-steps 1e6
+         --autotune off`
          on the cpu profile with an MLP core of 64 (whether it trains without error, not how well), in
          a process of its own; --deadline S starts no env after S seconds.
 Writes table.json (every row, with the machine's fingerprint and the commands) and table.md after
@@ -123,7 +124,7 @@ def theirs(
 
 
 def train(name: str, scratch: Path) -> dict:
-    cmd = [*CLI, "train", f"pufferlib:{name}", "--gpu", "cpu", "--no-dashboard", "--stop-steps", "1e6",
+    cmd = [*CLI, "train", f"pufferlib:{name}", "--gpu", "cpu", "--no-dashboard", "--autotune", "off", "--stop-steps", "1e6",
            "--policy.core", "mlp", "--policy.hidden-size", "64", "--train.data-dir", str(scratch / "runs"),
            "--run-id", name]  # fmt: skip
     code, text, seconds = run(cmd, timeout=1800)
