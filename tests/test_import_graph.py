@@ -15,27 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
-
-# Cycles known today, each in a package another piece of work is changing; the test fails on any other
-# cycle, and on one of these once it is gone (take it off the list then).
-KNOWN: set[frozenset[str]] = {
-    # config/files.py reads a hardware profile through config/hardware.py, which reads its YAML through
-    # config/files.py (deferred in files.py); the config rework (issue 62) owns these modules.
-    frozenset(
-        {
-            "appliance.config.files",
-            "appliance.config.hardware",
-            "appliance.config.layers",
-            "appliance.config.schema",
-        }
-    ),
-    # sweep/kept.py writes the outputs (results.py) and names INTERRUPTED (study.py) from functions;
-    # study.py raises kept.StorageLost from a function.
-    frozenset({"appliance.sweep.kept", "appliance.sweep.results", "appliance.sweep.study"}),
-}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -166,9 +146,5 @@ def test_the_cycle_finder_sees_a_cycle_behind_a_deferred_import(tmp_path):
 
 
 def test_no_import_cycle_in_the_package_deferred_imports_included():
-    found = set(cycles(graph()))
-    new = [sorted(c) for c in found - KNOWN]
-    gone = [sorted(c) for c in KNOWN - found]
-    assert not new, f"import cycles (deferred imports included): {new}"
-    if gone:
-        pytest.fail(f"these known cycles are gone: take them off KNOWN in {Path(__file__).name}: {gone}")
+    found = sorted(sorted(c) for c in cycles(graph()))
+    assert not found, f"import cycles (deferred imports included): {found}"

@@ -36,7 +36,6 @@ from appliance.config.files import (
     MAX_YAML_VALUES,
     _is_gymnasium_id,
     defaults,
-    detect_profile,
     env_names,
     env_yaml,
     gpu_matches,
@@ -45,6 +44,7 @@ from appliance.config.files import (
     profile_names,
     read_yaml,
 )
+from appliance.config.hardware import detect_profile
 from appliance.config.keys import (
     AT_LEAST_1,
     AUTO,

@@ -199,13 +199,3 @@ def profile_names() -> list[str]:
 def gpu_matches(expected: str, name: str) -> bool:
     """Whether a GPU's name (from NVML) is the one a profile expects ("4090" in "NVIDIA GeForce RTX 4090")."""
     return expected.replace(" ", "").lower() in name.replace(" ", "").lower()
-
-
-def detect_profile(gpus: list[dict[str, Any]]) -> str:
-    """The hardware profile for a machine with these GPUs (NVML's view: a fingerprint's ``gpus``): the
-    measured profile that names the GPU, else its architecture's (derived from its properties);
-    'cpu' without a GPU. :func:`appliance.config.hardware.detect` also asks torch whether CUDA is
-    usable (and why it chose)."""
-    from appliance.config import hardware
-
-    return hardware.choose(gpus).name

@@ -310,6 +310,13 @@ def choose(
     return Choice(arch, f"no measured profile names it: the {arch} profile, {words}", gpu)
 
 
+def detect_profile(gpus: list[dict[str, Any]]) -> str:
+    """The hardware profile for a machine with these GPUs (NVML's view: a fingerprint's ``gpus``): the
+    measured profile that names the GPU, else its architecture's (derived from its properties);
+    'cpu' without a GPU. :func:`detect` also asks torch whether CUDA is usable (and why it chose)."""
+    return choose(gpus).name
+
+
 _detected: Choice | None = None
 
 

@@ -39,7 +39,9 @@ Pareto front of the two is the answer, as in PufferLib's Protein: for each cost 
 The package by job: :mod:`~appliance.sweep.space` (the search space), :mod:`~appliance.sweep.study`
 (the folder's lock, ``study.db``, resume), :mod:`~appliance.sweep.storage` (a shared study), :mod:`~appliance.sweep.trials` (one trial, and running
 trials in processes or Ray tasks), :mod:`~appliance.sweep.driver` (:func:`sweep`),
-:mod:`~appliance.sweep.results` (the table, the front, the output files).
+:mod:`~appliance.sweep.results` (the table, the front, the output files), :mod:`~appliance.sweep.lost`
+(the storage failing, told from other errors) and :mod:`~appliance.sweep.kept` (what is known kept
+when it fails).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ from appliance.errors import ApplianceError, ConfigError
 from appliance.report_io import disk_full
 from appliance.safe_files import check_output
 from appliance.signals import Interrupted, Stopped, stop_signals
-from appliance.sweep.kept import Known, StorageLost, keep_what_is_known, storage_failure
+from appliance.sweep.kept import Known, keep_what_is_known
+from appliance.sweep.lost import StorageLost, storage_failure
 from appliance.sweep.results import write_outputs
 from appliance.sweep.space import Base, Space, inside, load_space, split_params, trial_overrides
 from appliance.sweep.storage import Heartbeat, Shared

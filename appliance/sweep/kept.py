@@ -2,17 +2,16 @@
 dropped, a journal's file system gone): one line, nothing measured lost.
 
 The driver keeps what it knows as it goes (:class:`Known`): the study's trials and attributes as last
-read, and every result this worker measured. When the storage fails (:func:`storage_failure`), the
-results it could not record are kept in the sweep folder (``unrecorded.jsonl``, one JSON line a
-trial: its number, params and result), ``trials.md``, ``pareto.png`` and ``best.yaml`` are written
-from what is known (an in-memory copy of the study), and one line names the failure, the kept file
-and what to do (:func:`keep_what_is_known`).
+read, and every result this worker measured. When the storage fails
+(:func:`appliance.sweep.lost.storage_failure`), the results it could not record are kept in the sweep
+folder (``unrecorded.jsonl``, one JSON line a trial: its number, params and result), ``trials.md``,
+``pareto.png`` and ``best.yaml`` are written from what is known (an in-memory copy of the study), and
+one line names the failure, the kept file and what to do (:func:`keep_what_is_known`).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,17 +19,11 @@ from typing import Any
 
 from appliance.errors import ApplianceError
 from appliance.safe_files import append_line
+from appliance.sweep.lost import StorageLost
+from appliance.sweep.results import write_outputs
+from appliance.sweep.study import INTERRUPTED
 
 UNRECORDED = "unrecorded.jsonl"
-
-
-class StorageLost(ApplianceError):
-    """The study's storage failed while results were recorded: ``unrecorded`` holds (trial, result)
-    of each measured trial it did not take."""
-
-    def __init__(self, why: str, unrecorded: list[tuple[Any, dict[str, Any]]] | None = None) -> None:
-        super().__init__(f"the study's storage failed ({why})")
-        self.why, self.unrecorded = why, list(unrecorded or [])
 
 
 @dataclass
@@ -51,57 +44,11 @@ class Known:
         self.ours[trial.number] = (dict(trial.params), dict(trial.distributions), dict(result))
 
 
-def storage_failure(error: BaseException) -> str | None:
-    """Why the storage failed, in one line, if ``error`` is the study's storage failing (Optuna's
-    storage error, SQLAlchemy's, the driver's, SQLite's, the OS's); None for any other error."""
-    import optuna
-    import sqlalchemy.exc
-
-    if isinstance(error, StorageLost):
-        return error.why
-    if isinstance(error, ApplianceError):
-        return None
-    kinds: tuple[type[BaseException], ...] = (
-        optuna.exceptions.StorageInternalError,
-        sqlalchemy.exc.SQLAlchemyError,
-        sqlite3.Error,
-        OSError,
-    )
-    try:
-        import psycopg
-
-        kinds = (*kinds, psycopg.Error)
-    except ImportError:
-        pass
-    if not isinstance(error, kinds):
-        return None
-    return _reason(error)
-
-
-def _reason(error: BaseException) -> str:
-    """The first line of the deepest cause (the driver's or the OS's own words), at most 200 chars."""
-    seen, cause = {id(error)}, error
-    while True:
-        nxt = getattr(cause, "orig", None) or cause.__cause__
-        if nxt is None or id(nxt) in seen:
-            break
-        seen.add(id(nxt))
-        cause = nxt
-    if isinstance(cause, OSError) and cause.strerror:
-        text = cause.strerror
-    else:
-        lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
-        text = lines[0] if lines else type(cause).__name__
-    return text[:200]
-
-
 def keep_what_is_known(
     known: Known, lost: StorageLost, space: Any, out: Path, env: str, where: str
 ) -> Iterator[str]:
     """Keep each unrecorded result in ``unrecorded.jsonl``, write the sweep's files from what is
     known, then raise the one line saying so."""
-    from appliance.sweep.results import write_outputs
-
     kept = out / UNRECORDED
     numbers = []
     for trial, result in lost.unrecorded:
@@ -157,8 +104,6 @@ def in_memory(known: Known) -> Any:
     them, with the same numbers (a trial not known finished is an interrupted one, not counted)."""
     import optuna
     from optuna.trial import TrialState, create_trial
-
-    from appliance.sweep.study import INTERRUPTED
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(directions=["maximize", "minimize"])

@@ -24,6 +24,7 @@ from appliance.errors import ApplianceError, ConfigError
 from appliance.redact import command_line, redact_args, redact_tree
 from appliance.report_io import disk_full, kind_of, lock_or_refuse
 from appliance.safe_files import open_lock, refuse_link
+from appliance.sweep.lost import StorageLost, storage_failure
 from appliance.sweep.space import SECTIONS, Base, Space, sections_of
 from appliance.sweep.storage import Shared, open_storage, while_created
 
@@ -434,8 +435,6 @@ def record(study: Any, trial: Any, result: dict[str, Any]) -> str:
     except Exception as e:
         if disk_full(e):
             raise DiskFull(disk_full_words(e), line) from None
-        from appliance.sweep.kept import StorageLost, storage_failure
-
         why = storage_failure(e)
         if why is not None:  # the measured result is kept by the driver, not lost with the server
             raise StorageLost(why, [(trial, result)]) from None
