@@ -120,7 +120,11 @@ def test_gymnasium_ids_take_their_tuned_yaml_and_profiles_still_apply():
     assert plain.family.name == "classic" and plain.sources[-1].endswith("families/classic.yaml")
     acrobot = resolve(env="Acrobot-v1")  # its own YAML (rl-zoo's Acrobot values), no family layer
     assert acrobot.family.name is None and acrobot.train.optimizer == "adam"
-    assert (acrobot.vec.num_envs, acrobot.train.minibatch_size, acrobot.policy.separate_value) == (16, 64, True)
+    assert (acrobot.vec.num_envs, acrobot.train.minibatch_size, acrobot.policy.separate_value) == (
+        16,
+        64,
+        True,
+    )
 
 
 def test_the_learn_suite_holds_both_tasks_and_waits_out_mountain_cars_first_episodes():

@@ -109,7 +109,7 @@ def test_a_separate_critic_has_its_own_trunk_and_the_actor_none_of_its_gradient(
     value.sum().backward()
     assert all(p.grad is None for p in (*policy.encoder.parameters(), *policy.core.parameters()))
     assert all(p.grad is not None for p in policy.value_encoder.parameters())
-    step_out, step_value, _ = policy.step(x[:, 0], ())
+    _, step_value, _ = policy.step(x[:, 0], ())
     torch.testing.assert_close(step_value, value[:, 0])
     shared = Policy(obs, act, core="mlp", hidden_size=16)
     assert shared.value_encoder is None and isinstance(shared.core[1], torch.nn.GELU)

@@ -65,7 +65,12 @@ _TORCH_DTYPES = {
 
 # policy.encoder_activation: the module after the linear and onehot encoders' Linear (None: nothing);
 # tanh and relu also replace the mlp core's GELU
-ACTIVATIONS: dict[str, type[nn.Module] | None] = {"gelu": nn.GELU, "none": None, "tanh": nn.Tanh, "relu": nn.ReLU}
+ACTIVATIONS: dict[str, type[nn.Module] | None] = {
+    "gelu": nn.GELU,
+    "none": None,
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+}
 
 MAX_CATEGORIES = 32  # integer observations with at most this many values can be one-hot encoded
 
@@ -291,7 +296,9 @@ class Policy(nn.Module):
         self.core: Core = CORES[core](hidden_size, num_layers=num_layers, **factor)
         # the critic's own trunk (policy.separate_value), or none: the value head reads the actor's
         self.value_encoder = linear_encoder() if separate_value else None
-        self.value_core = CORES[core](hidden_size, num_layers=num_layers, **factor) if separate_value else None
+        self.value_core = (
+            CORES[core](hidden_size, num_layers=num_layers, **factor) if separate_value else None
+        )
         if isinstance(self.core, LSTM):  # its step cell, whose weights checkpoints name cell.* too
             self.cell = self.core.cell
         self.action_space = action_space

@@ -47,7 +47,6 @@ from appliance.train.rewards import ReturnScale
 from appliance.train.rollout import Rollout, recv_to_device
 from appliance.train.timings import Timings
 
-
 MINIBATCH_UNITS = ("auto", "segments", "transitions")
 
 
