@@ -14,8 +14,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from appliance.bench import ab, abvariants
 from appliance.cli import cli
+from appliance.compare import ab, abvariants
 from appliance.errors import ConfigError
 
 
@@ -137,7 +137,7 @@ def test_git_variants_run_each_commit_in_its_worktree(tmp_path):
 AB_PARENT = """
 import os, subprocess, sys
 from pathlib import Path
-from appliance.bench import ab
+from appliance.compare import ab
 out = Path(sys.argv[1])
 sleeper = "import os, time; open(%r, 'w').write(str(os.getpid())); time.sleep(1000)" % str(out / "round.pid")
 

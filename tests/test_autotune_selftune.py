@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import small_config
 
-from appliance.bench import selftune
 from appliance.cli import cli
 from appliance.config import autotune
 from appliance.errors import ConfigError
+from appliance.tune import selftune
 
 
 def test_the_suite_runs_with_autotune_off() -> None:

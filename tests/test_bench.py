@@ -12,12 +12,12 @@ import yaml
 from click.testing import CliRunner
 from conftest import fake_cpu_bf16
 
-from appliance.bench import compare as cmp
 from appliance.bench import report as rpt
 from appliance.bench.bottleneck import diagnose_training, roofline
 from appliance.bench.suite import definition as suite
 from appliance.bench.suite.session import bench_profile
 from appliance.cli import cli
+from appliance.compare import compare as cmp
 from appliance.config import detect_profile
 from appliance.docs import readme
 from appliance.errors import ConfigError, ReportError

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from appliance.bench import compare as cmp
 from appliance.bench import report as rpt
 from appliance.cli import cli
+from appliance.compare import compare as cmp
 
 RESULTS = Path(__file__).parent.parent / "results"
 CPU = "cpu/2026-11-23-5afad08017fd.json"  # AMD EPYC Zen 3, 2 cores, no GPU

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from appliance.bench import compare as cmp
 from appliance.bench import metrics as reg
 from appliance.bench import report as rpt
 from appliance.bench.suite import definition
 from appliance.bench.suite.steps import SuiteRunner
+from appliance.compare import compare as cmp
 from appliance.docs import readme
 from appliance.sysinfo import fingerprint
 

@@ -22,9 +22,9 @@ from publish_fixtures import (
     write_history,
 )
 
-from appliance.bench import compare as cmp
 from appliance.bench import report as rpt
 from appliance.cli import cli
+from appliance.compare import compare as cmp
 from appliance.publish import collect, history, publish
 from appliance.publish.collect import Entry
 from appliance.publish.site import MARKER

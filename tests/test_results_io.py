@@ -156,7 +156,7 @@ def _full_for(monkeypatch, *names):
 
 
 def test_an_ab_result_keeps_its_json_when_the_markdown_does_not_fit(tmp_path, monkeypatch):
-    from appliance.bench import ab
+    from appliance.compare import ab
 
     result = {"rounds": 2, "order": [], "metrics": {}, "suite": {"name": "t"}, "profile": "cpu",
               "fingerprint": {}, "variants": {s: {"spec": "base", "what": "x"} for s in "AB"}}  # fmt: skip

@@ -250,8 +250,9 @@ def _not_measured(monkeypatch):
 
 
 def test_every_output_is_checked_before_the_work(tmp_path, secret, monkeypatch):
-    from appliance.bench import autotune, envsps, vectorbench
+    from appliance.bench import envsps, vectorbench
     from appliance.bench.suite import session
+    from appliance.tune import autotune
 
     monkeypatch.setattr(session, "probe", lambda *a: pytest.fail("probed before checking --out"))
     monkeypatch.setattr(autotune, "tune", lambda *a, **k: pytest.fail("tuned before checking --save"))

@@ -10,8 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from appliance.bench import report as rpt
-from appliance.bench import selftest
 from appliance.cli import cli
+from appliance.compare import selftest
 from appliance.sysinfo import fingerprint
 
 FP = fingerprint(calibration=False)

@@ -265,7 +265,7 @@ def test_comparing_hostile_reports_prints_their_text(tmp_path, hostile):
 
 def test_an_ab_result_and_its_partial_line_render_as_text():
     """ab's Markdown, its "partial" line included, escapes what the variants' reports and specs hold."""
-    from appliance.bench import ab
+    from appliance.compare import ab
 
     summary = {"median": 1.0}
     result = {

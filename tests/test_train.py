@@ -990,7 +990,7 @@ def test_a_pettingzoo_env_by_import_path_trains_through_multiprocessing():
 def test_ocean_episode_stats_with_an_autotuned_async_config(tmp_path):
     """An autotune result (multiprocessing, batches smaller than num_envs) loaded with --config:
     the trainer still sees the Ocean env's episode stats."""
-    from appliance.bench.autotune import profile_yaml
+    from appliance.tune.autotune import profile_yaml
 
     best = {"backend": "multiprocessing", "num_envs": 8, "num_workers": 2, "batch_size": 4, "sps": 1.0}
     path = tmp_path / "tuned.yaml"

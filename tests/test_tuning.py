@@ -8,12 +8,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from appliance.bench import autotune, vectorbench
+from appliance.bench import vectorbench
 from appliance.bench.vecsps import GymnasiumVector, action_sets, measure
 from appliance.cli import cli
 from appliance.config import resolve
 from appliance.emulation import make_factory
 from appliance.errors import ConfigError
+from appliance.tune import autotune
 
 
 def run(*args):

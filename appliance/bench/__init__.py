@@ -1,1 +1,3 @@
-"""Benchmarks that are part of the product: env speed now; suites, reports and compare later."""
+"""Benchmarks that are part of the product: suites, reports, the probe, env and vector speed, and
+the metric registry (comparing reports lives in :mod:`appliance.compare`, tuning in
+:mod:`appliance.tune`)."""

@@ -221,7 +221,7 @@ def selftest_cmd(
     """
     import signal
 
-    from appliance.bench import selftest
+    from appliance.compare import selftest
     from appliance.safe_files import check_output
 
     check_output(out_dir, "--out", folder=True)
@@ -286,8 +286,8 @@ def compare_cmd(
     (host id, CPU model or GPU differ) read "slower"/"faster" with the calibration-normalized ratio
     beside the raw one, and are no regression (exit 0) unless --same-machine.
     """
-    from appliance.bench import compare as cmp
     from appliance.bench import report as rpt
+    from appliance.compare import compare as cmp
     from appliance.errors import ReportError
 
     if len(reports) < 2:
@@ -430,7 +430,7 @@ def ab_cmd(
 
     from rich.console import Console
 
-    from appliance.bench import ab
+    from appliance.compare import ab
 
     if out:  # before the first round, not after them; ab writes OUT.json and OUT.md
         check_out(out, "--out", beside=[Path(out).with_suffix(".json"), Path(out).with_suffix(".md")])

@@ -219,10 +219,10 @@ def autotune(
     from rich.live import Live
     from rich.table import Table
 
-    from appliance.bench import autotune as tuner
     from appliance.config.runs import pick_profile
     from appliance.ocean import ocean_name
     from appliance.sysinfo import fingerprint, physical_cores
+    from appliance.tune import autotune as tuner
 
     check_out(save, "--save")
     cores = cores or physical_cores()

@@ -180,7 +180,7 @@ def _train(
         notes=tuple(notes),
     )
     if autotune_mode(autotune) != "off" and not resume and nproc == nnodes == 1:
-        from appliance.bench.selftune import autotune_run
+        from appliance.tune.selftune import autotune_run
 
         session.check_outputs(options)  # an unwritable --report is refused before the tuning's minute
         autotune_run(cfg, autotune, click.echo)

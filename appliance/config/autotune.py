@@ -2,7 +2,7 @@
 yet, the rule that picks among what it measured, and where the choice is kept.
 
 The timing itself needs the trainer and the statistics above this layer; it lives in
-:mod:`appliance.bench.selftune`. This module holds what does not measure:
+:mod:`appliance.tune.selftune`. This module holds what does not measure:
 
 * what may be tuned (:data:`TUNED_KEYS`): the native backend's env threads (``vec.num_threads``), the
   multiprocessing backend's workers (``vec.num_workers``) and the rollout engine's buffers
@@ -160,7 +160,7 @@ def axes(cfg: Config, cores: int) -> list[tuple[str, list[int]]]:
     the profile's left out: env threads 1, 2, 4, ... up to the usable cores; workers that divide the
     envs within the cores; 1 or 2 buffers that divide the envs (up to 4 on a GPU: on a CPU the
     buffers' policy steps share the cores with the envs). Screened one key at a time, in this order
-    (:func:`appliance.bench.selftune.tune`), so the count grows with the sum of the values, not
+    (:func:`appliance.tune.selftune.tune`), so the count grows with the sum of the values, not
     their product. Empty: nothing to tune."""
     num_envs = int(cfg.data["vec"]["num_envs"])
     out: list[tuple[str, list[int]]] = []

@@ -8,7 +8,7 @@ calibration-normalized, a page per metric, comparisons with ``compare``'s verdic
 :mod:`.shared` adds a report to a folder many machines write into, atomically.
 
 Above ``bench``: it reads reports with :func:`appliance.bench.report.load` and compares them with
-:func:`appliance.bench.compare.compare`; its pages escape as the HTML report does (jinja2 autoescape).
+:func:`appliance.compare.compare.compare`; its pages escape as the HTML report does (jinja2 autoescape).
 """
 
 from __future__ import annotations

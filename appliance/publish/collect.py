@@ -5,7 +5,7 @@ A folder shared by many machines holds reports, reports of another schema versio
 (bounded, validated); every other ``.json`` is kept in :attr:`Collection.skipped` with why, so a
 report of another schema version is listed, never dropped silently.
 
-A machine is what :func:`appliance.bench.compare.machine_change` calls one: the same CPU model,
+A machine is what :func:`appliance.compare.compare.machine_change` calls one: the same CPU model,
 family/model/stepping and GPUs (plus cores and RAM, which a report's figures depend on). The host
 id is left out, since it changes with every boot. A series is one metric on one machine in one
 suite and profile: figures measured with another suite's settings are not one history.

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from appliance.bench.compare import SLOWED, UNRELIABLE
 from appliance.bench.report import fmt
+from appliance.compare.compare import SLOWED, UNRELIABLE
 from appliance.measure.stats import CONFIDENCE, FAMILY_ALPHA, summarize
 from appliance.publish.collect import Entry, short_commit
 

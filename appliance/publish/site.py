@@ -24,9 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from appliance.bench import compare as cmp
 from appliance.bench import report as rpt
 from appliance.bench.report.content import SECTIONS
+from appliance.compare import compare as cmp
 from appliance.errors import ReportError
 from appliance.publish import history
 from appliance.publish.collect import Collection, Entry, digest, short_commit, slug

@@ -1,6 +1,6 @@
 """Tuned settings against the profile's, on this machine: what results/cpu/autotune/ holds.
 
-1. ``train``'s own tuner (appliance.bench.selftune.tune, its default budget) on ENV's config as
+1. ``train``'s own tuner (appliance.tune.selftune.tune, its default budget) on ENV's config as
    ``puffer-bench train ENV`` resolves it with no flags; its lines are printed and kept.
 2. Then the profile's settings (A) against the tuner's candidate (B, the fastest of its screen, the
    one it confirmed or refused), whole training epochs (rollout and update), in interleaved pairs
@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from appliance.bench import selftune
 from appliance.config import autotune
 from appliance.config.runs import run_config
 from appliance.measure.noise.readings import Sampler, summarize
 from appliance.measure.stats import ratio_test
 from appliance.sysinfo import fingerprint
+from appliance.tune import selftune
 
 HERE = Path(__file__).resolve().parents[4] / "results" / "cpu" / "autotune"
 

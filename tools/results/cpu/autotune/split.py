@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from appliance.bench.selftune import build_trainer
 from appliance.config.runs import run_config
+from appliance.tune.selftune import build_trainer
 
 cfg = run_config("breakout", None, None, [])
 with build_trainer(cfg, {}) as a, build_trainer(cfg, {"vec.num_threads": 1, "train.buffers": 2}) as b:

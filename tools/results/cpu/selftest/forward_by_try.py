@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from appliance.bench import report as rpt
-from appliance.bench import selftest
+from appliance.compare import selftest
 
 FORWARD = "probe/cpu/policy_forward/breakout"
 GATED_SINCE = "08e4b3d"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from appliance.bench import report as rpt
-from appliance.bench import selftest
+from appliance.compare import selftest
 from appliance.measure import noise
 
 REFLAG = "--reflag" in sys.argv

@@ -1,4 +1,4 @@
-"""The two sides of an A/B run (:mod:`appliance.bench.ab`): a variant parsed from its spec, and
+"""The two sides of an A/B run (:mod:`appliance.compare.ab`): a variant parsed from its spec, and
 how each kind measures one round.
 
 Config variants (``base``, overrides, a config file) run the suite in this process with the

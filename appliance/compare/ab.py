@@ -23,7 +23,7 @@ Nothing is lost or left behind: an unwritable ``--out`` is refused before the fi
 SIGTERM or SIGHUP ends the run with the rounds measured so far, as a result marked ``partial``; a
 commit's worktree is removed (and pruned from the repository) on every exit path, and one that a
 killed run left behind is removed by the next ``ab``. Variants, and how each kind measures a round:
-:mod:`appliance.bench.abvariants`.
+:mod:`appliance.compare.abvariants`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from appliance.bench.abvariants import InProcess, Subprocess, Variant, parse_variant
+from appliance.compare.abvariants import InProcess, Subprocess, Variant, parse_variant
 from appliance.errors import ConfigError
 from appliance.measure.stats import FAMILY_ALPHA, holm, ratio_test, summarize
 from appliance.redact import command_line

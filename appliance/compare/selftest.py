@@ -4,7 +4,7 @@ With ``interleave`` the two runs take turns step by step (ABBA), so a drift of t
 over minutes falls on both alike: what is left between them is the measurements' own noise.
 
 ``puffer-bench selftest`` runs a suite twice in a row on this machine and compares the second report
-with the first (:func:`appliance.bench.compare.compare`, judged as one machine's) at the suite's
+with the first (:func:`appliance.compare.compare.compare`, judged as one machine's) at the suite's
 threshold (its ``threshold`` key; 5 %, compare's default, where it has none). The machine agrees
 with itself when no metric changed significantly beyond the threshold, in either direction (judged
 as compare judges: all the metrics tested together, so that a suite of 30 does not disagree by
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from appliance.bench import compare as cmp
+from appliance.compare import compare as cmp
 from appliance.report_io import write_bytes_atomic
 
 DEFAULT_THRESHOLD = 0.05  # compare's default; a suite's ``threshold`` key overrides it
