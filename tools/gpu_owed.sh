@@ -12,6 +12,8 @@ set -u
 OUT=${OUT:-/tmp/gpu-owed}
 BUDGET_S=${BUDGET_S:-540}
 WORK=/tmp/gpu-owed-work
+# the hardware profile the suites run on: the lent machine is an H200 (its profile: appliance/config/hardware.py)
+GPU=${GPU:-h200}
 mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1
 START=$(date +%s)
@@ -74,7 +76,7 @@ if [ -f .peer4/sources.tar.gz ]; then
         --stop-seconds 150 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer4/pufferlib4-cuda-breakout.json"
 fi
 # 2. breakout's time to perf 0.9 on the h100 profile (engine, graphs, bfloat16), beside the engine's speeds
-step engine 200 330 "$PB" run --suite engine --gpu h100 --repeats 2 --out "$WORK/engine" --no-plots
+step engine 200 330 "$PB" run --suite engine --gpu "$GPU" --repeats 2 --out "$WORK/engine" --no-plots
 # 3. every fused kernel against its reference, the graphed update against the called one
 step gpu-check 60 120 "$PB" gpu-check --out "$WORK/kernels"
 # 4. PufferLib 3.0's trainer on breakout on the same machine, in the same window (the peer harness's
@@ -86,12 +88,12 @@ if [ -d .whl/peer ]; then
         --stop-steps 90e6 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer/pufferlib-breakout.json"
 fi
 # 5. the native pool's scaling, 1 to 16 threads: pong and snake (breakout and squared: results/h100/threads/)
-step threads 60 150 "$PB" run --suite threads --gpu h100 --envs pong,snake --out "$WORK/threads" --no-plots
+step threads 60 150 "$PB" run --suite threads --gpu "$GPU" --envs pong,snake --out "$WORK/threads" --no-plots
 # 6. the GPU tests
 step tests-gpu 60 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu
 # 7. two quick-suite reports (what `compare` says of two runs on one machine), in the tarball
-step quick-1 150 140 "$PB" run --suite quick --gpu h100 --out "$WORK/quick-1" --no-plots
-step quick-2 150 140 "$PB" run --suite quick --gpu h100 --out "$WORK/quick-2" --no-plots
+step quick-1 150 140 "$PB" run --suite quick --gpu "$GPU" --out "$WORK/quick-1" --no-plots
+step quick-2 150 140 "$PB" run --suite quick --gpu "$GPU" --out "$WORK/quick-2" --no-plots
 
 collect  # all else (curves, logs, 4.0's build commands) in the tarball
 n=$(find "$OUT" -maxdepth 1 -name '*.json' | wc -l)
