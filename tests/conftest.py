@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -134,3 +137,41 @@ def one_line_error(result, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in out, out
     return out
+
+
+@contextlib.contextmanager
+def bounded(seconds: int = 30):
+    """A read or open that would block (a FIFO with no writer) fails the case instead of hanging it."""
+
+    def hung(signum, frame):
+        raise AssertionError(f"blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def trained_run(data: Path, *overrides: str, log: bool = True) -> Path:
+    """One epoch of squared in run folder ``data/r1`` (a checkpoint, its config.yaml and, with ``log``,
+    one metrics record) that ``data/latest`` names; returns ``data``."""
+    from appliance import config, vector
+    from appliance.train import Trainer
+
+    cfg = config.resolve(env="squared", overrides=[*overrides, "--train.data-dir", str(data)])
+    run = data / "r1"
+    trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=run)
+    trainer.latest_pointer = data / "latest"
+    try:
+        trainer.evaluate()
+        trainer.train()
+        if log:
+            trainer.log_metrics()
+        trainer.save_checkpoint()
+    finally:
+        trainer.close()
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    return data

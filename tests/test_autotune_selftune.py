@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import small_config
+from conftest import SMALL, small_config
 
 from appliance.cli import cli
 from appliance.config import autotune
@@ -332,16 +332,7 @@ def test_train_reuses_a_kept_tuning_and_says_so(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("PUFFER_AUTOTUNE", "on")
     monkeypatch.setenv("PUFFER_BENCH_DATA", str(tmp_path / "data"))
     monkeypatch.setattr(selftune, "_cores", lambda: 2)
-    args = [
-        "--train.device",
-        "cpu",
-        "--vec.num-envs",
-        "8",
-        "--train.bptt-horizon",
-        "8",
-        "--train.minibatch-size",
-        "64",
-    ]
+    args = list(SMALL)
     cfg = small_config("squared")
     from appliance.config.runs import run_config
 
@@ -389,16 +380,7 @@ def test_ctrl_c_while_train_tunes_is_one_line_and_keeps_nothing(
         return real(trainer, seconds)
 
     monkeypatch.setattr(selftune, "rollout_sps", interrupted)
-    args = [
-        "--train.device",
-        "cpu",
-        "--vec.num-envs",
-        "8",
-        "--train.bptt-horizon",
-        "8",
-        "--train.minibatch-size",
-        "64",
-    ]
+    args = list(SMALL)
     result = CliRunner().invoke(cli, ["train", "squared", *args, "--train.data-dir", str(tmp_path / "runs")])
     assert result.exit_code == 130, result.output
     assert result.output.strip().splitlines()[-1] == (

@@ -24,11 +24,9 @@ Three roles of path:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,10 +38,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from appliance import config, vector
 from appliance.cli import cli
 from appliance.testing import tiny_sweep_args
-from appliance.train import Trainer
 
 SMALL = (*conftest.SMALL, "--policy.hidden-size", "32")
 RESUME = (*SMALL, "--train.total-timesteps", "128")
@@ -63,22 +59,6 @@ def words(command: str, *more):
     return run_cli(*command.split(), *more)
 
 
-@contextlib.contextmanager
-def bounded(seconds=30):
-    """A read or open that would block (a FIFO with no writer) fails the case instead of hanging it."""
-
-    def hung(signum, frame):
-        raise AssertionError(f"blocked for {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 # ----------------------------------------------------------------------------- what each kind holds
 
 
@@ -86,20 +66,7 @@ def bounded(seconds=30):
 def trained(tmp_path_factory):
     """A data folder with one squared run ``r1`` (a checkpoint, its config.yaml, one metrics record)
     that ``latest`` names, made once."""
-    data = tmp_path_factory.mktemp("runs")
-    cfg = config.resolve(env="squared", overrides=[*SMALL, "--train.data-dir", str(data)])
-    run = data / "r1"
-    trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=run)
-    trainer.latest_pointer = data / "latest"
-    try:
-        trainer.evaluate()
-        trainer.train()
-        trainer.log_metrics()
-        trainer.save_checkpoint()
-    finally:
-        trainer.close()
-    (run / "config.yaml").write_text(cfg.to_yaml())
-    return data
+    return conftest.trained_run(tmp_path_factory.mktemp("runs"), *SMALL)
 
 
 @pytest.fixture(scope="module")
@@ -405,7 +372,7 @@ def test_every_bad_file_kind_over_every_path_kind_is_one_line_and_writes_nothing
     case = make(tmp_path, made, good_report)
     victim = _put(bad, role, line_based, case, tmp_path)
     before = case.path.read_bytes() if case.path.is_file() and not case.path.is_symlink() else None
-    with bounded():
+    with conftest.bounded():
         result = case.invoke()
     out = result.output.strip()
     assert "Traceback" not in out and not (
@@ -480,7 +447,7 @@ def test_text_a_file_holds_is_shown_safely_whatever_unicode_it_holds(tmp_path, g
     """A JSON or YAML string may hold a terminal escape, a bidi override, a lone surrogate (from a
     ``\\ud800`` escape) or a line break: what a command prints or writes of it never fails to encode,
     moves the cursor, reorders the line, or breaks a one-line error in two."""
-    with bounded():
+    with conftest.bounded():
         result = TEXT_CASES[case](tmp_path, good_report)
     out = result.output
     assert not (result.exception and not isinstance(result.exception, SystemExit)), repr(result.exception)

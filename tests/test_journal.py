@@ -5,14 +5,13 @@ onto; a damaged record amid the others is one line naming it."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import stat
 import time
 
 import pytest
 import yaml
+from conftest import bounded
 
 from appliance import sweep as sw
 from appliance.errors import ConfigError
@@ -41,22 +40,6 @@ def _sweep(tmp_path, journal, trials=1):
             "squared", out, options, str(space), overrides=tiny_sweep_args(64), profile="cpu", trial=instant
         )
     )
-
-
-@contextlib.contextmanager
-def _bounded(seconds=20):
-    """A journal open that would block (a FIFO with no writer) fails the test instead of hanging it."""
-
-    def hung(signum, frame):
-        raise AssertionError(f"blocked for {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _make(kind, journal, tmp_path):
@@ -106,7 +89,7 @@ def _make(kind, journal, tmp_path):
 def test_a_journal_that_is_not_a_plain_journal_is_refused_before_anything_is_written(tmp_path, kind):
     journal = tmp_path / "study.log"
     kept = _make(kind, journal, tmp_path)
-    with _bounded(), pytest.raises(ConfigError) as refused:
+    with bounded(20), pytest.raises(ConfigError) as refused:
         _sweep(tmp_path, journal)
     message = str(refused.value)
     assert "\n" not in message and str(journal) in message, message

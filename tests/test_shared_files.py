@@ -20,17 +20,16 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from conftest import one_line_error
+from conftest import one_line_error, trained_run
 from markdown_it import MarkdownIt
 
-from appliance import config, sweep, vector
+from appliance import config, sweep
 from appliance.bench import report as rpt
 from appliance.bench.suite import definition as suite
 from appliance.cli import cli
 from appliance.docs import readme
 from appliance.errors import ConfigError, ReportError
 from appliance.measure.stats import summarize
-from appliance.train import Trainer
 
 # Every way into markup at once: closing an attribute, a script, an event handler, a javascript: link
 # in HTML and in Markdown, a table cell break, a code span, the README's end marker, matplotlib maths,
@@ -443,19 +442,7 @@ SMALL += ["--train.minibatch-size", "64", "--policy.hidden-size", "32"]
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A data dir with one squared run (one epoch, hidden size 32) that ``latest`` names."""
-    data = tmp_path_factory.mktemp("runs")
-    cfg = config.resolve(env="squared", overrides=[*SMALL, "--train.data-dir", str(data)])
-    run = data / "r1"
-    trainer = Trainer(cfg, vector.make_from_config(cfg), run_dir=run)
-    trainer.latest_pointer = data / "latest"
-    try:
-        trainer.evaluate()
-        trainer.train()
-        trainer.save_checkpoint()
-    finally:
-        trainer.close()
-    (run / "config.yaml").write_text(cfg.to_yaml())
-    return data
+    return trained_run(tmp_path_factory.mktemp("runs"), *SMALL, log=False)
 
 
 @pytest.fixture
