@@ -142,6 +142,7 @@ class Trainer:
             obs_device,
             pin_obs=hp.cpu_offload and self.device.type == "cuda",
         )
+        self._rows = Rows(self.rollout, self.transitions)  # views, made once: the rollout's tensors stay put
         self.state = self.policy.initial_state(n, self.device)
         # train.recompute_advantages false: the epoch's advantages, computed once before its minibatches
         self.epoch_advantages = None if hp.recompute_advantages else torch.zeros_like(self.rollout.values)
@@ -391,7 +392,7 @@ class Trainer:
     def rows(self) -> Rows:
         """The rollout as minibatches index it: its ``[segments, horizon, ...]`` tensors, or views of
         them as ``[segments * horizon, 1, ...]`` when minibatches are drawn in transitions."""
-        return Rows(self.rollout, self.transitions)
+        return self._rows
 
     # Data-parallel hooks (appliance.train.rank.RankTrainer): one process needs neither.
 
