@@ -119,3 +119,22 @@ def test_a_separate_critic_has_its_own_trunk_and_the_actor_none_of_its_gradient(
 def test_a_separate_critic_needs_the_mlp_core():
     with pytest.raises(ConfigError, match="separate_value needs the mlp core"):
         Policy(spaces.Box(-1, 1, (5,)), spaces.Discrete(3), core="lstm", hidden_size=16, separate_value=True)
+
+
+def test_the_log_std_starts_at_policy_log_std_init():
+    """rl-zoo's MuJoCo recipes start the Box policy's std at exp(-2): ``policy.log_std_init`` reaches
+    the policy through make_policy; its default 0 (a std of 1) builds the weights it built before."""
+    from types import SimpleNamespace
+
+    from appliance.train.make import make_policy
+
+    vec = SimpleNamespace(
+        single_observation_space=spaces.Box(-1, 1, (5,)), single_action_space=spaces.Box(-1, 1, (3,))
+    )
+    policy = make_policy(small_config("squared", "--policy.core", "mlp", "--policy.log-std-init", "-2"), vec)
+    assert policy.log_std.tolist() == [-2.0] * 3
+    std = policy.distribution(torch.zeros(1, 3)).stddev
+    torch.testing.assert_close(std, torch.full((1, 3), float(torch.tensor(-2.0).exp())))
+    assert make_policy(small_config("squared", "--policy.core", "mlp"), vec).log_std.tolist() == [0.0] * 3
+    with pytest.raises(ConfigError, match="log-std-init"):
+        small_config("squared", "--policy.log-std-init", "nan")

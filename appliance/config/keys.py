@@ -453,6 +453,12 @@ class PolicyConfig(Keys):
         "the value head gets an encoder and mlp core of its own (a separate critic, as the PPO paper's "
         "MuJoCo networks); false: it shares the action head's",
     )
+    log_std_init: float = key(
+        0.0,
+        "Box actions: the state-independent log-std starts here (rl-zoo's MuJoCo log_std_init -2: a "
+        "std of 0.14); 0 is a std of 1",
+        valid=Range(-20, 20),
+    )
     init: Init = key(
         "pufferlib",
         "weight init: pufferlib (orthogonal gain 1, zero biases), cleanrl (encoder sqrt 2, logits "

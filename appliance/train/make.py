@@ -58,4 +58,5 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         expansion_factor=p.expansion_factor,
         encoder_activation=p.encoder_activation,
         separate_value=p.separate_value,
+        log_std_init=p.log_std_init,
     )

@@ -243,6 +243,7 @@ class Policy(nn.Module):
         expansion_factor: int = 1,
         encoder_activation: str = "gelu",
         separate_value: bool = False,
+        log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
         if core not in CORES:
@@ -314,7 +315,7 @@ class Policy(nn.Module):
         self.decoder = layer_init(nn.Linear(hidden_size, out), std=0.01)
         self.value = layer_init(nn.Linear(hidden_size, 1), std=1.0)
         if self.nvec is None:  # Box: a state-independent log-std, and the bounds actions are clipped to
-            self.log_std = nn.Parameter(torch.zeros(out))
+            self.log_std = nn.Parameter(torch.full((out,), float(log_std_init)))
             low, high = (torch.tensor(np.broadcast_to(b, action_space.shape), dtype=torch.float32).reshape(-1)
                          for b in (action_space.low, action_space.high))  # fmt: skip
             self.register_buffer("action_low", low, persistent=False)
