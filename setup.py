@@ -19,7 +19,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent.resolve()
 DATA = {
-    "envs": ["*.h", "*.c", "compat4/*.h"],
+    "envs": ["*.h", "*.c", "compat3/*.h", "compat4/*.h"],
     "kernels": ["*.cu", "*.cuh", "*.md"],
     "bench": ["suites/*.yaml", "profiles/*.yaml"],
 }

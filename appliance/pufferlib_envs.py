@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from appliance import pufferlib3
 from appliance.errors import ConfigError
 from appliance.paths import data_dir
 from appliance.report_io import read_bounded, read_json, write_bytes_atomic
@@ -152,12 +153,9 @@ def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
         )
     binding = _source_text(binding_path)
     headers = "\n".join(_source_text(p) for p in sorted(folder.glob("*.h")))
-    if "env_binding.h" in binding:
-        raise ConfigError(
-            f"{folder}/binding.c is in PufferLib 3.0's format (env_binding.h, the CPython API), not 4.0's "
-            "(vecenv.h with my_init/my_log): port it to 4.0's binding"
-        )
     found = {**macros(headers), **macros(binding)}  # a size may be defined in the env's header
+    if pufferlib3.is_format3(binding):  # its sizes are its spaces file's (appliance/pufferlib3.py)
+        return _check_hooks(folder, found, "3.0")
     dialect = "OBS_TENSOR_T" not in found and "OBS_TYPE" in found
     missing = [m for m in REQUIRED_MACROS if m not in found and not (dialect and m == "OBS_TENSOR_T")]
     if missing:
@@ -177,11 +175,17 @@ def check_folder(folder: Path) -> tuple[str, dict[str, str]]:
             f"{folder}/binding.c: OBS_TENSOR_T is {found['OBS_TENSOR_T']!r}; the format's observations are "
             f"{' or '.join(TENSOR_TYPES)}"
         )
+    return _check_hooks(folder, found, "4.0")
+
+
+def _check_hooks(folder: Path, found: dict[str, str], version: str) -> tuple[str, dict[str, str]]:
+    if "Env" not in found:
+        raise ConfigError(f"{folder}/binding.c does not #define Env (its env struct's type)")
     hooks = [h for h in UNSUPPORTED_HOOKS if h in found]
     if hooks:
         raise ConfigError(
-            f"{folder}/binding.c defines {', '.join(hooks)}: hooks that replace the format's vector memory, "
-            "which our runtime owns; not supported"
+            f"{folder}/binding.c defines {', '.join(hooks)}: hooks the PufferLib {version} format's own vector or "
+            "Python calls (shared state, extra methods), which our runtime has no place for; not supported"
         )
     return folder.resolve().name, found
 
@@ -305,7 +309,11 @@ def _source_hash(folder: Path, ini_path: Path | None, extra: list[str]) -> str:
     compat = data_dir("envs")
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".c", ".h", ".ini"))
     files += [ini_path] if ini_path else []
-    files += [compat / "vecenv.h", *sorted((compat / "compat4").glob("*.h"))]
+    files += [
+        compat / "vecenv.h",
+        *sorted((compat / "compat4").glob("*.h")),
+        *sorted((compat / "compat3").glob("*.h")),
+    ]
     for p in files:
         h.update(str(p.name).encode())
         h.update(p.read_bytes())
@@ -314,9 +322,11 @@ def _source_hash(folder: Path, ini_path: Path | None, extra: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def _params_header(params: list[tuple[str, str, float]]) -> str:
+def _params_header(params: list[tuple[str, str, float]], fixed: list[str]) -> str:
+    """The parameter table; a ``fixed`` one (a 3.0 env's spaces depend on it) ranges over its value."""
     rows = [
-        f'    {{"{name}", {"PARAM_INT" if kind == "int" else "PARAM_FLOAT"}, {value!r}, -1e300, 1e300}},'
+        f'    {{"{name}", {"PARAM_INT" if kind == "int" else "PARAM_FLOAT"}, {value!r}, '
+        + (f"{value!r}, {value!r}}}," if name in fixed else "-1e300, 1e300},")
         for name, kind, value in params
     ]
     return (
@@ -344,10 +354,11 @@ def first_error(log: str) -> str:
 
 
 def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path | None = None,
-          force: bool = False, progress: Any = None) -> Built:  # fmt: skip
+          force: bool = False, progress: Any = None, spaces: str | Path | None = None) -> Built:  # fmt: skip
     """Compile the env folder ``path`` into a library registered as ``pufferlib:NAME`` (cached per
     hash of its sources, its ini and our headers; ``force`` builds again). One-line ConfigErrors for
-    a folder that is not such an env, a missing macro, a missing ini or kwarg, a compile error."""
+    a folder that is not such an env, a missing macro, a missing ini or kwarg, a compile error.
+    A PufferLib 3.0-format folder takes its spaces from ``spaces`` (appliance/pufferlib3.py)."""
     folder = Path(path)
     name, found = check_folder(folder)
     ini_path = Path(ini) if ini else find_ini(folder, name)
@@ -355,6 +366,17 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
         raise ConfigError(f"--ini {ini}: no such file")
     sections = read_ini(ini_path)
     params, skipped = env_params(sections)
+    format3 = None
+    if pufferlib3.is_format3(_source_text(folder / "binding.c")):
+        format3 = pufferlib3.read(pufferlib3.find(folder, name, spaces), sections.get("env") or {})
+        computed = [(k, "int" if v.is_integer() else "float", v) for k, v in format3.kwargs.items()]
+        params = [p for p in params if p[0] not in format3.kwargs] + computed
+        skipped = [k for k in skipped if k not in format3.kwargs]
+    elif spaces is not None:
+        raise ConfigError(
+            f"--spaces is for PufferLib 3.0-format folders; {folder}'s binding.c declares its own sizes"
+        )
+    fixed = sorted(format3.fixed | set(format3.kwargs)) if format3 else []
     if len(params) > 60:
         raise ConfigError(f"{ini_path}: {len(params)} [env] keys; the runtime takes at most 60 parameters")
     ray = find_raylib(raylib) if raylib_needed(folder) else None
@@ -366,7 +388,8 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
         )
     cc = compiler()
     rng_field = bool(re.search(r"\b(unsigned\s+int|unsigned|uint32_t|int)\s+rng\s*;", _sources_text(folder)))
-    extras = [BUILD_VERSION, cc, str(ray or ""), json.dumps(params), str(rng_field)]
+    extras = [BUILD_VERSION, cc, str(ray or ""), json.dumps(params), str(rng_field),
+              json.dumps(format3.describe() if format3 else None)]  # fmt: skip
     digest = _source_hash(folder, ini_path, extras)
     out_dir = cache_root() / f"{name}-{digest}"
     library = out_dir / f"{name}.so"
@@ -381,14 +404,15 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
         _record_current(built)
         return built
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = _compile_command(cc, folder, name, ray, rng_field)
+    command = _compile_command(cc, folder, name, ray, rng_field, format3)
     if progress:
         progress(f"compiling {name} ({folder})")
-    _compile(command, params, library, out_dir)
+    _compile(command, params, library, out_dir, fixed, folder if format3 else None)
     meta = {"name": PREFIX + name, "folder": str(folder.resolve()), "ini": str(ini_path) if ini_path else None,
             "hash": digest, "raylib": str(ray) if ray else None, "params": [p[0] for p in params],
             "skipped_env_keys": skipped, "macros": {k: found[k] for k in (*REQUIRED_MACROS, "OBS_TYPE", "ACT_TYPE") if k in found},
-            "action_mask": "MY_ACTION_MASK" in found}  # fmt: skip
+            "action_mask": "MY_ACTION_MASK" in found, "format": "3.0" if format3 else "4.0",
+            **({"spaces": format3.describe()} if format3 else {})}  # fmt: skip
     built = Built(PREFIX + name, library, out_dir / "recipe.yaml", meta)
     agents, read = _probe_in_child(built)
     if "MY_VEC_INIT" in found:  # my_vec_init reads kwargs too (maze's map_size), which the probe cannot see
@@ -399,7 +423,7 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
         meta["unread_env_keys"] = [p[0] for p in params if p[0] not in read]
         params = [p for p in params if p[0] in read]
         meta["params"] = [p[0] for p in params]
-        _compile(command, params, library, out_dir)
+        _compile(command, params, library, out_dir, fixed, folder if format3 else None)
         agents, read = _probe_in_child(built)
     clash = sorted(set(read) & RESERVED_KWARGS)
     if clash:
@@ -412,26 +436,37 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
     return built
 
 
-def _compile_command(cc: str, folder: Path, name: str, ray: Path | None, rng_field: bool) -> list[str]:
-    """The compiler command, with BUILD standing for the folder of the generated parameter table
-    and OUT for the library."""
+def _compile_command(cc: str, folder: Path, name: str, ray: Path | None, rng_field: bool,
+                     format3: pufferlib3.Spaces | None = None) -> list[str]:  # fmt: skip
+    """The compiler command, with BUILD standing for the folder of the generated parameter table,
+    OUT for the library, and BINDING for the binding.c compiled (a 3.0-format one: a copy in the
+    build folder, whose "../env_binding.h" is then ours, not the checkout's CPython one)."""
     compat = data_dir("envs") / "compat4"
     extra_c = [p for p in sorted(folder.glob("*.c")) if p.name != "binding.c" and _is_library_source(p)]
     return [cc, "-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-DNDEBUG", "-DPLATFORM_DESKTOP",
             "-Werror=implicit-function-declaration", "-include", str(compat / "prelude.h"), f"-I{compat}", "-IBUILD", f"-I{folder}",
             f'-DPUFFER4_NAME="{PREFIX}{name}"', *(["-DPUFFER4_RNG_FIELD"] if rng_field else []),
-            *(["-DPUFFER4_RAYLIB"] if ray else []),
+            *(["-DPUFFER4_RAYLIB"] if ray else []), *(format3.defines() if format3 else []),
             *_vendor_includes(folder), *([f"-I{ray / 'include'}"] if ray else []),
-            str(folder / "binding.c"), *map(str, extra_c), "-o", "OUT",
+            "BINDING3" if format3 else str(folder / "binding.c"), *map(str, extra_c), "-o", "OUT",
             *([str(ray / "lib" / "libraylib.a")] if ray else []), "-lm", "-lpthread"]  # fmt: skip
 
 
-def _compile(command: list[str], params: list[tuple[str, str, float]], library: Path, out_dir: Path) -> None:
-    """Compile into a temporary folder, then move the library into place (a reader never sees half)."""
+def _compile(command: list[str], params: list[tuple[str, str, float]], library: Path, out_dir: Path,
+             fixed: list[str] | None = None, format3_folder: Path | None = None) -> None:  # fmt: skip
+    """Compile into a temporary folder, then move the library into place (a reader never sees half).
+    ``format3_folder``: a PufferLib 3.0-format env's folder, whose binding.c is compiled as a copy."""
     work = Path(tempfile.mkdtemp(prefix=f".{library.stem}-", dir=out_dir))
     try:
-        (work / "compat4_params.h").write_text(_params_header(params))
-        cmd = [{"-IBUILD": f"-I{work}", "OUT": str(work / library.name)}.get(c, c) for c in command]
+        (work / "compat4_params.h").write_text(_params_header(params, fixed or []))
+        binding3 = work / "ocean" / library.stem / "binding.c"
+        if format3_folder is not None:
+            binding3.parent.mkdir(parents=True)
+            binding3.write_text(_source_text(format3_folder / "binding.c"))
+            header = data_dir("envs") / "compat3" / "env_binding.h"
+            (work / "ocean" / "env_binding.h").write_text(f'#include "{header}"\n')
+        cmd = [{"-IBUILD": f"-I{work}", "OUT": str(work / library.name), "BINDING3": str(binding3)}.get(c, c)
+               for c in command]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=600)
         log_path = out_dir / "build.log"
         atomic_write_text(log_path, " ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
@@ -604,7 +639,10 @@ def load(name: str) -> str:
     print(
         f"{built.name} was built for an older puffer-bench: building it again from {folder}", file=sys.stderr
     )
-    return load_library(build(folder, ini=built.meta.get("ini"), force=True))
+    spaces = (
+        (built.meta.get("spaces") or {}).get("file") if isinstance(built.meta.get("spaces"), dict) else None
+    )
+    return load_library(build(folder, ini=built.meta.get("ini"), force=True, spaces=spaces))
 
 
 def _describe(name: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ and how fast its env code steps on our runtime beside PufferLib 4.0's own OpenMP
 PATH/TO/PufferLib is a checkout of eig1n/PufferLib-OrbitWars at the commit tools/pufferlib4_peer.py
 pins (nothing of it is committed here). Per env folder of its ocean/ (template, minimal and benchmark
 left out: they are not tasks):
-  build  `puffer-bench envs build ocean/NAME` (our compatibility header, its binding.c unchanged);
+  build  `puffer-bench envs build ocean/NAME` (our compatibility header, its binding.c unchanged; a
+         PufferLib 3.0-format folder with --spaces tools/pufferlib3_spaces/NAME.ini where that exists);
   step   `puffer-bench envs sps pufferlib:NAME --threads 1 --seconds S` in a process of its own
          (a crash is a reason, not the end of the table), agents = its ini's [vec] total_agents
          capped at 4,096;
@@ -150,6 +151,7 @@ def render(data: dict) -> str:
     stepped = sum(r.get("step", {}).get("ok", False) for r in rows)
     theirs_built = [r for r in rows if not r.get("theirs", {}).get("why", "").startswith("build:")]
     ours_of_theirs = sum(r.get("step", {}).get("ok", False) for r in theirs_built)
+    format3 = sum(r.get("step", {}).get("ok", False) and r["build"].get("format") == "3.0" for r in rows)
     trained = [r for r in rows if "train" in r]
     trains = sum(r["train"]["ok"] for r in trained)
     lines = [
@@ -165,6 +167,9 @@ def render(data: dict) -> str:
         f"- {len(theirs_built)} of the {n} build with PufferLib 4.0's own vecenv.h on the CPU (the rest are "
         f"PufferLib 3.0-format folders without their env_binding.h, or lack OBS_TENSOR_T, which its build.sh "
         f"requires too); of those {len(theirs_built)}, {ours_of_theirs} build and step on ours.",
+        f"- {format3} PufferLib 3.0-format folders build and step on ours (format 3.0 in the table), their "
+        "spaces from tools/pufferlib3_spaces/NAME.ini: what each env's NAME.py declares in PufferLib 3.x's "
+        "history (the file names its source), which the snapshot does not ship.",
     ]
     if trained:
         lines.append(f"- {trains} of the {len(trained)} tried train 1 M agent-steps without error.")
@@ -174,8 +179,8 @@ def render(data: dict) -> str:
         f"({data['seconds']} s each); ours through `envs sps`, PufferLib 4.0's through its own vecenv.h "
         "(OpenMP, OMP_NUM_THREADS=1) and tools/pufferlib4_vecenv_sps.c.",
         "",
-        "| env | 4.0 builds | ours builds | steps | agents | ours (M/s) | 4.0 (M/s) | ours / 4.0 | trains 1 M | why not |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| env | format | 4.0 builds | ours builds | steps | agents | ours (M/s) | 4.0 (M/s) | ours / 4.0 | trains 1 M | why not |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         step, their = r.get("step", {}), r.get("theirs", {})
@@ -188,7 +193,7 @@ def render(data: dict) -> str:
         theirs_m = f"{their['sps'] / 1e6:.3f}" if their.get("ok") else ""
         their_build = "no" if their.get("why", "").startswith("build:") else "yes"
         trains_cell = "" if tr is None else ("yes" if tr["ok"] else "no")
-        cells = [r["env"], their_build, "yes" if r["build"]["ok"] else "no", "yes" if step.get("ok") else "no",
+        cells = [r["env"], r["build"].get("format") or ("4.0" if r["build"]["ok"] else ""), their_build, "yes" if r["build"]["ok"] else "no", "yes" if step.get("ok") else "no",
                  str(step.get("agents", "")), ours_m, theirs_m, ratio, trains_cell, why.replace("|", "/")]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -220,7 +225,9 @@ def measure(args: argparse.Namespace, tree: Path, names: list[str], scratch: Pat
         row: dict = {"env": name}
         rows.append(row)
         # built in a process of its own: the build runs the env's my_init, which may abort
-        code, text, _ = run([*CLI, "envs", "build", str(tree / "ocean" / name)], timeout=900)
+        spaces = args.spaces_dir / f"{name}.ini"  # a PufferLib 3.0-format folder's spaces (its NAME.py's)
+        extra = ["--spaces", str(spaces)] if spaces.is_file() else []
+        code, text, _ = run([*CLI, "envs", "build", str(tree / "ocean" / name), *extra], timeout=900)
         built = pufferlib_envs.current(name) if code == 0 else None
         kwargs, total = ini_env(tree, name)
         if built is None:
@@ -231,7 +238,7 @@ def measure(args: argparse.Namespace, tree: Path, names: list[str], scratch: Pat
             row["theirs"] = theirs(tree, name, min(total, MAX_AGENTS), kwargs, args.seconds, scratch)
         else:
             apr = int(built.meta["agents_per_env"])
-            row["build"] = {"ok": True, "agents_per_env": apr}
+            row["build"] = {"ok": True, "agents_per_env": apr, "format": built.meta.get("format", "4.0")}
             kwargs = {k: v for k, v in kwargs.items() if k in built.meta["params"]}
             agents = max(apr, min(total, MAX_AGENTS) // apr * apr)
             row["step"] = ours(name, apr, agents, args.seconds, scratch)
@@ -256,6 +263,10 @@ def main() -> None:
     ap.add_argument(
         "--deadline", type=float, default=float("inf"), help="--train: start no env after this many s"
     )
+    ap.add_argument(
+        "--spaces-dir", type=Path, default=REPO / "tools" / "pufferlib3_spaces",
+        help="spaces files (NAME.ini) of PufferLib 3.0-format folders, whose NAME.py the snapshot lacks",
+    )  # fmt: skip
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     tree = args.tree.resolve()

@@ -57,17 +57,35 @@ def envs(ctx: click.Context) -> None:
 @click.option(
     "--raylib", "raylib", type=click.Path(file_okay=False), help="raylib 5.5 (include/, lib/libraylib.a)."
 )
+@click.option(
+    "--spaces",
+    type=click.Path(dir_okay=False),
+    help="A PufferLib 3.0 env's spaces file (default: NAME.spaces.ini or spaces.ini beside binding.c).",
+)
 @click.option("--force", is_flag=True, help="Build again even if this source hash is built.")
-def envs_build(path: str, ini: str | None, raylib: str | None, force: bool) -> None:
-    """Compile a PufferLib 4.0 env folder (ocean/NAME/) against our runtime, as env pufferlib:NAME.
+def envs_build(path: str, ini: str | None, raylib: str | None, spaces: str | None, force: bool) -> None:
+    """Compile a PufferLib env folder (ocean/NAME/) against our runtime, as env pufferlib:NAME.
 
-    Cached per hash of its sources and ini; afterwards `train pufferlib:NAME`, `envs sps pufferlib:NAME`.
+    PufferLib 4.0's format builds as it is; the 3.0 format (env_binding.h) also needs its spaces,
+    which its NAME.py declares (--spaces; docs/envs.md). Cached per hash of its sources and ini;
+    afterwards `train pufferlib:NAME`, `envs sps pufferlib:NAME`.
     """
     from appliance import pufferlib_envs
 
-    built = pufferlib_envs.build(path, ini=ini, raylib=raylib, force=force)
+    built = pufferlib_envs.build(path, ini=ini, raylib=raylib, force=force, spaces=spaces)
     meta = built.meta
     click.echo(f"built {built.name}: {built.library}")
+    if meta.get("spaces"):
+        sp = meta["spaces"]
+        sizes = sp["action_sizes"]
+        acts = (
+            f"Box({len(sizes)})"
+            if all(n == 1 for n in sizes)
+            else f"{'Discrete' if len(sizes) == 1 else 'MultiDiscrete'}({sizes[0] if len(sizes) == 1 else sizes})"
+        )
+        fixed = f"; fixed by them: {', '.join(sp['fixed'])}" if sp["fixed"] else ""
+        click.echo(f"  PufferLib 3.0 format, spaces from {sp['file']}: {sp['obs_dtype']}[{sp['obs_size']}], {acts}, "
+                   f"{sp['agents']} agent(s) an env{fixed}")  # fmt: skip
     click.echo(
         f"  kwargs from {meta.get('ini') or 'no ini found (the env reads none)'}: {', '.join(meta['params']) or 'none'}"
     )

@@ -133,6 +133,12 @@ typedef __typeof__(*((Env*)0)->terminals) compat4_term_t;
 _Static_assert(__builtin_types_compatible_p(__typeof__(*((Env*)0)->rewards), float),
                "the Env struct's rewards must be float*");
 
+/* An env's agents, read after its my_init: the format's num_agents field (the 3.0 format's layer,
+ * ../compat3/env_binding.h, gives the count its spaces declare instead). */
+#ifndef COMPAT4_AGENTS
+#define COMPAT4_AGENTS(env) ((env)->num_agents)
+#endif
+
 #ifndef PUFFER4_NAME
 #error "PUFFER4_NAME is not defined: build PufferLib-format envs with `puffer-bench envs build`"
 #endif
@@ -274,7 +280,7 @@ static int compat4_probe_agents(const double* params) {
     compat4_missing_key = NULL;
     compat4_read_mask = 0;
     my_init(&s->env, &kwargs);
-    int agents = s->env.num_agents;
+    int agents = COMPAT4_AGENTS(&s->env);
     compat4_current = NULL;
     if (compat4_missing_key) agents = 0;
     /* c_close is not called: the env was never pointed at buffers nor reset, and closing an env that
@@ -313,7 +319,7 @@ static void compat4_init(void* e, const double* params, Buffers b, Rng rng) {
     compat4_enter(s);
     if (!s->made_by_vec_init) my_init(&s->env, &kwargs);
     compat4_current = NULL;
-    s->agents = s->env.num_agents > 0 ? s->env.num_agents : 1;
+    s->agents = COMPAT4_AGENTS(&s->env) > 0 ? COMPAT4_AGENTS(&s->env) : 1;
     s->actions = (compat4_act_t*)calloc((size_t)s->agents * NUM_ATNS, sizeof(compat4_act_t));
     s->terminals = (compat4_term_t*)calloc((size_t)s->agents, sizeof(compat4_term_t));
 #ifdef MY_ACTION_MASK
