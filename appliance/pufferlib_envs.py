@@ -489,7 +489,7 @@ def _probe_in_child(built: Built) -> tuple[int, list[str]]:
         "import json, sys; from appliance import pufferlib_envs as p; "
         "b = p.Built(sys.argv[1], p.Path(sys.argv[2]), p.Path(sys.argv[3]), json.loads(sys.argv[4])); "
         "name = p.load_library(b); print('AGENTS', p._describe(name)['agents_per_env']); "
-        "print('READ', json.dumps(p.kwargs_read(b)))"
+        "print('READ', json.dumps(p.kwargs_read(b)), flush=True); print('PAST', *p.bounds(b))"
     )
     args = [
         sys.executable,
@@ -506,7 +506,14 @@ def _probe_in_child(built: Built) -> tuple[int, list[str]]:
         raise ConfigError(f"{built.name}: my_init did not return within 120 s") from None
     found = re.search(r"^AGENTS (\d+)$", proc.stdout, re.M)
     read = re.search(r"^READ (.*)$", proc.stdout, re.M)
-    if proc.returncode == 0 and found and read:
+    past = re.search(r"^PAST (-?\d+) (\d)$", proc.stdout, re.M)
+    if found and read and not past:  # my_init ran; stepping it crashed
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        raise ConfigError(f"{built.name} crashed ({how}) in its first {BOUNDS_STEPS} steps of one env with random "
+                          f"actions{_last_words(proc)}")  # fmt: skip
+    if proc.returncode == 0 and found and read and past:
+        if int(past.group(1)) > 0:
+            raise ConfigError(_overrun(built, int(found.group(1)), int(past.group(1)), int(past.group(2))))
         return int(found.group(1)), json.loads(read.group(1))
     said = [line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines() if line.strip()]
     if proc.returncode < 0:
@@ -520,6 +527,43 @@ def _probe_in_child(built: Built) -> tuple[int, list[str]]:
     last = said[-1] if said else "no output"
     error = re.match(r"^(?:\w+\.)*ConfigError: (.*)$", last)
     raise ConfigError(error.group(1) if error else f"{built.name}: {last[:300]}")
+
+
+BOUNDS_STEPS = 256
+
+
+def bounds(built: Built) -> tuple[int, int]:
+    """The loaded library's own check that one env keeps to its rows over BOUNDS_STEPS random steps
+    (envs/compat4/vecenv.h, ocean_plugin_bounds): (bytes written past the end, which buffer)."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(built.library))
+    which = ctypes.c_int(0)
+    lib.ocean_plugin_bounds.restype = ctypes.c_long
+    past = lib.ocean_plugin_bounds(ctypes.c_int(BOUNDS_STEPS), ctypes.byref(which))
+    return int(past), int(which.value)
+
+
+def _last_words(proc: subprocess.CompletedProcess) -> str:
+    said = [line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines() if line.strip()]
+    said = [line for line in said if not re.match(r"^(AGENTS|READ) ", line)]
+    return f"; its last words: {said[-1][:200]}" if said else ""
+
+
+def _overrun(built: Built, agents: int, past: int, which: int) -> str:
+    """One line for an env that writes past its rows: what it was declared to hold and by how much
+    it wrote over, so the user can fix the size that is wrong."""
+    macros_ = built.meta.get("macros") or {}
+    sp = built.meta.get("spaces")
+    if which == 0:
+        declared = (f"its spaces file's observations = {sp['obs_size']} ({sp['file']})" if isinstance(sp, dict)
+                    else f"its OBS_SIZE {macros_.get('OBS_SIZE', '?')}")  # fmt: skip
+        what = f"observation rows ({declared}, {agents} agent(s) an env)"
+    else:
+        what = f"{('rewards', 'terminals')[which - 1]} ({agents} agent(s) an env, as declared)"
+    return (f"{built.name} writes {past:,} bytes past the end of its {what} in {BOUNDS_STEPS} random steps of "
+            "one env: a size it declares is smaller than what it writes, which would corrupt the vector's "
+            "memory; fix the declared size (or the ini's kwargs it follows from)")  # fmt: skip
 
 
 def data_hint(folder: Path) -> str:

@@ -112,6 +112,10 @@ def test_envs_build_names_the_format_then_it_trains_a_few_epochs(tmp_path):
         ("unknown key", ["has no key 'shape'"]),
         ("zero agents", ["[spaces] agents is 0"]),
         ("shared hook", ["MY_SHARED", "not supported"]),
+        (
+            "too few observations",
+            ["bytes past the end of its observation rows (its spaces file's observations = 5"],
+        ),
     ],
 )
 def test_bad_spaces_or_bindings_get_one_line_naming_what_to_fix(tmp_path, case, fragments):
@@ -134,6 +138,8 @@ def test_bad_spaces_or_bindings_get_one_line_naming_what_to_fix(tmp_path, case, 
         spaces = base.replace("agents = agents\n", "agents = agents\nshape = 3\n", 1)
     elif case == "zero agents":
         spaces = base.replace("agents = agents", "agents = agents - 2", 1)
+    elif case == "too few observations":
+        spaces = base.replace("observations = width", "observations = width // 2")
     elif case == "shared hook":
         edit = lambda text: text.replace("#define Env Beacon", "#define Env Beacon\n#define MY_SHARED")  # noqa: E731
     name = "b_" + case.replace(" ", "_").replace("'", "")

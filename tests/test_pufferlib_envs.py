@@ -350,6 +350,8 @@ def test_the_folder_itself_names_the_env(tmp_path):
         ("compile-error", ["failed to compile", "error", "build.log"]),
         ("missing-kwarg", ["reads kwarg 'length'", "lacks"]),
         ("abort-in-init", ["crashed (SIGABRT) in my_init", "its last words: corridor: no map"]),
+        ("obs-overrun", ["writes 16 bytes past the end of its observation rows (its OBS_SIZE 8, 2 agent(s)"]),
+        ("abort-in-step", ["crashed (signal 6) in its first 256 steps", "its last words: corridor: lost"]),
     ],
 )
 def test_bad_input_gets_one_line_naming_what_to_fix(tmp_path, case, fragments):
@@ -369,6 +371,13 @@ def test_bad_input_gets_one_line_naming_what_to_fix(tmp_path, case, fragments):
             "dialect-type": lambda b: b.replace("#define OBS_TENSOR_T ByteTensor", "#define OBS_TYPE HALF"),
             "compile-error": lambda b: b + "\nint broken(void) { return undeclared_thing; }\n",
             "missing-kwarg": lambda b: b,
+            "obs-overrun": lambda b: b.replace("#define OBS_SIZE 16", "#define OBS_SIZE 8"),
+            "abort-in-step": lambda b: b.replace(
+                '#include "corridor.h"',
+                '#include <stdio.h>\n#include <stdlib.h>\n#define c_step corridor_step\n#include "corridor.h"\n#undef c_step\n'
+                'static void c_step(Corridor* env) {\n    if (env->pos[0] > 8) { fprintf(stderr, "corridor: lost\\n"); abort(); }\n'
+                "    corridor_step(env);\n}",
+            ),
             "abort-in-init": lambda b: b.replace(
                 "void my_init(Env* env, Dict* kwargs) {",
                 'void my_init(Env* env, Dict* kwargs) {\n    fprintf(stderr, "corridor: no map\\n");\n    abort();',

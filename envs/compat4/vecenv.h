@@ -542,6 +542,78 @@ COMPAT4_EXPORT const EnvSpec* ocean_plugin_spec(void) {
     return &compat4_spec;
 }
 
+/* Whether the env keeps to its rows: one env (and its agents) is made with the ini's values over
+ * buffers each followed by a guard region of known bytes, reset and stepped `steps` times with uniform
+ * random actions from a fixed stream, then closed. Returns how many bytes past the end of its rows the
+ * env wrote into the buffer *which names (0 observations, 1 rewards, 2 terminals): a binding's OBS_SIZE
+ * smaller than what its c_step writes, or a 3.0 spaces file that says too few. 0 when every guard is
+ * intact, -1 when the buffers cannot be had. The build runs it in a child process (an env that writes far enough to crash
+ * ends that process), so a user's env that would corrupt the vector's memory is refused in one line. */
+#define COMPAT4_GUARD 65536
+COMPAT4_EXPORT long ocean_plugin_bounds(int steps, int* which) {
+    double params[OCEAN_MAX_PARAMS];
+    for (int i = 0; i < compat4_params_count(); i++) params[i] = compat4_params[i].value;
+    *which = 0;
+#ifdef MY_VEC_INIT
+    (void)steps;
+    return 0; /* envs made for the whole vector at once are checked by their own vector's use */
+#else
+    int agents = compat4_probe_agents(params);
+    if (agents <= 0) return 0; /* the kwarg probe reports this env */
+    size_t item = compat4_obs_itemsize();
+    size_t obs_bytes = (size_t)agents * OBS_SIZE * item;
+    size_t act_bytes = (size_t)agents * NUM_ATNS * sizeof(int32_t);
+    uint8_t* obs = (uint8_t*)malloc(obs_bytes + COMPAT4_GUARD);
+    int32_t* actions = (int32_t*)calloc(1, act_bytes);
+    uint8_t* rewards = (uint8_t*)malloc(agents * sizeof(float) + COMPAT4_GUARD);
+    uint8_t* terminals = (uint8_t*)malloc((size_t)agents + COMPAT4_GUARD);
+    uint8_t* truncations = (uint8_t*)calloc((size_t)agents, 1);
+    Compat4Slot* s = (Compat4Slot*)calloc(1, sizeof(Compat4Slot));
+    long past = -1;
+    if (obs && actions && rewards && terminals && truncations && s) {
+        memset(obs, 0xA5, obs_bytes + COMPAT4_GUARD);
+        memset(rewards, 0xA5, agents * sizeof(float) + COMPAT4_GUARD);
+        memset(terminals, 0xA5, (size_t)agents + COMPAT4_GUARD);
+        Rng rng, draw;
+        rng_seed(&rng, 0, 0);
+        rng_seed(&draw, 1, 0);
+        Buffers b = {obs, actions, (float*)rewards, terminals, truncations};
+        compat4_init(s, params, b, rng);
+        compat4_reset(s);
+        for (int t = 0; t < steps; t++) {
+            for (int a = 0; a < s->agents; a++) {
+                for (int d = 0; d < NUM_ATNS; d++) {
+                    if (compat4_continuous())
+                        ((float*)actions)[a * NUM_ATNS + d] = 2.0f * rng_float(&draw) - 1.0f;
+                    else
+                        actions[a * NUM_ATNS + d] = (int32_t)(rng_u32(&draw) % (uint32_t)compat4_act_sizes[d]);
+                }
+            }
+            compat4_step(s);
+        }
+        compat4_close(s);
+        past = 0;
+        const uint8_t* guards[3] = {obs + obs_bytes, rewards + agents * sizeof(float), terminals + agents};
+        for (int k = 0; k < 3 && past == 0; k++) {
+            for (long i = COMPAT4_GUARD - 1; i >= 0; i--) {
+                if (guards[k][i] != 0xA5) {
+                    past = i + 1;
+                    *which = k;
+                    break;
+                }
+            }
+        }
+    }
+    free(obs);
+    free(actions);
+    free(rewards);
+    free(terminals);
+    free(truncations);
+    free(s);
+    return past;
+#endif
+}
+
 /* The kwarg my_init reads that the ini lacks, or NULL; *read_mask: which parameters it read (bit i:
  * the i-th). The build's probe asks, with the ini's values. */
 COMPAT4_EXPORT const char* ocean_plugin_probe(const double* params, unsigned long long* read_mask) {
