@@ -79,7 +79,8 @@ def find(folder: Path, name: str, given: str | Path | None) -> Path:
             return candidate
     raise ConfigError(
         f"{folder}/binding.c is in PufferLib 3.0's format, whose spaces its NAME.py declares: give them "
-        f"with --spaces FILE (or {name}.spaces.ini beside binding.c; {FORMAT_HINT})"
+        f"in a spaces file, `puffer-bench envs build {folder} --spaces FILE` (or {name}.spaces.ini beside "
+        f"binding.c; {FORMAT_HINT})"
     )
 
 
