@@ -642,6 +642,14 @@ def test_pufferlib4_reads_its_ini_values_as_its_load_config(peer4, tmp_path):
         peer4.ini_config(tmp_path / "missing", "pong")
 
 
+def test_pufferlib4_knows_the_envs_of_the_learning_comparisons(peer4):
+    # results/cpu/pufferlib4-envs/learning/: its trainer on these, ours on the same ocean/ folder
+    for env in ("cartpole", "connect4", "trash_pickup", "double_pendulum", "hex"):
+        assert peer4.known(env) == env
+    with pytest.raises(peer4.PeerError, match="no PufferLib 4.0 counterpart known for go"):
+        peer4.known("go")
+
+
 def test_pufferlib4_build_runs_build_shs_cpu_steps_with_gcc_and_libgomp(peer4, tmp_path):
     """build.sh ENV --cpu: the binding as a static object (-O2 -DNDEBUG -mavx2 -mfma -fopenmp -fPIC),
     bindings_cpu.cpp with the float trainer and the env's tensor type, linked with raylib; here gcc for

@@ -69,7 +69,8 @@ SYSTEM = f"pufferlib-{VERSION}-torch-cpu"
 # our env name -> PufferLib 4.0's (its ocean/<name>/ folder, build.sh's ENV, its ini's env_name)
 ENVS = {"breakout": "breakout", "pong": "pong", "squared": "squared"}
 # envs run only in its format on our side too (`puffer-bench train pufferlib:NAME`, the same env code)
-ENVS.update({name: name for name in ("tetris", "enduro", "trash_pickup", "freeway", "rware", "pacman", "overcooked")})
+FORMAT4_ONLY = "tetris enduro trash_pickup freeway rware pacman overcooked cartpole connect4 hex tripletriad"
+ENVS.update({name: name for name in (*FORMAT4_ONLY.split(), "double_pendulum")})
 RAYLIB = "raylib-5.5_linux_amd64"
 # what ``pufferl.train`` imports on its torch path (wandb, gpytorch, scikit-learn: only for --wandb
 # and sweeps), pybind11 for the build; torch is this project's version (peer.torch_requirement)
