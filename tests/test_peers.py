@@ -823,6 +823,7 @@ def test_pufferlib4_refuses_bad_arguments_and_a_taken_out_in_one_line(peer4, tmp
         (["report", str(tmp_path / "none.jsonl"), "--env", "breakout", "--out", str(tmp_path / "r.json")], "no such curve"),
         (["config", "breakout", "--out", str(tmp_path / "b.json")], "written to a .yaml or .yml file"),
         (["config", "breakout", "--out", str(tmp_path / "b.yaml")], "build` first"),
+        (["config", "trash_pickup", "--out", str(tmp_path / "t.yaml")], "`puffer-bench envs build PATH/TO/ocean/trash_pickup` writes"),
     ):  # fmt: skip
         assert peer4.main(cache + args) == 2, args
         err = capsys.readouterr().err

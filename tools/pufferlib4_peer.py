@@ -70,7 +70,8 @@ SYSTEM = f"pufferlib-{VERSION}-torch-cpu"
 ENVS = {"breakout": "breakout", "pong": "pong", "squared": "squared"}
 # envs run only in its format on our side too (`puffer-bench train pufferlib:NAME`, the same env code)
 FORMAT4_ONLY = "tetris enduro trash_pickup freeway rware pacman overcooked cartpole connect4 hex tripletriad"
-ENVS.update({name: name for name in (*FORMAT4_ONLY.split(), "double_pendulum")})
+FORMAT4_ONLY += " double_pendulum"
+ENVS.update({name: name for name in FORMAT4_ONLY.split()})
 RAYLIB = "raylib-5.5_linux_amd64"
 # what ``pufferl.train`` imports on its torch path (wandb, gpytorch, scikit-learn: only for --wandb
 # and sweeps), pybind11 for the build; torch is this project's version (peer.torch_requirement)
@@ -1135,6 +1136,11 @@ def run_command(a: argparse.Namespace) -> None:
         pack(cache, a.out, a.envs, a.source, a.commit, a.other_commit)
     elif a.cmd == "config":
         known(a.env)
+        if a.env in FORMAT4_ONLY.split():
+            raise PeerError(
+                f"config {a.env}: this env runs in its format on our side too, so there is no Ocean env of "
+                f"ours to map its ini onto; `puffer-bench envs build PATH/TO/ocean/{a.env}` writes the recipe"
+            )
         out = a.out or REPO / "bench" / "parity" / "pufferlib4" / f"{a.env}.yaml"
         check_suffix(out, (".yaml", ".yml"), "a config")
         tool_cli.check_output(out, ours=lambda p: p.read_text().startswith(f"# PufferLib {VERSION}"))
