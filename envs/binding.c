@@ -357,11 +357,12 @@ static PyObject* Vec_log(PyVec* self, PyObject* noargs) {
     const EnvSpec* spec = self->vec->spec;
     float sums[OCEAN_MAX_LOG_FIELDS];
     vecenv_log(self->vec, sums);
-    int fields = spec->log_fields;
-    float n = sums[fields - 1];
+    int fields = spec->log_fields, n_at = spec_log_n(spec);
+    float n = sums[n_at];
     PyObject* out = PyDict_New();
     if (n <= 0.0f) return out;
-    for (int f = 0; f < fields - 1; f++) {
+    for (int f = 0; f < fields; f++) {
+        if (f == n_at) continue;
         PyObject* v = PyFloat_FromDouble((double)sums[f] / n);
         PyDict_SetItemString(out, spec->log_names[f], v);
         Py_DECREF(v);

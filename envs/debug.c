@@ -71,11 +71,11 @@ static int check_env(const EnvSpec* spec, int steps, int num_envs, int threads) 
         }
         if (s % 500 == 499) {
             vecenv_log(vec, logs);
-            episodes += logs[spec->log_fields - 1];
+            episodes += logs[spec_log_n(spec)];
         }
     }
     vecenv_log(vec, logs);
-    episodes += logs[spec->log_fields - 1];
+    episodes += logs[spec_log_n(spec)];
     if (episodes < 1) {
         fprintf(stderr, "%s: no episode ended in %d steps of %d envs\n", spec->name, steps, num_envs);
         failures++;

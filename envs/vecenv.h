@@ -119,7 +119,7 @@ typedef struct EnvSpec {
     size_t size;                      /* sizeof the env struct */
     size_t log_offset;                /* offsetof(Env, log) */
     size_t rng_offset;                /* offsetof(Env, rng): reseeded by vecenv_reset */
-    int log_fields;                   /* floats in the Log struct, n last */
+    int log_fields;                   /* floats in the Log struct; n (the episodes) last in ours */
     const char* const* log_names;
     const ParamSpec* params;          /* terminated by a NULL name */
     void (*layout)(const double* params, Layout* out);
@@ -138,6 +138,14 @@ typedef struct EnvSpec {
     int (*vec_init)(void* envs, int count, const double* params, char* err, size_t err_size);
     void (*vec_close)(void* envs, int count);
 } EnvSpec;
+
+/* The Log field that counts episodes: the one named "n" (a PufferLib-format Log may hold it anywhere:
+ * PufferLib 4.0's cartpole has score after it), else the last, as every env of ours has it. */
+static inline int spec_log_n(const EnvSpec* spec) {
+    for (int f = 0; f < spec->log_fields; f++)
+        if (spec->log_names[f] && strcmp(spec->log_names[f], "n") == 0) return f;
+    return spec->log_fields - 1;
+}
 
 /* A shared library built by `puffer-bench envs build` (envs/compat4/) exports ocean_plugin_abi()
  * and ocean_plugin_spec(); appliance._ocean.load_plugin registers the spec when the ABI matches the

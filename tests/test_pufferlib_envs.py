@@ -122,6 +122,29 @@ def test_rewards_terminals_and_logs_cross_the_boundary():
     assert stats["perf"] == 1.0 and stats["n"] >= 16
 
 
+def test_the_episode_count_is_the_log_field_named_n_wherever_the_struct_holds_it(tmp_path):
+    """PufferLib 4.0's Log is divided by its field n, which need not be last (its cartpole has score
+    after it): ours divided by the last field, so every statistic was a ratio of two others."""
+    from appliance.vector import native
+
+    folder = variant(tmp_path, "corridor_n_first")
+    header = folder / "corridor.h"
+    header.write_text(
+        header.read_text().replace("    float strides;\n    float n;\n", "    float n;\n    float strides;\n")
+    )
+    name = pufferlib_envs.load_library(pufferlib_envs.build(folder))
+    info = ocean.describe(name)
+    assert info["log_names"] == ["perf", "score", "episode_return", "episode_length", "n", "log_5"]
+    with native.make(name, num_envs=8, num_threads=1, seed=0) as vec:
+        vec.reset(0)
+        right = np.tile(np.array([[2, 1]], dtype=np.int32), (16, 1))
+        for _ in range(6):
+            vec.step(right)
+        stats = vec.log()
+    assert stats["perf"] == 1.0 and stats["n"] >= 16  # every agent reached the end within 6 steps
+    assert 1.0 <= stats["log_5"] <= 6.0  # strides an episode: one per step, as the struct's field counts
+
+
 def corridor_frames(name: str, steps: int = 30) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Observations, rewards and terminals of 16 corridor envs under fixed random actions."""
     from appliance.vector import native

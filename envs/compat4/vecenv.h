@@ -1,7 +1,7 @@
 /* vecenv.h (PufferLib 4.0 env format, our compatibility layer).
  *
  * A PufferLib 4.0 env is a folder ocean/NAME/ with NAME.h (an Env struct holding observations,
- * actions, rewards, terminals pointers, num_agents and a float Log with n last; c_reset, c_step,
+ * actions, rewards, terminals pointers, num_agents and a float Log with a field n; c_reset, c_step,
  * c_render, c_close) and a binding.c that defines OBS_SIZE, NUM_ATNS, ACT_SIZES, OBS_TENSOR_T and
  * `Env`, includes "vecenv.h", and writes my_init(Env*, Dict* kwargs) and my_log(Log*, Dict* out).
  * `puffer-bench envs build` compiles that binding.c unchanged with this folder first on the include
@@ -159,6 +159,8 @@ static const int compat4_act_sizes[] = ACT_SIZES;
 _Static_assert(COMPAT4_ACT_DIMS == NUM_ATNS, "ACT_SIZES must list NUM_ATNS sizes");
 _Static_assert(NUM_ATNS <= OCEAN_MAX_ACTION_DIMS, "too many action heads for the runtime");
 #define COMPAT4_LOG_FIELDS ((int)(sizeof(Log) / sizeof(float)))
+/* the episode count's place: the format's vector divides by the field named n, wherever it is */
+#define COMPAT4_LOG_N ((int)(offsetof(Log, n) / sizeof(float)))
 _Static_assert(sizeof(Log) % sizeof(float) == 0, "Log must hold floats only");
 _Static_assert(sizeof(Log) / sizeof(float) <= OCEAN_MAX_LOG_FIELDS, "too many Log fields for the runtime");
 
@@ -434,7 +436,7 @@ static void compat4_close(void* e) {
 
 /* Log field names: my_log maps Log fields to names. It is run once on a Log whose field i holds
  * i + 1, and each name it sets to such a value names that field; fields it does not export keep a
- * name of their place (log_<i>), and n, the last, is "n". */
+ * name of their place (log_<i>), and the field n, wherever the struct has it, is "n". */
 static const char* compat4_log_names[COMPAT4_LOG_FIELDS + 1];
 static char compat4_log_spare[COMPAT4_LOG_FIELDS][16];
 
@@ -449,16 +451,17 @@ static void compat4_name_logs(void) {
     for (int k = 0; k < out.size; k++) {
         double v = out.items[k].value;
         int i = (int)v - 1;
-        if (v == (double)(i + 1) && i >= 0 && i < COMPAT4_LOG_FIELDS - 1 && !compat4_log_names[i])
+        if (v == (double)(i + 1) && i >= 0 && i < COMPAT4_LOG_FIELDS && i != COMPAT4_LOG_N &&
+            !compat4_log_names[i] && strcmp(out.items[k].key, "n") != 0)
             compat4_log_names[i] = out.items[k].key;
     }
-    for (int i = 0; i < COMPAT4_LOG_FIELDS - 1; i++) {
+    for (int i = 0; i < COMPAT4_LOG_FIELDS; i++) {
         if (!compat4_log_names[i]) {
             snprintf(compat4_log_spare[i], sizeof(compat4_log_spare[i]), "log_%d", i);
             compat4_log_names[i] = compat4_log_spare[i];
         }
     }
-    compat4_log_names[COMPAT4_LOG_FIELDS - 1] = "n";
+    compat4_log_names[COMPAT4_LOG_N] = "n";
     compat4_log_names[COMPAT4_LOG_FIELDS] = NULL;
 }
 
