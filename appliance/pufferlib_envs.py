@@ -83,6 +83,10 @@ RECIPE_SWITCHES = {
 }  # fmt: skip
 
 
+# its [torch] network (the model its torch trainer builds) on our policy.core
+NETWORKS = {"mingru": "mingru", "mlp": "mlp", "lstm": "lstm"}
+
+
 @dataclass(frozen=True)
 class Built:
     """One built env: its registered name, the library, its recipe layer and the build's facts."""
@@ -263,6 +267,15 @@ def recipe(ini: dict[str, dict[str, Any]], agents_per_env: int) -> dict[str, dic
     if "prio_beta0" in train and "prio_alpha" in train:  # its beta anneal ends at b0 + (1 - b0) * alpha
         train["prio_beta1"] = train["prio_beta0"] + (1 - train["prio_beta0"]) * train["prio_alpha"]
     policy: dict[str, Any] = dict(RECIPE_SWITCHES["policy"])
+    network = (ini.get("torch") or {}).get(
+        "network"
+    )  # its torch path's model: MinGRU (default.ini), MLP, ...
+    if isinstance(network, str) and network.strip():
+        core = NETWORKS.get(network.strip().lower())
+        if core is None:
+            raise ConfigError(f"the ini's [torch] network = {network!r} has no core of ours: "
+                              f"{', '.join(sorted(NETWORKS))} map to {', '.join(sorted(set(NETWORKS.values())))}")  # fmt: skip
+        policy["core"] = core
     for key in ("hidden_size", "num_layers", "expansion_factor"):
         value = pp.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:

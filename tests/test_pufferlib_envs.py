@@ -575,3 +575,14 @@ def test_a_build_for_older_runtime_headers_is_built_again_from_its_folder(tmp_pa
     name = pufferlib_envs.load("pufferlib:corridor_stale")
     assert name == "pufferlib:corridor_stale" and ocean.describe(name)["agents_per_env"] == 2
     assert "built for an older puffer-bench: building it again" in capfd.readouterr().err
+
+
+def test_the_inis_torch_network_is_the_recipes_core():
+    """double_pendulum.ini asks its torch trainer for an MLP ([torch] network = MLP); the recipe built
+    a MinGRU whatever the ini said."""
+    train = {"train": {"learning_rate": 0.01}}
+    assert pufferlib_envs.recipe({**train, "torch": {"network": "MLP"}}, 1)["policy"]["core"] == "mlp"
+    assert pufferlib_envs.recipe({**train, "torch": {"network": "MinGRU"}}, 1)["policy"]["core"] == "mingru"
+    assert pufferlib_envs.recipe(train, 1)["policy"]["core"] == "mingru"  # default.ini's, when none is said
+    with pytest.raises(ConfigError, match=r"\[torch\] network = 'Transformer' has no core of ours"):
+        pufferlib_envs.recipe({**train, "torch": {"network": "Transformer"}}, 1)
