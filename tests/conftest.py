@@ -175,3 +175,12 @@ def trained_run(data: Path, *overrides: str, log: bool = True) -> Path:
         trainer.close()
     (run / "config.yaml").write_text(cfg.to_yaml())
     return data
+
+
+@pytest.fixture
+def env_cache(tmp_path_factory, monkeypatch):
+    """A built-env cache of the test's own ($PUFFER_ENV_CACHE): PufferLib-format builds never touch the
+    user's, and a test sees only the builds it made."""
+    cache = tmp_path_factory.mktemp("env-cache")
+    monkeypatch.setenv("PUFFER_ENV_CACHE", str(cache))
+    return cache

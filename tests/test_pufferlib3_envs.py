@@ -21,16 +21,10 @@ from appliance.errors import ConfigError
 DATA = Path(__file__).parent / "data" / "pufferlib3"
 BEACON = DATA / "ocean" / "beacon"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler"
-)
-
-
-@pytest.fixture(autouse=True)
-def env_cache(tmp_path_factory, monkeypatch):
-    cache = tmp_path_factory.mktemp("env-cache")
-    monkeypatch.setenv("PUFFER_ENV_CACHE", str(cache))
-    return cache
+pytestmark = [
+    pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler"),
+    pytest.mark.usefixtures("env_cache"),  # conftest: every build in a cache of the test's own
+]
 
 
 def variant(tmp_path: Path, name: str, spaces: str | None = None, edit=None, env: str | None = None) -> Path:

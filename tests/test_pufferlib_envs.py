@@ -24,16 +24,10 @@ CORRIDOR = DATA / "ocean" / "corridor"
 INI = "[base]\nenv_name = {name}\n\n[vec]\ntotal_agents = 64\n\n[env]\n{env}\n"
 ENV_KEYS = "num_agents = 2\nlength = 12\nmax_steps = 24"
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler"
-)
-
-
-@pytest.fixture(autouse=True)
-def env_cache(tmp_path_factory, monkeypatch):
-    cache = tmp_path_factory.mktemp("env-cache")
-    monkeypatch.setenv("PUFFER_ENV_CACHE", str(cache))
-    return cache
+pytestmark = [
+    pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler"),
+    pytest.mark.usefixtures("env_cache"),  # conftest: every build in a cache of the test's own
+]
 
 
 def variant(tmp_path: Path, name: str, env_keys: str = ENV_KEYS, edit=None) -> Path:
