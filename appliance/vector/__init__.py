@@ -205,6 +205,72 @@ def _resident(pid: int | None = None) -> int:
     return total
 
 
+def _allocated() -> int:
+    """Bytes glibc's malloc has handed out and not had back, over all its arenas (``mallinfo2``:
+    in-use heap chunks plus mmapped ones); 0 where that is not glibc 2.33 or later. Unlike resident
+    memory it grows however much freed memory malloc reuses: a thread's arena keeps freed pages
+    resident even after ``malloc_trim``."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+            )
+        ]  # fmt: skip
+
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return 0
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def _release_freed_memory() -> None:
+    """Collect what is garbage and hand glibc's freed heap back to the system, so that the next
+    resident-memory reading counts what is alive (elsewhere, nothing to trim)."""
+    import contextlib
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _probe_vector(
+    env: Any, preprocess: str, recv_timeout: float, env_params: Mapping[str, Any], size: int
+) -> tuple[tuple[int, int], dict[str, Any], str] | None:
+    """Make and close a vector of ``size`` envs: what it added while alive (to the resident memory
+    of this process and its workers, and to malloc's bytes in use here), its layout and its name,
+    or None when ``env`` is not a VectorEnv factory. It is gone when this returns."""
+    import contextlib
+
+    from appliance import lifeline
+    from appliance.config.memory import source_layout
+
+    _release_freed_memory()
+    resident, allocated = _resident(), _allocated()
+    with lifeline.forked_children_die_with_us():
+        source = resolve_source(
+            env, preprocess=preprocess, timeout=recv_timeout, **{**env_params, "num_envs": size}
+        )
+    try:
+        if source.kind != "vector":
+            return None
+        grown = (max(0, _resident() - resident), max(0, _allocated() - allocated))
+        return grown, source_layout(source), source.name
+    finally:
+        if source.vector_env is not None:
+            with contextlib.suppress(Exception):
+                source.vector_env.close()
+        del source
+        _release_freed_memory()
+
+
 def check_vector_env_fits(
     env: Any,
     preprocess: str,
@@ -214,38 +280,30 @@ def check_vector_env_fits(
 ) -> None:
     """Before a VectorEnv factory (ale-py's AtariVectorEnv, EnvPool, a ``module:factory`` taking
     ``num_envs``) allocates ``env_params["num_envs"]`` envs, measure what one env holds: the growth
-    of this process's and its workers' resident memory from a vector of 2 envs to one of 6 (what
-    both share, imports and ROMs, cancels out), then refuse with the figures what cannot fit."""
+    of this process's and its workers' resident memory, or of malloc's bytes in use here where that
+    grew more, from a vector of 2 envs to one of 6 (what both share, imports and ROMs, cancels out:
+    a first vector of 2, not measured, loads what a factory loads once), then refuse with the
+    figures what cannot fit."""
     import os
 
-    from appliance import lifeline
-    from appliance.config.memory import check_memory, source_layout
+    from appliance.config.memory import check_memory
 
     num_envs = int(env_params["num_envs"])
+    small, large = PROBE_SIZES
+    if _probe_vector(env, preprocess, recv_timeout, env_params, small) is None:
+        return
     seen = []
     for size in PROBE_SIZES:
-        before = _resident()
-        with lifeline.forked_children_die_with_us():
-            source = resolve_source(
-                env, preprocess=preprocess, timeout=recv_timeout, **{**env_params, "num_envs": size}
-            )
-        try:
-            if source.kind != "vector":
-                return
-            seen.append(max(0, _resident() - before))
-            layout = source_layout(source)
-        finally:
-            if source.vector_env is not None:
-                import contextlib
-
-                with contextlib.suppress(Exception):
-                    source.vector_env.close()
-    small, large = PROBE_SIZES
-    layout["env_bytes"] = max(0, (seen[1] - seen[0]) // (large - small))
+        probe = _probe_vector(env, preprocess, recv_timeout, env_params, size)
+        if probe is None:
+            return
+        grown, layout, name = probe
+        seen.append(grown)
+    layout["env_bytes"] = max(0, *((grew - had) // (large - small) for had, grew in zip(*seen, strict=True)))
     data = dict(run_config or {})
     data["vec"] = {**data.get("vec", {}), "num_envs": num_envs}
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if run_config is not None else 1
-    check_memory(source.name, data, info=layout, ranks=ranks)
+    check_memory(name, data, info=layout, ranks=ranks)
 
 
 def ale_vector_source(
