@@ -208,8 +208,8 @@ def _resident(pid: int | None = None) -> int:
 def _allocated() -> int:
     """Bytes glibc's malloc has handed out and not had back, over all its arenas (``mallinfo2``:
     in-use heap chunks plus mmapped ones); 0 where that is not glibc 2.33 or later. Unlike resident
-    memory it grows however much freed memory malloc reuses: a thread's arena keeps freed pages
-    resident even after ``malloc_trim``."""
+    memory it grows however much freed memory malloc reuses (memory it kept resident, at times even
+    after ``malloc_trim``)."""
     import ctypes
 
     class MallInfo2(ctypes.Structure):
