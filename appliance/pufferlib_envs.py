@@ -423,7 +423,7 @@ def build(path: str | Path, *, ini: str | Path | None = None, raylib: str | Path
     _compile(command, params, library, out_dir, fixed, folder if format3 else None)
     meta = {"name": PREFIX + name, "folder": str(folder.resolve()), "ini": str(ini_path) if ini_path else None,
             "hash": digest, "raylib": str(ray) if ray else None, "params": [p[0] for p in params],
-            "skipped_env_keys": skipped, "macros": {k: found[k] for k in (*REQUIRED_MACROS, "OBS_TYPE", "ACT_TYPE") if k in found},
+            "skipped_env_keys": skipped, "macros": {k: found[k] for k in (*REQUIRED_MACROS, "OBS_TYPE", "ACT_TYPE", "MY_ACTION_MASK") if k in found},
             "action_mask": "MY_ACTION_MASK" in found, "format": "3.0" if format3 else "4.0",
             **({"spaces": format3.describe()} if format3 else {})}  # fmt: skip
     built = Built(PREFIX + name, library, out_dir / "recipe.yaml", meta)
@@ -568,10 +568,12 @@ def _overrun(built: Built, agents: int, past: int, which: int) -> str:
     it wrote over, so the user can fix the size that is wrong."""
     macros_ = built.meta.get("macros") or {}
     sp = built.meta.get("spaces")
-    if which == 0:
+    if which in (0, 3):
         declared = (f"its spaces file's observations = {sp['obs_size']} ({sp['file']})" if isinstance(sp, dict)
                     else f"its OBS_SIZE {macros_.get('OBS_SIZE', '?')}")  # fmt: skip
         what = f"observation rows ({declared}, {agents} agent(s) an env)"
+    elif which == 4:
+        what = f"action mask rows (its MY_ACTION_MASK {macros_.get('MY_ACTION_MASK', '?')}, {agents} agent(s) an env)"
     else:
         what = f"{('rewards', 'terminals')[which - 1]} ({agents} agent(s) an env, as declared)"
     return (f"{built.name} writes {past:,} bytes past the end of its {what} in {BOUNDS_STEPS} random steps of "

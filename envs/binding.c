@@ -138,6 +138,13 @@ static PyObject* layout_dict(const EnvSpec* spec, const double* params) {
         Py_DECREF(out);
         return NULL;
     }
+    PyObject* mask = PyLong_FromLong(L.action_mask);
+    if (!mask || PyDict_SetItemString(out, "action_mask", mask) < 0) {
+        Py_XDECREF(mask);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(mask);
     return out;
 }
 

@@ -92,6 +92,10 @@ typedef struct Layout {
     /* Continuous actions (1: the actions buffer holds action_dims float32 values per agent, read
      * through the same int32 pointer, each action_n[d] = 1); 0: integer actions in [0, action_n[d]). */
     int action_continuous;
+    /* An action mask (0: none): each agent's last action_mask observation elements are 1 for an
+     * action it may take and 0 for one it may not, one per action of every head (sum of action_n);
+     * the policy leaves them out of its encoder and never samples a forbidden action. */
+    int action_mask;
 } Layout;
 
 /* An env parameter: the one place its name, type, default and range are written. The binding checks

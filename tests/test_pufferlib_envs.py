@@ -580,3 +580,65 @@ def test_the_inis_torch_network_is_the_recipes_core():
     assert pufferlib_envs.recipe(train, 1)["policy"]["core"] == "mingru"  # default.ini's, when none is said
     with pytest.raises(ConfigError, match=r"\[torch\] network = 'Transformer' has no core of ours"):
         pufferlib_envs.recipe({**train, "torch": {"network": "Transformer"}}, 1)
+
+
+KEYHOLE = DATA / "ocean" / "keyhole"
+
+
+def keyhole(tmp_path: Path, name: str) -> Path:
+    """A copy of the keyhole env (an action-masked env written here) named ``name``."""
+    folder = tmp_path / "ocean" / name
+    shutil.copytree(KEYHOLE, folder)
+    (tmp_path / "config").mkdir(exist_ok=True)
+    ini = (DATA / "config" / "keyhole.ini").read_text().replace("env_name = keyhole", f"env_name = {name}")
+    (tmp_path / "config" / f"{name}.ini").write_text(ini)
+    return folder
+
+
+def test_an_action_mask_ends_each_observation_and_is_the_mask_the_env_judges_actions_by(tmp_path):
+    """MY_ACTION_MASK: each row is the env's OBS_SIZE observations, then its mask as 0/1 (the layout's
+    action_mask); actions the tail allows are never forbidden, and ones it forbids always are."""
+    from appliance import vector
+
+    built = pufferlib_envs.build(keyhole(tmp_path, "keyhole_rows"))
+    pufferlib_envs.load_library(built)
+    info = ocean.describe(built.name)
+    assert info["action_mask"] == 6 and info["obs_size"] == 12 and info["obs_tail"] == 6
+    vec = vector.make(built.name, num_envs=8, seed=3)
+    try:
+        assert vec.action_mask == 6 and vec.single_observation_space.shape == (12,)
+        obs, _ = vec.reset(seed=3)
+        rng = np.random.default_rng(0)
+        for keep in (True, False):
+            for _ in range(64):  # 4 episodes of 16 steps
+                mask = obs[:, 6:]
+                assert set(np.unique(mask)) <= {0.0, 1.0} and (mask.sum(1) >= 1).all()
+                assert (mask[np.arange(len(obs)), obs[:, :6].argmax(1)] == 1).all()  # the key is allowed
+                weights = (mask if keep else 1 - mask) + 1e-9
+                actions = np.array([rng.choice(6, p=w / w.sum()) for w in weights], np.int32)
+                if not keep:
+                    actions = np.where(mask.all(1), 0, actions)  # nothing forbidden to take: any
+                obs, *_ = vec.step(actions)
+            forbidden = vec.log()["forbidden"]
+            assert (forbidden == 0) if keep else (forbidden > 0.5), (keep, forbidden)
+    finally:
+        vec.close()
+
+
+def test_an_action_masked_envs_training_never_takes_a_forbidden_action(tmp_path):
+    """Trained through the CLI on the defaults, the policy samples only what each step's mask allows:
+    keyhole's forbidden count stays 0 in every epoch (half its actions are forbidden at a time)."""
+    folder = keyhole(tmp_path, "keyhole_cli")
+    assert run("envs", "build", str(folder)).exit_code == 0
+    shown = run("envs", "build", str(folder))
+    assert "MY_ACTION_MASK: each observation ends with the action mask" in shown.output, shown.output
+    trained = run(
+        "train", "pufferlib:keyhole_cli", "--no-dashboard", "--stop-steps", "20000", "--run-id", "keyhole",
+        "--train.data-dir", str(tmp_path / "runs"), "--vec.num-envs", "64", "--train.minibatch-size", "1024",
+        "--train.max-minibatch-size", "1024",
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    lines = (tmp_path / "runs" / "keyhole" / "metrics.jsonl").read_text().splitlines()
+    records = [r for r in map(json.loads, lines) if r.get("env/n")]
+    assert records and records[-1]["global_step"] >= 20000
+    assert all(r["env/forbidden"] == 0 for r in records), [r["env/forbidden"] for r in records]

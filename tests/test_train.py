@@ -191,6 +191,38 @@ def test_box_actions_have_a_learned_log_std():
     assert policy.log_std.requires_grad
 
 
+@pytest.mark.parametrize("core", ["mlp", "lstm", "mingru"])
+def test_an_action_mask_at_the_end_of_the_observation_is_obeyed_and_not_encoded(core):
+    """With ``action_mask`` K the last K observation entries are a mask over the heads' actions: no
+    forbidden action is sampled, nor the mode, in step or sequence form; a forbidden action's
+    log-probability is about -1e4 and takes no gradient; the encoder reads the rest alone."""
+    obs_space = spaces.Box(-1.0, 1.0, (4 + 5,), np.float32)  # 4 features, then a mask over 3 + 2 actions
+    policy = Policy(obs_space, spaces.MultiDiscrete([3, 2]), core=core, hidden_size=16, action_mask=5)
+    assert policy.encoder[0].in_features == 4
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(256, 5)
+    mask[:128, 0] = mask[:128, 1] = 0  # head 0: only action 2
+    mask[128:, 4] = 0  # head 1: only action 0
+    obs = torch.cat([torch.rand(256, 4, generator=g) * 2 - 1, mask], dim=1)
+    out, _, _ = policy.step(obs, policy.initial_state(256))
+    for _ in range(8):
+        action, _ = policy.sample(out)
+        assert (action[:128, 0] == 2).all() and (action[128:, 1] == 0).all()
+    mode = policy.mode(out)
+    assert (mode[:128, 0] == 2).all() and (mode[128:, 1] == 0).all()
+    seq_out, _ = policy.sequence(obs.reshape(16, 16, 9), policy.initial_state(16))
+    assert (policy.mode(seq_out).reshape(256, 2)[:128, 0] == 2).all()
+    forbidden = torch.zeros(256, 2, dtype=torch.long)  # head 0's action 0: forbidden in the first half
+    logprob, _ = policy.evaluate_actions(out, forbidden)
+    assert (logprob[:128] < -1000).all() and (logprob[128:] > -10).all()
+    logprob[:128].sum().backward()
+    assert policy.decoder.weight.grad[0].abs().sum() == 0  # the forbidden logit took no gradient
+    with pytest.raises(ConfigError, match="one per action"):
+        Policy(obs_space, spaces.MultiDiscrete([3, 3]), core=core, hidden_size=16, action_mask=5)
+    with pytest.raises(ConfigError, match="Discrete or MultiDiscrete"):
+        Policy(obs_space, spaces.Box(-1, 1, (5,)), core=core, hidden_size=16, action_mask=5)
+
+
 def small_config(env, *extra, **sections):
     """conftest's, with minibatches in chunks of 32 (gradient accumulation on)."""
     return shared_small_config(env, "--train.max-minibatch-size", "32", *extra, **sections)

@@ -59,4 +59,5 @@ def make_policy(cfg: Config, vec: Any) -> Policy:
         encoder_activation=p.encoder_activation,
         separate_value=p.separate_value,
         log_std_init=p.log_std_init,
+        action_mask=getattr(vec, "action_mask", 0),
     )

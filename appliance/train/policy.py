@@ -20,6 +20,10 @@
   state-independent log-std; Box samples are clipped to the bounds only when sent to the env
   (:meth:`Policy.env_actions`), and Box-action policies normalize observations by running
   statistics (``policy.obs_norm``, :mod:`appliance.train.normalize`).
+* Action masks: an env whose observations end with one entry per action (1 allowed, 0 not; a
+  PufferLib env's MY_ACTION_MASK, the vector's ``action_mask``) gets a policy that leaves the mask
+  out of the encoder and sets each forbidden action's logit to ``MASKED`` in rollout and training
+  alike, as PufferLib 4.0's trainer does.
 * Initialization (``policy.init``): ``pufferlib`` (the default) as PufferLib 3.0 leaves its
   policies: with a recurrent core, what its LSTM wrapper does (every encoder and head weight
   orthogonal with gain 1, every bias zero, the core as torch makes it); with ``mlp``, its Default
@@ -227,6 +231,31 @@ def _with_head(
     return nn.Sequential(conv, layer_init(nn.Linear(flat, out)), act)
 
 
+MASKED = -1e4  # a forbidden action's logit, as PufferLib 4.0's trainer sets it (finite in bf16 and fp16)
+
+
+def _without_mask(obs_space: spaces.Box, action_space: spaces.Space, size: int, codec: Any) -> spaces.Box:
+    """The observations an action-masked env's policy encodes: ``obs_space`` less its last ``size``
+    elements, which are the mask (one per action of every head, 1 allowed, 0 not: a PufferLib env's
+    MY_ACTION_MASK). A mask that is not one entry per action is a :class:`ConfigError`."""
+    if isinstance(action_space, spaces.Discrete):
+        actions = int(action_space.n)
+    elif isinstance(action_space, spaces.MultiDiscrete):
+        actions = int(np.sum(action_space.nvec))
+    else:
+        raise ConfigError(f"an action mask needs Discrete or MultiDiscrete actions, got {action_space}")
+    if size != actions:
+        raise ConfigError(
+            f"an action mask of {size} entries for {actions} actions ({action_space}): it needs one per action"
+        )
+    if codec is not None or len(obs_space.shape) != 1 or obs_space.shape[0] <= size:
+        raise ConfigError(
+            f"an action mask of {size} entries needs flat observations longer than it, got {obs_space}"
+        )
+    n = obs_space.shape[0] - size
+    return spaces.Box(obs_space.low[:n], obs_space.high[:n], (n,), obs_space.dtype)
+
+
 class Policy(nn.Module):
     def __init__(
         self,
@@ -244,8 +273,12 @@ class Policy(nn.Module):
         encoder_activation: str = "gelu",
         separate_value: bool = False,
         log_std_init: float = 0.0,
+        action_mask: int = 0,
     ) -> None:
         super().__init__()
+        self.mask_size = int(action_mask)
+        if self.mask_size:
+            obs_space = _without_mask(obs_space, action_space, self.mask_size, obs_codec)
         if core not in CORES:
             raise ValueError(f"unknown policy core {core!r}; choose mlp, lstm or mingru")
         if expansion_factor != 1 and core != "mingru":
@@ -346,7 +379,10 @@ class Policy(nn.Module):
     # ------------------------------------------------------------------ forward
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Observations as the encoders read them: floats, normalized where ``policy.obs_norm`` is on."""
+        """Observations as the encoders read them: floats, normalized where ``policy.obs_norm`` is on
+        (an action mask's tail left out)."""
+        if self.mask_size:
+            obs = obs[..., : -self.mask_size]
         x = self.to_float(obs)
         return self.obs_norm(x) if self.obs_norm is not None else x
 
@@ -376,13 +412,22 @@ class Policy(nn.Module):
         """Inference for one step: obs [B, ...] -> (logits or mean [B, A], value [B], state)."""
         f = self.features(obs)
         x, state = self.core.step(self.encode_features(f), state)
-        return self.decoder(x), self._value(f, x), state
+        return self._masked(self.decoder(x), obs), self._value(f, x), state
 
     def sequence(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor]:
         """Training over segments: obs [B, T, ...] from initial state [B, H] -> ([B, T, A], [B, T])."""
         f = self.features(obs)
         x = self.core.sequence(self.encode_features(f), state)
-        return self.decoder(x), self._value(f, x)
+        return self._masked(self.decoder(x), obs), self._value(f, x)
+
+    def _masked(self, logits: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """``logits`` with every action the observation's mask tail forbids (0) set to ``MASKED``:
+        sampling, log-probabilities, entropies and the mode then see only the allowed actions, and
+        no gradient reaches a forbidden one. Unchanged where the env has no mask."""
+        if not self.mask_size:
+            return logits
+        allowed = obs[..., -self.mask_size :] != 0
+        return logits.masked_fill(~allowed, MASKED)
 
     def _value(self, features: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The value head over the actor's ``x``, or over the critic's own trunk (separate_value)."""
@@ -432,6 +477,8 @@ class Policy(nn.Module):
         """Merge the observations ``obs [..., *obs_shape]`` where ``mask`` is set into the running
         statistics (between epochs: see :mod:`appliance.train.normalize`)."""
         if self.obs_norm is not None:
+            if self.mask_size:
+                obs = obs[..., : -self.mask_size]
             self.obs_norm.update(self.to_float(obs)[mask.bool()])
 
     def evaluate_actions(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,6 +33,7 @@ class Vector:
         self.single_observation_space = source.observation_space
         self.single_action_space = source.action_space
         self.obs_codec = source.obs_codec
+        self.action_mask = source.action_mask  # the observations' mask tail (Policy's action_mask), or 0
         self._batch_action_shape = (self.agents_per_batch, *source.action_shape)
 
     def _check_actions(self, actions: Any) -> np.ndarray:

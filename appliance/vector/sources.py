@@ -36,6 +36,7 @@ class EnvSource:
     env_bytes: int = 0  # what one env object holds (Ocean: its C struct; emulated: measured, see _measure)
     vector_env: Any = field(default=None, repr=False)  # kind "vector": the VectorEnv the factory made
     note: str = ""  # a line `train` prints on how the env was fitted (a mixed team's padding), if any
+    action_mask: int = 0  # the observations' last entries that are an action mask (1 allowed), one per action
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -115,6 +116,7 @@ def resolve_source(
             env_bytes=int(info.get("env_bytes", 0)),
             observation_space=observation_space(info),
             action_space=ocean_action_space(info),
+            action_mask=int(info.get("action_mask", 0)),
         )
     import cloudpickle
 

@@ -20,8 +20,10 @@
  *   - terminals: ours are uint8 (plus truncations, which the format has none of: always 0), the
  *     format's float; copied out after c_step and c_reset;
  *   - rewards and observations: the env writes straight into our rows (float32; uint8 or float32);
- *   - an action mask (MY_ACTION_MASK) gets a buffer of its own the env writes; the policy does not
- *     read it yet;
+ *   - an action mask (MY_ACTION_MASK): the env writes its observations and mask into buffers of the
+ *     slot's, and each of our observation rows is OBS_SIZE elements then MY_ACTION_MASK (the mask as
+ *     0/1 in the observation's type), copied after c_step and c_reset (Layout.action_mask: the policy
+ *     leaves the tail out of its encoder and never samples a forbidden action);
  *   - a frame: the window the env's c_render draws with raylib, read back (compat4_render).
  * Continuous actions (every ACT_SIZES entry 1, the format's rule) make Layout.action_continuous: our
  * actions buffer then holds floats, copied as they are. MY_VEC_INIT/MY_VEC_CLOSE (state made for the
@@ -176,8 +178,19 @@ typedef struct Compat4Slot {
     compat4_term_t* terminals;
 #ifdef MY_ACTION_MASK
     unsigned char* action_mask;
+    void* env_observations;  /* the env's rows (agents x OBS_SIZE); ours hold them and the mask */
+    void* our_observations;
 #endif
 } Compat4Slot;
+
+/* Bytes of guard after each buffer a slot allocates for the env (0 but in ocean_plugin_bounds). */
+static size_t compat4_slack = 0;
+
+static void* compat4_guarded(size_t bytes) {
+    unsigned char* p = (unsigned char*)calloc(bytes + compat4_slack, 1);
+    if (p && compat4_slack) memset(p + bytes, 0xA5, compat4_slack);
+    return p;
+}
 
 static size_t compat4_obs_itemsize(void) {
     OBS_TENSOR_T t;
@@ -234,6 +247,10 @@ static void compat4_enter(Compat4Slot* s) {
 }
 
 static void compat4_point(Compat4Slot* s, void* observations, float* rewards) {
+#ifdef MY_ACTION_MASK
+    s->our_observations = observations;
+    observations = s->env_observations;
+#endif
     s->env.observations = observations;
     s->env.actions = s->actions;
     s->env.rewards = rewards;
@@ -260,12 +277,26 @@ static void compat4_point(Compat4Slot* s, void* observations, float* rewards) {
 #endif
 }
 
-/* After c_step or c_reset: the env's float terminals into our flags (it has no truncations). */
+/* After c_step or c_reset: the env's float terminals into our flags (it has no truncations), and
+ * with an action mask, its observations and mask into our rows. */
 static inline void compat4_flags_out(Compat4Slot* s) {
     for (int a = 0; a < s->agents; a++) {
         s->our_terminals[a] = s->terminals[a] != 0.0f;
         s->our_truncations[a] = 0;
     }
+#ifdef MY_ACTION_MASK
+    const size_t item = compat4_obs_itemsize();
+    const unsigned char* mask = s->action_mask;
+    for (int a = 0; a < s->agents; a++, mask += MY_ACTION_MASK) {
+        char* row = (char*)s->our_observations + (size_t)a * (OBS_SIZE + MY_ACTION_MASK) * item;
+        memcpy(row, (const char*)s->env_observations + (size_t)a * OBS_SIZE * item, (size_t)OBS_SIZE * item);
+        if (item == 1) {
+            for (int i = 0; i < MY_ACTION_MASK; i++) ((unsigned char*)row)[OBS_SIZE + i] = mask[i] != 0;
+        } else {
+            for (int i = 0; i < MY_ACTION_MASK; i++) ((float*)row)[OBS_SIZE + i] = mask[i] != 0 ? 1.0f : 0.0f;
+        }
+    }
+#endif
 }
 
 /* The agents one env owns, found by running my_init on a scratch env (with scratch buffers, as the
@@ -299,6 +330,13 @@ static void compat4_layout(const double* params, Layout* out) {
     out->obs_dtype = compat4_obs_itemsize() == 1 ? OBS_UINT8 : OBS_FLOAT32;
     out->obs_low = compat4_obs_itemsize() == 1 ? 0.0f : -INFINITY;
     out->obs_high = compat4_obs_itemsize() == 1 ? 255.0f : INFINITY;
+#ifdef MY_ACTION_MASK
+    out->obs_size = OBS_SIZE + MY_ACTION_MASK;
+    out->obs_tail = MY_ACTION_MASK;
+    out->tail_low = 0.0f;
+    out->tail_high = 1.0f;
+    out->action_mask = MY_ACTION_MASK;
+#endif
     out->action_dims = NUM_ATNS;
     int continuous = 1; /* the format's rule: every action size 1 means continuous actions */
     for (int d = 0; d < NUM_ATNS; d++) {
@@ -325,7 +363,8 @@ static void compat4_init(void* e, const double* params, Buffers b, Rng rng) {
     s->actions = (compat4_act_t*)calloc((size_t)s->agents * NUM_ATNS, sizeof(compat4_act_t));
     s->terminals = (compat4_term_t*)calloc((size_t)s->agents, sizeof(compat4_term_t));
 #ifdef MY_ACTION_MASK
-    s->action_mask = (unsigned char*)calloc((size_t)s->agents * MY_ACTION_MASK, 1);
+    s->action_mask = (unsigned char*)compat4_guarded((size_t)s->agents * MY_ACTION_MASK);
+    s->env_observations = compat4_guarded((size_t)s->agents * OBS_SIZE * compat4_obs_itemsize());
 #endif
     s->our_actions = b.actions;
     s->our_terminals = b.terminals;
@@ -431,6 +470,8 @@ static void compat4_close(void* e) {
 #ifdef MY_ACTION_MASK
     free(s->action_mask);
     s->action_mask = NULL;
+    free(s->env_observations);
+    s->env_observations = NULL;
 #endif
 }
 
@@ -548,7 +589,8 @@ COMPAT4_EXPORT const EnvSpec* ocean_plugin_spec(void) {
 /* Whether the env keeps to its rows: one env (and its agents) is made with the ini's values over
  * buffers each followed by a guard region of known bytes, reset and stepped `steps` times with uniform
  * random actions from a fixed stream, then closed. Returns how many bytes past the end of its rows the
- * env wrote into the buffer *which names (0 observations, 1 rewards, 2 terminals): a binding's OBS_SIZE
+ * env wrote into the buffer *which names (0 observations, 1 rewards, 2 terminals; with MY_ACTION_MASK,
+ * 3 the observations and 4 the mask it writes into the slot's buffers): a binding's OBS_SIZE
  * smaller than what its c_step writes, or a 3.0 spaces file that says too few. 0 when every guard is
  * intact, -1 when the buffers cannot be had. The build runs it in a child process (an env that writes far enough to crash
  * ends that process), so a user's env that would corrupt the vector's memory is refused in one line. */
@@ -564,7 +606,11 @@ COMPAT4_EXPORT long ocean_plugin_bounds(int steps, int* which) {
     int agents = compat4_probe_agents(params);
     if (agents <= 0) return 0; /* the kwarg probe reports this env */
     size_t item = compat4_obs_itemsize();
+#ifdef MY_ACTION_MASK
+    size_t obs_bytes = (size_t)agents * (OBS_SIZE + MY_ACTION_MASK) * item;
+#else
     size_t obs_bytes = (size_t)agents * OBS_SIZE * item;
+#endif
     size_t act_bytes = (size_t)agents * NUM_ATNS * sizeof(int32_t);
     uint8_t* obs = (uint8_t*)malloc(obs_bytes + COMPAT4_GUARD);
     int32_t* actions = (int32_t*)calloc(1, act_bytes);
@@ -581,7 +627,9 @@ COMPAT4_EXPORT long ocean_plugin_bounds(int steps, int* which) {
         rng_seed(&rng, 0, 0);
         rng_seed(&draw, 1, 0);
         Buffers b = {obs, actions, (float*)rewards, terminals, truncations};
+        compat4_slack = COMPAT4_GUARD;
         compat4_init(s, params, b, rng);
+        compat4_slack = 0;
         compat4_reset(s);
         for (int t = 0; t < steps; t++) {
             for (int a = 0; a < s->agents; a++) {
@@ -594,10 +642,15 @@ COMPAT4_EXPORT long ocean_plugin_bounds(int steps, int* which) {
             }
             compat4_step(s);
         }
-        compat4_close(s);
         past = 0;
-        const uint8_t* guards[3] = {obs + obs_bytes, rewards + agents * sizeof(float), terminals + agents};
-        for (int k = 0; k < 3 && past == 0; k++) {
+        /* with an action mask the env writes its observations and mask into the slot's buffers: 3, 4 */
+        const uint8_t* guards[5] = {obs + obs_bytes, rewards + agents * sizeof(float), terminals + agents, NULL, NULL};
+#ifdef MY_ACTION_MASK
+        guards[3] = (const uint8_t*)s->env_observations + (size_t)s->agents * OBS_SIZE * item;
+        guards[4] = s->action_mask + (size_t)s->agents * MY_ACTION_MASK;
+#endif
+        for (int k = 0; k < 5 && past == 0; k++) {
+            if (!guards[k]) continue;
             for (long i = COMPAT4_GUARD - 1; i >= 0; i--) {
                 if (guards[k][i] != 0xA5) {
                     past = i + 1;
@@ -606,6 +659,7 @@ COMPAT4_EXPORT long ocean_plugin_bounds(int steps, int* which) {
                 }
             }
         }
+        compat4_close(s);
     }
     free(obs);
     free(actions);
