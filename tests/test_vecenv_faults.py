@@ -250,7 +250,6 @@ def test_a_vector_env_too_big_for_this_machine_is_refused_before_it_is_made(monk
         vec.close()
 
 
-
 _LOADED: list[np.ndarray] = []  # what rom_vector loads once per process, as ALE loads its ROMs
 
 

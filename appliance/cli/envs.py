@@ -94,7 +94,9 @@ def envs_build(path: str, ini: str | None, raylib: str | None, spaces: str | Non
             f"  [env] keys with text values, not passed (kwargs are numbers): {', '.join(meta['skipped_env_keys'])}"
         )
     if meta.get("action_mask"):
-        click.echo("  MY_ACTION_MASK: each observation ends with the action mask; the policy samples only allowed actions")
+        click.echo(
+            "  MY_ACTION_MASK: each observation ends with the action mask; the policy samples only allowed actions"
+        )
     click.echo(f"  train it: puffer-bench train {built.name}")
 
 
