@@ -105,3 +105,23 @@ def test_batch_rules_are_checked_when_the_config_is_resolved(args, message):
 def test_batch_rules_that_hold_pass():
     resolve(env="squared", overrides=["--train.batch-size", "16384", "--train.minibatch-size", "4096"])
     resolve(overrides=["--train.bptt-horizon", "16"])
+
+
+def test_minibatches_of_single_transitions_need_not_be_whole_segments():
+    """A minibatch drawn in single steps (the mlp core with prio_alpha 0, or minibatch_unit
+    transitions) may be any divisor of the batch: rl-zoo's Walker2d minibatches of 32 from a row of
+    512 steps. Segments still must be whole ones, and the batch a whole number of minibatches."""
+    flat = ["--policy.core", "mlp", "--train.prio-alpha", "0", "--train.bptt-horizon", "512"]
+    cfg = resolve(
+        env="squared", overrides=[*flat, "--train.minibatch-size", "32", "--train.max-minibatch-size", "32"]
+    )
+    assert cfg.train.minibatch_size == 32 and cfg.train.max_minibatch_size == 32
+    with pytest.raises(ConfigError, match=r"minibatch_size \(32\) must be a multiple of train.bptt_horizon"):
+        resolve(
+            env="squared",
+            overrides=[*flat[:2], "--train.bptt-horizon", "512", "--train.minibatch-size", "32"],
+        )
+    with pytest.raises(ConfigError, match=r"train.batch_size \(1024\) must be a multiple of"):
+        resolve(
+            env="squared", overrides=[*flat, "--train.minibatch-size", "96", "--train.batch-size", "1024"]
+        )

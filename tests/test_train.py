@@ -223,6 +223,21 @@ def test_an_action_mask_at_the_end_of_the_observation_is_obeyed_and_not_encoded(
         Policy(obs_space, spaces.Box(-1, 1, (5,)), core=core, hidden_size=16, action_mask=5)
 
 
+def test_a_trainer_draws_minibatches_of_transitions_smaller_than_a_segment():
+    """Minibatches of 4 single steps from rows of 8 (the mlp core, prio_alpha 0): 2 x 8 x 8 / 4 = 32
+    a pass, each of 4 rows of one step."""
+    cfg = shared_small_config(
+        "squared", "--policy.core", "mlp", "--train.prio-alpha", "0", "--train.minibatch-size", "4",
+        "--train.max-minibatch-size", "4", "--train.update-epochs", "2",
+    )  # fmt: skip
+    with Trainer(cfg, vector.make_from_config(cfg)) as trainer:
+        assert trainer.transitions and trainer.mb_segments == 4 and trainer.horizon == 8
+        assert trainer.minibatches == 2 * trainer.batch_size // 4
+        trainer.evaluate()
+        stats = trainer.train()
+    assert np.isfinite(stats["policy_loss"])
+
+
 def small_config(env, *extra, **sections):
     """conftest's, with minibatches in chunks of 32 (gradient accumulation on)."""
     return shared_small_config(env, "--train.max-minibatch-size", "32", *extra, **sections)

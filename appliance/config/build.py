@@ -336,7 +336,7 @@ def resolve(
         sources.append("command line")
 
     _fit_to_horizon(data, history)
-    check_batch(data["train"])
+    check_batch(data["train"], in_transitions(data))
     if data["vec"]["backend"] == "native" and data["train"]["engine"] != "off":
         check_buffers(data["train"]["buffers"], data["vec"]["num_envs"])
     if env is not None and env in env_names():
@@ -393,9 +393,12 @@ def _fit_to_horizon(data: dict[str, Any], history: History) -> None:
     """A minibatch (or its chunk, ``max_minibatch_size``) that no user set, from a layer other than the
     horizon's (the cpu profile's 2,048 over a PufferLib env's ini horizon of 48: laser_puzzle), is
     rounded down to whole segments of ``bptt_horizon``, noted as derived; one the user set on the
-    command line or in ``--config`` is refused by :func:`check_batch` as before."""
+    command line or in ``--config`` is refused by :func:`check_batch` as before. Minibatches drawn
+    in single transitions (:func:`in_transitions`) need no whole segments and are left as they are."""
     train = data["train"]
     horizon = train["bptt_horizon"]
+    if in_transitions(data):
+        return
     for key in ("minibatch_size", "max_minibatch_size"):
         value = train[key]
         if not isinstance(value, int) or isinstance(value, bool) or value % horizon == 0:
@@ -407,12 +410,23 @@ def _fit_to_horizon(data: dict[str, Any], history: History) -> None:
         _record(history, data, {"train": {key: 0}}, f"{DERIVED} (whole segments of bptt_horizon {horizon})")
 
 
-def check_batch(train: Mapping[str, Any]) -> None:
+def in_transitions(data: Mapping[str, Any]) -> bool:
+    """Whether a config's minibatches are drawn in single transitions (``train.minibatch_unit``, as the
+    Trainer resolves it: ``transitions``, or ``auto`` with the mlp core and ``prio_alpha`` 0)."""
+    train, core = data["train"], data.get("policy", {}).get("core")
+    unit = train.get("minibatch_unit", "auto")
+    return unit == "transitions" or (unit == "auto" and core == "mlp" and train.get("prio_alpha") == 0)
+
+
+def check_batch(train: Mapping[str, Any], transitions: bool = False) -> None:
     """The trainer's batch rules that hold for any number of envs: a minibatch (and the largest chunk
-    of one, ``max_minibatch_size``) is whole segments of ``bptt_horizon`` steps, and an explicit
-    ``batch_size`` is whole segments and whole minibatches. With ``batch_size auto`` the batch is
-    agents x horizon, known once the vector exists; the Trainer checks that one."""
+    of one, ``max_minibatch_size``) is whole segments of ``bptt_horizon`` steps, unless minibatches
+    are drawn in single ``transitions``, and an explicit ``batch_size`` is whole segments and whole
+    minibatches. With ``batch_size auto`` the batch is agents x horizon, known once the vector exists;
+    the Trainer checks that one."""
     horizon, minibatch = train["bptt_horizon"], train["minibatch_size"]
+    if transitions:
+        horizon = 1  # any number of steps makes a minibatch
     if minibatch % horizon:
         raise ConfigError(
             f"train.minibatch_size ({minibatch}) must be a multiple of train.bptt_horizon ({horizon}); "
@@ -431,13 +445,14 @@ def check_batch(train: Mapping[str, Any]) -> None:
         )
 
 
-def batch_for_agents(train: Any, num_agents: int) -> int:
+def batch_for_agents(train: Any, num_agents: int, transitions: bool = False) -> int:
     """The batch of a trainer with ``num_agents`` agents (``auto``: agents x horizon), after every
-    batch rule: :func:`check_batch`'s, and that each agent has a row of the batch and the minibatch
-    divides it. ``train`` is the config's train section (a mapping or its attribute view)."""
+    batch rule: :func:`check_batch`'s (minibatches in single ``transitions`` or whole segments), and
+    that each agent has a row of the batch and the minibatch divides it. ``train`` is the config's
+    train section (a mapping or its attribute view)."""
     get = train.get if isinstance(train, Mapping) else lambda key: getattr(train, key)
     keys = ("bptt_horizon", "minibatch_size", "max_minibatch_size", "batch_size")
-    check_batch({k: get(k) for k in keys})
+    check_batch({k: get(k) for k in keys}, transitions)
     horizon, minibatch = get("bptt_horizon"), get("minibatch_size")
     rows = num_agents * horizon
     batch = rows if get("batch_size") == AUTO else int(get("batch_size"))

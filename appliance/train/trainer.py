@@ -116,12 +116,14 @@ class Trainer:
         minibatch, refit = families.fit_minibatch(config, n)
         if refit:
             print(f"note: {refit}", file=sys.stderr, flush=True)
-        sizes = ("bptt_horizon", "max_minibatch_size", "batch_size")
-        batch = batch_for_agents({**{k: getattr(hp, k) for k in sizes}, "minibatch_size": minibatch}, n)
-        self.batch_size, self.horizon = batch, horizon
-        self.segments = batch // horizon
         # what minibatches are drawn in (train.minibatch_unit): whole segments, or single transitions
         self.transitions = minibatch_in_transitions(hp.minibatch_unit, self.policy, hp.prio_alpha)
+        sizes = ("bptt_horizon", "max_minibatch_size", "batch_size")
+        batch = batch_for_agents(
+            {**{k: getattr(hp, k) for k in sizes}, "minibatch_size": minibatch}, n, self.transitions
+        )
+        self.batch_size, self.horizon = batch, horizon
+        self.segments = batch // horizon
         unit = 1 if self.transitions else horizon  # agent-steps in one row of a minibatch
         self.mb_segments = minibatch // unit  # rows of a minibatch (transitions, or segments)
         self.chunk_segments = min(self.mb_segments, max(1, hp.max_minibatch_size // unit))
