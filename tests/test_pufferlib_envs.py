@@ -266,6 +266,25 @@ def test_env_kwargs_are_the_config_env_section_and_overridable():
     one_line_error(one_line, "lenght", "length")
 
 
+def test_a_profiles_envs_are_agent_rows_for_an_env_of_many_agents(tmp_path):
+    """The cpu profile's 256 envs are 256 agent rows: an env of 8 agents gets 32 envs (convert, 1,024
+    agents an env, got 256 envs, 262,144 agents, and did not train 1 M steps in 30 minutes). Without a
+    profile nothing is converted; a user's --vec.num-envs is kept."""
+    from appliance.config import resolve
+
+    name = pufferlib_envs.load_library(
+        pufferlib_envs.build(
+            variant(tmp_path, "corridor_crowd", ENV_KEYS.replace("num_agents = 2", "num_agents = 8"))
+        )
+    )
+    profile = resolve(profile="cpu").vec.num_envs  # the profile's rows
+    cfg = resolve(env=name, profile="cpu")
+    assert profile % 8 == 0 and cfg.vec.num_envs == profile // 8
+    assert cfg.history[("vec", "num_envs")][-1][0].startswith("set by resolve (the profile's")
+    assert resolve(env=name).vec.num_envs == resolve().vec.num_envs  # no profile: nothing to convert
+    assert resolve(env=name, profile="cpu", overrides=["--vec.num-envs", "100"]).vec.num_envs == 100
+
+
 def test_ini_keys_my_init_never_reads_are_left_out_of_the_env_section(tmp_path):
     # an [env] key the binding does not read would be a knob that does nothing; dino's ini has a
     # num_envs there, which would also shadow the vector's own argument

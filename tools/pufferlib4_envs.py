@@ -18,7 +18,8 @@ left out: they are not tasks):
   train  (--train, a second pass over the table written) `puffer-bench train pufferlib:NAME --stop-steps 1e6
          --autotune off`
          on the cpu profile with an MLP core of 64 (whether it trains without error, not how well), in
-         a process of its own; --deadline S starts no env after S seconds.
+         a process of its own; --deadline S starts no env after S seconds. Envs the table has trained
+         already are skipped, unless named in --envs (then trained again).
 Writes table.json (every row, with the machine's fingerprint and the commands) and table.md after
 every env.
 """
@@ -294,7 +295,11 @@ def main() -> None:
             args.machine, args.commands = data["machine"], [data["command"], command]
             rows, start = data["rows"], time.monotonic()
             for row in rows:
-                if row["env"] not in names or not row.get("step", {}).get("ok") or "train" in row:
+                if (
+                    row["env"] not in names
+                    or not row.get("step", {}).get("ok")
+                    or ("train" in row and not args.envs)
+                ):
                     continue
                 if time.monotonic() - start > args.deadline:
                     log(f"deadline: {row['env']} and the rest not trained")

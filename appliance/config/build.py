@@ -289,6 +289,9 @@ def resolve(
                 _record(history, data, per_profile[name], where)
                 sources.append(f"{env_path} (profiles.{name})")
 
+    if env is not None and profile is not None:
+        _profile_envs_as_agents(env, data, history)
+
     if family_of is not None and family_of.path is not None:
         # after the profile: a family's sizes are what its learning needs, not a machine's throughput
         path = family_of.path
@@ -387,6 +390,30 @@ def check_buffers(buffers: int, num_envs: int) -> None:
             f"train.buffers ({buffers}) must divide vec.num_envs ({num_envs}) so every rollout buffer steps as many "
             f"envs; valid: {', '.join(map(str, valid))}"
         )
+
+
+def _profile_envs_as_agents(env: str, data: dict[str, Any], history: History) -> None:
+    """A hardware profile's ``vec.num_envs`` sizes the vector for a machine in agent rows (the cpu
+    profile's 256); a PufferLib env of many agents each (convert: 1,024) given that many envs would
+    step 262,144 agents on 2 cores. So where the profile set the envs of a PufferLib env with more
+    than one agent per env, they become the profile's count over the env's agents (at least 1),
+    noted as derived. Our Ocean envs and values a user or an env's own profile section set are kept."""
+    from appliance import ocean
+
+    if not env.startswith("pufferlib:"):
+        return
+    label = (history.get(("vec", "num_envs")) or [("", None)])[-1][0]
+    if not label.startswith(PROFILE):
+        return
+    agents = int(ocean.describe(env).get("agents_per_env", 1))
+    if agents <= 1:
+        return
+    rows = int(data["vec"]["num_envs"])
+    data["vec"]["num_envs"] = max(1, rows // agents)
+    _record(
+        history, data, {"vec": {"num_envs": 0}},
+        f"{DERIVED} (the profile's {rows:,} agent rows over {agents:,} agents an env)",
+    )  # fmt: skip
 
 
 def _fit_to_horizon(data: dict[str, Any], history: History) -> None:
