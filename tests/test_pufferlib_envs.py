@@ -21,8 +21,10 @@ from appliance.errors import ConfigError
 
 DATA = Path(__file__).parent / "data" / "pufferlib4"
 CORRIDOR = DATA / "ocean" / "corridor"
+KEYHOLE = DATA / "ocean" / "keyhole"  # an action-masked env (MY_ACTION_MASK)
 INI = "[base]\nenv_name = {name}\n\n[vec]\ntotal_agents = 64\n\n[env]\n{env}\n"
 ENV_KEYS = "num_agents = 2\nlength = 12\nmax_steps = 24"
+KEYHOLE_KEYS = "num_agents = 2\nmax_steps = 16"
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler"),
@@ -30,11 +32,11 @@ pytestmark = [
 ]
 
 
-def variant(tmp_path: Path, name: str, env_keys: str = ENV_KEYS, edit=None) -> Path:
-    """A copy of the corridor env named ``name`` (a new name: a process registers each name once),
-    its ini in the snapshot layout's config/ folder, its binding.c changed by ``edit``."""
+def variant(tmp_path: Path, name: str, env_keys: str = ENV_KEYS, edit=None, source: Path = CORRIDOR) -> Path:
+    """A copy of the corridor env (or of ``source``) named ``name`` (a new name: a process registers
+    each name once), its ini in the snapshot layout's config/ folder, its binding.c changed by ``edit``."""
     folder = tmp_path / "ocean" / name
-    shutil.copytree(CORRIDOR, folder)
+    shutil.copytree(source, folder)
     (tmp_path / "config").mkdir(exist_ok=True)
     (tmp_path / "config" / f"{name}.ini").write_text(INI.format(name=name, env=env_keys))
     if edit:
@@ -45,6 +47,20 @@ def variant(tmp_path: Path, name: str, env_keys: str = ENV_KEYS, edit=None) -> P
 
 def run(*args: str):
     return CliRunner().invoke(cli, list(args))
+
+
+def train_briefly(tmp_path: Path, name: str, run_id: str) -> list[dict]:
+    """``pufferlib:NAME`` trained 20,000 agent-steps through the CLI (64 envs, minibatches of 1,024):
+    its metrics records."""
+    trained = run(
+        "train", f"pufferlib:{name}", "--no-dashboard", "--stop-steps", "20000", "--run-id", run_id,
+        "--train.data-dir", str(tmp_path / "runs"), "--vec.num-envs", "64", "--train.minibatch-size", "1024",
+        "--train.max-minibatch-size", "1024",
+    )  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    return [
+        json.loads(line) for line in (tmp_path / "runs" / run_id / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def test_a_folder_in_the_format_builds_and_describes_itself_from_its_binding_and_ini():
@@ -460,16 +476,7 @@ def test_envs_build_then_sps_and_a_few_epochs_of_training_through_the_cli(tmp_pa
     assert "built pufferlib:corridor_cli" in built.output and "num_agents, length, max_steps" in built.output
     sps = run("envs", "sps", "pufferlib:corridor_cli", "--seconds", "0.2", "--threads", "1")
     assert sps.exit_code == 0 and "pufferlib:corridor_cli" in sps.output
-    trained = run(
-        "train", "pufferlib:corridor_cli", "--no-dashboard", "--stop-steps", "20000", "--run-id", "corridor",
-        "--train.data-dir", str(tmp_path / "runs"), "--vec.num-envs", "64", "--train.minibatch-size", "1024",
-        "--train.max-minibatch-size", "1024",
-    )  # fmt: skip
-    assert trained.exit_code == 0, trained.output
-    records = [
-        json.loads(line)
-        for line in (tmp_path / "runs" / "corridor" / "metrics.jsonl").read_text().splitlines()
-    ]
+    records = train_briefly(tmp_path, "corridor_cli", "corridor")
     assert records and records[-1]["global_step"] >= 20000
 
 
@@ -601,25 +608,12 @@ def test_the_inis_torch_network_is_the_recipes_core():
         pufferlib_envs.recipe({**train, "torch": {"network": "Transformer"}}, 1)
 
 
-KEYHOLE = DATA / "ocean" / "keyhole"
-
-
-def keyhole(tmp_path: Path, name: str) -> Path:
-    """A copy of the keyhole env (an action-masked env written here) named ``name``."""
-    folder = tmp_path / "ocean" / name
-    shutil.copytree(KEYHOLE, folder)
-    (tmp_path / "config").mkdir(exist_ok=True)
-    ini = (DATA / "config" / "keyhole.ini").read_text().replace("env_name = keyhole", f"env_name = {name}")
-    (tmp_path / "config" / f"{name}.ini").write_text(ini)
-    return folder
-
-
 def test_an_action_mask_ends_each_observation_and_is_the_mask_the_env_judges_actions_by(tmp_path):
     """MY_ACTION_MASK: each row is the env's OBS_SIZE observations, then its mask as 0/1 (the layout's
     action_mask); actions the tail allows are never forbidden, and ones it forbids always are."""
     from appliance import vector
 
-    built = pufferlib_envs.build(keyhole(tmp_path, "keyhole_rows"))
+    built = pufferlib_envs.build(variant(tmp_path, "keyhole_rows", KEYHOLE_KEYS, source=KEYHOLE))
     pufferlib_envs.load_library(built)
     info = ocean.describe(built.name)
     assert info["action_mask"] == 6 and info["obs_size"] == 12 and info["obs_tail"] == 6
@@ -647,17 +641,9 @@ def test_an_action_mask_ends_each_observation_and_is_the_mask_the_env_judges_act
 def test_an_action_masked_envs_training_never_takes_a_forbidden_action(tmp_path):
     """Trained through the CLI on the defaults, the policy samples only what each step's mask allows:
     keyhole's forbidden count stays 0 in every epoch (half its actions are forbidden at a time)."""
-    folder = keyhole(tmp_path, "keyhole_cli")
-    assert run("envs", "build", str(folder)).exit_code == 0
-    shown = run("envs", "build", str(folder))
+    shown = run("envs", "build", str(variant(tmp_path, "keyhole_cli", KEYHOLE_KEYS, source=KEYHOLE)))
+    assert shown.exit_code == 0, shown.output
     assert "MY_ACTION_MASK: each observation ends with the action mask" in shown.output, shown.output
-    trained = run(
-        "train", "pufferlib:keyhole_cli", "--no-dashboard", "--stop-steps", "20000", "--run-id", "keyhole",
-        "--train.data-dir", str(tmp_path / "runs"), "--vec.num-envs", "64", "--train.minibatch-size", "1024",
-        "--train.max-minibatch-size", "1024",
-    )  # fmt: skip
-    assert trained.exit_code == 0, trained.output
-    lines = (tmp_path / "runs" / "keyhole" / "metrics.jsonl").read_text().splitlines()
-    records = [r for r in map(json.loads, lines) if r.get("env/n")]
+    records = [r for r in train_briefly(tmp_path, "keyhole_cli", "keyhole") if r.get("env/n")]
     assert records and records[-1]["global_step"] >= 20000
     assert all(r["env/forbidden"] == 0 for r in records), [r["env/forbidden"] for r in records]

@@ -437,12 +437,17 @@ def _fit_to_horizon(data: dict[str, Any], history: History) -> None:
         _record(history, data, {"train": {key: 0}}, f"{DERIVED} (whole segments of bptt_horizon {horizon})")
 
 
+def draws_transitions(unit: str, recurrent: bool, prio_alpha: float) -> bool:
+    """Whether minibatches are drawn in single transitions: ``train.minibatch_unit`` ``transitions``,
+    or ``auto`` with a core without state and uniform sampling (``prio_alpha`` 0)."""
+    return unit == "transitions" or (unit == "auto" and not recurrent and prio_alpha == 0)
+
+
 def in_transitions(data: Mapping[str, Any]) -> bool:
-    """Whether a config's minibatches are drawn in single transitions (``train.minibatch_unit``, as the
-    Trainer resolves it: ``transitions``, or ``auto`` with the mlp core and ``prio_alpha`` 0)."""
-    train, core = data["train"], data.get("policy", {}).get("core")
-    unit = train.get("minibatch_unit", "auto")
-    return unit == "transitions" or (unit == "auto" and core == "mlp" and train.get("prio_alpha") == 0)
+    """:func:`draws_transitions` for a config (the mlp core is the one without state)."""
+    train = data["train"]
+    recurrent = data.get("policy", {}).get("core") != "mlp"
+    return draws_transitions(train.get("minibatch_unit", "auto"), recurrent, train.get("prio_alpha"))
 
 
 def check_batch(train: Mapping[str, Any], transitions: bool = False) -> None:

@@ -381,9 +381,7 @@ class Policy(nn.Module):
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Observations as the encoders read them: floats, normalized where ``policy.obs_norm`` is on
         (an action mask's tail left out)."""
-        if self.mask_size:
-            obs = obs[..., : -self.mask_size]
-        x = self.to_float(obs)
+        x = self.to_float(self._observed(obs))
         return self.obs_norm(x) if self.obs_norm is not None else x
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -419,6 +417,10 @@ class Policy(nn.Module):
         f = self.features(obs)
         x = self.core.sequence(self.encode_features(f), state)
         return self._masked(self.decoder(x), obs), self._value(f, x)
+
+    def _observed(self, obs: torch.Tensor) -> torch.Tensor:
+        """The observations the encoders read: ``obs`` less an action mask's tail."""
+        return obs[..., : -self.mask_size] if self.mask_size else obs
 
     def _masked(self, logits: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
         """``logits`` with every action the observation's mask tail forbids (0) set to ``MASKED``:
@@ -477,9 +479,7 @@ class Policy(nn.Module):
         """Merge the observations ``obs [..., *obs_shape]`` where ``mask`` is set into the running
         statistics (between epochs: see :mod:`appliance.train.normalize`)."""
         if self.obs_norm is not None:
-            if self.mask_size:
-                obs = obs[..., : -self.mask_size]
-            self.obs_norm.update(self.to_float(obs)[mask.bool()])
+            self.obs_norm.update(self.to_float(self._observed(obs))[mask.bool()])
 
     def evaluate_actions(self, out: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities and entropies of given actions."""

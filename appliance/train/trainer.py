@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from appliance.config import Config, families
-from appliance.config.build import batch_for_agents
+from appliance.config.build import batch_for_agents, draws_transitions
 from appliance.errors import ConfigError, TrainingError
 from appliance.gpu import kernels
 from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
@@ -63,7 +63,7 @@ def minibatch_in_transitions(unit: str, policy: Policy, prio_alpha: float) -> bo
             "train.minibatch_unit transitions needs a core without state (policy.core mlp): a recurrent "
             "core trains on whole segments; use --train.minibatch-unit segments"
         )
-    return unit == "transitions" or (unit == "auto" and not recurrent and prio_alpha == 0)
+    return draws_transitions(unit, recurrent, prio_alpha)
 
 
 class Rows:
