@@ -638,6 +638,30 @@ def test_an_action_mask_ends_each_observation_and_is_the_mask_the_env_judges_act
         vec.close()
 
 
+@pytest.mark.parametrize(
+    "macro, fragment",
+    [
+        ("OBS_SIZE 6", "writes 16 bytes past the end of its observation rows (its OBS_SIZE 4, 2 agent(s)"),
+        (
+            "MY_ACTION_MASK 6",
+            "writes 4 bytes past the end of its action mask rows (its MY_ACTION_MASK 4, 2 agent(s)",
+        ),
+    ],
+)
+def test_a_masked_env_that_writes_past_its_slots_buffers_is_refused(tmp_path, macro, fragment):
+    """A masked env writes its observations and mask into buffers of its slot, not our rows: the
+    build's guarded run checks those too (keyhole writes 6 of each per agent; here it declares 4)."""
+    name = f"keyhole_{macro.split()[0].lower()}"
+    folder = variant(
+        tmp_path,
+        name,
+        KEYHOLE_KEYS,
+        lambda b: b.replace(f"#define {macro}", f"#define {macro[:-1]}4"),
+        KEYHOLE,
+    )
+    one_line_error(run("envs", "build", str(folder)), fragment)
+
+
 def test_an_action_masked_envs_training_never_takes_a_forbidden_action(tmp_path):
     """Trained through the CLI on the defaults, the policy samples only what each step's mask allows:
     keyhole's forbidden count stays 0 in every epoch (half its actions are forbidden at a time)."""
