@@ -246,7 +246,8 @@ def _probe_vector(
 ) -> tuple[tuple[int, int], dict[str, Any], str] | None:
     """Make and close a vector of ``size`` envs: what it added while alive (to the resident memory
     of this process and its workers, and to malloc's bytes in use here), its layout and its name,
-    or None when ``env`` is not a VectorEnv factory. It is gone when this returns."""
+    or None when ``env`` is not a VectorEnv factory. It is closed when this returns, and what an
+    earlier probe left is collected before this one is measured."""
     import contextlib
 
     from appliance import lifeline
@@ -267,8 +268,6 @@ def _probe_vector(
         if source.vector_env is not None:
             with contextlib.suppress(Exception):
                 source.vector_env.close()
-        del source
-        _release_freed_memory()
 
 
 def check_vector_env_fits(
