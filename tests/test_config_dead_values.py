@@ -47,5 +47,6 @@ def test_a_value_every_later_layer_replaces_is_found_and_a_recipe_pin_is_not():
 
 def test_every_env_and_profile_is_resolved():
     runs = list(audit.resolutions())
-    assert ("breakout", None, None) in runs and ("breakout", "h100", None) in runs
-    assert ("Pendulum-v1", "cpu", None) in runs and ("CartPole-v1", "4090", "atari") in runs
+    assert ("breakout", None, None, None) in runs and ("breakout", "h100", None, None) in runs
+    assert ("Pendulum-v1", "cpu", None, "avx2") in runs and ("CartPole-v1", "4090", "atari", None) in runs
+    assert [r[3] for r in runs if r[:3] == ("breakout", "cpu", None)] == ["bf16", "avx512", "avx2", "older"]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.bench import metrics as reg
 from appliance.config.schema import RANGES
+from appliance.sysinfo.cpu import bf16_units
 
 if TYPE_CHECKING:
     from appliance.config import Config
@@ -472,7 +473,7 @@ def diagnosis_from_report(
         "memory_total": run.get("memory_total"),
         "usable_cores": fp["cpu"].get("usable_cores"),
         "cuda_available": bool(fp.get("cuda_available")),
-        "cpu_bf16": bool((fp["cpu"].get("isa") or {}).get("bf16")),
+        "cpu_bf16": bf16_units(fp["cpu"]),
         "env_sps_single": (metrics.get(reg.PROBE_CPU.name("env_step", env)) or {}).get("median"),
         # the forward on the GPU where the probe had one, and at twice the batch where it took that
         "forward_sps": (metrics.get(probe.name("policy_forward", env)) or {}).get("median"),

@@ -48,7 +48,8 @@ def info(as_json: bool) -> None:
     fp = fingerprint()
     chosen = hardware.detect()
     if as_json:
-        click.echo(json.dumps({**fp, "profile": {"name": chosen.name, "why": chosen.why}}, indent=2))
+        why = hardware.detected_why()
+        click.echo(json.dumps({**fp, "profile": {"name": chosen.name, "why": why}}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -56,7 +57,7 @@ def info(as_json: bool) -> None:
     table = Table(title="machine fingerprint", show_header=False, box=None)
     for field, value in summary(fp):
         table.add_row(field, value)
-    table.add_row("profile", f"{chosen.name}: {chosen.why}")
+    table.add_row("profile", f"{chosen.name}: {hardware.detected_why()}")
     table.add_row("profiles", f"{', '.join(profile_names())} (--gpu NAME)")
     Console().print(table)
 

@@ -14,6 +14,7 @@ and after an edit of the YAMLs: ``... compare BEFORE AFTER``); ``dead`` lists th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -33,28 +34,40 @@ from appliance.config.layers import (
     PROFILE,
 )
 from appliance.paths import defaults_dir
+from appliance.sysinfo.cpu import CPU_KINDS, acting_as
 
 NOT_SHIPPED = (DEFAULT, PARAMSPEC, DERIVED, CONFIG_FILE, COMMAND_LINE)  # the declared defaults are the schema
 PROFILE_META = {("bench", "profile"), ("bench", "expected_gpu")}  # set from a profile's name and gpu
 FAMILY_PROBE = "CartPole-v1"  # any Gymnasium id: a family named with --family is applied as it is
 
 
-def resolutions() -> Iterator[tuple[str, str | None, str | None]]:
-    """(env, profile, family) for every env with shipped defaults, on every profile and on none."""
+def resolutions() -> Iterator[tuple[str, str | None, str | None, str | None]]:
+    """(env, profile, family, CPU kind) for every env with shipped defaults, on every profile and on
+    none; the cpu profile on each kind of CPU (an env's ``profiles.cpu.KIND``)."""
     envs: list[tuple[str, str | None]] = [(name, None) for name in env_names()]
     envs += [(p.stem, None) for p in sorted((defaults_dir() / "gymnasium").glob("*.yaml"))]
     envs += [(FAMILY_PROBE, f) for f in FAMILIES if f not in ("auto", "none")]
     for env, family in envs:
         for profile in [None, *profile_names()]:
-            yield env, profile, family
+            for kind in CPU_KINDS if profile == "cpu" else (None,):
+                yield env, profile, family, kind
 
 
-def _name(env: str, profile: str | None, family: str | None) -> str:
-    return f"{env} --gpu {profile or '(none)'}" + (f" --family {family}" if family else "")
+def _name(env: str, profile: str | None, family: str | None, kind: str | None = None) -> str:
+    return (
+        f"{env} --gpu {profile or '(none)'}"
+        + (f" --family {family}" if family else "")
+        + (f" (a CPU of the {kind} kind)" if kind else "")
+    )
+
+
+def _resolve(env: str, profile: str | None, family: str | None, kind: str | None) -> Config:
+    with acting_as(kind) if kind else contextlib.nullcontext():
+        return resolve(env=env, profile=profile, family=family)
 
 
 def resolve_all() -> dict[str, Config]:
-    return {_name(*r): resolve(env=r[0], profile=r[1], family=r[2]) for r in resolutions()}
+    return {_name(*r): _resolve(*r) for r in resolutions()}
 
 
 def snapshot() -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.config.layers import COMMAND_LINE, CONFIG_FILE, RESUMED
 from appliance.errors import ConfigError
+from appliance.sysinfo.cpu import cpu_kind
 
 if TYPE_CHECKING:
     from appliance.config.build import Config
@@ -117,6 +118,7 @@ def machine(cores: int, cfg: Config) -> tuple[str, dict[str, Any]]:
         "cpu_id": " ".join(info.get(k, "?") for k in ("vendor_id", "cpu family", "model", "stepping")),
         "usable_cores": cores,
         "ram_bytes": psutil.virtual_memory().total,
+        "cpu_kind": cpu_kind(),  # an emulated kind (PUFFER_CPU_KIND) is tuned apart from the CPU's own
         "profile": cfg.profile,
         "device": str(cfg.train.device),
         "torch": torch_version,

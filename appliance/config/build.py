@@ -41,6 +41,7 @@ from appliance.config.memory import check_memory
 from appliance.config.schema import AUTO, RANGES, SECTIONS
 from appliance.errors import ConfigError
 from appliance.paths import defaults_dir, repo_path
+from appliance.sysinfo.cpu import CPU_KINDS, cpu_kind
 
 # ----------------------------------------------------------------------------- result
 
@@ -239,9 +240,12 @@ def resolve(
         if not isinstance(per_profile, dict) or not all(isinstance(v, dict) for v in per_profile.values()):
             raise ConfigError(f"section 'profiles' in {path} must map profile names to config sections")
         per_profile = {str(k): v for k, v in per_profile.items()}  # 4090: an int to YAML
-        unknown = sorted(set(per_profile) - set(profile_names()))
+        unknown = sorted(set(per_profile) - set(profile_names()) - {f"cpu.{k}" for k in CPU_KINDS})
         if unknown:
-            raise ConfigError(f"section 'profiles' in {path} names unknown profiles: {', '.join(unknown)}")
+            raise ConfigError(
+                f"section 'profiles' in {path} names unknown profiles: {', '.join(unknown)} "
+                f"(a hardware profile, or cpu.KIND for a kind of CPU: {', '.join(CPU_KINDS)})"
+            )
         if ranges is RANGES:  # a Gymnasium id's YAML: its env section (keyword arguments) defines it
             env_params = layer.pop("env", None) or {}
             if not isinstance(env_params, dict):
@@ -282,7 +286,12 @@ def resolve(
         sources.append(source)
         # the env's own values for this profile; first those for the measured profile it is like
         # (h200 like h100, a derived profile like the measured one of its memory)
-        for name in dict.fromkeys(n for n in (str(meta.get("like") or ""), profile) if n):
+        # (h200 like h100, a derived profile like the measured one of its memory); then, on the cpu
+        # profile, those for this kind of CPU (profiles.cpu.avx2: what its arithmetic is fastest at)
+        names = [n for n in (str(meta.get("like") or ""), profile) if n]
+        if profile == "cpu" and env_path is not None and any(k.startswith("cpu.") for k in per_profile):
+            names.append(f"cpu.{cpu_kind()}")
+        for name in dict.fromkeys(names):
             if env_path is not None and per_profile.get(name):
                 _apply(data, per_profile[name], schema, f"{env_path} (profiles.{name})", ranges)
                 where = f"{ENV_PROFILE} ({repo_path(env_path)}, profiles.{name})"

@@ -344,16 +344,43 @@ def detected_gpu(arch: str) -> Gpu | None:
     return d.gpu if d is not None and d.gpu is not None and d.name == arch else None
 
 
+CPU_KIND_WORDS = {
+    "bf16": "bfloat16 units (AVX512-BF16 or AMX): bf16",
+    "avx512": "AVX-512 without bfloat16 units: float32",
+    "avx2": "AVX2 without AVX-512: float32",
+    "older": "no AVX2: float32",
+}
+
+
+def cpu_kind_words() -> str:
+    """This CPU's kind in words, and whether it is emulated (``PUFFER_CPU_KIND``)."""
+    from appliance.sysinfo.cpu import KIND_VARIABLE, cpu_kind, real_kind
+
+    kind, real = cpu_kind(), real_kind()
+    emulated = f", emulated by {KIND_VARIABLE} on a CPU of the {real} kind" if kind != real else ""
+    return f"a CPU of the {kind} kind ({CPU_KIND_WORDS[kind]}{emulated})"
+
+
+def detected_why() -> str:
+    """Why this machine gets the profile it does (:func:`detect`), with the CPU's kind on the cpu profile."""
+    d = detect()
+    return f"{d.why}; {cpu_kind_words()}" if d.name == "cpu" else d.why
+
+
 def why(profile: str | None) -> str:
     """One line on why a run uses ``profile``: detection's reason where detection picked it,
-    else that it was asked for with ``--gpu`` (and what detection found, if it ran)."""
+    else that it was asked for with ``--gpu`` (and what detection found, if it ran); on the cpu
+    profile, the CPU's kind too."""
     d = _detected
+    kind = f"; {cpu_kind_words()}" if profile == "cpu" else ""
     if d is not None and d.name == profile:
-        return f"profile '{profile}': {d.why}"
+        return f"profile '{profile}': {detected_why()}"
     if profile in ARCHITECTURES:
         gpu = detected_gpu(profile)
         return f"profile '{profile}' (--gpu): {derive(profile, gpu).fitted}"
-    return f"profile '{profile}' (--gpu {profile})" + (f"; this machine would get {d.name}" if d else "")
+    return (
+        f"profile '{profile}' (--gpu {profile})" + (f"; this machine would get {d.name}" if d else "") + kind
+    )
 
 
 def unknown_profile(name: str) -> Exception:

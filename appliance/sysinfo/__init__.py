@@ -31,7 +31,16 @@ import psutil
 
 import appliance
 from appliance.sysinfo.calibration import calibrate
-from appliance.sysinfo.cpu import ROOT, _cpu_model, _read, cgroup, cpu_details, physical_cores
+from appliance.sysinfo.cpu import (
+    ROOT,
+    _cpu_model,
+    _read,
+    bf16_units,
+    cgroup,
+    cpu_details,
+    cpu_kind,
+    physical_cores,
+)
 from appliance.sysinfo.facts import machine_facts, summary
 from appliance.sysinfo.gpu import SLOWDOWN_REASONS, gpu_info, gpu_throttle
 from appliance.sysinfo.software import (
@@ -47,10 +56,12 @@ from appliance.sysinfo.software import (
 __all__ = [
     "SLOWDOWN_REASONS",
     "WHEELS_ENV",
+    "bf16_units",
     "build_info",
     "calibrate",
     "cgroup",
     "cpu_details",
+    "cpu_kind",
     "fingerprint",
     "gpu_info",
     "gpu_throttle",

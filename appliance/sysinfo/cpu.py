@@ -7,10 +7,12 @@ Family/model/stepping and the ISA features that matter (AVX2, AVX-512, AMX) from
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,13 @@ HEADLINE_ISA = {
     "amx": ("amx_tile",),
     "bf16": ("avx512_bf16", "amx_bf16"),
 }
+# The kinds of CPU the cpu profile tells apart, fastest arithmetic first: bf16 (AVX512-BF16 or AMX:
+# train.precision auto is bfloat16), avx512 (AVX-512 without them), avx2, older (none of these). An
+# env's YAML may refine the cpu profile per kind (profiles.cpu.avx2, ...).
+CPU_KINDS = ("bf16", "avx512", "avx2", "older")
+KIND_VARIABLE = "PUFFER_CPU_KIND"
+# torch's kernels capped to each lesser kind's ISA (ATEN_CPU_CAPABILITY) when a CPU acts as that kind
+TORCH_CAPABILITY = {"avx512": "avx512", "avx2": "avx2", "older": "default"}
 # (vendor, family, first model, last model) -> microarchitecture; enough to tell common server CPUs apart
 CODENAMES = (
     ("AuthenticAMD", 23, 0x00, 0x2F, "Zen / Zen+ (Naples)"),
@@ -98,6 +107,87 @@ def _py_cpuinfo() -> dict[str, Any]:
 
 
 _PY_CPUINFO: dict[str, Any] | None = None
+
+
+def kind_of(isa: dict[str, bool]) -> str:
+    """The CPU kind (:data:`CPU_KINDS`) of a CPU with these headline ISA features."""
+    if isa.get("bf16"):
+        return "bf16"
+    if isa.get("avx512"):
+        return "avx512"
+    return "avx2" if isa.get("avx2") else "older"
+
+
+def emulated_kind(real: str, environ: dict[str, str] | None = None) -> str | None:
+    """The kind ``PUFFER_CPU_KIND`` asks a CPU of kind ``real`` to act as (None: not set, or its own
+    kind). A CPU can act as a lesser kind (its bf16 or AVX-512 left unused), never as a greater one."""
+    from appliance.errors import ConfigError
+
+    value = (os.environ if environ is None else environ).get(KIND_VARIABLE, "").strip().lower()
+    if not value:
+        return None
+    if value not in CPU_KINDS:
+        raise ConfigError(f"{KIND_VARIABLE}={value}: not a CPU kind; the kinds are {', '.join(CPU_KINDS)}")
+    if CPU_KINDS.index(value) < CPU_KINDS.index(real):
+        lesser = ", ".join(CPU_KINDS[CPU_KINDS.index(real) :])
+        raise ConfigError(
+            f"{KIND_VARIABLE}={value}: this CPU is of the {real} kind and can act only as {lesser}, "
+            "not as a kind with features it lacks"
+        )
+    return value if value != real else None
+
+
+_REAL_KIND: str | None = None
+
+
+def real_kind() -> str:
+    """This CPU's own kind, from /proc/cpuinfo's flags (py-cpuinfo's where /proc has none); read once."""
+    global _REAL_KIND
+    if _REAL_KIND is None:
+        flags = set((_proc_cpuinfo(ROOT).get("flags") or "").split()) or set(_py_cpuinfo().get("flags") or [])
+        _REAL_KIND = kind_of({name: any(f in flags for f in names) for name, names in HEADLINE_ISA.items()})
+    return _REAL_KIND
+
+
+_ACTING: list[str] = []
+
+
+def cpu_kind(environ: dict[str, str] | None = None) -> str:
+    """The kind this CPU trains as: its own, or the lesser one ``PUFFER_CPU_KIND`` names (inside
+    :func:`acting_as`, that one's)."""
+    if _ACTING:
+        return _ACTING[-1]
+    real = real_kind()
+    return emulated_kind(real, environ) or real
+
+
+@contextlib.contextmanager
+def acting_as(kind: str) -> Iterator[None]:
+    """Resolve configs as on a CPU of ``kind``, whatever this one is (the config audit resolves the
+    cpu profile on every kind); nothing runs on it."""
+    _ACTING.append(kind)
+    try:
+        yield
+    finally:
+        _ACTING.pop()
+
+
+def cap_torch(environ: Any = None) -> None:
+    """Where ``PUFFER_CPU_KIND`` names a lesser kind, cap torch's kernels to its ISA
+    (``ATEN_CPU_CAPABILITY``, which torch reads once, at its first CPU operation) unless that is set
+    already. Called by the command line before torch is imported; a bad value is left to
+    :func:`cpu_kind` to refuse."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(KIND_VARIABLE, "").strip().lower()
+    if value in TORCH_CAPABILITY and not environ.get("ATEN_CPU_CAPABILITY"):
+        environ["ATEN_CPU_CAPABILITY"] = TORCH_CAPABILITY[value]
+
+
+def bf16_units(details: dict[str, Any]) -> bool:
+    """Whether a CPU (:func:`cpu_details`, a fingerprint's ``cpu``) trains with bfloat16 units: it has
+    them and does not act as a lesser kind."""
+    isa = details.get("isa") or {}
+    return bool(isa.get("bf16")) and details.get("emulated_kind") in (None, "bf16")
 
 
 def _size_bytes(text: str | None) -> int | None:
@@ -201,6 +291,8 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
     current_mhz = cur_khz / 1000 if cur_khz else _float(info.get("cpu mhz"))
     nodes = [p for p in (root / "sys/devices/system/node").glob("node[0-9]*")]
     smt_active = _read(root, "sys/devices/system/cpu/smt/active")
+    isa = {name: any(f in flags for f in names) for name, names in HEADLINE_ISA.items()}
+    kind = kind_of(isa)
     return {
         "vendor": vendor,
         "family": family,
@@ -209,7 +301,9 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
         "microcode": info.get("microcode"),
         "codename": codename(vendor, family, model),
         "brand": py.get("brand_raw") or info.get("model name"),
-        "isa": {name: any(f in flags for f in names) for name, names in HEADLINE_ISA.items()},
+        "isa": isa,
+        "kind": kind,  # the CPU's own kind; emulated_kind: the one PUFFER_CPU_KIND made it act as
+        "emulated_kind": emulated_kind(kind),
         "flags": sorted(f for f in ISA_FLAGS if f in flags),
         "caches": _caches(root),
         "base_mhz": base_khz / 1000 if base_khz else None,

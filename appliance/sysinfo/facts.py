@@ -46,6 +46,11 @@ def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
         "AVX2": _yes(isa.get("avx2")),
         "AVX-512": _yes(isa.get("avx512")),
         "AMX": _yes(isa.get("amx")),
+        "CPU kind": (
+            f"{cpu['emulated_kind']} (emulated; its own: {cpu.get('kind')})"
+            if cpu.get("emulated_kind")
+            else cpu.get("kind")
+        ),
         "ISA flags": " ".join(cpu["flags"]) if cpu.get("flags") is not None else None,
         "caches": ", ".join(f"{k} {_size(v)}" for k, v in sorted(caches.items()) if v) or None,
         "base clock MHz": cpu.get("base_mhz"),

@@ -26,12 +26,13 @@ def resolve_device(name: str) -> torch.device:
 
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` does bfloat16 arithmetic in hardware: a CUDA GPU with native bf16 (compute
-    capability 8.0 or newer), a CPU with AVX512-BF16 or AMX."""
+    capability 8.0 or newer), a CPU with AVX512-BF16 or AMX that does not act as a lesser kind
+    (``PUFFER_CPU_KIND``)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported(including_emulation=False)
     from appliance import sysinfo
 
-    return bool(sysinfo.cpu_details()["isa"]["bf16"])
+    return sysinfo.bf16_units(sysinfo.cpu_details())
 
 
 def resolve_precision(name: str, device: torch.device) -> str:

@@ -1,0 +1,166 @@
+"""Kinds of CPU (issue 60, part 4): the cpu profile tells a CPU with bfloat16 units from one with
+AVX-512 only, AVX2 only or neither, takes an env's settings for that kind (``profiles.cpu.KIND`` in
+its YAML), says the kind in the profile's line, and ``PUFFER_CPU_KIND`` makes a CPU act as a lesser
+kind (torch capped to its ISA, float32) so that one machine can measure the others."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from appliance.cli import cli
+from appliance.config import hardware, resolve
+from appliance.errors import ConfigError
+from appliance.paths import defaults_dir
+from appliance.sysinfo import cpu as syscpu
+
+
+@pytest.fixture
+def cpu_of(monkeypatch):
+    """Make this CPU's own kind ``kind`` (what /proc/cpuinfo's flags would say), no emulation."""
+
+    def make(kind: str) -> None:
+        monkeypatch.setattr(syscpu, "_REAL_KIND", kind)
+        monkeypatch.delenv(syscpu.KIND_VARIABLE, raising=False)
+
+    return make
+
+
+def breakout_profiles() -> dict:
+    return yaml.safe_load((defaults_dir() / "envs" / "breakout.yaml").read_text())["profiles"]
+
+
+@pytest.mark.parametrize(
+    ("isa", "kind"),
+    [
+        ({"avx2": True, "avx512": True, "amx": True, "bf16": True}, "bf16"),  # Sapphire Rapids
+        ({"avx2": True, "avx512": True, "amx": False, "bf16": True}, "bf16"),  # Zen 4
+        ({"avx2": True, "avx512": True, "amx": False, "bf16": False}, "avx512"),  # Ice Lake
+        ({"avx2": True, "avx512": False, "amx": False, "bf16": False}, "avx2"),  # Zen 2/3
+        ({"avx2": False, "avx512": False, "amx": False, "bf16": False}, "older"),
+    ],
+)
+def test_a_cpus_kind_follows_its_features(isa, kind):
+    assert syscpu.kind_of(isa) == kind
+
+
+def test_a_cpu_acts_as_a_lesser_kind_and_never_a_greater_one():
+    assert syscpu.emulated_kind("bf16", {}) is None
+    assert syscpu.emulated_kind("bf16", {"PUFFER_CPU_KIND": "AVX2"}) == "avx2"
+    assert syscpu.emulated_kind("bf16", {"PUFFER_CPU_KIND": "avx512"}) == "avx512"
+    assert syscpu.emulated_kind("avx512", {"PUFFER_CPU_KIND": "avx512"}) is None  # its own kind
+    with pytest.raises(ConfigError, match="of the avx2 kind and can act only as avx2, older") as e:
+        syscpu.emulated_kind("avx2", {"PUFFER_CPU_KIND": "bf16"})
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="avx3: not a CPU kind; the kinds are bf16, avx512, avx2, older"):
+        syscpu.emulated_kind("bf16", {"PUFFER_CPU_KIND": "avx3"})
+
+
+def test_an_emulated_kind_caps_torchs_kernels_unless_the_user_capped_them():
+    environ = {"PUFFER_CPU_KIND": "avx2"}
+    syscpu.cap_torch(environ)
+    assert environ["ATEN_CPU_CAPABILITY"] == "avx2"
+    environ = {"PUFFER_CPU_KIND": "avx512", "ATEN_CPU_CAPABILITY": "default"}
+    syscpu.cap_torch(environ)
+    assert environ["ATEN_CPU_CAPABILITY"] == "default"
+    environ = {"PUFFER_CPU_KIND": "bf16"}
+    syscpu.cap_torch(environ)
+    assert "ATEN_CPU_CAPABILITY" not in environ
+
+
+def test_an_emulated_kind_without_bf16_trains_in_float32(monkeypatch):
+    """precision auto on a bf16 CPU acting as a lesser kind is float32, as on a real one of that kind."""
+    import torch
+
+    from appliance import sysinfo
+    from appliance.train.make import resolve_precision
+
+    real = syscpu.cpu_details()
+    for emulated, precision in ((None, "bfloat16"), ("avx512", "float32"), ("avx2", "float32")):
+        details = {**real, "isa": {**real["isa"], "bf16": True}, "kind": "bf16", "emulated_kind": emulated}
+        monkeypatch.setattr(sysinfo, "cpu_details", lambda details=details: details)
+        assert resolve_precision("auto", torch.device("cpu")) == precision, emulated
+
+
+@pytest.mark.parametrize("kind", syscpu.CPU_KINDS)
+def test_breakouts_cpu_profile_takes_the_settings_of_the_cpus_kind(cpu_of, kind):
+    """The defaults a user gets: the cpu profile, then breakout's section for this kind of CPU (if it
+    has one), named in the config's history; the command line still wins."""
+    cpu_of(kind)
+    profiles = breakout_profiles()
+    assert any(str(name).startswith("cpu.") for name in profiles), "breakout refines its cpu profile by kind"
+    cfg = resolve(env="breakout", profile="cpu")
+    refined = profiles.get(f"cpu.{kind}") or {}
+    for section, values in {**profiles["cpu"], **refined}.items():
+        for key, value in values.items():
+            if key in refined.get(section, {}):
+                value = refined[section][key]
+                assert cfg.origin(section, key).endswith(f"breakout.yaml, profiles.cpu.{kind})")
+            assert cfg.data[section][key] == value, (kind, section, key)
+    bare = resolve(env="breakout", profile="cpu", overrides=["--train.replay-ratio", "1"])
+    assert bare.train.replay_ratio == 1
+
+
+def test_an_emulated_kind_takes_that_kinds_settings_and_says_so(cpu_of, monkeypatch):
+    """What a user emulating an AVX2 CPU on a bf16 one gets: the avx2 section, and the profile's line
+    says the kind is emulated."""
+    cpu_of("bf16")
+    profiles = breakout_profiles()
+    monkeypatch.setenv("PUFFER_CPU_KIND", "avx2")
+    cfg = resolve(env="breakout", profile="cpu")
+    for section, values in profiles["cpu.avx2"].items():
+        for key, value in values.items():
+            assert cfg.data[section][key] == value
+            assert cfg.origin(section, key).endswith("breakout.yaml, profiles.cpu.avx2)")
+    line = hardware.why("cpu")
+    assert (
+        "a CPU of the avx2 kind (AVX2 without AVX-512: float32, emulated by PUFFER_CPU_KIND on a CPU of the bf16 kind)"
+        in line
+    )
+
+
+def test_a_bad_kind_is_one_line_from_the_command_line(cpu_of, monkeypatch):
+    cpu_of("avx2")
+    monkeypatch.setenv("PUFFER_CPU_KIND", "bf16")
+    result = CliRunner().invoke(cli, ["config", "breakout", "--gpu", "cpu"])
+    out = result.output.strip()
+    assert result.exit_code == 2 and len(out.splitlines()) == 1, out
+    assert "PUFFER_CPU_KIND=bf16: this CPU is of the avx2 kind" in out
+
+
+def test_an_unknown_cpu_kind_section_in_an_env_yaml_is_refused(tmp_path, monkeypatch):
+    import appliance.config.build as build
+
+    path = tmp_path / "breakout.yaml"
+    path.write_text("profiles:\n  cpu.avx3: {train: {replay_ratio: 0.5}}\n")
+    monkeypatch.setattr(build, "env_yaml", lambda env: path)
+    with pytest.raises(ConfigError, match=r"unknown profiles: cpu.avx3 \(a hardware profile, or cpu.KIND"):
+        resolve(env="breakout", profile="cpu")
+
+
+def test_the_config_audit_resolves_the_cpu_profile_on_every_kind(cpu_of):
+    """A value of profiles.cpu that a kind's section replaces is live on the other kinds, and each
+    kind's section is checked too: were the audit to resolve only this CPU's kind, an AVX2 machine
+    would call breakout's cpu minibatch dead (tests/test_config_dead_values.py) and a bf16 one would
+    never check cpu.avx2."""
+    from appliance.config import audit
+
+    cpu_of("avx2")
+    runs = [r for r in audit.resolutions() if r[0] == "breakout"]
+    configs = {audit._name(*r): audit._resolve(*r) for r in runs}
+    names = [audit._name(*r) for r in runs if r[1] == "cpu"]
+    assert names == [f"breakout --gpu cpu (a CPU of the {k} kind)" for k in syscpu.CPU_KINDS]
+    assert configs[names[0]].train.replay_ratio == "auto"
+    assert configs[names[2]].train.replay_ratio == breakout_profiles()["cpu.avx2"]["train"]["replay_ratio"]
+
+
+def test_a_fingerprint_says_whether_the_kind_was_emulated():
+    from appliance.sysinfo import machine_facts
+
+    own = {"cpu": {"kind": "avx2", "emulated_kind": None}}
+    emulated = {"cpu": {"kind": "bf16", "emulated_kind": "avx2", "isa": {"bf16": True}}}
+    assert machine_facts(own)["CPU kind"] == "avx2"
+    assert machine_facts(emulated)["CPU kind"] == "avx2 (emulated; its own: bf16)"
+    assert syscpu.bf16_units(emulated["cpu"]) is False
+    assert syscpu.bf16_units({"isa": {"bf16": True}, "emulated_kind": None}) is True
