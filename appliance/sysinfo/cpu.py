@@ -3,6 +3,9 @@
 Family/model/stepping and the ISA features that matter (AVX2, AVX-512, AMX) from ``py-cpuinfo`` and
 ``/proc/cpuinfo``; caches, clocks, SMT, NUMA, governor, cgroup quota and cpuset from ``/sys`` and
 ``/proc``; the hypervisor. Every reader takes a ``root`` folder so tests can fake ``/proc`` and ``/sys``.
+
+The CPU's kind (:data:`CPU_KINDS`: bf16, avx512, avx2, older), by which the cpu profile's per-env
+settings are chosen, and ``PUFFER_CPU_KIND``, which makes a CPU act as a lesser kind to measure it.
 """
 
 from __future__ import annotations
