@@ -115,7 +115,7 @@ def test_an_emulated_kind_takes_that_kinds_settings_and_says_so(cpu_of, monkeypa
             assert cfg.origin(section, key).endswith("breakout.yaml, profiles.cpu.avx2)")
     line = hardware.why("cpu")
     assert (
-        "a CPU of the avx2 kind (AVX2 without AVX-512: float32, emulated by PUFFER_CPU_KIND on a CPU of the bf16 kind)"
+        "a CPU of the avx2 kind (AVX2, no AVX-512, emulated by PUFFER_CPU_KIND on a CPU of the bf16 kind)"
         in line
     )
 

@@ -345,10 +345,10 @@ def detected_gpu(arch: str) -> Gpu | None:
 
 
 CPU_KIND_WORDS = {
-    "bf16": "bfloat16 units (AVX512-BF16 or AMX): bf16",
-    "avx512": "AVX-512 without bfloat16 units: float32",
-    "avx2": "AVX2 without AVX-512: float32",
-    "older": "no AVX2: float32",
+    "bf16": "AVX512-BF16 or AMX",
+    "avx512": "AVX-512, no bf16 units",
+    "avx2": "AVX2, no AVX-512",
+    "older": "no AVX2",
 }
 
 
