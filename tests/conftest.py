@@ -14,6 +14,9 @@ import pytest
 # `train` tunes itself on a machine it has not tuned for (about a minute, appliance.config.autotune):
 # the suite runs with it off, the processes it starts too; tests/test_autotune_selftune.py turns it on.
 os.environ["PUFFER_AUTOTUNE"] = "off"
+# the suite runs on this CPU's own kind (a user's PUFFER_CPU_KIND would make the tests that fake a CPU
+# contradict it); tests/test_cpu_kinds.py sets it where it is what is tested
+os.environ.pop("PUFFER_CPU_KIND", None)
 
 SMALL = (
     "--train.device",
@@ -44,7 +47,8 @@ def fake_cpu_bf16(monkeypatch: pytest.MonkeyPatch, has_bf16: bool) -> None:
     from appliance import sysinfo
 
     real = sysinfo.cpu_details()
-    monkeypatch.setattr(sysinfo, "cpu_details", lambda: {**real, "isa": {**real["isa"], "bf16": has_bf16}})
+    fake = {**real, "isa": {**real["isa"], "bf16": has_bf16}, "emulated_kind": None}
+    monkeypatch.setattr(sysinfo, "cpu_details", lambda: fake)
 
 
 @functools.cache
