@@ -164,3 +164,21 @@ def test_a_fingerprint_says_whether_the_kind_was_emulated():
     assert machine_facts(emulated)["CPU kind"] == "avx2 (emulated; its own: bf16)"
     assert syscpu.bf16_units(emulated["cpu"]) is False
     assert syscpu.bf16_units({"isa": {"bf16": True}, "emulated_kind": None}) is True
+
+
+def test_a_parity_config_is_the_peers_settings_on_every_kind_of_cpu():
+    """A learning comparison with PufferLib runs its settings whatever the CPU: no kind's section of an
+    env YAML may show through a bench/parity config (PufferLib 3.0's breakout trained half of each
+    batch on a float32 CPU when its config left train.replay_ratio to the layers beneath)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "bench" / "parity"
+    paths = sorted(p for p in root.glob("**/*.yaml") if not p.name.startswith("sweep-"))
+    assert any(p.stem == "breakout" for p in paths)
+    for path in paths:
+        seen = []
+        for kind in syscpu.CPU_KINDS:
+            with syscpu.acting_as(kind):
+                cfg = resolve(env=path.stem, profile="cpu", config_file=path)
+            seen.append({s: cfg.data[s] for s in ("vec", "train", "policy", "env")})
+        assert all(s == seen[0] for s in seen), path

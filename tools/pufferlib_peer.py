@@ -1251,6 +1251,9 @@ def our_config(cache: Path, env: str) -> tuple[dict[str, Any], list[str]]:
     # (and each trained segment); its Default policy is Linear + GELU over the raw observation floats
     # (obs_scale none: not divided by the declared bounds, as ours does by default)
     out["train"].update(reward_clamp=1.0, reward_norm=False, reset_state=True)
+    # its update passes over each batch update_epochs times: replay_ratio auto, whatever a kind of
+    # CPU's section of the env YAML says (breakout's float32 kinds train on half of each batch)
+    out["train"]["replay_ratio"] = "auto"
     left = [f"env.{k}" for k in pe if k not in params and k != "num_envs"]
     left += [f"train.{k}" for k in pt if k not in TRAIN_KEYS and k not in out["train"]]
     return out, left
@@ -1267,8 +1270,8 @@ def write_config(cache: Path, env: str, out: Path) -> None:
         f"# `puffer-bench train {env} --config {shown}`. Our vec.num_envs are the games its Serial backend\n"
         "# steps: env.num_envs x the vector envs Serial makes (half of vec.num_envs, as its batch_size auto);\n"
         "# its policy (Default: Linear + GELU encoder over the raw observation floats, LSTM 128, PufferLib's\n"
-        "# init), reward handling (clamp to [-1, 1], no scaling) and recurrent state (zeroed at each rollout)\n"
-        "# are spelled out"
+        "# init), reward handling (clamp to [-1, 1], no scaling), recurrent state (zeroed at each rollout)\n"
+        "# and passes over each batch (its update_epochs: replay_ratio auto) are spelled out"
         + (
             f", and so are our env params that show what PufferLib's env shows: {', '.join(f'env.{k}' for k in AS_PUFFERLIB[env])}"
             if env in AS_PUFFERLIB
