@@ -42,6 +42,13 @@ def small_config(env: str = "squared", *extra: str, **sections: dict[str, Any]) 
     return resolve(env=env, overrides=[*SMALL, *extra, *dicts])
 
 
+def parity_configs(pattern: str = "*.yaml") -> list[Path]:
+    """bench/parity's train configs (its sweep-*.yaml are sweep spaces, for tools/protein_peer.py);
+    ``**/*.yaml``: 4.0's in pufferlib4/ too."""
+    folder = Path(__file__).resolve().parents[1] / "bench" / "parity"
+    return sorted(p for p in folder.glob(pattern) if not p.name.startswith("sweep-"))
+
+
 def fake_cpu_bf16(monkeypatch: pytest.MonkeyPatch, has_bf16: bool) -> None:
     """Make ``sysinfo.cpu_details`` say this CPU has (or lacks) bfloat16 units (AVX512-BF16/AMX)."""
     from appliance import sysinfo

@@ -170,10 +170,9 @@ def test_a_parity_config_is_the_peers_settings_on_every_kind_of_cpu():
     """A learning comparison with PufferLib runs its settings whatever the CPU: no kind's section of an
     env YAML may show through a bench/parity config (PufferLib 3.0's breakout trained half of each
     batch on a float32 CPU when its config left train.replay_ratio to the layers beneath)."""
-    from pathlib import Path
+    from conftest import parity_configs
 
-    root = Path(__file__).resolve().parents[1] / "bench" / "parity"
-    paths = sorted(p for p in root.glob("**/*.yaml") if not p.name.startswith("sweep-"))
+    paths = parity_configs("**/*.yaml")
     assert any(p.stem == "breakout" for p in paths)
     for path in paths:
         seen = []

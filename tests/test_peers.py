@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import parity_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,12 +73,6 @@ def test_the_parity_configs_count_the_envs_pufferlibs_serial_backend_steps(peer)
     assert peer.serial_vec_envs({"num_envs": 8}) == 8
     text = (ROOT / "bench" / "parity" / "breakout.yaml").read_text()
     assert "num_envs: 4096" in text
-
-
-def parity_configs(pattern="*.yaml"):
-    """bench/parity's train configs (its sweep-*.yaml are sweep spaces, for tools/protein_peer.py);
-    ``**/*.yaml``: 4.0's in pufferlib4/ too."""
-    return sorted(p for p in (ROOT / "bench" / "parity").glob(pattern) if not p.name.startswith("sweep-"))
 
 
 def test_the_parity_configs_zero_the_recurrent_state_at_each_rollout_as_pufferlib():

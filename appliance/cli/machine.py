@@ -48,8 +48,9 @@ def info(as_json: bool) -> None:
     fp = fingerprint()
     chosen = hardware.detect()
     if as_json:
-        why = hardware.detected_why()
-        click.echo(json.dumps({**fp, "profile": {"name": chosen.name, "why": why}}, indent=2))
+        click.echo(
+            json.dumps({**fp, "profile": {"name": chosen.name, "why": hardware.detected_why()}}, indent=2)
+        )
         return
     from rich.console import Console
     from rich.table import Table

@@ -285,7 +285,6 @@ def resolve(
         )
         sources.append(source)
         # the env's own values for this profile; first those for the measured profile it is like
-        # (h200 like h100, a derived profile like the measured one of its memory)
         # (h200 like h100, a derived profile like the measured one of its memory); then, on the cpu
         # profile, those for this kind of CPU (profiles.cpu.avx2: what its arithmetic is fastest at)
         names = [n for n in (str(meta.get("like") or ""), profile) if n]

@@ -372,15 +372,13 @@ def why(profile: str | None) -> str:
     else that it was asked for with ``--gpu`` (and what detection found, if it ran); on the cpu
     profile, the CPU's kind too."""
     d = _detected
-    kind = f"; {cpu_kind_words()}" if profile == "cpu" else ""
     if d is not None and d.name == profile:
         return f"profile '{profile}': {detected_why()}"
     if profile in ARCHITECTURES:
         gpu = detected_gpu(profile)
         return f"profile '{profile}' (--gpu): {derive(profile, gpu).fitted}"
-    return (
-        f"profile '{profile}' (--gpu {profile})" + (f"; this machine would get {d.name}" if d else "") + kind
-    )
+    line = f"profile '{profile}' (--gpu {profile})" + (f"; this machine would get {d.name}" if d else "")
+    return f"{line}; {cpu_kind_words()}" if profile == "cpu" else line
 
 
 def unknown_profile(name: str) -> Exception:

@@ -112,6 +112,11 @@ def _py_cpuinfo() -> dict[str, Any]:
 _PY_CPUINFO: dict[str, Any] | None = None
 
 
+def headline_isa(flags: set[str]) -> dict[str, bool]:
+    """The headline ISA features (:data:`HEADLINE_ISA`) of a CPU with these /proc/cpuinfo flags."""
+    return {name: any(f in flags for f in names) for name, names in HEADLINE_ISA.items()}
+
+
 def kind_of(isa: dict[str, bool]) -> str:
     """The CPU kind (:data:`CPU_KINDS`) of a CPU with these headline ISA features."""
     if isa.get("bf16"):
@@ -126,7 +131,7 @@ def emulated_kind(real: str, environ: dict[str, str] | None = None) -> str | Non
     kind). A CPU can act as a lesser kind (its bf16 or AVX-512 left unused), never as a greater one."""
     from appliance.errors import ConfigError
 
-    value = (os.environ if environ is None else environ).get(KIND_VARIABLE, "").strip().lower()
+    value = _asked(environ)
     if not value:
         return None
     if value not in CPU_KINDS:
@@ -140,6 +145,11 @@ def emulated_kind(real: str, environ: dict[str, str] | None = None) -> str | Non
     return value if value != real else None
 
 
+def _asked(environ: Any = None) -> str:
+    """``PUFFER_CPU_KIND`` as given ("" where unset), lower case."""
+    return (os.environ if environ is None else environ).get(KIND_VARIABLE, "").strip().lower()
+
+
 _REAL_KIND: str | None = None
 
 
@@ -148,7 +158,7 @@ def real_kind() -> str:
     global _REAL_KIND
     if _REAL_KIND is None:
         flags = set((_proc_cpuinfo(ROOT).get("flags") or "").split()) or set(_py_cpuinfo().get("flags") or [])
-        _REAL_KIND = kind_of({name: any(f in flags for f in names) for name, names in HEADLINE_ISA.items()})
+        _REAL_KIND = kind_of(headline_isa(flags))
     return _REAL_KIND
 
 
@@ -181,7 +191,7 @@ def cap_torch(environ: Any = None) -> None:
     already. Called by the command line before torch is imported; a bad value is left to
     :func:`cpu_kind` to refuse."""
     environ = os.environ if environ is None else environ
-    value = environ.get(KIND_VARIABLE, "").strip().lower()
+    value = _asked(environ)
     if value in TORCH_CAPABILITY and not environ.get("ATEN_CPU_CAPABILITY"):
         environ["ATEN_CPU_CAPABILITY"] = TORCH_CAPABILITY[value]
 
@@ -294,7 +304,7 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
     current_mhz = cur_khz / 1000 if cur_khz else _float(info.get("cpu mhz"))
     nodes = [p for p in (root / "sys/devices/system/node").glob("node[0-9]*")]
     smt_active = _read(root, "sys/devices/system/cpu/smt/active")
-    isa = {name: any(f in flags for f in names) for name, names in HEADLINE_ISA.items()}
+    isa = headline_isa(flags)
     kind = kind_of(isa)
     return {
         "vendor": vendor,
