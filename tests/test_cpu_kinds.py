@@ -58,15 +58,23 @@ def test_a_cpu_acts_as_a_lesser_kind_and_never_a_greater_one():
 
 
 def test_an_emulated_kind_caps_torchs_kernels_unless_the_user_capped_them():
+    """ATen's kernels and the matrix libraries beneath them (oneDNN, MKL) alike: on an Intel CPU with
+    AVX-512 units MKL's float32 GEMM would otherwise run its AVX-512 code for an emulated AVX2 CPU."""
     environ = {"PUFFER_CPU_KIND": "avx2"}
     syscpu.cap_torch(environ)
-    assert environ["ATEN_CPU_CAPABILITY"] == "avx2"
-    environ = {"PUFFER_CPU_KIND": "avx512", "ATEN_CPU_CAPABILITY": "default"}
+    assert environ == {"PUFFER_CPU_KIND": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                       "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    environ = {"PUFFER_CPU_KIND": "older"}
     syscpu.cap_torch(environ)
-    assert environ["ATEN_CPU_CAPABILITY"] == "default"
+    assert (environ["ATEN_CPU_CAPABILITY"], environ["ONEDNN_MAX_CPU_ISA"], environ["MKL_ENABLE_INSTRUCTIONS"]) == (
+        "default", "SSE41", "SSE4_2")
+    environ = {"PUFFER_CPU_KIND": "avx512", "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    syscpu.cap_torch(environ)
+    assert (environ["ATEN_CPU_CAPABILITY"], environ["ONEDNN_MAX_CPU_ISA"], environ["MKL_ENABLE_INSTRUCTIONS"]) == (
+        "default", "AVX512_CORE", "AVX2")
     environ = {"PUFFER_CPU_KIND": "bf16"}
     syscpu.cap_torch(environ)
-    assert "ATEN_CPU_CAPABILITY" not in environ
+    assert environ == {"PUFFER_CPU_KIND": "bf16"}
 
 
 def test_an_emulated_kind_without_bf16_trains_in_float32(monkeypatch):

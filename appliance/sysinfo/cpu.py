@@ -51,8 +51,13 @@ HEADLINE_ISA = {
 # env's YAML may refine the cpu profile per kind (profiles.cpu.avx2, ...).
 CPU_KINDS = ("bf16", "avx512", "avx2", "older")
 KIND_VARIABLE = "PUFFER_CPU_KIND"
-# torch's kernels capped to each lesser kind's ISA (ATEN_CPU_CAPABILITY) when a CPU acts as that kind
-TORCH_CAPABILITY = {"avx512": "avx512", "avx2": "avx2", "older": "default"}
+# torch's kernels capped to each lesser kind's ISA when a CPU acts as that kind: ATen's own kernels,
+# oneDNN's and MKL's (MKL honours its variable on Intel CPUs only)
+TORCH_CAPS = {
+    "ATEN_CPU_CAPABILITY": {"avx512": "avx512", "avx2": "avx2", "older": "default"},
+    "ONEDNN_MAX_CPU_ISA": {"avx512": "AVX512_CORE", "avx2": "AVX2", "older": "SSE41"},
+    "MKL_ENABLE_INSTRUCTIONS": {"avx512": "AVX512", "avx2": "AVX2", "older": "SSE4_2"},
+}
 # (vendor, family, first model, last model) -> microarchitecture; enough to tell common server CPUs apart
 CODENAMES = (
     ("AuthenticAMD", 23, 0x00, 0x2F, "Zen / Zen+ (Naples)"),
@@ -186,14 +191,14 @@ def acting_as(kind: str) -> Iterator[None]:
 
 
 def cap_torch(environ: Any = None) -> None:
-    """Where ``PUFFER_CPU_KIND`` names a lesser kind, cap torch's kernels to its ISA
-    (``ATEN_CPU_CAPABILITY``, which torch reads once, at its first CPU operation) unless that is set
-    already. Called by the command line before torch is imported; a bad value is left to
-    :func:`cpu_kind` to refuse."""
+    """Where ``PUFFER_CPU_KIND`` names a lesser kind, cap torch's kernels to its ISA: each variable of
+    :data:`TORCH_CAPS` (read once, at the libraries' first use) that the user has not set. Called by
+    the command line before torch is imported; a bad value is left to :func:`cpu_kind` to refuse."""
     environ = os.environ if environ is None else environ
     value = _asked(environ)
-    if value in TORCH_CAPABILITY and not environ.get("ATEN_CPU_CAPABILITY"):
-        environ["ATEN_CPU_CAPABILITY"] = TORCH_CAPABILITY[value]
+    for variable, caps in TORCH_CAPS.items():
+        if value in caps and not environ.get(variable):
+            environ[variable] = caps[value]
 
 
 def bf16_units(details: dict[str, Any]) -> bool:
