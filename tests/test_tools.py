@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ["pufferlib_peer", "pufferlib4_peer", "peer_crossplay", "breakout_scripted", "cpu_roofline",
          "ctrl_c_startup", "pool_overhead", "train_ab", "noise_guard_rates", "resume_variants", "protein_peer",
-         "squared_cells", "perturb_run"]  # fmt: skip
+         "squared_cells", "perturb_run", "kind_caps_ab"]  # fmt: skip
 
 
 def tool(name):
@@ -139,6 +139,9 @@ BAD = [
     ("perturb_run", ["--at-epoch", "0", "--", "train", "squared"], "--at-epoch: '0' is out of range"),
     ("perturb_run", ["--at-epoch", "2", "--", "eval", "squared"], "after -- give a puffer-bench train command line"),
     ("perturb_run", ["--at-epoch", "2"], "after -- give a puffer-bench train command line"),
+    ("kind_caps_ab", ["--kinds", "bf16"], "bf16: this CPU is of the"),
+    ("kind_caps_ab", ["--seconds", "0"], "--seconds: '0' is out of range"),
+    ("kind_caps_ab", ["--kinds", "avx2,,older"], "has an empty name"),
 ]  # fmt: skip
 
 
@@ -169,6 +172,7 @@ RUN_OUTS = [
     ("train_ab", ["squared", "--out", "RUN"]),
     ("learning_seeds", ["squared", "--out", "RUN/metrics.jsonl"]),
     ("noise_guard_rates", ["--out", "RUN/metrics.jsonl"]),
+    ("kind_caps_ab", ["--out", "RUN/metrics.jsonl"]),
 ]  # fmt: skip
 
 
