@@ -348,7 +348,7 @@ CPU_KIND_WORDS = {
     "bf16": "AVX512-BF16 or AMX",
     "avx512": "AVX-512, no bf16 units",
     "avx2": "AVX2, no AVX-512",
-    "older": "no AVX2",
+    "older": "no AVX2: an older x86 CPU, or not x86",
 }
 
 
