@@ -166,7 +166,9 @@ def _write(args: Any, variants: dict[str, dict[str, str]], samples: dict[str, li
             entry[figure] = round(median, 3)
             entry[figure.replace("_ms", "_ratio")] = round(median / base[figure], 3)
         result["variants"][name] = entry
-    result["fingerprint"] = {k: v for k, v in fingerprint().items() if k in ("cpu", "git", "load", "host_hash")}
+    result["fingerprint"] = {
+        k: v for k, v in fingerprint().items() if k in ("cpu", "git", "load", "host_hash")
+    }
     write_json_atomic(args.out, result)
     print(f"wrote {args.out}")
 
