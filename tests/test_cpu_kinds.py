@@ -62,16 +62,30 @@ def test_an_emulated_kind_caps_torchs_kernels_unless_the_user_capped_them():
     AVX-512 units MKL's float32 GEMM would otherwise run its AVX-512 code for an emulated AVX2 CPU."""
     environ = {"PUFFER_CPU_KIND": "avx2"}
     syscpu.cap_torch(environ)
-    assert environ == {"PUFFER_CPU_KIND": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                       "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    assert environ == {
+        "PUFFER_CPU_KIND": "avx2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    }
     environ = {"PUFFER_CPU_KIND": "older"}
     syscpu.cap_torch(environ)
-    assert (environ["ATEN_CPU_CAPABILITY"], environ["ONEDNN_MAX_CPU_ISA"], environ["MKL_ENABLE_INSTRUCTIONS"]) == (
-        "default", "SSE41", "SSE4_2")
-    environ = {"PUFFER_CPU_KIND": "avx512", "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    assert (
+        environ["ATEN_CPU_CAPABILITY"],
+        environ["ONEDNN_MAX_CPU_ISA"],
+        environ["MKL_ENABLE_INSTRUCTIONS"],
+    ) == ("default", "SSE41", "SSE4_2")
+    environ = {
+        "PUFFER_CPU_KIND": "avx512",
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    }
     syscpu.cap_torch(environ)
-    assert (environ["ATEN_CPU_CAPABILITY"], environ["ONEDNN_MAX_CPU_ISA"], environ["MKL_ENABLE_INSTRUCTIONS"]) == (
-        "default", "AVX512_CORE", "AVX2")
+    assert (
+        environ["ATEN_CPU_CAPABILITY"],
+        environ["ONEDNN_MAX_CPU_ISA"],
+        environ["MKL_ENABLE_INSTRUCTIONS"],
+    ) == ("default", "AVX512_CORE", "AVX2")
     environ = {"PUFFER_CPU_KIND": "bf16"}
     syscpu.cap_torch(environ)
     assert environ == {"PUFFER_CPU_KIND": "bf16"}
