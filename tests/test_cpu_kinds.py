@@ -188,6 +188,31 @@ def test_a_fingerprint_says_whether_the_kind_was_emulated():
     assert syscpu.bf16_units({"isa": {"bf16": True}, "emulated_kind": None}) is True
 
 
+def test_a_fingerprint_records_the_isa_caps_its_libraries_ran_under(monkeypatch):
+    """An emulated kind's caps (or a user's own) slow a run: its report says so, and compare sees it."""
+    from appliance.sysinfo import machine_facts
+    from appliance.sysinfo.cpu import cpu_details
+
+    for variable in syscpu.TORCH_CAPS:
+        monkeypatch.delenv(variable, raising=False)
+    assert cpu_details()["library_caps"] == {}
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    caps = cpu_details()["library_caps"]
+    assert caps == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    label = "ISA caps (torch's libraries)"
+    assert (
+        machine_facts({"cpu": {"library_caps": caps}})[label]
+        == "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
+    )
+    assert machine_facts({"cpu": {"library_caps": {}}})[label] == "none"
+    assert machine_facts({"cpu": {}})[label] is None  # a report from before the field: not recorded
+    from appliance.sysinfo import fingerprint, summary
+
+    rows = dict(summary(fingerprint(calibration=False)))
+    assert rows["ISA caps"] == "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"  # puffer-bench info's row
+
+
 def test_a_parity_config_is_the_peers_settings_on_every_kind_of_cpu():
     """A learning comparison with PufferLib runs its settings whatever the CPU: no kind's section of an
     env YAML may show through a bench/parity config (PufferLib 3.0's breakout trained half of each

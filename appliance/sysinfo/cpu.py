@@ -201,6 +201,13 @@ def cap_torch(environ: Any = None) -> None:
             environ[variable] = caps[value]
 
 
+def library_caps(environ: Any = None) -> dict[str, str]:
+    """The ISA caps torch's libraries run under (:data:`TORCH_CAPS`' variables that are set), whether
+    an emulated kind or the user set them: a report made under them is slower for it."""
+    environ = os.environ if environ is None else environ
+    return {variable: environ[variable] for variable in TORCH_CAPS if environ.get(variable)}
+
+
 def bf16_units(details: dict[str, Any]) -> bool:
     """Whether a CPU (:func:`cpu_details`, a fingerprint's ``cpu``) trains with bfloat16 units: it has
     them and does not act as a lesser kind."""
@@ -322,6 +329,7 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
         "isa": isa,
         "kind": kind,  # the CPU's own kind; emulated_kind: the one PUFFER_CPU_KIND made it act as
         "emulated_kind": emulated_kind(kind),
+        "library_caps": library_caps(),
         "flags": sorted(f for f in ISA_FLAGS if f in flags),
         "caches": _caches(root),
         "base_mhz": base_khz / 1000 if base_khz else None,

@@ -51,6 +51,11 @@ def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
             if cpu.get("emulated_kind")
             else cpu.get("kind")
         ),
+        "ISA caps (torch's libraries)": (
+            " ".join(f"{k}={v}" for k, v in cpu["library_caps"].items()) or "none"
+            if cpu.get("library_caps") is not None
+            else None
+        ),
         "ISA flags": " ".join(cpu["flags"]) if cpu.get("flags") is not None else None,
         "caches": ", ".join(f"{k} {_size(v)}" for k, v in sorted(caches.items()) if v) or None,
         "base clock MHz": cpu.get("base_mhz"),
@@ -146,6 +151,9 @@ def summary(fp: dict[str, Any]) -> list[tuple[str, str]]:
         ("git", f"{git['commit'][:12]}{' (dirty)' if git['dirty'] else ''}" if git else "- (not a checkout)"),
         ("host", fp["host_hash"]),
     ]
+    caps = cpu.get("library_caps")
+    if caps:  # set by PUFFER_CPU_KIND or the user: torch's libraries run capped here
+        rows.append(("ISA caps", " ".join(f"{k}={v}" for k, v in caps.items())))
     image = fp.get("image")
     if image:  # inside a puffer-bench Docker image: the locked wheels it was built from
         wheels = image.get("error") or f"{len(image['wheels'])} locked, sha256 {image['sha256'][:12]}"
