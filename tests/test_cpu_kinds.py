@@ -57,6 +57,11 @@ def test_a_cpu_acts_as_a_lesser_kind_and_never_a_greater_one():
         syscpu.emulated_kind("bf16", {"PUFFER_CPU_KIND": "avx3"})
 
 
+def caps_set(environ):
+    """(ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS) as set in ``environ``."""
+    return tuple(environ[v] for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"))
+
+
 def test_an_emulated_kind_caps_torchs_kernels_unless_the_user_capped_them():
     """ATen's kernels and the matrix libraries beneath them (oneDNN, MKL) alike: on an Intel CPU with
     AVX-512 units MKL's float32 GEMM would otherwise run its AVX-512 code for an emulated AVX2 CPU."""
@@ -70,22 +75,14 @@ def test_an_emulated_kind_caps_torchs_kernels_unless_the_user_capped_them():
     }
     environ = {"PUFFER_CPU_KIND": "older"}
     syscpu.cap_torch(environ)
-    assert (
-        environ["ATEN_CPU_CAPABILITY"],
-        environ["ONEDNN_MAX_CPU_ISA"],
-        environ["MKL_ENABLE_INSTRUCTIONS"],
-    ) == ("default", "SSE41", "SSE4_2")
+    assert caps_set(environ) == ("default", "SSE41", "SSE4_2")
     environ = {
         "PUFFER_CPU_KIND": "avx512",
         "ATEN_CPU_CAPABILITY": "default",
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     }
     syscpu.cap_torch(environ)
-    assert (
-        environ["ATEN_CPU_CAPABILITY"],
-        environ["ONEDNN_MAX_CPU_ISA"],
-        environ["MKL_ENABLE_INSTRUCTIONS"],
-    ) == ("default", "AVX512_CORE", "AVX2")
+    assert caps_set(environ) == ("default", "AVX512_CORE", "AVX2")
     environ = {"PUFFER_CPU_KIND": "bf16"}
     syscpu.cap_torch(environ)
     assert environ == {"PUFFER_CPU_KIND": "bf16"}
@@ -190,7 +187,7 @@ def test_a_fingerprint_says_whether_the_kind_was_emulated():
 
 def test_a_fingerprint_records_the_isa_caps_its_libraries_ran_under(monkeypatch):
     """An emulated kind's caps (or a user's own) slow a run: its report says so, and compare sees it."""
-    from appliance.sysinfo import machine_facts
+    from appliance.sysinfo import fingerprint, machine_facts, summary
     from appliance.sysinfo.cpu import cpu_details
 
     for variable in syscpu.TORCH_CAPS:
@@ -207,8 +204,6 @@ def test_a_fingerprint_records_the_isa_caps_its_libraries_ran_under(monkeypatch)
     )
     assert machine_facts({"cpu": {"library_caps": {}}})[label] == "none"
     assert machine_facts({"cpu": {}})[label] is None  # a report from before the field: not recorded
-    from appliance.sysinfo import fingerprint, summary
-
     rows = dict(summary(fingerprint(calibration=False)))
     assert rows["ISA caps"] == "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"  # puffer-bench info's row
 
