@@ -59,7 +59,7 @@ def test_a_cpu_acts_as_a_lesser_kind_and_never_a_greater_one():
 
 def caps_set(environ):
     """(ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS) as set in ``environ``."""
-    return tuple(environ[v] for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"))
+    return tuple(environ[v] for v in syscpu.TORCH_CAPS)
 
 
 def test_an_emulated_kind_caps_torchs_kernels_unless_the_user_capped_them():

@@ -26,11 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from appliance.sysinfo.cpu import TORCH_CAPS  # imports no torch: a child's caps are set before torch loads
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tool_cli  # a sibling script, not a package
 
 ROOT = Path(__file__).resolve().parents[1]
-CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 def _child(args: Any) -> int:
@@ -73,12 +74,12 @@ def _variants(kinds: list[str]) -> dict[str, dict[str, str]]:
         out[f"{kind}, ATen only"] = {"ATEN_CPU_CAPABILITY": TORCH_CAPS["ATEN_CPU_CAPABILITY"][kind]}
         environ = {"PUFFER_CPU_KIND": kind}
         cap_torch(environ)
-        out[kind] = {k: v for k, v in environ.items() if k in CAP_VARIABLES}
+        out[kind] = {k: v for k, v in environ.items() if k in TORCH_CAPS}
     return out
 
 
 def timed(name: str, caps: dict[str, str], args: Any) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in CAP_VARIABLES and k != "PUFFER_CPU_KIND"}
+    env = {k: v for k, v in os.environ.items() if k not in TORCH_CAPS and k != "PUFFER_CPU_KIND"}
     env.update(caps)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     command = [sys.executable, __file__, "--child"] + [

@@ -57,7 +57,7 @@ def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
             else cpu.get("kind")
         ),
         "ISA caps (torch's libraries)": (
-            _caps(cpu["library_caps"]) or "none" if cpu.get("library_caps") is not None else None
+            (_caps(cpu["library_caps"]) or "none") if cpu.get("library_caps") is not None else None
         ),
         "ISA flags": " ".join(cpu["flags"]) if cpu.get("flags") is not None else None,
         "caches": ", ".join(f"{k} {_size(v)}" for k, v in sorted(caches.items()) if v) or None,
