@@ -90,13 +90,37 @@ def test_lstm_core_steps_the_shared_cell_and_runs_the_lstm_over_sequences():
         h1 = torch.sigmoid(o) * torch.tanh(c1)
         h, (h_next, c_next) = core.step(x[:, 0], (h0, c0))
         torch.testing.assert_close((h, h_next, c_next), (h1, h1, c1))
-        # bit for bit what the torch modules give
+        # what the torch modules give: in inference on the CPU to float32 rounding (the host step),
+        # under autograd bit for bit (the cell itself)
         cell = nn.LSTMCell(8, 8)
         cell.load_state_dict({k: getattr(core, f"{k}_l0") for k in cell.state_dict()})
         want_h, want_c = cell(x[:, 0], (h0, c0))
-        assert torch.equal(h, want_h) and torch.equal(c_next, want_c)
+        torch.testing.assert_close((h, c_next), (want_h, want_c), rtol=1e-6, atol=1e-6)
         want_seq, _ = nn.LSTM.forward(core, x, (h0[None].contiguous(), c0[None].contiguous()))
         assert torch.equal(core.sequence(x, (h0, c0)), want_seq)
+    h, (_, c_next) = core.step(x[:, 0], (h0, c0))
+    assert h.requires_grad and torch.equal(h, cell(x[:, 0], (h0, c0))[0])
+
+
+def test_lstm_core_host_step_is_the_cell_at_the_rollouts_sizes(monkeypatch):
+    """The CPU rollout's step (both products into one buffer, the gates in place) against
+    ``nn.LSTMCell`` at breakout's cpu size, and the cell itself where the host step does not apply."""
+    torch.manual_seed(0)
+    core = LSTM(96)
+    x, state = torch.randn(512, 96), (torch.randn(512, 96), torch.randn(512, 96))
+    calls, orig = [], LSTM._host_step
+    monkeypatch.setattr(LSTM, "_host_step", lambda self, *a: calls.append(1) or orig(self, *a))
+    with torch.no_grad():
+        want = core.cell(x, state)
+        h, (h_next, c_next) = core.step(x, state)
+        assert calls == [1] and h is h_next
+        torch.testing.assert_close((h, c_next), want, rtol=1e-6, atol=2e-6)
+        for dtype in (torch.float64, torch.bfloat16):  # other dtypes step the cell
+            twin = LSTM(96).to(dtype)
+            twin.step(x.to(dtype), tuple(s.to(dtype) for s in state))
+        with torch.autocast("cpu", torch.bfloat16):  # so does autocast
+            core.step(x, state)
+    assert calls == [1]
 
 
 def test_lstm_core_kernel_path_is_the_cell(monkeypatch):

@@ -35,18 +35,47 @@ class LSTM(nn.LSTM):
         )
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """``nn.LSTMCell``, or on CUDA in inference its two GEMMs and ``kernels.lstm_step`` (the gate
-        math fused into one kernel; the reference is tested equal to the cell)."""
-        if kernels.use_cuda(x) and not torch.is_grad_enabled():
+        """``nn.LSTMCell``; in inference on CUDA its two GEMMs and ``kernels.lstm_step`` (the gate
+        math fused into one kernel; the reference is tested equal to the cell), and in float32 on the
+        CPU :meth:`_host_step`."""
+        if torch.is_grad_enabled():
+            h, c = self.cell(x, state)
+        elif kernels.use_cuda(x):
             h, c = state
             gx = F.linear(x, self.cell.weight_ih, self.cell.bias_ih)
             gh = F.linear(h.to(gx.dtype), self.cell.weight_hh, self.cell.bias_hh)
             h, c = kernels.lstm_step(gx.contiguous(), gh.contiguous(), c.float().contiguous())
+        elif _plain_float32_cpu(x, *state):
+            h, c = self._host_step(x, state)
         else:
             h, c = self.cell(x, state)
         return h, (h, c)
+
+    def _host_step(self, x: torch.Tensor, state: State) -> State:
+        """The cell's arithmetic in fewer passes over memory, for the CPU rollout: both products
+        accumulated into one gate buffer (the cell writes two, each after a copy of its bias, and adds
+        them), the three sigmoid gates in two calls and every update in place. The cell's result to
+        float32 rounding (tests/test_cores.py); docs/lab/cpu-speed.md has its speed."""
+        h, c = state
+        n, cell = self.hidden_size, self.cell
+        gates = torch.addmm(cell.bias_ih + cell.bias_hh, x, cell.weight_ih.t())
+        gates.addmm_(h, cell.weight_hh.t())
+        gates[:, : 2 * n].sigmoid_()  # input and forget gates
+        gates[:, 3 * n :].sigmoid_()  # output gate
+        gates[:, 2 * n : 3 * n].tanh_()  # the candidate
+        i, f, g, o = gates.chunk(4, 1)
+        c = (f * c).addcmul_(i, g)
+        return c.tanh().mul_(o), c
 
     def sequence(self, x: torch.Tensor, state: State) -> torch.Tensor:
         h0, c0 = state
         h, _ = self(x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
         return h
+
+
+def _plain_float32_cpu(*tensors: torch.Tensor) -> bool:
+    """Float32 CPU tensors with no autocast over them (under CPU autocast the cell's products run in
+    its dtype)."""
+    return not torch.is_autocast_enabled("cpu") and all(
+        t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors
+    )
