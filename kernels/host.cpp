@@ -15,6 +15,7 @@
 #include "mingru_step.cuh"
 #include "optim_step.cuh"
 #include "prio_sample.cuh"
+#include "sample_logits.cuh"
 
 using namespace pb;
 
@@ -74,6 +75,19 @@ void pb_host_prio_keys_uniform(const float* adv, const double* uniform, int segm
       prio[s] = p;
       key[s] = p > 0.0 ? log1p(-uniform[s]) / p : (double)neg_inf();
     }
+  });
+}
+
+// sample_logits.cuh over n agents: out [n, ld] (each head's logits, then the value at column
+// `width`), mask [n, width] (nonzero = allowed) or null, ids (the agents' Philox keys) or null.
+void pb_host_sample_logits(const float* out, long long ld, int width, const int* nvec, int heads,
+                           const unsigned char* mask, unsigned long long seed,
+                           unsigned long long step, const long long* ids, int n, long long* action,
+                           float* logprob, float* value, int threads) {
+  split_rows(n, threads, 4096, [=](i64 lo, i64 hi) {
+    for (i64 i = lo; i < hi; ++i)
+      sample_logits_row<float>(out, ld, width, nvec, heads, mask, seed, step, (u32)i,
+                               ids ? (u32)ids[i] : (u32)i, action, logprob, value);
   });
 }
 

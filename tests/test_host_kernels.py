@@ -1,5 +1,6 @@
 """The kernels' bodies compiled for the CPU as the extension appliance._hostkernels (kernels/host.cpp):
-what the CPU trainer runs for the advantage, the segment priorities and the minimal GRU, against the
+what the CPU trainer runs for the advantage, the segment priorities, the minimal GRU and the rollout's
+action draws, against the
 torch definitions they replace, at every thread split, and the dispatch that picks them."""
 
 from __future__ import annotations
@@ -62,6 +63,45 @@ def test_the_trainer_reaches_the_host_advantage_and_reference_mode_turns_it_off(
     # bfloat16 or float64 tensors are not the kernels' storage: the torch definition takes them
     monkeypatch.delenv("PUFFER_KERNELS")
     advantage.compute(v.double(), r.double(), d.double(), rho.double(), advantage.Coefs(0.99, 0.95))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("nvec", [[3], [3, 5, 2]])
+@pytest.mark.parametrize("masked", [False, True])
+def test_action_draws_are_the_references_draws(threads: int, nvec: list[int], masked: bool) -> None:
+    """The same Philox draws, so the same actions and values, keyed by agent id; rows split over
+    threads unevenly (9,001 rows) give the same numbers."""
+    g = torch.Generator().manual_seed(2)
+    n = 9001
+    out = torch.randn(n, sum(nvec) + 1, generator=g) * 3
+    out[:64, :-1] *= 1e4  # extreme logits
+    ids = torch.randperm(n, generator=g)
+    mask = None
+    if masked:
+        mask = torch.rand(n, sum(nvec), generator=g) < 0.6
+        mask[:32] = False  # a head with nothing allowed samples unmasked
+    step = (1 << 40) + 17  # both words of the step
+    got = host.sample_logits(out, nvec, 5, step, mask, ids)
+    want = reference.sample_logits(out, nvec, 5, step, mask, ids=ids)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2])
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+def test_the_rollout_reaches_the_host_action_draws_and_reference_mode_turns_them_off(monkeypatch) -> None:
+    calls = []
+    real = host.sample_logits
+    monkeypatch.setattr(host, "sample_logits", lambda *a: calls.append(1) or real(*a))
+    out = torch.randn(64, 4)
+    into = (torch.empty(64, dtype=torch.int64), torch.empty(64), torch.empty(64))
+    action, logprob, value = kernels.sample_logits(
+        out, [3], 1, torch.tensor([9]), action=into[0], logprob=into[1], value=into[2]
+    )
+    assert calls == [1] and all(a is b for a, b in zip((action, logprob, value), into, strict=True))
+    assert torch.equal(action, reference.sample_logits(out, [3], 1, 9)[0])
+    monkeypatch.setenv("PUFFER_KERNELS", "reference")
+    kernels.sample_logits(out, [3], 1, 9)
+    monkeypatch.delenv("PUFFER_KERNELS")
+    kernels.sample_logits(out.double(), [3], 1, 9)  # not the kernels' storage: the reference
     assert calls == [1]
 
 

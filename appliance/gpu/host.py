@@ -23,9 +23,11 @@ import torch
 from appliance.gpu.launch import mode
 
 _P, _I, _L, _F, _D = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float, ctypes.c_double
+_U64 = (1 << 64) - 1
 SIGNATURES = {
     "pb_host_advantage": [_P, _P, _P, _P, _P, _I, _I, _F, _F, _F, _F, _I, _I],
     "pb_host_prio_keys_uniform": [_P, _P, _I, _I, _D, _D, _P, _P, _I],
+    "pb_host_sample_logits": [_P, _L, _I, _P, _I, _P, ctypes.c_uint64, ctypes.c_uint64, _P, _I, _P, _P, _P],
     "pb_host_mingru_step": [_P, _P, _P, _I, _I, _P, _I],
     "pb_host_mingru_scan_fwd": [_P, _P, _P, _I, _I, _I, _I],
     "pb_host_mingru_scan_bwd": [_P, _P, _P, _P, _P, _P, _I, _I, _I, _I],
@@ -109,6 +111,30 @@ def prio_keys(
         _ptr(prio), _ptr(key),
     )  # fmt: skip
     return prio, key
+
+
+def sample_logits(
+    out: torch.Tensor,
+    nvec: tuple[int, ...] | list[int],
+    seed: int,
+    step: int,
+    mask: torch.Tensor | None = None,
+    ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`appliance.gpu.reference.sample_logits` for a float32 CPU ``out [N, sum(nvec) + 1]``: the
+    same Philox draws, so the same actions."""
+    out = out.contiguous()
+    n, width, heads = out.shape[0], sum(nvec), len(nvec)
+    action = torch.empty((n,) if heads == 1 else (n, heads), dtype=torch.int64)
+    logprob, value = torch.empty(n), torch.empty(n)
+    mask = None if mask is None else mask.to(torch.uint8).contiguous()
+    ids = None if ids is None else ids.to(torch.int64).contiguous()
+    lanes = torch.tensor(list(nvec), dtype=torch.int32)
+    _call(
+        "pb_host_sample_logits", _ptr(out), out.stride(0), width, _ptr(lanes), heads, _ptr(mask),
+        seed & _U64, step & _U64, _ptr(ids), n, _ptr(action), _ptr(logprob), _ptr(value),
+    )  # fmt: skip
+    return action, logprob, value
 
 
 def mingru_step(kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = None) -> torch.Tensor:

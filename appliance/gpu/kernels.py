@@ -5,8 +5,8 @@ For CUDA tensors each op launches its cupy kernel (``kernels/<op>.cu``) on torch
 the output buffers, no allocation (scratch space is allocated once per shape and kept). Everywhere
 else (CPU tensors, no cupy) it runs the torch reference of :mod:`appliance.gpu.reference`, which has
 the same signature, or for float32 CPU tensors the same kernel bodies compiled for the CPU where they
-beat torch (:mod:`appliance.gpu.host`: mingru_step, mingru_scan, the priorities of prio_sample, the
-advantage); ``advantage`` and ``ppo_loss`` have no reference here: they accelerate the
+beat torch (:mod:`appliance.gpu.host`: sample_logits, mingru_step, mingru_scan, the priorities of
+prio_sample, the advantage); ``advantage`` and ``ppo_loss`` have no reference here: they accelerate the
 trainer's own torch code (``appliance.train.advantage``, ``appliance.train.losses``), which the
 trainer runs itself where the kernels do not. ``PUFFER_KERNELS=reference`` forces the reference, ``PUFFER_KERNELS=cuda`` the
 kernels (an error, in one line, where they cannot run).
@@ -87,6 +87,10 @@ def sample_logits(
     value: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if not use_cuda(out):
+        if host.use_host(out) and out.dim() == 2 and out.shape[1] == sum(nvec) + 1:
+            n = out.shape[0]
+            got = host.sample_logits(out, nvec, seed, reference._scalar(step), mask, _ids(ids, n))
+            return tuple(reference._into(o, g) for o, g in zip((action, logprob, value), got, strict=True))  # type: ignore[return-value]
         return reference.sample_logits(
             out, nvec, seed, step, mask, ids=ids, action=action, logprob=logprob, value=value
         )
