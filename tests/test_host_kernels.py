@@ -1,7 +1,7 @@
 """The kernels' bodies compiled for the CPU as the extension appliance._hostkernels (kernels/host.cpp):
 what the CPU trainer runs for the advantage, the segment priorities, the minimal GRU and the rollout's
-action draws, against the
-torch definitions they replace, at every thread split, and the dispatch that picks them."""
+action draws, against the torch definitions they replace, at every thread split, and the dispatch
+that picks them."""
 
 from __future__ import annotations
 
@@ -102,6 +102,8 @@ def test_the_rollout_reaches_the_host_action_draws_and_reference_mode_turns_them
     kernels.sample_logits(out, [3], 1, 9)
     monkeypatch.delenv("PUFFER_KERNELS")
     kernels.sample_logits(out.double(), [3], 1, 9)  # not the kernels' storage: the reference
+    with pytest.raises(RuntimeError):  # a mask of the wrong width: the reference's error, no stray read
+        kernels.sample_logits(out, [3], 1, 9, torch.ones(64, 2, dtype=torch.bool))
     assert calls == [1]
 
 

@@ -87,10 +87,16 @@ def sample_logits(
     value: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if not use_cuda(out):
-        if host.use_host(out) and out.dim() == 2 and out.shape[1] == sum(nvec) + 1:
-            n = out.shape[0]
-            got = host.sample_logits(out, nvec, seed, reference._scalar(step), mask, _ids(ids, n))
-            return tuple(reference._into(o, g) for o, g in zip((action, logprob, value), got, strict=True))  # type: ignore[return-value]
+        n, width = out.shape[0], sum(nvec)
+        if (
+            host.use_host(out)
+            and out.shape[1:] == (width + 1,)
+            and (mask is None or mask.shape == (n, width))
+            and (ids is None or ids.numel() == n)
+        ):  # other shapes go to the reference (which says what is wrong with them)
+            got = host.sample_logits(out, nvec, seed, reference._scalar(step), mask, ids)
+            into = (action, logprob, value)
+            return tuple(reference._into(o, g) for o, g in zip(into, got, strict=True))  # type: ignore[return-value]
         return reference.sample_logits(
             out, nvec, seed, step, mask, ids=ids, action=action, logprob=logprob, value=value
         )
