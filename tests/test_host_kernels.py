@@ -97,7 +97,8 @@ def test_the_rollout_reaches_the_host_action_draws_and_reference_mode_turns_them
         out, [3], 1, torch.tensor([9]), action=into[0], logprob=into[1], value=into[2]
     )
     assert calls == [1] and all(a is b for a, b in zip((action, logprob, value), into, strict=True))
-    assert torch.equal(action, reference.sample_logits(out, [3], 1, 9)[0])
+    want = reference.sample_logits(out, [3], 1, 9)
+    assert torch.equal(action, want[0]) and torch.equal(logprob, want[1]) and torch.equal(value, want[2])
     monkeypatch.setenv("PUFFER_KERNELS", "reference")
     kernels.sample_logits(out, [3], 1, 9)
     monkeypatch.delenv("PUFFER_KERNELS")

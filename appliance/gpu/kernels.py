@@ -94,9 +94,12 @@ def sample_logits(
             and (mask is None or mask.shape == (n, width))
             and (ids is None or ids.numel() == n)
         ):  # other shapes go to the reference (which says what is wrong with them)
-            got = host.sample_logits(out, nvec, seed, reference._scalar(step), mask, ids)
+            # the draws from the host build, the log-probability as the reference computes it (bit for
+            # bit: the C loop's expf and sums round otherwise, and runs would part ways)
+            act, _, val = host.sample_logits(out, nvec, seed, reference._scalar(step), mask, ids)
+            lp = reference.sampled_logprob(out, nvec, act, mask)
             into = (action, logprob, value)
-            return tuple(reference._into(o, g) for o, g in zip(into, got, strict=True))  # type: ignore[return-value]
+            return tuple(reference._into(o, g) for o, g in zip(into, (act, lp, val), strict=True))  # type: ignore[return-value]
         return reference.sample_logits(
             out, nvec, seed, step, mask, ids=ids, action=action, logprob=logprob, value=value
         )

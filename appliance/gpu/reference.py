@@ -80,9 +80,24 @@ def sample_logits(
     n_agents, width = out.shape[0], sum(nvec)
     step = _scalar(step)
     agents = torch.arange(n_agents, device=out.device) if ids is None else ids.to(out.device, torch.int64)
-    actions, total = [], torch.zeros(n_agents, dtype=torch.float32, device=out.device)
-    offset = 0
-    for h, n in enumerate(nvec):
+    actions = []
+    for h, (logits, use, _mx, e, s) in enumerate(_heads(out, nvec, mask)):
+        u = uniform24(philox(seed, step, agents, h)[0])
+        hit = (e.cumsum(1) > (u * s)[:, None]) & use
+        last = logits.shape[1] - 1 - use.flip(1).to(torch.uint8).argmax(1)
+        actions.append(torch.where(hit.any(1), hit.to(torch.uint8).argmax(1), last))
+    act = actions[0] if len(nvec) == 1 else torch.stack(actions, 1)
+    val = out[:, width].float()
+    return _into(action, act), _into(logprob, sampled_logprob(out, nvec, act, mask)), _into(value, val)
+
+
+def _heads(
+    out: torch.Tensor, nvec: Sequence[int], mask: torch.Tensor | None
+) -> list[tuple[torch.Tensor, ...]]:
+    """Per head of ``out``: (logits, the actions it may take, their max, exp(logit - max) where
+    allowed, the sum of those)."""
+    heads, offset = [], 0
+    for n in nvec:
         logits = out[:, offset : offset + n].float()
         if mask is None:
             use = torch.ones_like(logits, dtype=torch.bool)
@@ -91,17 +106,23 @@ def sample_logits(
             use = allowed | ~allowed.any(1, keepdim=True)
         mx = torch.where(use, logits, float("-inf")).max(1, keepdim=True).values
         e = torch.where(use, torch.exp(logits - mx), 0.0)
-        s = e.sum(1)
-        u = uniform24(philox(seed, step, agents, h)[0])
-        hit = (e.cumsum(1) > (u * s)[:, None]) & use
-        last = n - 1 - use.flip(1).to(torch.uint8).argmax(1)
-        a = torch.where(hit.any(1), hit.to(torch.uint8).argmax(1), last)
-        actions.append(a)
-        total += (logits.gather(1, a[:, None])[:, 0] - mx[:, 0]) - torch.log(s)
+        heads.append((logits, use, mx, e, e.sum(1)))
         offset += n
-    act = actions[0] if len(nvec) == 1 else torch.stack(actions, 1)
-    val = out[:, width].float()
-    return _into(action, act), _into(logprob, total), _into(value, val)
+    return heads
+
+
+def sampled_logprob(
+    out: torch.Tensor, nvec: Sequence[int], action: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The masked log-probability of ``action`` (``[N]`` for one head, ``[N, heads]``) summed over the
+    heads, as :func:`sample_logits` computes it: the CPU's host draws take theirs from here, so their
+    log-probabilities are the reference's bit for bit."""
+    acts = action.reshape(out.shape[0], -1)
+    total = torch.zeros(out.shape[0], dtype=torch.float32, device=out.device)
+    for h, (logits, _, mx, _, s) in enumerate(_heads(out, nvec, mask)):
+        a = acts[:, h]
+        total += (logits.gather(1, a[:, None])[:, 0] - mx[:, 0]) - torch.log(s)
+    return total
 
 
 def lstm_step(
