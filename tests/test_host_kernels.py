@@ -91,7 +91,7 @@ def test_the_rollout_reaches_the_host_action_draws_and_reference_mode_turns_them
     calls = []
     real = host.sample_logits
     monkeypatch.setattr(host, "sample_logits", lambda *a: calls.append(1) or real(*a))
-    out = torch.randn(64, 4)
+    out = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))  # C log-probs differ here
     into = (torch.empty(64, dtype=torch.int64), torch.empty(64), torch.empty(64))
     action, logprob, value = kernels.sample_logits(
         out, [3], 1, torch.tensor([9]), action=into[0], logprob=into[1], value=into[2]
