@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from appliance.gpu.launch import mode
+from appliance.gpu.launch import _nvec_tensor, mode
 
 _P, _I, _L, _F, _D = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float, ctypes.c_double
 _U64 = (1 << 64) - 1
@@ -129,9 +129,8 @@ def sample_logits(
     logprob, value = torch.empty(n), torch.empty(n)
     mask = None if mask is None else mask.to(torch.uint8).contiguous()
     ids = None if ids is None else ids.to(torch.int64).contiguous()
-    lanes = torch.tensor(list(nvec), dtype=torch.int32)
     _call(
-        "pb_host_sample_logits", _ptr(out), out.stride(0), width, _ptr(lanes), heads, _ptr(mask),
+        "pb_host_sample_logits", _ptr(out), out.stride(0), width, _ptr(_nvec_tensor(nvec, out.device)), heads, _ptr(mask),
         seed & _U64, step & _U64, _ptr(ids), n, _ptr(action), _ptr(logprob), _ptr(value),
     )  # fmt: skip
     return action, logprob, value

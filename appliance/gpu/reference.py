@@ -80,15 +80,15 @@ def sample_logits(
     n_agents, width = out.shape[0], sum(nvec)
     step = _scalar(step)
     agents = torch.arange(n_agents, device=out.device) if ids is None else ids.to(out.device, torch.int64)
-    actions = []
-    for h, (logits, use, _mx, e, s) in enumerate(_heads(out, nvec, mask)):
+    actions, heads = [], _heads(out, nvec, mask)
+    for h, (logits, use, _mx, e, s) in enumerate(heads):
         u = uniform24(philox(seed, step, agents, h)[0])
         hit = (e.cumsum(1) > (u * s)[:, None]) & use
         last = logits.shape[1] - 1 - use.flip(1).to(torch.uint8).argmax(1)
         actions.append(torch.where(hit.any(1), hit.to(torch.uint8).argmax(1), last))
     act = actions[0] if len(nvec) == 1 else torch.stack(actions, 1)
     val = out[:, width].float()
-    return _into(action, act), _into(logprob, sampled_logprob(out, nvec, act, mask)), _into(value, val)
+    return _into(action, act), _into(logprob, _logprob(heads, act)), _into(value, val)
 
 
 def _heads(
@@ -117,11 +117,14 @@ def sampled_logprob(
     """The masked log-probability of ``action`` (``[N]`` for one head, ``[N, heads]``) summed over the
     heads, as :func:`sample_logits` computes it: the CPU's host draws take theirs from here, so their
     log-probabilities are the reference's bit for bit."""
-    acts = action.reshape(out.shape[0], -1)
-    total = torch.zeros(out.shape[0], dtype=torch.float32, device=out.device)
-    for h, (logits, _, mx, _, s) in enumerate(_heads(out, nvec, mask)):
-        a = acts[:, h]
-        total += (logits.gather(1, a[:, None])[:, 0] - mx[:, 0]) - torch.log(s)
+    return _logprob(_heads(out, nvec, mask), action)
+
+
+def _logprob(heads: list[tuple[torch.Tensor, ...]], action: torch.Tensor) -> torch.Tensor:
+    acts = action.reshape(action.shape[0], -1)
+    total = torch.zeros(action.shape[0], dtype=torch.float32, device=action.device)
+    for h, (logits, _, mx, _, s) in enumerate(heads):
+        total += (logits.gather(1, acts[:, h : h + 1])[:, 0] - mx[:, 0]) - torch.log(s)
     return total
 
 
