@@ -152,3 +152,45 @@ def test_mingru_step_matches_the_reference_with_and_without_resets(threads: int)
             )
         out = torch.empty(300, 16)
         assert kernels.mingru_step(kv, h, done, out=out) is out
+
+
+def _cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """nn.LSTMCell's gate math in float64: the exact answer the float32 kernels round."""
+    i, f, g, o = gates.double().chunk(4, 1)
+    c_new = torch.sigmoid(f) * c.double() + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c_new), c_new
+
+
+@pytest.mark.parametrize("simd", [1, 0], ids=["avx2", "sse2"])
+@pytest.mark.parametrize("batch,hidden", [(2049, 96), (7, 13), (3, 3)])
+def test_lstm_gates_round_the_cells_math_as_torch_does(
+    threads: int, simd: int, batch: int, hidden: int, monkeypatch
+) -> None:
+    """Both SIMD builds (and the scalar tail of a hidden size that is not a multiple of the lanes),
+    over pre-activations from -30 to 30 (saturated gates, tanh's small-argument polynomial, cancelling
+    cell states), are as near the float64 answer as torch's own float32 ops."""
+    if simd and host.simd_level() == 0:
+        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX2 and FMA")
+    monkeypatch.setattr(host, "simd_level", lambda: simd)
+    g = torch.Generator().manual_seed(batch)
+    gates = (
+        torch.randn(batch, 4 * hidden, generator=g)
+        * torch.tensor([0.01, 1.0, 10.0])[torch.randint(3, (batch, 1), generator=g)]
+    )
+    gates[0, :] = torch.linspace(-30, 30, 4 * hidden)
+    c = torch.randn(batch, hidden, generator=g) * 3
+    exact_h, exact_c = _cell(gates, c)
+    i, f, gg, o = gates.chunk(4, 1)
+    torch_c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
+    torch_h = torch.sigmoid(o) * torch.tanh(torch_c)
+    h, c_new = host.lstm_gates(gates, c)
+    for got, ref, exact in ((h, torch_h, exact_h), (c_new, torch_c, exact_c)):
+        err, torch_err = (got.double() - exact).abs(), (ref.double() - exact).abs()
+        assert err.max() <= 2 * torch_err.max() + 1e-7, (err.max(), torch_err.max())
+    wide = torch.randn(batch, hidden + 5, generator=g)  # c at a row stride of its own
+    torch.testing.assert_close(
+        host.lstm_gates(gates, wide[:, :hidden])[1],
+        host.lstm_gates(gates, wide[:, :hidden].contiguous())[1],
+        rtol=0,
+        atol=0,
+    )

@@ -34,6 +34,7 @@ SIGNATURES = {
     "pb_host_adam_step": [_P, _P, _P, _P, _L, _P, _F, _F, _F, _F, _F, _I],
     "pb_host_muon_momentum": [_P, _P, _P, _L, _F, _I],
     "pb_host_muon_apply": [_P, _P, _L, _P, _I],
+    "pb_host_lstm_gates": [_P, _P, _L, _P, _P, _I, _I, _I, _I],
 }
 
 
@@ -144,6 +145,37 @@ def mingru_step(kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = N
     out = torch.empty_like(h)
     _call("pb_host_mingru_step", _ptr(kv), _ptr(h), _ptr(done), batch, hidden, _ptr(out))
     return out
+
+
+def simd_level() -> int:
+    """The gate math's SIMD build for this process: 1 (AVX2 and FMA) where the CPU has them and
+    torch's own kernels run at AVX2 or above, else 0 (SSE2). ``ATEN_CPU_CAPABILITY`` capping torch
+    (how ``PUFFER_CPU_KIND`` emulates a lesser CPU) caps this too."""
+    lib = _lib()
+    return 0 if lib is None else _simd_level(lib)
+
+
+@functools.cache
+def _simd_level(lib: ctypes.CDLL) -> int:
+    fn = lib.pb_host_lstm_gates_avx2
+    fn.argtypes, fn.restype = [], ctypes.c_int
+    return int(torch.backends.cpu.get_cpu_capability() != "DEFAULT" and fn() == 1)
+
+
+def lstm_gates(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LSTM cell's output from its pre-activations: ``gates [B, 4H]`` (torch's i, f, g, o order,
+    both products and both biases in) and ``c [B, H]`` -> ``(h, c')``, float32 CPU tensors; the
+    cell's arithmetic to float32 rounding (tests/test_host_kernels.py)."""
+    gates = gates.contiguous()
+    if c.stride(1) != 1:
+        c = c.contiguous()
+    batch, hidden = c.shape
+    h_out, c_out = torch.empty(batch, hidden), torch.empty(batch, hidden)
+    _call(
+        "pb_host_lstm_gates", _ptr(gates), _ptr(c), c.stride(0), _ptr(h_out), _ptr(c_out), batch, hidden,
+        simd_level(),
+    )  # fmt: skip
+    return h_out, c_out
 
 
 class Scan:

@@ -218,7 +218,13 @@ class Engine:
             if pos == 0 and m:
                 rollout.save_initial_state(slice(r0, r0 + m), tuple(s[:m] for s in buf.state))
             t1 = clock()
-            action, logprob, value = tr.act(obs, buf.state, buf.ids, step=self._step0 + t * n)
+            action, logprob, value = tr.act(
+                obs,
+                buf.state,
+                buf.ids,
+                step=self._step0 + t * n,
+                rows=slice(buf.first, buf.first + buf.count),
+            )
             t2 = clock()
             if m:
                 rollout.write_column(slice(r0, r0 + m), pos, obs[:m], action[:m], logprob[:m], value[:m])

@@ -257,11 +257,17 @@ class Trainer:
 
     @torch.no_grad()
     def act(
-        self, obs: torch.Tensor, state: State, ids: torch.Tensor, step: int | None = None
+        self,
+        obs: torch.Tensor,
+        state: State,
+        ids: torch.Tensor,
+        step: int | None = None,
+        rows: slice | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """:meth:`policy_step` for the agents ``ids`` at ``step`` (default ``global_step``), their
-        recurrent state moved on in ``self.state``; NaN observations or log-probs end training with
-        a :class:`TrainingError` that says where they came from."""
+        recurrent state moved on in ``self.state`` (a copy into the ``rows`` slice when the ids are
+        those rows, as a rollout buffer's are, else an indexed write); NaN observations or log-probs
+        end training with a :class:`TrainingError` that says where they came from."""
         try:
             action, logprob, value, new_state = self.policy_step(
                 obs, state, ids, self.global_step if step is None else step
@@ -277,7 +283,10 @@ class Trainer:
                 ) from e
             raise
         for s, new in zip(self.state, new_state, strict=True):
-            s[ids] = new.to(s.dtype)
+            if rows is None:
+                s[ids] = new.to(s.dtype)
+            else:
+                s[rows].copy_(new)
         return action, logprob, value
 
     def update_env_stats(self) -> None:

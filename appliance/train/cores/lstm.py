@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from appliance.gpu import kernels
+from appliance.gpu import host, kernels
 from appliance.train.cores.base import State
 
 
@@ -52,14 +52,19 @@ class LSTM(nn.LSTM):
         return h, (h, c)
 
     def _host_step(self, x: torch.Tensor, state: State) -> State:
-        """The cell's arithmetic in fewer passes over memory, for the CPU rollout: both products
-        accumulated into one gate buffer (the cell writes two, each after a copy of its bias, and adds
-        them), the three sigmoid gates in two calls and every update in place. The cell's result to
-        float32 rounding (tests/test_cores.py); docs/lab/cpu-speed.md has its speed."""
+        """The cell's arithmetic for the CPU rollout in fewer passes over memory: both products
+        accumulated into one gate buffer against contiguous copies of the transposed weights (MKL's
+        faster layout for these shapes; a copy a step, as the update may change the weights in
+        place), then the gate math in one pass, ``host.lstm_gates`` (or, without the extension, torch
+        ops in place). The cell's result to float32 rounding (tests/test_cores.py); its speed:
+        docs/lab/cpu-speed.md."""
         h, c = state
-        n, cell = self.hidden_size, self.cell
-        gates = torch.addmm(cell.bias_ih + cell.bias_hh, x, cell.weight_ih.t())
-        gates.addmm_(h, cell.weight_hh.t())
+        cell = self.cell
+        gates = torch.addmm(cell.bias_ih + cell.bias_hh, x, cell.weight_ih.t().contiguous())
+        gates.addmm_(h, cell.weight_hh.t().contiguous())
+        if host.use_host(gates, c):
+            return host.lstm_gates(gates, c)
+        n = self.hidden_size
         gates[:, : 2 * n].sigmoid_()  # input and forget gates
         gates[:, 3 * n :].sigmoid_()  # output gate
         gates[:, 2 * n : 3 * n].tanh_()  # the candidate
