@@ -6,6 +6,11 @@ torch reference they replace:
     python tools/train_ab.py breakout --a PUFFER_KERNELS=reference --b PUFFER_KERNELS=auto \\
         --rounds 3 --stop-steps 3.2e6 --out results/cpu/speed/host-kernels-breakout.json
 
+and may be a revision of the repository (``--a-rev``, ``--b-rev``: a commit, built in a git worktree
+of its own, its C extensions compiled in place there), e.g. a change against the commit before it:
+
+    python tools/train_ab.py breakout --a-rev HEAD~1 --b-rev HEAD --out ab.json
+
 Each window is `puffer-bench train ENV --stop-steps N` on the env's defaults (plus `--train-arg`s,
 the same for both), timed from its second logged epoch to its last (start-up and the first epoch's
 allocation left out), with the noise guard's per-CPU speed check before and after it and the load of
@@ -43,10 +48,44 @@ def parse_variant(items: list[str]) -> dict[str, str]:
     return env
 
 
+def resolve(rev: str, flag: str) -> str:
+    """``rev``'s full commit hash; a name that is not a commit here is one line naming ``flag``."""
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise tool_cli.ToolError(f"{flag} {rev}: not a commit of this repository")
+    return proc.stdout.strip()
+
+
+def checkout(commit: str, where: Path) -> Path:
+    """A git worktree of ``commit`` at ``where`` with its extensions built in place."""
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(where), commit],
+        capture_output=True,
+        check=True,
+    )
+    print(f"building {commit[:12]} in {where}", flush=True)
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"], cwd=where, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise tool_cli.ToolError(f"building {commit[:12]} failed:\n{proc.stderr[-2000:]}")
+    return where
+
+
 def window(
-    env_name: str, variant: dict[str, str], steps: int, train_args: list[str], scratch: Path
+    env_name: str,
+    variant: dict[str, str],
+    steps: int,
+    train_args: list[str],
+    scratch: Path,
+    tree: Path = REPO,
 ) -> dict[str, Any]:
-    """One training run of the variant; its steady agent-steps/s and phase seconds."""
+    """One training run of the variant from the checkout ``tree`` (its ``appliance`` comes first on
+    the path: the script runs there); its steady agent-steps/s and phase seconds."""
     from appliance.lifeline import dies_with_parent
     from appliance.measure import noise
 
@@ -58,7 +97,7 @@ def window(
     sampler.sample()
     proc = subprocess.run(
         cmd,
-        cwd=REPO,
+        cwd=tree,
         env={**os.environ, **variant},
         capture_output=True,
         text=True,
@@ -91,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("env")
     ap.add_argument("--a", action="append", default=[], metavar="NAME=VALUE", help="variant A's environment")
     ap.add_argument("--b", action="append", default=[], metavar="NAME=VALUE", help="variant B's environment")
+    ap.add_argument("--a-rev", metavar="REV", help="variant A's commit (default: this checkout as it is)")
+    ap.add_argument("--b-rev", metavar="REV", help="variant B's commit (default: this checkout as it is)")
     ap.add_argument("--rounds", type=tool_cli.number(1, 1000, integer=True), default=3)
     ap.add_argument("--stop-steps", type=tool_cli.number(1, 2**63 - 1, integer=True), default=3_200_000,
                     help="agent-steps per window (at least 3 epochs)")  # fmt: skip
@@ -103,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
     tool_cli.check_output(a.out, ours=tool_cli.written_by("train_ab"))
+    commits = {
+        side: None if rev is None else resolve(rev, f"--{side.lower()}-rev")
+        for side, rev in (("A", a.a_rev), ("B", a.b_rev))
+    }
     sys.path.insert(0, str(REPO))
     from appliance.errors import ApplianceError
     from appliance.measure.noise import thresholds
@@ -117,21 +162,32 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
     train_args = [x for item in a.train_arg for x in item.split("=", 1)]
     windows: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     scratch = Path(tempfile.mkdtemp(prefix="train-ab-"))
+    trees: dict[str, Path] = {"A": REPO, "B": REPO}
     try:
+        for side, commit in commits.items():
+            if commit is not None:
+                trees[side] = checkout(commit, scratch / f"tree-{side}")
         for r in range(a.rounds):
             for side in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                w = window(a.env, variants[side], a.stop_steps, train_args, scratch)
+                w = window(a.env, variants[side], a.stop_steps, train_args, scratch, trees[side])
                 windows[side].append(w)
                 print(f"round {r + 1}/{a.rounds} {side}: {w['sps']:,.0f} agent-steps/s "
                       f"(others' load {w['others_cores'] or 0:.2f} cores)", flush=True)  # fmt: skip
     finally:
+        for side in ("A", "B"):
+            if commits[side] is not None:
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees[side])],
+                    capture_output=True,
+                )
         shutil.rmtree(scratch, ignore_errors=True)
+        subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], capture_output=True)
     ratios = [b["sps"] / a_["sps"] for a_, b in zip(windows["A"], windows["B"], strict=True)]
     others = [w["others_cores"] for ws in windows.values() for w in ws if w["others_cores"] is not None]
     busy = bool(others) and max(others) > thresholds()[0]
     result = {
         "command": "python tools/train_ab.py " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "env": a.env, "variants": variants, "train_args": train_args, "stop_steps": a.stop_steps,
+        "env": a.env, "variants": variants, "commits": commits, "train_args": train_args, "stop_steps": a.stop_steps,
         "fingerprint": fingerprint(), "windows": windows,
         "median_sps": {s: statistics.median(w["sps"] for w in ws) for s, ws in windows.items()},
         "ratios_b_over_a": ratios, "median_ratio": statistics.median(ratios),
