@@ -211,9 +211,11 @@ inline void gates_scalar(const float* g, const float* cp, float* ho, float* co, 
 #if PB_X86
 namespace {
 
-// exp(x) for x clamped to [-88.0, 88.0] (no overflow; sigmoid and tanh saturate well before).
+// exp(x) for x clamped to [-88.0, 88.0] (no overflow; sigmoid and tanh saturate well before). The
+// bound comes first in min and max, which return their second operand where either is NaN: a NaN
+// stays NaN, so NaN observations still reach the trainer's check.
 #define PB_EXP_BODY(V, SET, ADD, SUB, MUL, FMADD, FNMADD, ROUND, CVT, SHL, ADDI, CAST, MINV, MAXV)  \
-  x = MINV(MAXV(x, SET(-88.0f)), SET(88.0f));                                                        \
+  x = MINV(SET(88.0f), MAXV(SET(-88.0f), x));                                                        \
   V n = ROUND(MUL(x, SET(1.44269504088896341f)));                                                     \
   V r = FNMADD(n, SET(0.693359375f), x);                                                              \
   r = FNMADD(n, SET(-2.12194440e-4f), r);                                                             \

@@ -194,3 +194,24 @@ def test_lstm_gates_round_the_cells_math_as_torch_does(
         rtol=0,
         atol=0,
     )
+
+
+@pytest.mark.parametrize("simd", [1, 0], ids=["avx2", "sse2"])
+def test_lstm_gates_keep_nan_and_saturate_at_infinity(simd: int, monkeypatch) -> None:
+    """A NaN pre-activation (a NaN observation through the encoder) stays NaN in h and c, as in
+    torch's ops, so the trainer's NaN check still fires; +-inf saturate as the cell does."""
+    if simd and host.simd_level() == 0:
+        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX2 and FMA")
+    monkeypatch.setattr(host, "simd_level", lambda: simd)
+    hidden = 16
+    gates, c = torch.zeros(4, 4 * hidden), torch.zeros(4, hidden)
+    gates[0, 3] = float("nan")  # the input gate of unit 3
+    gates[1, 2 * hidden + 5] = float("nan")  # the candidate of unit 5
+    gates[2] = float("inf")
+    gates[3] = -float("inf")
+    h, c_new = host.lstm_gates(gates, c)
+    assert h[0, 3].isnan() and c_new[0, 3].isnan() and h[1, 5].isnan() and c_new[1, 5].isnan()
+    assert torch.isfinite(h[0, :3]).all() and torch.isfinite(h[1, :5]).all()
+    i, f, g, o = gates[2:].chunk(4, 1)
+    want_c = torch.sigmoid(f) * c[2:] + torch.sigmoid(i) * torch.tanh(g)
+    torch.testing.assert_close((h[2:], c_new[2:]), (torch.sigmoid(o) * torch.tanh(want_c), want_c))
