@@ -116,7 +116,7 @@ BAD = [
     ("pool_overhead", ["--gap-us", "x"], "--gap-us: 'x' is not an int"),
     ("train_ab", ["squared", "--stop-steps", "3M", "--out", "a.json"], "--stop-steps: '3M' is not an int"),
     ("train_ab", ["squared", "--rounds", "-1", "--out", "a.json"], "--rounds: '-1' is out of range"),
-    ("train_ab", ["squared", "--a-rev", "no-such-rev", "--out", "a.json"], "--a-rev no-such-rev: not a commit"),
+    ("train_ab", ["squared", "--a-rev", "no-such-rev", "--out", "a.json"], "--a-rev no-such-rev: "),  # not a commit, or no git
     # before the fix: stale_names took any argument and ran; mingru_bf16_ab printed a usage screen
     ("stale_names", ["--bogus"], "unrecognized arguments: --bogus"),
     ("mingru_bf16_ab", ["--reps", "nan"], "--reps: 'nan' is not"),

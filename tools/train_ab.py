@@ -50,11 +50,14 @@ def parse_variant(items: list[str]) -> dict[str, str]:
 
 def resolve(rev: str, flag: str) -> str:
     """``rev``'s full commit hash; a name that is not a commit here is one line naming ``flag``."""
-    proc = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-        capture_output=True,
-        text=True,
-    )
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        raise tool_cli.ToolError(f"{flag} {rev}: git is not installed (it checks the commit out)") from None
     if proc.returncode != 0:
         raise tool_cli.ToolError(f"{flag} {rev}: not a commit of this repository")
     return proc.stdout.strip()
