@@ -82,6 +82,11 @@ class _Buffer:
     stream: Any  # CUDA: torch.cuda.Stream
     state: tuple[torch.Tensor, ...] = ()
 
+    @property
+    def rows(self) -> slice:
+        """This buffer's agents as rows of the vector's and the trainer's arrays."""
+        return slice(self.first, self.first + self.count)
+
 
 class Engine:
     """Runs :meth:`Trainer.evaluate` for a native Ocean vector in ``train.buffers`` buffers."""
@@ -162,7 +167,7 @@ class Engine:
         if device_steps is not None:  # column 0, the step, the segments' initial states (default stream)
             device_steps.begin()
         for buf in self.buffers:  # views of the trainer's recurrent state, the same storage every epoch
-            buf.state = tuple(s[buf.first : buf.first + buf.count] for s in tr.state)
+            buf.state = tuple(s[buf.rows] for s in tr.state)
             if buf.stream is not None:  # the update's kernels (new weights) and begin() come first
                 buf.stream.wait_stream(torch.cuda.current_stream(self.device))
         if self.graphs is not None:
@@ -218,13 +223,7 @@ class Engine:
             if pos == 0 and m:
                 rollout.save_initial_state(slice(r0, r0 + m), tuple(s[:m] for s in buf.state))
             t1 = clock()
-            action, logprob, value = tr.act(
-                obs,
-                buf.state,
-                buf.ids,
-                step=self._step0 + t * n,
-                rows=slice(buf.first, buf.first + buf.count),
-            )
+            action, logprob, value = tr.act(obs, buf.state, buf.ids, step=self._step0 + t * n, rows=buf.rows)
             t2 = clock()
             if m:
                 rollout.write_column(slice(r0, r0 + m), pos, obs[:m], action[:m], logprob[:m], value[:m])
