@@ -11,8 +11,12 @@ of its own, its C extensions compiled in place there), e.g. a change against the
 
     python tools/train_ab.py breakout --a-rev HEAD~1 --b-rev HEAD --out ab.json
 
+A variant may also take train options of its own (``--a-arg``, ``--b-arg``), e.g. two policy sizes:
+
+    python tools/train_ab.py breakout --b-arg=--policy.hidden-size=64 --out ab.json
+
 Each window is `puffer-bench train ENV --stop-steps N` on the env's defaults (plus `--train-arg`s,
-the same for both), timed from its second logged epoch to its last (start-up and the first epoch's
+the same for both, and the variant's own), timed from its second logged epoch to its last (start-up and the first epoch's
 allocation left out), with the noise guard's per-CPU speed check before and after it and the load of
 other processes during it. Writes the agent-steps/s of each window, the time each phase took, the
 per-round ratios B/A and their median. Compare variants only within one report.
@@ -140,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="agent-steps per window (at least 3 epochs)")  # fmt: skip
     ap.add_argument("--train-arg", action="append", default=[], metavar="ARG",
                     help="a train option for both sides, e.g. --train-arg=--policy.hidden-size=64")  # fmt: skip
+    ap.add_argument(
+        "--a-arg", action="append", default=[], metavar="ARG", help="a train option for variant A alone"
+    )
+    ap.add_argument(
+        "--b-arg", action="append", default=[], metavar="ARG", help="a train option for variant B alone"
+    )
     ap.add_argument("--out", type=tool_cli.path, required=True)
     a = ap.parse_args(argv)
     return tool_cli.guarded(lambda: run_command(a, argv))
@@ -163,6 +173,10 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
         raise SystemExit(f"error: {e}") from None
     variants = {"A": parse_variant(a.a), "B": parse_variant(a.b)}
     train_args = [x for item in a.train_arg for x in item.split("=", 1)]
+    own_args = {
+        side: [x for item in items for x in item.split("=", 1)]
+        for side, items in (("A", a.a_arg), ("B", a.b_arg))
+    }
     windows: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     scratch = Path(tempfile.mkdtemp(prefix="train-ab-"))
     trees: dict[str, Path] = {"A": REPO, "B": REPO}
@@ -172,7 +186,9 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
                 trees[side] = checkout(commit, scratch / f"tree-{side}")
         for r in range(a.rounds):
             for side in ("A", "B") if r % 2 == 0 else ("B", "A"):
-                w = window(a.env, variants[side], a.stop_steps, train_args, scratch, trees[side])
+                w = window(
+                    a.env, variants[side], a.stop_steps, train_args + own_args[side], scratch, trees[side]
+                )
                 windows[side].append(w)
                 print(f"round {r + 1}/{a.rounds} {side}: {w['sps']:,.0f} agent-steps/s "
                       f"(others' load {w['others_cores'] or 0:.2f} cores)", flush=True)  # fmt: skip
@@ -190,7 +206,7 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
     busy = bool(others) and max(others) > thresholds()[0]
     result = {
         "command": "python tools/train_ab.py " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "env": a.env, "variants": variants, "commits": commits, "train_args": train_args, "stop_steps": a.stop_steps,
+        "env": a.env, "variants": variants, "commits": commits, "train_args": train_args, "variant_args": own_args, "stop_steps": a.stop_steps,
         "fingerprint": fingerprint(), "windows": windows,
         "median_sps": {s: statistics.median(w["sps"] for w in ws) for s, ws in windows.items()},
         "ratios_b_over_a": ratios, "median_ratio": statistics.median(ratios),
