@@ -27,7 +27,9 @@ def test_a_small_policy_gets_one_thread_and_a_busy_core_is_taken_out():
     assert intra(8, 2.7, 2_000_000, 32768) == 5  # 2.7 cores busy: 3 taken out
     assert intra(2, 1.0, 2_000_000, 32768) == 1
     assert intra(1, 3.0, 10**9, 10**6) == 1  # never none
-    assert intra(16, 0.0, 100_000, 32768) == 9  # 19.7 GFLOP: one per 2 GFLOP
+    assert intra(16, 0.0, 100_000, 32768) == 16  # 19.7 GFLOP: one per GFLOP, at most the cores
+    assert intra(16, 0.0, 20_000, 32768) == 3  # 3.9 GFLOP
+    assert intra(2, 0.0, 41_156, 8192) == 2  # breakout's AVX2 cpu profile (LSTM 64): 2.0 GFLOP
     assert intra(4, None, 10**9, 10**6) == 4  # load not known: every core
     line = threads.choose(8, 2.7, 2_000_000, 32768, ("num_threads", 5), environ={}).why
     assert line.startswith("threads: torch 5 intra-op, 1 inter-op, 5 native env threads (8 usable cores")

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# one intra-op thread per this many FLOPs of a minibatch's forward and backward: 2 GFLOP is tens of
-# milliseconds of one core's work, beside which the pool's per-op waits are small
-FLOP_PER_THREAD = 2e9
+# one intra-op thread per this many FLOPs of a minibatch's forward and backward: 1 GFLOP is about ten
+# milliseconds of one core's work, beside which the pool's per-op waits are small (docs/training.md)
+FLOP_PER_THREAD = 1e9
 LOOK_S = 0.3  # how long the load is looked at before the run starts
 USER_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
