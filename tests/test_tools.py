@@ -355,8 +355,10 @@ def test_perturb_run_is_the_plain_run_to_its_epoch_and_another_after(tmp_path):
 
 def test_train_ab_gives_each_variant_its_own_train_options_and_both_the_shared_ones(tmp_path, monkeypatch):
     """--a-arg/--b-arg reach their own side's windows alone (the rounds alternate sides, so a mix-up
-    would time A's size as B's), --train-arg both, and the report names them."""
+    would time A's size as B's), --train-arg both, and the report names them. Without revisions no
+    git is needed (the CPU image has none: its end-of-run worktree prune once failed the whole run)."""
     ab = tool("train_ab")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
     seen = []
 
     def window(env, variant, steps, train_args, scratch, tree):

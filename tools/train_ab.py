@@ -200,7 +200,8 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
                     capture_output=True,
                 )
         shutil.rmtree(scratch, ignore_errors=True)
-        subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], capture_output=True)
+        if any(commits.values()):  # only worktrees need git: a machine without it times variants too
+            subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], capture_output=True)
     ratios = [b["sps"] / a_["sps"] for a_, b in zip(windows["A"], windows["B"], strict=True)]
     others = [w["others_cores"] for ws in windows.values() for w in ws if w["others_cores"] is not None]
     busy = bool(others) and max(others) > thresholds()[0]
