@@ -16,8 +16,8 @@ A variant may also take train options of its own (``--a-arg``, ``--b-arg``), e.g
     python tools/train_ab.py breakout --b-arg=--policy.hidden-size=64 --out ab.json
 
 Each window is `puffer-bench train ENV --stop-steps N` on the env's defaults (plus `--train-arg`s,
-the same for both, and the variant's own), timed from its second logged epoch to its last (start-up and the first epoch's
-allocation left out), with the noise guard's per-CPU speed check before and after it and the load of
+the same for both, and the variant's own), timed from its second logged epoch to its last (start-up
+and the first epoch's allocation left out), with the noise guard's per-CPU speed check before and after it and the load of
 other processes during it. Writes the agent-steps/s of each window, the time each phase took, the
 per-round ratios B/A and their median. Compare variants only within one report.
 """
@@ -50,6 +50,11 @@ def parse_variant(items: list[str]) -> dict[str, str]:
             raise SystemExit(f"error: a variant is NAME=VALUE environment settings, got {item!r}")
         env[key] = value
     return env
+
+
+def split_options(items: list[str]) -> list[str]:
+    """``--train-arg``-style items as train's argv: ``--policy.hidden-size=64`` is two words."""
+    return [word for item in items for word in item.split("=", 1)]
 
 
 def resolve(rev: str, flag: str) -> str:
@@ -172,11 +177,8 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
     except ApplianceError as e:
         raise SystemExit(f"error: {e}") from None
     variants = {"A": parse_variant(a.a), "B": parse_variant(a.b)}
-    train_args = [x for item in a.train_arg for x in item.split("=", 1)]
-    own_args = {
-        side: [x for item in items for x in item.split("=", 1)]
-        for side, items in (("A", a.a_arg), ("B", a.b_arg))
-    }
+    train_args = split_options(a.train_arg)
+    own_args = {"A": split_options(a.a_arg), "B": split_options(a.b_arg)}
     windows: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     scratch = Path(tempfile.mkdtemp(prefix="train-ab-"))
     trees: dict[str, Path] = {"A": REPO, "B": REPO}
