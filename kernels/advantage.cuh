@@ -20,8 +20,8 @@ PB_HD void advantage_row(const float* values, const float* rewards, const float*
   adv[horizon - 1] = 0.0f;
   for (int t = horizon - 2; t >= 0; --t) {
     const float not_done = 1.0f - dones[t + 1];
-    const float rho = fminf(ratios[t], rho_clip);
-    const float c = fminf(ratios[t], c_clip);
+    const float rho = min_bound(ratios[t], rho_clip);
+    const float c = min_bound(ratios[t], c_clip);
     const float delta =
         rho_on_reward ? rho * rewards[t + 1] + gamma * values[t + 1] * not_done - values[t]
                       : rho * (rewards[t + 1] + gamma * values[t + 1] * not_done - values[t]);

@@ -67,6 +67,10 @@ PB_HD void store(bf16* p, i64 i, float v) { p[i] = to_bf16(v); }
 
 PB_HD float neg_inf() { return bits_to_float(0xff800000u); }
 
+// min(x, bound) for a bound that is never NaN, as fminf(x, bound) gives it (a NaN x yields the bound),
+// in one compare: a portable x86-64 build calls the C library's fminf, once per element.
+PB_HD float min_bound(float x, float bound) { return x < bound ? x : bound; }
+
 PB_HD float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Philox4x32-10 (Salmon et al. 2011, the Random123 constants): a counter-based generator, so a

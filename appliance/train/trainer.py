@@ -356,7 +356,8 @@ class Trainer:
         clipping and the optimizer step; statistics summed into ``epoch_scalars``."""
         hp, acc = self.hp, self.epoch_scalars
         adv = self._advantages() if self.epoch_advantages is None else self.epoch_advantages
-        acc.sums[graphs.NONFINITE] += (~torch.isfinite(adv)).any()
+        # a NaN or an infinity anywhere makes the sum non-finite; in float64 no finite float32 sum overflows
+        acc.sums[graphs.NONFINITE] += ~torch.isfinite(adv.sum(dtype=torch.float64))
         acc.last_advantages = adv
         rows = self.rows()
         if self.transitions:  # each step its own row of one
