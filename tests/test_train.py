@@ -669,14 +669,17 @@ def test_the_trainers_minibatches_come_from_its_generator_with_or_without_replac
     assert repeats == replacement
 
 
-def test_nan_advantages_stop_with_the_epoch_named():
+@pytest.mark.parametrize("bad", [[float("nan")], [float("inf")], [float("inf"), float("-inf")]])
+def test_nan_advantages_stop_with_the_epoch_named(bad):
+    """A NaN, an infinity, or infinities of both signs (whose sum is NaN) among the rewards."""
     cfg = small_config("squared")
     trainer = Trainer(cfg, vector.make_from_config(cfg))
     try:
         trainer.evaluate()
         trainer.train()
         trainer.evaluate()
-        trainer.rollout.rewards[0, 3] = float("nan")
+        for i, value in enumerate(bad):
+            trainer.rollout.rewards[i, 3] = value
         with pytest.raises(TrainingError, match=r"advantages became NaN/Inf in epoch 1 "):
             trainer.train()
     finally:
