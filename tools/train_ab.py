@@ -17,9 +17,10 @@ A variant may also take train options of its own (``--a-arg``, ``--b-arg``), e.g
 
 Each window is `puffer-bench train ENV --stop-steps N` on the env's defaults (plus `--train-arg`s,
 the same for both, and the variant's own), timed from its second logged epoch to its last (start-up
-and the first epoch's allocation left out), with the noise guard's per-CPU speed check before and after it and the load of
-other processes during it. Writes the agent-steps/s of each window, the time each phase took, the
-per-round ratios B/A and their median. Compare variants only within one report.
+and the first epoch's allocation left out), with the noise guard's per-CPU speed check before and
+after it and the load of other processes during it. Writes the agent-steps/s of each window, the
+time each phase took, the per-round ratios B/A and their median. Compare variants only within one
+report.
 """
 
 from __future__ import annotations
