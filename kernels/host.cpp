@@ -190,18 +190,28 @@ void pb_host_muon_apply(float* p, const float* u, long long n, const float* lr, 
 
 }  // extern "C"
 
-// The LSTM's gate math for the CPU rollout: gates [batch, 4H] (i, f, g, o pre-activations, rows
-// contiguous), c [batch, H] at row stride ldc -> h_out, c_out [batch, H] (c_out may be c). The CUDA
-// kernel's arithmetic (lstm_step.cuh) with its exp computed as a polynomial in SIMD registers, eight
-// lanes with AVX2 and FMA, four with SSE2 where `isa` is 0 (what torch's capability says: an emulated
-// lesser CPU gets the lesser code): expf to about an ulp (Cephes' range reduction and polynomial),
-// sigmoid 1 / (1 + e^-x) and tanh from e^-2|x| with its small-|x| polynomial, as Cephes' tanhf.
+// The LSTM's gate math for the CPU rollout: gates [batch, 4H] (i, f, g, o pre-activations of both
+// products, rows contiguous), bias [4H] (both biases' sum, added here so that the products need no
+// broadcast copy of it), c [batch, H] at row stride ldc -> h_out, c_out [batch, H] (c_out may be c).
+// The cell's function (lstm_step.cuh's scalar text for a row's leftover units), in SIMD registers,
+// eight lanes with AVX2 and FMA, four with SSE2 where `isa` is 0 (what torch's capability says: an
+// emulated lesser CPU gets the lesser code), in three divisions a unit instead of five: with
+// e_x = exp(-x) (Cephes' polynomial less its highest term, after a one-constant range reduction:
+// about 1e-7 relative, an ulp),
+//   sigmoid(f) * c        = c / (1 + e_f)
+//   sigmoid(i) * tanh(g)  = (1 - e_2g) / ((1 + e_i) (1 + e_2g))
+//   sigmoid(o) * tanh(c') = (1 - e_2c') / ((1 + e_o) (1 + e_2c'))
+// exp's argument clamped to [-44, 44], so that a product of two stays finite; near 0 tanh's
+// numerator cancels to an absolute error of an ulp of 1 (tests/test_host_kernels.py bounds both
+// outputs by torch's own float32 error).
 namespace {
 
 // A row's leftover units (hidden not a multiple of the lanes): the CUDA kernel's text.
-inline void gates_scalar(const float* g, const float* cp, float* ho, float* co, int hidden, int j) {
-  const float i = sigmoidf(g[j]), f = sigmoidf(g[hidden + j]), gg = tanhf(g[2 * hidden + j]);
-  const float o = sigmoidf(g[3 * hidden + j]);
+inline void gates_scalar(const float* g, const float* bias, const float* cp, float* ho, float* co,
+                         int hidden, int j) {
+  const float i = sigmoidf(g[j] + bias[j]), f = sigmoidf(g[hidden + j] + bias[hidden + j]);
+  const float gg = tanhf(g[2 * hidden + j] + bias[2 * hidden + j]);
+  const float o = sigmoidf(g[3 * hidden + j] + bias[3 * hidden + j]);
   const float cn = f * cp[j] + i * gg;
   co[j] = cn;
   ho[j] = o * tanhf(cn);
@@ -211,43 +221,25 @@ inline void gates_scalar(const float* g, const float* cp, float* ho, float* co, 
 #if PB_X86
 namespace {
 
-// exp(x) for x clamped to [-88.0, 88.0] (no overflow; sigmoid and tanh saturate well before). The
-// bound comes first in min and max, which return their second operand where either is NaN: a NaN
-// stays NaN, so NaN observations still reach the trainer's check.
-#define PB_EXP_BODY(V, SET, ADD, SUB, MUL, FMADD, FNMADD, ROUND, CVT, SHL, ADDI, CAST, MINV, MAXV)  \
-  x = MINV(SET(88.0f), MAXV(SET(-88.0f), x));                                                        \
-  V n = ROUND(MUL(x, SET(1.44269504088896341f)));                                                     \
-  V r = FNMADD(n, SET(0.693359375f), x);                                                              \
-  r = FNMADD(n, SET(-2.12194440e-4f), r);                                                             \
-  V p = SET(1.9875691500e-4f);                                                                        \
-  p = FMADD(p, r, SET(1.3981999507e-3f));                                                             \
+// exp(x) for x clamped to [-44, 44]. The bound comes first in min and max, which return their second
+// operand where either is NaN: a NaN stays NaN, so NaN observations still reach the trainer's check.
+// ROUND_I rounds to the nearest integer, as an int vector.
+#define PB_EXP_BODY(V, SET, ADD, MUL, FMADD, FNMADD, ROUND_I, TO_F, SHL, ADDI, CAST, MINV, MAXV)       \
+  x = MINV(SET(44.0f), MAXV(SET(-44.0f), x));                                                        \
+  const auto k = ROUND_I(MUL(x, SET(1.44269504088896341f)));                                          \
+  const V n = TO_F(k);                                                                                \
+  const V r = FNMADD(n, SET(0.693147182f), x);                                                       \
+  V p = SET(1.3981999507e-3f);                                                                        \
   p = FMADD(p, r, SET(8.3334519073e-3f));                                                             \
   p = FMADD(p, r, SET(4.1665795894e-2f));                                                             \
   p = FMADD(p, r, SET(1.6666665459e-1f));                                                             \
   p = FMADD(p, r, SET(5.0000001201e-1f));                                                             \
   p = FMADD(MUL(p, r), r, ADD(r, SET(1.0f)));                                                         \
-  return MUL(p, CAST(SHL(ADDI(CVT(n), 127), 23)));
+  return MUL(p, CAST(SHL(ADDI(k, 127), 23)));
 
-// tanh: the odd polynomial below |x| 0.625, else 1 - 2 / (e^2|x| + 1) with x's sign.
-#define PB_TANH_BODY(V, SET, ADD, SUB, MUL, FMADD, DIV, AND, ANDNOT, OR, LT, BLEND, EXP)           \
-  const V sign = SET(-0.0f);                                                                          \
-  V a = ANDNOT(sign, x);                                                                              \
-  V z = MUL(x, x);                                                                                    \
-  V p = SET(-5.70498872745e-3f);                                                                      \
-  p = FMADD(p, z, SET(2.06390887954e-2f));                                                            \
-  p = FMADD(p, z, SET(-5.37397155531e-2f));                                                           \
-  p = FMADD(p, z, SET(1.33314422036e-1f));                                                            \
-  p = FMADD(p, z, SET(-3.33332819422e-1f));                                                           \
-  V small = FMADD(MUL(p, z), x, x);                                                                   \
-  V e = EXP(ADD(a, a));                                                                               \
-  V big = SUB(SET(1.0f), DIV(SET(2.0f), ADD(e, SET(1.0f))));                                          \
-  big = OR(big, AND(sign, x));                                                                        \
-  return BLEND(big, small, LT(a, SET(0.625f)));
-
-// Two passes over a row: the gates and the new cell state (the output gate parked in h_out), then
-// h = o * tanh(c'). Each pass's iterations are independent of one another, so the CPU overlaps them;
-// in one pass tanh(c') waited on the four gates every iteration. The same operations on every value.
-#define PB_GATES_BODY(V, W, LOAD, STORE, SET, ADD, MUL, FMADD, DIV, EXP, TANH, SCALAR)            \
+// Two passes over a row: c' (and 1 + e_o, parked in h_out), then h. Each pass's iterations are
+// independent of one another, so the CPU overlaps them.
+#define PB_GATES_BODY(V, W, LOAD, STORE, SET, ADD, SUB, MUL, FMADD, DIV, EXP, SCALAR)             \
   for (i64 b = lo; b < hi; ++b) {                                                                     \
     const float* g = gates + b * 4 * hidden;                                                          \
     const float* cp = c + b * ldc;                                                                    \
@@ -255,62 +247,49 @@ namespace {
     float* co = c_out + b * hidden;                                                                   \
     const int vec = hidden - hidden % W;                                                              \
     for (int j = 0; j < vec; j += W) {                                                                \
-      const V one = SET(1.0f);                                                                        \
-      V i = DIV(one, ADD(one, EXP(MUL(LOAD(g + j), SET(-1.0f)))));                                    \
-      V f = DIV(one, ADD(one, EXP(MUL(LOAD(g + hidden + j), SET(-1.0f)))));                           \
-      V gg = TANH(LOAD(g + 2 * hidden + j));                                                          \
-      V o = DIV(one, ADD(one, EXP(MUL(LOAD(g + 3 * hidden + j), SET(-1.0f)))));                       \
-      STORE(co + j, FMADD(f, LOAD(cp + j), MUL(i, gg)));                                              \
-      STORE(ho + j, o);                                                                               \
+      const V one = SET(1.0f), minus_one = SET(-1.0f), minus_two = SET(-2.0f);                        \
+      const V ei = EXP(MUL(ADD(LOAD(g + j), LOAD(bias + j)), minus_one));                             \
+      const V ef = EXP(MUL(ADD(LOAD(g + hidden + j), LOAD(bias + hidden + j)), minus_one));           \
+      const V eg = EXP(MUL(ADD(LOAD(g + 2 * hidden + j), LOAD(bias + 2 * hidden + j)), minus_two));   \
+      const V eo = EXP(MUL(ADD(LOAD(g + 3 * hidden + j), LOAD(bias + 3 * hidden + j)), minus_one));   \
+      const V ig = DIV(SUB(one, eg), MUL(ADD(one, ei), ADD(one, eg)));                                \
+      STORE(co + j, ADD(DIV(LOAD(cp + j), ADD(one, ef)), ig));                                        \
+      STORE(ho + j, ADD(one, eo));                                                                    \
     }                                                                                                 \
-    for (int j = 0; j < vec; j += W) STORE(ho + j, MUL(LOAD(ho + j), TANH(LOAD(co + j))));            \
-    for (int j = vec; j < hidden; ++j) SCALAR(g, cp, ho, co, hidden, j);                             \
+    for (int j = 0; j < vec; j += W) {                                                                \
+      const V one = SET(1.0f);                                                                        \
+      const V ec = EXP(MUL(LOAD(co + j), SET(-2.0f)));                                                \
+      STORE(ho + j, DIV(SUB(one, ec), MUL(LOAD(ho + j), ADD(one, ec))));                              \
+    }                                                                                                 \
+    for (int j = vec; j < hidden; ++j) SCALAR(g, bias, cp, ho, co, hidden, j);                       \
   }
 
-// SSE2, every x86-64 CPU: no FMA (a multiply, then an add) and no blendv.
+// SSE2, every x86-64 CPU: no FMA (a multiply, then an add).
 inline __m128 sse_fmadd(__m128 a, __m128 b, __m128 c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
 inline __m128 sse_fnmadd(__m128 a, __m128 b, __m128 c) { return _mm_sub_ps(c, _mm_mul_ps(a, b)); }
-inline __m128 sse_round(__m128 x) { return _mm_cvtepi32_ps(_mm_cvtps_epi32(x)); }
-inline __m128 sse_blend(__m128 a, __m128 b, __m128 m) {
-  return _mm_or_ps(_mm_and_ps(m, b), _mm_andnot_ps(m, a));
-}
 inline __m128i sse_addi(__m128i a, int k) { return _mm_add_epi32(a, _mm_set1_epi32(k)); }
 inline __m128 sse_exp(__m128 x) {
-  PB_EXP_BODY(__m128, _mm_set1_ps, _mm_add_ps, _mm_sub_ps, _mm_mul_ps, sse_fmadd, sse_fnmadd,
-              sse_round, _mm_cvtps_epi32, _mm_slli_epi32, sse_addi, _mm_castsi128_ps, _mm_min_ps,
-              _mm_max_ps)
+  PB_EXP_BODY(__m128, _mm_set1_ps, _mm_add_ps, _mm_mul_ps, sse_fmadd, sse_fnmadd, _mm_cvtps_epi32,
+              _mm_cvtepi32_ps, _mm_slli_epi32, sse_addi, _mm_castsi128_ps, _mm_min_ps, _mm_max_ps)
 }
-inline __m128 sse_tanh(__m128 x) {
-  PB_TANH_BODY(__m128, _mm_set1_ps, _mm_add_ps, _mm_sub_ps, _mm_mul_ps, sse_fmadd, _mm_div_ps,
-               _mm_and_ps, _mm_andnot_ps, _mm_or_ps, _mm_cmplt_ps, sse_blend, sse_exp)
-}
-void gates_sse2(const float* gates, const float* c, i64 ldc, float* h_out, float* c_out,
-                int hidden, i64 lo, i64 hi) {
-  PB_GATES_BODY(__m128, 4, _mm_loadu_ps, _mm_storeu_ps, _mm_set1_ps, _mm_add_ps, _mm_mul_ps,
-                sse_fmadd, _mm_div_ps, sse_exp, sse_tanh, gates_scalar)
+void gates_sse2(const float* gates, const float* bias, const float* c, i64 ldc, float* h_out,
+                float* c_out, int hidden, i64 lo, i64 hi) {
+  PB_GATES_BODY(__m128, 4, _mm_loadu_ps, _mm_storeu_ps, _mm_set1_ps, _mm_add_ps, _mm_sub_ps,
+                _mm_mul_ps, sse_fmadd, _mm_div_ps, sse_exp, gates_scalar)
 }
 
 // AVX2 with FMA.
 #define PB_AVX2 __attribute__((target("avx2,fma")))
-PB_AVX2 inline __m256 avx_round(__m256 x) {
-  return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
 PB_AVX2 inline __m256i avx_addi(__m256i a, int k) { return _mm256_add_epi32(a, _mm256_set1_epi32(k)); }
-PB_AVX2 inline __m256 avx_lt(__m256 a, __m256 b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 PB_AVX2 inline __m256 avx_exp(__m256 x) {
-  PB_EXP_BODY(__m256, _mm256_set1_ps, _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps,
-              _mm256_fnmadd_ps, avx_round, _mm256_cvtps_epi32, _mm256_slli_epi32, avx_addi,
+  PB_EXP_BODY(__m256, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, _mm256_fmadd_ps,
+              _mm256_fnmadd_ps, _mm256_cvtps_epi32, _mm256_cvtepi32_ps, _mm256_slli_epi32, avx_addi,
               _mm256_castsi256_ps, _mm256_min_ps, _mm256_max_ps)
 }
-PB_AVX2 inline __m256 avx_tanh(__m256 x) {
-  PB_TANH_BODY(__m256, _mm256_set1_ps, _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps,
-               _mm256_fmadd_ps, _mm256_div_ps, _mm256_and_ps, _mm256_andnot_ps, _mm256_or_ps,
-               avx_lt, _mm256_blendv_ps, avx_exp)
-}
-PB_AVX2 void gates_avx2(const float* gates, const float* c, i64 ldc, float* h_out, float* c_out,
-                        int hidden, i64 lo, i64 hi) {
+PB_AVX2 void gates_avx2(const float* gates, const float* bias, const float* c, i64 ldc,
+                        float* h_out, float* c_out, int hidden, i64 lo, i64 hi) {
   PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps,
-                _mm256_mul_ps, _mm256_fmadd_ps, _mm256_div_ps, avx_exp, avx_tanh, gates_scalar)
+                _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_div_ps, avx_exp, gates_scalar)
 }
 
 }  // namespace
@@ -327,20 +306,20 @@ int pb_host_lstm_gates_avx2() {
 #endif
 }
 
-void pb_host_lstm_gates(const float* gates, const float* c, long long ldc, float* h_out,
-                        float* c_out, int batch, int hidden, int isa, int threads) {
+void pb_host_lstm_gates(const float* gates, const float* bias, const float* c, long long ldc,
+                        float* h_out, float* c_out, int batch, int hidden, int isa, int threads) {
   const bool avx2 = isa >= 1 && pb_host_lstm_gates_avx2();
   split_rows(batch, threads, 1024, [=](i64 lo, i64 hi) {
 #if PB_X86
     if (avx2)
-      gates_avx2(gates, c, ldc, h_out, c_out, hidden, lo, hi);
+      gates_avx2(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
     else
-      gates_sse2(gates, c, ldc, h_out, c_out, hidden, lo, hi);
+      gates_sse2(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
 #else
     for (i64 b = lo; b < hi; ++b)
       for (int j = 0; j < hidden; ++j)
-        gates_scalar(gates + b * 4 * hidden, c + b * ldc, h_out + b * hidden, c_out + b * hidden,
-                     hidden, j);
+        gates_scalar(gates + b * 4 * hidden, bias, c + b * ldc, h_out + b * hidden,
+                     c_out + b * hidden, hidden, j);
 #endif
   });
 }

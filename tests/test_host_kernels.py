@@ -215,3 +215,21 @@ def test_lstm_gates_keep_nan_and_saturate_at_infinity(simd: int, monkeypatch) ->
     i, f, g, o = gates[2:].chunk(4, 1)
     want_c = torch.sigmoid(f) * c[2:] + torch.sigmoid(i) * torch.tanh(g)
     torch.testing.assert_close((h[2:], c_new[2:]), (torch.sigmoid(o) * torch.tanh(want_c), want_c))
+
+
+@pytest.mark.parametrize("simd", [1, 0], ids=["avx2", "sse2"])
+def test_lstm_gates_add_the_bias_to_every_row(simd: int, monkeypatch) -> None:
+    """The rollout's products leave the biases out (no broadcast copy of them a step): the gate pass
+    adds them, per gate column, to every row, the tail of a hidden size off the lanes included."""
+    if simd and host.simd_level() == 0:
+        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX2 and FMA")
+    monkeypatch.setattr(host, "simd_level", lambda: simd)
+    g = torch.Generator().manual_seed(5)
+    batch, hidden = 33, 13
+    gates, c = torch.randn(batch, 4 * hidden, generator=g), torch.randn(batch, hidden, generator=g)
+    bias = torch.randn(4 * hidden, generator=g) * 3
+    exact_h, exact_c = _cell(gates.double() + bias.double(), c)
+    h, c_new = host.lstm_gates(gates, c, bias)
+    torch.testing.assert_close((h.double(), c_new.double()), (exact_h, exact_c), rtol=0, atol=2e-6)
+    with pytest.raises(ValueError, match="do not fit one cell of 13 units"):
+        host.lstm_gates(gates, c, bias[:-1])

@@ -34,7 +34,7 @@ SIGNATURES = {
     "pb_host_adam_step": [_P, _P, _P, _P, _L, _P, _F, _F, _F, _F, _F, _I],
     "pb_host_muon_momentum": [_P, _P, _P, _L, _F, _I],
     "pb_host_muon_apply": [_P, _P, _L, _P, _I],
-    "pb_host_lstm_gates": [_P, _P, _L, _P, _P, _I, _I, _I, _I],
+    "pb_host_lstm_gates": [_P, _P, _P, _L, _P, _P, _I, _I, _I, _I],
 }
 
 
@@ -162,18 +162,26 @@ def _simd_level(lib: ctypes.CDLL) -> int:
     return int(torch.backends.cpu.get_cpu_capability() != "DEFAULT" and fn() == 1)
 
 
-def lstm_gates(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def lstm_gates(
+    gates: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The LSTM cell's output from its pre-activations: ``gates [B, 4H]`` (torch's i, f, g, o order,
-    both products and both biases in) and ``c [B, H]`` -> ``(h, c')``, float32 CPU tensors; the
-    cell's arithmetic to float32 rounding (tests/test_host_kernels.py)."""
+    both products in), ``bias [4H]`` (both biases' sum; none: zero) and ``c [B, H]`` -> ``(h, c')``,
+    float32 CPU tensors; the cell's arithmetic to float32 rounding (tests/test_host_kernels.py)."""
     gates = gates.contiguous()
     if c.stride(1) != 1:
         c = c.contiguous()
     batch, hidden = c.shape
+    bias = torch.zeros(4 * hidden) if bias is None else bias.contiguous()
+    if bias.shape != (4 * hidden,) or gates.shape != (batch, 4 * hidden):
+        raise ValueError(
+            f"lstm_gates: gates {tuple(gates.shape)}, bias {tuple(bias.shape)} and c {tuple(c.shape)} "
+            f"do not fit one cell of {hidden} units (gates [B, {4 * hidden}], bias [{4 * hidden}])"
+        )
     h_out, c_out = torch.empty(batch, hidden), torch.empty(batch, hidden)
     _call(
-        "pb_host_lstm_gates", _ptr(gates), _ptr(c), c.stride(0), _ptr(h_out), _ptr(c_out), batch, hidden,
-        simd_level(),
+        "pb_host_lstm_gates", _ptr(gates), _ptr(bias), _ptr(c), c.stride(0), _ptr(h_out), _ptr(c_out),
+        batch, hidden, simd_level(),
     )  # fmt: skip
     return h_out, c_out
 

@@ -55,15 +55,18 @@ class LSTM(nn.LSTM):
         """The cell's arithmetic for the CPU rollout in fewer passes over memory: both products
         accumulated into one gate buffer against contiguous copies of the transposed weights (MKL's
         faster layout for these shapes; a copy a step, as the update may change the weights in
-        place), then the gate math in one pass, ``host.lstm_gates`` (or, without the extension, torch
-        ops in place). The cell's result to float32 rounding (tests/test_cores.py); its speed:
-        docs/lab/cpu-speed.md."""
+        place), then the biases and the gate math in one pass, ``host.lstm_gates`` (or, without the
+        extension, torch ops in place). The cell's result to float32 rounding (tests/test_cores.py);
+        its speed: docs/lab/cpu-speed.md."""
         h, c = state
         cell = self.cell
-        gates = torch.addmm(cell.bias_ih + cell.bias_hh, x, cell.weight_ih.t().contiguous())
+        bias = cell.bias_ih + cell.bias_hh
+        if host.use_host(x, h, c):
+            gates = torch.mm(x, cell.weight_ih.t().contiguous())
+            gates.addmm_(h, cell.weight_hh.t().contiguous())
+            return host.lstm_gates(gates, c, bias)
+        gates = torch.addmm(bias, x, cell.weight_ih.t().contiguous())
         gates.addmm_(h, cell.weight_hh.t().contiguous())
-        if host.use_host(gates, c):
-            return host.lstm_gates(gates, c)
         n = self.hidden_size
         gates[:, : 2 * n].sigmoid_()  # input and forget gates
         gates[:, 3 * n :].sigmoid_()  # output gate
