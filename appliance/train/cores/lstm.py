@@ -61,12 +61,11 @@ class LSTM(nn.LSTM):
         h, c = state
         cell = self.cell
         bias = cell.bias_ih + cell.bias_hh
-        if host.use_host(x, h, c):
-            gates = torch.mm(x, cell.weight_ih.t().contiguous())
-            gates.addmm_(h, cell.weight_hh.t().contiguous())
-            return host.lstm_gates(gates, c, bias)
-        gates = torch.addmm(bias, x, cell.weight_ih.t().contiguous())
+        gates = torch.mm(x, cell.weight_ih.t().contiguous())
         gates.addmm_(h, cell.weight_hh.t().contiguous())
+        if host.use_host(gates, c):
+            return host.lstm_gates(gates, c, bias)
+        gates += bias
         n = self.hidden_size
         gates[:, : 2 * n].sigmoid_()  # input and forget gates
         gates[:, 3 * n :].sigmoid_()  # output gate
