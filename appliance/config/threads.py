@@ -18,15 +18,22 @@ threads than with ``OMP_NUM_THREADS=1`` (issue 60). So:
   (``vec.num_workers auto`` on the multiprocessing backend): as many as divide the envs, at most
   the free cores.
 
+While the run goes, :class:`Watch` looks again every :data:`RELOOK_S` at what others used of the
+CPUs since its last look, and where two looks in a row call for the same other size (a neighbour
+that came or went), the trainer's threads take it at their next rollout step or minibatch: within
+seconds, not at the epoch's end, since one epoch beside a neighbour with too many threads can take
+ten times as long. The env threads and workers stay as made.
+
 ``OMP_NUM_THREADS`` (or ``MKL_NUM_THREADS``) set in the environment, and an explicit
-``vec.num_threads`` or ``vec.num_workers``, are kept as given."""
+``vec.num_threads`` or ``vec.num_workers``, are kept as given (the first: for the whole run)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,35 +41,60 @@ from typing import Any
 # milliseconds of one core's work, beside which the pool's per-op waits are small (docs/training.md)
 FLOP_PER_THREAD = 1e9
 LOOK_S = 0.3  # how long the load is looked at before the run starts
+RELOOK_S = 1.0  # while it runs: the time between two looks (each over the time since the last)
+CHILDREN_S = 10.0  # how often the run's child processes (env workers) are listed anew
 USER_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def load_counters(cpus: list[int] | None = None) -> Callable[[], tuple[float, float, float]]:
+    """A function that reads, at each call, (CPU seconds all processes and the hypervisor's steal have
+    used of ``cpus`` (default: this process's affinity), of them this process's and its live
+    children's (env workers), the monotonic clock): two reads' difference is the load others put on
+    the CPUs between them. Raises where psutil cannot read them."""
+    import psutil
+
+    if cpus is None:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    me = psutil.Process()
+    children: list[Any] = []
+    listed = [float("-inf")]  # when the children were last listed (a listing scans /proc: milliseconds)
+
+    def own() -> float:
+        if time.monotonic() - listed[0] > CHILDREN_S:
+            children[:] = me.children(recursive=True)
+            listed[0] = time.monotonic()
+        t = me.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system  # children waited for
+        for child in children:
+            with contextlib.suppress(psutil.Error):  # gone since it was listed
+                total += sum(child.cpu_times()[:2])
+        return total
+
+    def read() -> tuple[float, float, float]:
+        per = psutil.cpu_times(percpu=True)
+        rows = [per[i] for i in cpus if i < len(per)] if cpus else per
+        busy = sum(t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) for t in rows)
+        steal = sum(getattr(t, "steal", 0.0) for t in rows)
+        return busy + steal, own(), time.monotonic()
+
+    return read
+
+
+def busy_between(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """Cores' worth others used between two :func:`load_counters` reads."""
+    return max(0.0, ((b[0] - a[0]) - (b[1] - a[1])) / max(b[2] - a[2], 1e-3))
 
 
 def others_busy(cpus: list[int] | None = None, seconds: float = LOOK_S) -> float | None:
     """Cores' worth of time other processes (and the hypervisor's steal) used of ``cpus`` (default:
     this process's affinity) over ``seconds``; None where psutil cannot tell."""
     try:
-        import psutil
-
-        if cpus is None:
-            cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        me = psutil.Process()
-
-        def sample() -> tuple[float, float, float]:
-            per = psutil.cpu_times(percpu=True)
-            rows = [per[i] for i in cpus if i < len(per)] if cpus else per
-            busy = sum(
-                t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) for t in rows
-            )
-            steal = sum(getattr(t, "steal", 0.0) for t in rows)
-            own = sum(me.cpu_times()[:2])
-            return busy + steal, own, time.monotonic()
-
-        busy0, own0, t0 = sample()
+        read = load_counters(cpus)
+        first = read()
         time.sleep(seconds)
-        busy1, own1, t1 = sample()
+        return busy_between(first, read())
     except Exception:
         return None
-    return max(0.0, ((busy1 - busy0) - (own1 - own0)) / max(t1 - t0, 1e-3))
 
 
 @dataclass(frozen=True)
@@ -148,3 +180,103 @@ def apply_torch(threads: Threads) -> str:
     if interop == threads.interop:
         return threads.why
     return threads.why.replace(", 1 inter-op", f", inter-op left at {interop} (in use already)", 1)
+
+
+class Watch:
+    """Looks again at the load while a run goes. A thread of its own reads the counters every
+    ``every`` seconds (no pause: two reads' difference, :func:`busy_between`); where two looks in a
+    row call for the same other intra-op count (:func:`choose`, same cores and policy), that count is
+    what :meth:`sync` sets from then on, and :meth:`said` hands over the line that says so. torch's
+    count is each thread's own, so the trainer calls :meth:`sync` on its threads between pieces of
+    work: each rollout step (the engine's buffer threads included) and each minibatch. Inactive, it
+    changes nothing, where ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` is set or psutil cannot read the
+    counters. ``read``/``apply`` and ``start=False``: for tests, which call :meth:`look` themselves."""
+
+    def __init__(
+        self,
+        cores: int,
+        params: int,
+        minibatch_rows: int,
+        intra: int,
+        every: float | None = None,
+        environ: Mapping[str, str] | None = None,
+        read: Callable[[], tuple[float, float, float]] | None = None,
+        apply: Callable[[int], None] | None = None,
+        start: bool = True,
+    ) -> None:
+        environ = os.environ if environ is None else environ
+        self.cores, self.params, self.rows = cores, params, minibatch_rows
+        self.intra = self.want = intra
+        self.every = RELOOK_S if every is None else every
+        self._apply = apply
+        self._read = read
+        self._pending: tuple[int, tuple[float, float, float]] | None = (
+            None  # (count, read before its first look)
+        )
+        self._last: tuple[float, float, float] | None = None
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.active = not any(environ.get(v) for v in USER_VARS)
+        if self.active:
+            try:
+                self._read = self._read or load_counters()
+                self._last = self._read()
+            except Exception:  # psutil cannot read the counters here: the first choice stands
+                self.active = False
+        if self.active and start:
+            self._thread = threading.Thread(target=self._loop, name="threads-watch", daemon=True)
+            self._thread.start()
+
+    def look(self) -> None:
+        """One look, over the time since the last."""
+        assert self._read is not None and self._last is not None
+        before, now = self._last, self._read()
+        self._last = now
+        want = choose(self.cores, busy_between(before, now), self.params, self.rows, environ={}).intra
+        if want == self.intra:
+            self._pending = None
+            return
+        if (
+            self._pending is None or self._pending[0] != want
+        ):  # one look is not enough: a burst, not a neighbour
+            self._pending = (want, before)
+            return
+        since = self._pending[1]
+        busy, seconds = busy_between(since, now), now[2] - since[2]
+        was, self.intra, self._pending = self.intra, want, None
+        self.want = want
+        if self._apply is not None:
+            self._apply(want)
+        with self._lock:
+            self._lines.append(
+                f"threads: torch {want} intra-op from now, was {was} (others used {busy:.1f} of "
+                f"{self.cores} usable core{'s' * (self.cores != 1)} over the last {seconds:.0f} s)"
+            )
+
+    def said(self) -> list[str]:
+        """The lines of the changes since the last call."""
+        with self._lock:
+            lines, self._lines = self._lines, []
+        return lines
+
+    def sync(self) -> None:
+        """On the calling thread: torch's intra-op count set to the one the looks call for."""
+        import torch
+
+        if torch.get_num_threads() != self.want:
+            torch.set_num_threads(self.want)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.look()
+            except Exception:  # the counters became unreadable: the count stays as it is
+                return

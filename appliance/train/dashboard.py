@@ -62,6 +62,14 @@ class Reporter:
         else:
             print(self.line(), flush=True)
 
+    def say(self, *lines: str) -> None:
+        """Lines about the run (its threads changed), printed above the live view or among the progress lines."""
+        for line in lines:
+            if self._live is not None:
+                self._live.console.print(line, markup=False, highlight=False)
+            else:
+                print(line, flush=True)
+
     def close(self) -> None:
         if self._live is not None:
             self._live.update(self._render(), refresh=True)

@@ -217,6 +217,8 @@ class Engine:
         r0 = j * n + buf.first
         m = max(0, min(buf.count, rollout.segments - r0))  # this pass's rows for these agents
         clock = time.perf_counter
+        if tr.threads_sync is not None:
+            tr.threads_sync()
         with torch.cuda.stream(buf.stream) if buf.stream is not None else contextlib.nullcontext():
             t0 = clock()
             obs = buf.obs if buf.obs_device is None else buf.obs_device.copy_(buf.obs, non_blocking=True)

@@ -112,7 +112,7 @@ def _train_with(
     finally:
         if chosen_env_threads is not None:  # the saved config keeps auto: a resume chooses afresh
             cfg.data["vec"][chosen_env_threads[0]] = "auto"
-    threads_line = _choose_torch_threads(cfg, trainer, cores, busy, chosen_env_threads)
+    threads_line, watch = _choose_torch_threads(cfg, trainer, cores, busy, chosen_env_threads)
     try:
         superseded = None
         if resume_from:
@@ -140,7 +140,7 @@ def _train_with(
                 trainer,
                 stop_rule(cfg, options),
                 checkpoint_interval=t.checkpoint_interval,
-                on_epoch=[lambda _: reporter.update()],
+                on_epoch=[lambda _: reporter.update(), lambda _: reporter.say(*watch.said())],
                 on_metrics=writers,
                 interruptible=True,
             )
@@ -164,6 +164,7 @@ def _train_with(
             False,
         )
     finally:
+        watch.close()
         trainer.close()
 
 
@@ -336,10 +337,17 @@ def _choose_env_threads(cfg: Config) -> tuple[int, float | None, tuple[str, int]
 
 def _choose_torch_threads(
     cfg: Config, trainer: Any, cores: int, busy: float | None, env_threads: tuple[str, int] | None
-) -> str:
-    """Size torch's pools from the policy, the cores and the load seen; the line that says so."""
+) -> tuple[str, Any]:
+    """Size torch's pools from the policy, the cores and the load seen: the line that says so, and
+    the :class:`~appliance.config.threads.Watch` that looks again while the run goes (the trainer's
+    threads take what it calls for)."""
     from appliance.config import threads
 
     params = sum(p.numel() for p in trainer.policy.parameters())
     rows = int(cfg.train.minibatch_size)
-    return threads.apply_torch(threads.choose(cores, busy, params, rows, env_threads))
+    chosen = threads.choose(cores, busy, params, rows, env_threads)
+    line = threads.apply_torch(chosen)
+    watch = threads.Watch(cores, params, rows, chosen.intra)
+    if watch.active:
+        trainer.threads_sync = watch.sync
+    return line, watch

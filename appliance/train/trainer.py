@@ -27,6 +27,7 @@ import math
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,9 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir else None
         self.last_checkpoint: Path | None = None
         self.latest_pointer: Path | None = None
+        # called on the thread about to work (each rollout step, each minibatch): torch's intra-op count
+        # brought to what a load watch calls for (appliance.config.threads.Watch); None: left as it is
+        self.threads_sync: Callable[[], None] | None = None
         # the rollout engine (train.engine, train.buffers) for native Ocean envs; None: the plain loop below
         self.engine = engine.Engine(self) if engine.wanted(hp, vec) else None
         self.vec.async_reset(hp.seed)
@@ -200,6 +204,8 @@ class Trainer:
         rollout.reset()
         with self.timings.phase("evaluate"):
             while not rollout.full:
+                if self.threads_sync is not None:
+                    self.threads_sync()
                 with self.timings("env"):
                     obs, rewards, terminals, truncations, infos, ids, masks = self.vec.recv()
                 self.episodes.collect(infos)
@@ -325,6 +331,8 @@ class Trainer:
                 self.epoch_advantages.copy_(self._advantages())
             acc.begin(self.epoch * minibatches, hp.prio_beta0 + (hp.prio_beta1 - hp.prio_beta0) * progress)
             for _ in range(minibatches):
+                if self.threads_sync is not None:
+                    self.threads_sync()
                 self.update_step()
             sums = acc.finish(minibatches)  # the update's one read-back: every replay has run
             self.timings.add("graphed", self.update_step.clock.take())
@@ -525,6 +533,7 @@ class Trainer:
             "global_step": self.global_step,
             "sps": self.sps,
             "uptime": time.time() - self.start_time,
+            "threads": torch.get_num_threads(),  # torch's intra-op pool now (a run may resize it)
             **{f"loss/{k}": v for k, v in self.losses.items()},
             **{f"env/{k}": v for k, v in self.episodes.take_window().items()},
             **self.timings.metrics(),
