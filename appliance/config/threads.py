@@ -210,9 +210,8 @@ class Watch:
         self.every = RELOOK_S if every is None else every
         self._apply = apply
         self._read = read
-        self._pending: tuple[int, tuple[float, float, float]] | None = (
-            None  # (count, read before its first look)
-        )
+        # a count one look called for, and the read before that look
+        self._pending: tuple[int, tuple[float, float, float]] | None = None
         self._last: tuple[float, float, float] | None = None
         self._lines: list[str] = []
         self._lock = threading.Lock()
@@ -238,9 +237,8 @@ class Watch:
         if want == self.intra:
             self._pending = None
             return
-        if (
-            self._pending is None or self._pending[0] != want
-        ):  # one look is not enough: a burst, not a neighbour
+        # one look is not enough: a short job's burst is not a neighbour
+        if self._pending is None or self._pending[0] != want:
             self._pending = (want, before)
             return
         since = self._pending[1]
