@@ -206,7 +206,7 @@ class Watch:
     ) -> None:
         environ = os.environ if environ is None else environ
         self.cores, self.params, self.rows = cores, params, minibatch_rows
-        self.intra = self.want = intra
+        self.want = intra  # the count the looks call for, set by :meth:`sync` on each thread
         self.every = RELOOK_S if every is None else every
         self._apply = apply
         self._read = read
@@ -234,7 +234,7 @@ class Watch:
         before, now = self._last, self._read()
         self._last = now
         want = choose(self.cores, busy_between(before, now), self.params, self.rows, environ={}).intra
-        if want == self.intra:
+        if want == self.want:
             self._pending = None
             return
         # one look is not enough: a short job's burst is not a neighbour
@@ -243,8 +243,7 @@ class Watch:
             return
         since = self._pending[1]
         busy, seconds = busy_between(since, now), now[2] - since[2]
-        was, self.intra, self._pending = self.intra, want, None
-        self.want = want
+        was, self.want, self._pending = self.want, want, None
         if self._apply is not None:
             self._apply(want)
         with self._lock:
