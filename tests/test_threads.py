@@ -285,3 +285,15 @@ def test_a_run_started_beside_a_passing_job_takes_the_core_back_when_it_ends(
         assert counts[0] == 1 and counts[-1] == 2, counts
     finally:
         torch.set_num_threads(before)
+
+
+def test_counters_that_cannot_be_read_leave_the_first_choice_standing():
+    """psutil failing (a /proc it cannot read): no watch thread, no change, no error for the run."""
+
+    def unreadable():
+        raise PermissionError("/proc/stat")
+
+    look = threads.Watch(2, 10**9, 10**6, 2, every=0.01, environ={}, read=unreadable)
+    time.sleep(0.05)
+    look.close()
+    assert not look.active and look.want == 2 and look.said() == []
