@@ -25,7 +25,7 @@ left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 # every step, so that a call cut short still brings back what finished
 collect() {
     local f rel
-    for f in "$WORK"/kernels/*/*.json "$WORK"/engine/*/*.json "$WORK"/threads/*/*.json "$WORK"/peer/*.json \
+    for f in "$WORK"/kernels/*/*.json "$WORK"/h200/*/*.json "$WORK"/fused/*/*.json "$WORK"/engine/*/*.json "$WORK"/threads/*/*.json "$WORK"/peer/*.json \
         "$WORK"/peer4/*.json; do
         [ -f "$f" ] || continue
         rel=${f#"$WORK"/}
@@ -65,21 +65,45 @@ echo "== installed in $(($(date +%s) - t0)) s"
 PB="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/puffer-bench"
 [ -x "$PB" ] || PB=puffer-bench
 
+# 0. what the appliance makes of the machine with no flags: the profile it picks and why, breakout's
+#    resolved config; whether a Docker daemon can run here (the CUDA image's test needs one)
+"$PB" info 2>&1 | head -40
+"$PB" config breakout 2>&1 | head -30
+{ command -v docker dockerd containerd; ls -l /var/run/docker.sock; } 2>&1 | head -5
 # 1. PufferLib 4.0's native CUDA trainer (build.sh breakout's default build: nvcc on src/bindings.cu, 1-3
 #    minutes; sm_90, what -arch=native gives on an H100 or H200) on breakout with its own
-#    config/breakout.ini, to the ini's 94 M steps or 150 s, whichever comes first: its time to perf 0.9
-#    beside ours (the next step), from the sources `python tools/pufferlib4_peer.py pack` put in .peer4
+#    config/breakout.ini, to the ini's 94 M steps or 100 s, whichever comes first: its time to perf 0.9
+#    beside ours, from the sources `python tools/pufferlib4_peer.py pack` put in .peer4. The build runs
+#    on the CPU beside gpu-check and the GPU tests (correctness only, nothing timed), then trains alone.
 if [ -f .peer4/sources.tar.gz ]; then
     mkdir -p "$WORK/peer4"
-    step peer4-build 200 180 python3 tools/pufferlib4_peer.py --cache .peer4 build --cuda --envs breakout --arch sm_90
-    step peer4-train 120 200 python3 tools/pufferlib4_peer.py --cache .peer4 train breakout --device cuda \
-        --stop-seconds 150 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer4/pufferlib4-cuda-breakout.json"
+    echo "== $(date -u +%T) peer4-build in the background (limit 200 s)"
+    (t0=$(date +%s); timeout --signal=INT --kill-after=15 200 python3 tools/pufferlib4_peer.py --cache .peer4 \
+        build --cuda --envs breakout --arch sm_90 >"$WORK/peer4/build.log" 2>&1
+     echo "== peer4-build: exit $?, $(($(date +%s) - t0)) s") &
+    BUILD=$!
 fi
-# 2. breakout's time to perf 0.9 on the h100 profile (engine, graphs, bfloat16), beside the engine's speeds
-step engine 200 330 "$PB" run --suite engine --gpu "$GPU" --repeats 2 --out "$WORK/engine" --no-plots
-# 3. every fused kernel against its reference, the graphed update against the called one
+# 2. every fused kernel against its reference, the graphed update against the called one
 step gpu-check 60 120 "$PB" gpu-check --out "$WORK/kernels"
-# 4. PufferLib 3.0's trainer on breakout on the same machine, in the same window (the peer harness's
+# 3. the GPU tests (the fused optimizer against torch's, an action-masked env under graphs, ...)
+step tests-gpu 60 150 python3 -m pytest -q -p no:cacheprovider tests/gpu
+if [ -n "${BUILD:-}" ]; then
+    wait "$BUILD"
+    tail -15 "$WORK/peer4/build.log"
+    step peer4-train 100 160 python3 tools/pufferlib4_peer.py --cache .peer4 train breakout --device cuda \
+        --stop-seconds 100 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer4/pufferlib4-cuda-breakout.json"
+fi
+# 4. the h200 profile measured: breakout's agent-steps/s on its defaults beside the plain loop, two
+#    buffers and the fused optimizer, and its time to perf 0.9 (tools/h200_suite.yaml)
+step h200 150 220 "$PB" run --suite tools/h200_suite.yaml --gpu "$GPU" --repeats 2 --out "$WORK/h200" --no-plots
+# 5. the fused optimizer's own suite (its time to 0.9 with the switch on), then the engine suite
+step fused 150 200 "$PB" run --suite tools/fused_optimizer_suite.yaml --gpu "$GPU" --repeats 1 --out "$WORK/fused" --no-plots
+# 6. breakout as a new user runs it: no flags, so the appliance tunes itself to this machine first
+step train-defaults 120 150 "$PB" train breakout --no-dashboard --stop-steps 60e6 --run-id defaults \
+    --train.data-dir "$WORK/defaults"
+# 6b. the engine suite: buffers 1-8 with and without graphs
+step engine 150 200 "$PB" run --suite engine --gpu "$GPU" --repeats 1 --out "$WORK/engine" --no-plots
+# 7. PufferLib 3.0's trainer on breakout on the same machine, in the same window (the peer harness's
 #    CUDA build from .whl/peer, filled here by `python tools/pufferlib_peer.py wheels --out .whl/peer`)
 if [ -d .whl/peer ]; then
     step peer-build 300 300 python3 tools/pufferlib_peer.py --cache /tmp/peer build --envs breakout \
@@ -87,11 +111,9 @@ if [ -d .whl/peer ]; then
     step peer-train 150 240 python3 tools/pufferlib_peer.py --cache /tmp/peer train breakout --device cuda \
         --stop-steps 90e6 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer/pufferlib-breakout.json"
 fi
-# 5. the native pool's scaling, 1 to 16 threads: pong and snake (breakout and squared: results/h100/threads/)
+# 8. the native pool's scaling, 1 to 16 threads: pong and snake (breakout and squared: results/h100/threads/)
 step threads 60 150 "$PB" run --suite threads --gpu "$GPU" --envs pong,snake --out "$WORK/threads" --no-plots
-# 6. the GPU tests
-step tests-gpu 60 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu
-# 7. two quick-suite reports (what `compare` says of two runs on one machine), in the tarball
+# 9. two quick-suite reports (what `compare` says of two runs on one machine), in the tarball
 step quick-1 150 140 "$PB" run --suite quick --gpu "$GPU" --out "$WORK/quick-1" --no-plots
 step quick-2 150 140 "$PB" run --suite quick --gpu "$GPU" --out "$WORK/quick-2" --no-plots
 
