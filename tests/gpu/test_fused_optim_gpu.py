@@ -1,6 +1,6 @@
 """train.fused_optimizer on a CUDA device: kernels/optim_step.cu against the torch references of
 appliance/gpu/reference.py, and the graphed update with the switch on, replayed against called and
-against the switch off. Runs only with a GPU (`pytest -m gpu tests/gpu`); not yet run on one."""
+against the switch off. Runs only with a GPU (`pytest -m gpu tests/gpu`)."""
 
 from __future__ import annotations
 
@@ -43,12 +43,16 @@ def test_the_optim_step_kernels_match_the_references(weight_decay: float) -> Non
     )
     kernels.muon_momentum(grad, buf, u, 0.95)
     reference.muon_momentum(grad, buf2, u2, 0.95)
-    torch.testing.assert_close(buf, buf2, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(u, u2, rtol=1e-6, atol=1e-7)
+    # a kernel's a * b + c is one fused multiply-add where torch rounds the product first: the two
+    # differ by up to an ulp of the larger term (2.4e-7 for terms of 2-4, randn's reach), which is all
+    # of the result where g and beta * buf nearly cancel (seen on an H200: 1.1e-7 at |u| of 5e-4)
+    for a, b in ((buf, buf2), (u, u2)):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+        assert (a - b).norm() / b.norm() < 1e-6
     p2 = p.clone()
     kernels.muon_apply(p, u, lr)
     reference.muon_apply(p2, u2, lr)
-    torch.testing.assert_close(p, p2, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(p, p2, rtol=1e-6, atol=1e-6)
 
 
 def _trainer(*extra: str) -> Trainer:
@@ -63,13 +67,23 @@ def _trainer(*extra: str) -> Trainer:
     return Trainer(cfg, vector.make_from_config(cfg))
 
 
+def _epochs(*flags: str) -> tuple[list[dict], list[torch.Tensor]]:
+    """Three epochs of a trainer made now (its seed resets torch's generators, the CUDA one that draws
+    the minibatches' segments too): each epoch's losses, and the weights at the end."""
+    trainer = _trainer(*flags)
+    try:
+        losses = [trainer.evaluate() or trainer.train() for _ in range(3)]
+        return losses, [p.detach().clone() for p in trainer.policy.parameters()]
+    finally:
+        trainer.close()
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "muon"])
 def test_the_graphed_update_with_the_fused_optimizer(optimizer: str) -> None:
-    """Captured with the switch on, the update replays as it is called, keeps the gradients in the
-    flat buffer, and moves the weights as the switch off does from the same state."""
+    """Captured with the switch on, the update replays as it is called and keeps the gradients in the
+    flat buffer; and three epochs with the switch on move the weights as three with it off do."""
     _cuda()
     fused = _trainer("--train.optimizer", optimizer, "--train.fused-optimizer", "true")
-    plain = _trainer("--train.optimizer", optimizer)
     try:
         opt = fused.optimizer.optimizers[0]
         assert hasattr(opt, "flat") and fused.update_step.capture
@@ -90,30 +104,17 @@ def test_the_graphed_update_with_the_fused_optimizer(optimizer: str) -> None:
             assert replayed[k] == pytest.approx(called[k], rel=1e-4, abs=1e-6), k
         for p, q in zip(fused.policy.parameters(), weights, strict=True):
             torch.testing.assert_close(p.detach(), q, rtol=1e-5, atol=1e-6)
-
-        # the switch off from the same weights, optimizer state aside: one epoch on the same rollout
-        restore(saved)
-        fused.epoch = epoch
-        with torch.no_grad():
-            for p, q in zip(plain.policy.parameters(), fused.policy.parameters(), strict=True):
-                p.copy_(q)
-        plain.evaluate()
-        for name, value in vars(fused.rollout).items():
-            if isinstance(value, torch.Tensor):
-                getattr(plain.rollout, name).copy_(value)
-            elif isinstance(value, tuple) and all(isinstance(t, torch.Tensor) for t in value):
-                for mine, theirs in zip(getattr(plain.rollout, name), value, strict=True):
-                    mine.copy_(theirs)
-        plain.epoch = fused.epoch
-        plain.global_step = fused.global_step
-        with torch.no_grad():  # both from fresh moments (in place: the captured graph reads these)
-            for t in (getattr(opt, n) for n in ("exp_avg", "exp_avg_sq", "step_t", "buf") if hasattr(opt, n)):
-                t.zero_()
-        a, b = fused.train(), plain.train()
-        for k in ("policy_loss", "value_loss", "entropy"):
-            assert a[k] == pytest.approx(b[k], rel=1e-3, abs=1e-5), k
-        for p, q in zip(fused.policy.parameters(), plain.policy.parameters(), strict=True):
-            torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-3, atol=1e-4)
     finally:
         fused.close()
-        plain.close()
+
+    # the switch on and off, each from a trainer of its own made in turn from the same seed: the same
+    # rollouts and the same minibatches (a comparison inside one trainer's run drew other segments:
+    # its generator and the priorities' annealing had moved on, so the losses parted by 1-3 % with
+    # torch's optimizer on both sides, on the CPU as on an H200)
+    on, on_weights = _epochs("--train.optimizer", optimizer, "--train.fused-optimizer", "true")
+    off, off_weights = _epochs("--train.optimizer", optimizer)
+    for a, b in zip(on, off, strict=True):
+        for k in ("policy_loss", "value_loss", "entropy"):
+            assert a[k] == pytest.approx(b[k], rel=1e-3, abs=1e-5), k
+    for p, q in zip(on_weights, off_weights, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
