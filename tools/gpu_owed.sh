@@ -25,8 +25,10 @@ left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 # every step, so that a call cut short still brings back what finished
 collect() {
     local f rel
-    for f in "$WORK"/kernels/*/*.json "$WORK"/h200/*/*.json "$WORK"/fused/*/*.json "$WORK"/engine/*/*.json "$WORK"/threads/*/*.json "$WORK"/peer/*.json \
-        "$WORK"/peer4/*.json; do
+    # at most 8 files come back (log.txt and rest.tgz among them): the threads and quick reports only
+    # in the tarball
+    for f in "$WORK"/peer4/*.json "$WORK"/kernels/*/*.json "$WORK"/h200/*/*.json "$WORK"/fused/*/*.json \
+        "$WORK"/engine/*/*.json "$WORK"/peer/*.json; do
         [ -f "$f" ] || continue
         rel=${f#"$WORK"/}
         cp "$f" "$OUT/${rel%%/*}-$(basename "$f")"
@@ -90,8 +92,11 @@ step tests-gpu 60 150 python3 -m pytest -q -p no:cacheprovider tests/gpu
 if [ -n "${BUILD:-}" ]; then
     wait "$BUILD"
     tail -15 "$WORK/peer4/build.log"
+    # its ini's seed (42), then seed 1: two runs a side, as ours' two seeds (22 s each on the H200)
     step peer4-train 100 160 python3 tools/pufferlib4_peer.py --cache .peer4 train breakout --device cuda \
         --stop-seconds 100 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer4/pufferlib4-cuda-breakout.json"
+    step peer4-train-s1 100 160 python3 tools/pufferlib4_peer.py --cache .peer4 train breakout --device cuda \
+        --seed 1 --stop-seconds 100 --metric perf --target 0.9 --at 30e6,65e6 --out "$WORK/peer4/pufferlib4-cuda-breakout-s1.json"
 fi
 # 4. the h200 profile measured: breakout's agent-steps/s on its defaults beside the plain loop, two
 #    buffers and the fused optimizer, and its time to perf 0.9 (tools/h200_suite.yaml)
