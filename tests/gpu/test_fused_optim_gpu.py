@@ -108,9 +108,9 @@ def test_the_graphed_update_with_the_fused_optimizer(optimizer: str) -> None:
         fused.close()
 
     # the switch on and off, each from a trainer of its own made in turn from the same seed: the same
-    # rollouts and the same minibatches (a comparison inside one trainer's run drew other segments:
-    # its generator and the priorities' annealing had moved on, so the losses parted by 1-3 % with
-    # torch's optimizer on both sides, on the CPU as on an H200)
+    # rollouts and the same minibatches (a second trainer brought level with the first in mid-run drew
+    # other segments, its generator and the priorities' annealing elsewhere: on the CPU, with torch's
+    # optimizer on both sides, their losses parted by 1-3 %, as the two optimizers' did on an H200)
     on, on_weights = _epochs("--train.optimizer", optimizer, "--train.fused-optimizer", "true")
     off, off_weights = _epochs("--train.optimizer", optimizer)
     for a, b in zip(on, off, strict=True):
