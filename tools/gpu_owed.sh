@@ -25,10 +25,10 @@ left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 # every step, so that a call cut short still brings back what finished
 collect() {
     local f rel
-    # at most 8 files come back (log.txt and rest.tgz among them): the threads and quick reports only
-    # in the tarball
-    for f in "$WORK"/peer4/*.json "$WORK"/kernels/*/*.json "$WORK"/h200/*/*.json "$WORK"/fused/*/*.json \
-        "$WORK"/engine/*/*.json "$WORK"/peer/*.json; do
+    # at most 8 files come back (log.txt and rest.tgz among them): the engine, threads and quick
+    # reports only in the tarball
+    for f in "$WORK"/peer4/*.json "$WORK"/kernels/*/*.json "$WORK"/h200/*/*.json "$WORK"/update/*/*.json \
+        "$WORK"/fused/*/*.json "$WORK"/peer/*.json; do
         [ -f "$f" ] || continue
         rel=${f#"$WORK"/}
         cp "$f" "$OUT/${rel%%/*}-$(basename "$f")"
@@ -101,6 +101,8 @@ fi
 # 4. the h200 profile measured: breakout's agent-steps/s on its defaults beside the plain loop, two
 #    buffers and the fused optimizer, and its time to perf 0.9 (tools/h200_suite.yaml)
 step h200 150 220 "$PB" run --suite tools/h200_suite.yaml --gpu "$GPU" --repeats 2 --out "$WORK/h200" --no-plots
+# 4b. where the update's time could go next: horizon, minibatch, LSTM size, the mingru core (speeds only)
+step update 100 120 "$PB" run --suite tools/gpu_update_suite.yaml --gpu "$GPU" --repeats 2 --out "$WORK/update" --no-plots
 # 5. the fused optimizer's own suite (its time to 0.9 with the switch on), then the engine suite
 step fused 150 200 "$PB" run --suite tools/fused_optimizer_suite.yaml --gpu "$GPU" --repeats 1 --out "$WORK/fused" --no-plots
 # 6. breakout as a new user runs it: no flags, so the appliance tunes itself to this machine first
