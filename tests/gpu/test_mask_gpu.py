@@ -6,29 +6,22 @@ actions every step and counts each one taken. Runs only with a GPU (`pytest -m g
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 import torch
 from click.testing import CliRunner
+from test_pufferlib_envs import KEYHOLE, KEYHOLE_KEYS, variant
 
 from appliance.cli import cli
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("env_cache")]
-
-KEYHOLE = Path(__file__).parent.parent / "data" / "pufferlib4" / "ocean" / "keyhole"
-INI = "[base]\nenv_name = keyhole_gpu\n\n[vec]\ntotal_agents = 64\n\n[env]\nnum_agents = 2\nmax_steps = 16\n"
 
 
 @pytest.mark.parametrize("fused_optimizer", ["false", "true"])
 def test_an_action_masked_env_on_the_gpu_never_takes_a_forbidden_action(tmp_path, fused_optimizer) -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    folder = tmp_path / "ocean" / "keyhole_gpu"
-    shutil.copytree(KEYHOLE, folder)
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "keyhole_gpu.ini").write_text(INI)
+    folder = variant(tmp_path, "keyhole_gpu", KEYHOLE_KEYS, source=KEYHOLE)
     runner = CliRunner()
     built = runner.invoke(cli, ["envs", "build", str(folder)])
     assert built.exit_code == 0, built.output
