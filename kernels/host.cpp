@@ -194,8 +194,9 @@ void pb_host_muon_apply(float* p, const float* u, long long n, const float* lr, 
 // products, rows contiguous), bias [4H] (both biases' sum, added here so that the products need no
 // broadcast copy of it), c [batch, H] at row stride ldc -> h_out, c_out [batch, H] (c_out may be c).
 // The cell's function (lstm_step.cuh's scalar text for a row's leftover units), in SIMD registers,
-// eight lanes with AVX2 and FMA, four with SSE2 where `isa` is 0 (what torch's capability says: an
-// emulated lesser CPU gets the lesser code), in three divisions a unit instead of five: with
+// eight lanes with AVX2 and FMA (`isa` 2), eight with AVX and no FMA (1: the SSE2 build's arithmetic,
+// the same results to the bit), four with SSE2 (0); `isa` is the emulated kind's where a CPU acts as a
+// lesser one (appliance/gpu/host.py), in three divisions a unit instead of five: with
 // e_x = exp(-x) (Cephes' polynomial less its highest term, after a one-constant range reduction:
 // about 1e-7 relative, an ulp),
 //   sigmoid(f) * c        = c / (1 + e_f)
@@ -292,15 +293,44 @@ PB_AVX2 void gates_avx2(const float* gates, const float* bias, const float* c, i
                 _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_div_ps, avx_exp, gates_scalar)
 }
 
+// AVX without AVX2 or FMA (Sandy Bridge, Bulldozer): eight float lanes, the integer steps of exp on
+// two four-lane halves, and SSE2's multiply-then-add.
+#define PB_AVX __attribute__((target("avx")))
+PB_AVX inline __m256i avx1_join(__m128i lo, __m128i hi) {
+  return _mm256_insertf128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+PB_AVX inline __m256i avx1_addi(__m256i a, int k) {
+  const __m128i kk = _mm_set1_epi32(k);
+  return avx1_join(_mm_add_epi32(_mm256_castsi256_si128(a), kk),
+                   _mm_add_epi32(_mm256_extractf128_si256(a, 1), kk));
+}
+PB_AVX inline __m256i avx1_slli(__m256i a, int n) {
+  return avx1_join(_mm_slli_epi32(_mm256_castsi256_si128(a), n),
+                   _mm_slli_epi32(_mm256_extractf128_si256(a, 1), n));
+}
+PB_AVX inline __m256 avx1_fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_add_ps(_mm256_mul_ps(a, b), c); }
+PB_AVX inline __m256 avx1_fnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_sub_ps(c, _mm256_mul_ps(a, b)); }
+PB_AVX inline __m256 avx1_exp(__m256 x) {
+  PB_EXP_BODY(__m256, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps, avx1_fmadd, avx1_fnmadd,
+              _mm256_cvtps_epi32, _mm256_cvtepi32_ps, avx1_slli, avx1_addi, _mm256_castsi256_ps,
+              _mm256_min_ps, _mm256_max_ps)
+}
+PB_AVX void gates_avx(const float* gates, const float* bias, const float* c, i64 ldc, float* h_out,
+                      float* c_out, int hidden, i64 lo, i64 hi) {
+  PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps,
+                _mm256_sub_ps, _mm256_mul_ps, avx1_fmadd, _mm256_div_ps, avx1_exp, gates_scalar)
+}
+
 }  // namespace
 #endif
 
 extern "C" {
 
-// 1 where the AVX2 build of the gate math can run (the CPU has AVX2 and FMA), else 0.
-int pb_host_lstm_gates_avx2() {
+// The widest build of the gate math this CPU can run: 2 (AVX2 and FMA), 1 (AVX), 0 (SSE2, or not x86).
+int pb_host_lstm_gates_isa() {
 #if PB_X86
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+  return __builtin_cpu_supports("avx") ? 1 : 0;
 #else
   return 0;
 #endif
@@ -308,11 +338,13 @@ int pb_host_lstm_gates_avx2() {
 
 void pb_host_lstm_gates(const float* gates, const float* bias, const float* c, long long ldc,
                         float* h_out, float* c_out, int batch, int hidden, int isa, int threads) {
-  const bool avx2 = isa >= 1 && pb_host_lstm_gates_avx2();
+  isa = isa < pb_host_lstm_gates_isa() ? isa : pb_host_lstm_gates_isa();
   split_rows(batch, threads, 1024, [=](i64 lo, i64 hi) {
 #if PB_X86
-    if (avx2)
+    if (isa >= 2)
       gates_avx2(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
+    else if (isa == 1)
+      gates_avx(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
     else
       gates_sse2(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
 #else

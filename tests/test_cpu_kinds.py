@@ -1,5 +1,5 @@
 """Kinds of CPU (issue 60, part 4): the cpu profile tells a CPU with bfloat16 units from one with
-AVX-512 only, AVX2 only or neither, takes an env's settings for that kind (``profiles.cpu.KIND`` in
+AVX-512 only, AVX2 only, AVX only or none of these, takes an env's settings for that kind (``profiles.cpu.KIND`` in
 its YAML), says the kind in the profile's line, and ``PUFFER_CPU_KIND`` makes a CPU act as a lesser
 kind (torch capped to its ISA, float32) so that one machine can measure the others."""
 
@@ -38,7 +38,8 @@ def breakout_profiles() -> dict:
         ({"avx2": True, "avx512": True, "amx": False, "bf16": True}, "bf16"),  # Zen 4
         ({"avx2": True, "avx512": True, "amx": False, "bf16": False}, "avx512"),  # Ice Lake
         ({"avx2": True, "avx512": False, "amx": False, "bf16": False}, "avx2"),  # Zen 2/3
-        ({"avx2": False, "avx512": False, "amx": False, "bf16": False}, "older"),
+        ({"avx": True, "avx2": False, "avx512": False, "amx": False, "bf16": False}, "avx"),  # Sandy Bridge
+        ({"avx": False, "avx2": False, "avx512": False, "amx": False, "bf16": False}, "older"),  # Westmere
     ],
 )
 def test_a_cpus_kind_follows_its_features(isa, kind):
@@ -50,10 +51,12 @@ def test_a_cpu_acts_as_a_lesser_kind_and_never_a_greater_one():
     assert syscpu.emulated_kind("bf16", {"PUFFER_CPU_KIND": "AVX2"}) == "avx2"
     assert syscpu.emulated_kind("bf16", {"PUFFER_CPU_KIND": "avx512"}) == "avx512"
     assert syscpu.emulated_kind("avx512", {"PUFFER_CPU_KIND": "avx512"}) is None  # its own kind
-    with pytest.raises(ConfigError, match="of the avx2 kind and can act only as avx2, older") as e:
+    with pytest.raises(ConfigError, match="of the avx2 kind and can act only as avx2, avx, older") as e:
         syscpu.emulated_kind("avx2", {"PUFFER_CPU_KIND": "bf16"})
     assert "\n" not in str(e.value)
-    with pytest.raises(ConfigError, match="avx3: not a CPU kind; the kinds are bf16, avx512, avx2, older"):
+    with pytest.raises(
+        ConfigError, match="avx3: not a CPU kind; the kinds are bf16, avx512, avx2, avx, older"
+    ):
         syscpu.emulated_kind("bf16", {"PUFFER_CPU_KIND": "avx3"})
 
 
@@ -76,6 +79,9 @@ def test_an_emulated_kind_caps_torchs_kernels_unless_the_user_capped_them():
     environ = {"PUFFER_CPU_KIND": "older"}
     syscpu.cap_torch(environ)
     assert caps_set(environ) == ("default", "SSE41", "SSE4_2")
+    environ = {"PUFFER_CPU_KIND": "avx"}  # ATen has no AVX-only kernels; oneDNN and MKL do
+    syscpu.cap_torch(environ)
+    assert caps_set(environ) == ("default", "AVX", "AVX")
     environ = {
         "PUFFER_CPU_KIND": "avx512",
         "ATEN_CPU_CAPABILITY": "default",

@@ -161,16 +161,16 @@ def _cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return torch.sigmoid(o) * torch.tanh(c_new), c_new
 
 
-@pytest.mark.parametrize("simd", [1, 0], ids=["avx2", "sse2"])
+@pytest.mark.parametrize("simd", [2, 1, 0], ids=["avx2", "avx", "sse2"])
 @pytest.mark.parametrize("batch,hidden", [(2049, 96), (7, 13), (3, 3)])
 def test_lstm_gates_round_the_cells_math_as_torch_does(
     threads: int, simd: int, batch: int, hidden: int, monkeypatch
 ) -> None:
-    """Both SIMD builds (and the scalar tail of a hidden size that is not a multiple of the lanes),
+    """Every SIMD build (and the scalar tail of a hidden size that is not a multiple of the lanes),
     over pre-activations from -30 to 30 (saturated gates, tanh's small-argument polynomial, cancelling
     cell states), are as near the float64 answer as torch's own float32 ops."""
-    if simd and host.simd_level() == 0:
-        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX2 and FMA")
+    if simd > host.widest_simd():
+        pytest.skip("this CPU has no such SIMD build (AVX2 and FMA: 2, AVX: 1)")
     monkeypatch.setattr(host, "simd_level", lambda: simd)
     g = torch.Generator().manual_seed(batch)
     gates = (
@@ -196,12 +196,47 @@ def test_lstm_gates_round_the_cells_math_as_torch_does(
     )
 
 
-@pytest.mark.parametrize("simd", [1, 0], ids=["avx2", "sse2"])
+def test_lstm_gates_avx_build_is_the_sse2_builds_arithmetic_to_the_bit(monkeypatch) -> None:
+    """The AVX build (a CPU of the avx kind) does SSE2's multiply-then-add on eight lanes: the same
+    results to the bit, so a run's learning does not depend on which of the two a CPU takes."""
+    if host.widest_simd() < 1:
+        pytest.skip("this CPU has no AVX")
+    g = torch.Generator().manual_seed(7)
+    gates, c = torch.randn(4096, 4 * 64, generator=g) * 4, torch.randn(4096, 64, generator=g) * 3
+    bias = torch.randn(4 * 64, generator=g)
+    out = {}
+    for simd in (1, 0):
+        monkeypatch.setattr(host, "simd_level", lambda simd=simd: simd)
+        out[simd] = host.lstm_gates(gates, c, bias)
+    torch.testing.assert_close(out[1], out[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "capability", "want"),
+    [("avx2", "AVX2", 2), ("avx2", "DEFAULT", 1), ("avx", "DEFAULT", 1), ("older", "DEFAULT", 0)],
+)
+def test_the_gate_builds_follow_the_cpus_kind(kind, capability, want, monkeypatch) -> None:
+    """A CPU acting as a lesser kind (``PUFFER_CPU_KIND``) runs that kind's build of the gate math:
+    AVX2 only where torch's kernels run at AVX2, AVX on the avx kind, SSE2 on the older kind."""
+    from appliance.sysinfo import cpu as syscpu
+
+    if host._lib() is None:
+        pytest.skip("the host extension is not built")
+    monkeypatch.setattr(syscpu, "cpu_kind", lambda environ=None: kind)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    host._simd_level.cache_clear()
+    try:
+        assert host.simd_level() == min(want, host.widest_simd())
+    finally:
+        host._simd_level.cache_clear()
+
+
+@pytest.mark.parametrize("simd", [2, 1, 0], ids=["avx2", "avx", "sse2"])
 def test_lstm_gates_keep_nan_and_saturate_at_infinity(simd: int, monkeypatch) -> None:
     """A NaN pre-activation (a NaN observation through the encoder) stays NaN in h and c, as in
     torch's ops, so the trainer's NaN check still fires; +-inf saturate as the cell does."""
-    if simd and host.simd_level() == 0:
-        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX2 and FMA")
+    if simd > host.widest_simd():
+        pytest.skip("this CPU has no such SIMD build (AVX2 and FMA: 2, AVX: 1)")
     monkeypatch.setattr(host, "simd_level", lambda: simd)
     hidden = 16
     gates, c = torch.zeros(4, 4 * hidden), torch.zeros(4, hidden)
@@ -217,12 +252,12 @@ def test_lstm_gates_keep_nan_and_saturate_at_infinity(simd: int, monkeypatch) ->
     torch.testing.assert_close((h[2:], c_new[2:]), (torch.sigmoid(o) * torch.tanh(want_c), want_c))
 
 
-@pytest.mark.parametrize("simd", [1, 0], ids=["avx2", "sse2"])
+@pytest.mark.parametrize("simd", [2, 1, 0], ids=["avx2", "avx", "sse2"])
 def test_lstm_gates_add_the_bias_to_every_row(simd: int, monkeypatch) -> None:
     """The rollout's products leave the biases out (no broadcast copy of them a step): the gate pass
     adds them, per gate column, to every row, the tail of a hidden size off the lanes included."""
-    if simd and host.simd_level() == 0:
-        pytest.skip("this CPU (or ATEN_CPU_CAPABILITY) has no AVX2 and FMA")
+    if simd > host.widest_simd():
+        pytest.skip("this CPU has no such SIMD build (AVX2 and FMA: 2, AVX: 1)")
     monkeypatch.setattr(host, "simd_level", lambda: simd)
     g = torch.Generator().manual_seed(5)
     batch, hidden = 33, 13

@@ -148,18 +148,31 @@ def mingru_step(kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = N
 
 
 def simd_level() -> int:
-    """The gate math's SIMD build for this process: 1 (AVX2 and FMA) where the CPU has them and
-    torch's own kernels run at AVX2 or above, else 0 (SSE2). ``ATEN_CPU_CAPABILITY`` capping torch
-    (how ``PUFFER_CPU_KIND`` emulates a lesser CPU) caps this too."""
+    """The gate math's SIMD build for this process: 2 (AVX2 and FMA) where the CPU has them and
+    torch's own kernels run at AVX2 or above, 1 (AVX) on a CPU of the avx kind or one whose torch
+    kernels are capped below AVX2, 0 (SSE2) on the older kind or without AVX. ``PUFFER_CPU_KIND``
+    emulating a lesser CPU caps this to that kind's build, as ``ATEN_CPU_CAPABILITY`` does."""
     lib = _lib()
     return 0 if lib is None else _simd_level(lib)
 
 
+def widest_simd() -> int:
+    """The widest build of the gate math this CPU can run (:func:`simd_level`'s numbers), whatever
+    kind it acts as; 0 without the extension."""
+    lib = _lib()
+    if lib is None:
+        return 0
+    fn = lib.pb_host_lstm_gates_isa
+    fn.argtypes, fn.restype = [], ctypes.c_int
+    return int(fn())
+
+
 @functools.cache
 def _simd_level(lib: ctypes.CDLL) -> int:
-    fn = lib.pb_host_lstm_gates_avx2
-    fn.argtypes, fn.restype = [], ctypes.c_int
-    return int(torch.backends.cpu.get_cpu_capability() != "DEFAULT" and fn() == 1)
+    from appliance.sysinfo.cpu import cpu_kind
+
+    kind = 2 if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else 0 if cpu_kind() == "older" else 1
+    return min(kind, widest_simd())
 
 
 def lstm_gates(

@@ -4,7 +4,7 @@ Family/model/stepping and the ISA features that matter (AVX2, AVX-512, AMX) from
 ``/proc/cpuinfo``; caches, clocks, SMT, NUMA, governor, cgroup quota and cpuset from ``/sys`` and
 ``/proc``; the hypervisor. Every reader takes a ``root`` folder so tests can fake ``/proc`` and ``/sys``.
 
-The CPU's kind (:data:`CPU_KINDS`: bf16, avx512, avx2, older), by which the cpu profile's per-env
+The CPU's kind (:data:`CPU_KINDS`: bf16, avx512, avx2, avx, older), by which the cpu profile's per-env
 settings are chosen, and ``PUFFER_CPU_KIND``, which makes a CPU act as a lesser kind to measure it.
 """
 
@@ -41,22 +41,25 @@ ISA_FLAGS = (
 # headline ISA: any of its flags. bf16: bfloat16 arithmetic in hardware (AVX512-BF16 or AMX), where
 # train.precision bfloat16 pays on a CPU (without it, bf16 is converted to float32 and back: slower)
 HEADLINE_ISA = {
+    "avx": ("avx",),
     "avx2": ("avx2",),
     "avx512": ("avx512f",),
     "amx": ("amx_tile",),
     "bf16": ("avx512_bf16", "amx_bf16"),
 }
 # The kinds of CPU the cpu profile tells apart, fastest arithmetic first: bf16 (AVX512-BF16 or AMX:
-# train.precision auto is bfloat16), avx512 (AVX-512 without them), avx2, older (none of these). An
-# env's YAML may refine the cpu profile per kind (profiles.cpu.avx2, ...).
-CPU_KINDS = ("bf16", "avx512", "avx2", "older")
+# train.precision auto is bfloat16), avx512 (AVX-512 without them), avx2, avx (AVX without AVX2: most
+# x86 CPUs of 2011-2014), older (none of these: SSE4 at most, or not x86). An env's YAML may refine the
+# cpu profile per kind (profiles.cpu.avx2, ...).
+CPU_KINDS = ("bf16", "avx512", "avx2", "avx", "older")
 KIND_VARIABLE = "PUFFER_CPU_KIND"
 # torch's kernels capped to each lesser kind's ISA when a CPU acts as that kind: ATen's own kernels,
-# oneDNN's and MKL's (MKL honours its variable on Intel CPUs only)
+# oneDNN's and MKL's (MKL honours its variable on Intel CPUs only). ATen builds no AVX-only kernels:
+# below AVX2 it runs its baseline ones
 TORCH_CAPS = {
-    "ATEN_CPU_CAPABILITY": {"avx512": "avx512", "avx2": "avx2", "older": "default"},
-    "ONEDNN_MAX_CPU_ISA": {"avx512": "AVX512_CORE", "avx2": "AVX2", "older": "SSE41"},
-    "MKL_ENABLE_INSTRUCTIONS": {"avx512": "AVX512", "avx2": "AVX2", "older": "SSE4_2"},
+    "ATEN_CPU_CAPABILITY": {"avx512": "avx512", "avx2": "avx2", "avx": "default", "older": "default"},
+    "ONEDNN_MAX_CPU_ISA": {"avx512": "AVX512_CORE", "avx2": "AVX2", "avx": "AVX", "older": "SSE41"},
+    "MKL_ENABLE_INSTRUCTIONS": {"avx512": "AVX512", "avx2": "AVX2", "avx": "AVX", "older": "SSE4_2"},
 }
 # (vendor, family, first model, last model) -> microarchitecture; enough to tell common server CPUs apart
 CODENAMES = (
@@ -128,7 +131,9 @@ def kind_of(isa: dict[str, bool]) -> str:
         return "bf16"
     if isa.get("avx512"):
         return "avx512"
-    return "avx2" if isa.get("avx2") else "older"
+    if isa.get("avx2"):
+        return "avx2"
+    return "avx" if isa.get("avx") else "older"
 
 
 def emulated_kind(real: str, environ: dict[str, str] | None = None) -> str | None:

@@ -48,6 +48,7 @@ def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
         "CPU family/model/stepping": fms,
         "microarchitecture": cpu.get("codename"),
         "microcode": cpu.get("microcode"),
+        "AVX": _yes(isa.get("avx")),
         "AVX2": _yes(isa.get("avx2")),
         "AVX-512": _yes(isa.get("avx512")),
         "AMX": _yes(isa.get("amx")),
