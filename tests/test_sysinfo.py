@@ -167,7 +167,7 @@ def test_cpu_details_from_fake_proc_and_sys(tmp_path):
     cpu = sysinfo.cpu_details(fake_root(tmp_path), pycpu={})
     assert (cpu["vendor"], cpu["family"], cpu["model_number"], cpu["stepping"]) == ("GenuineIntel", 6, 143, 8)
     assert cpu["codename"] == "Sapphire Rapids" and cpu["brand"] == "Intel(R) Xeon(R) Platinum 8480+"
-    assert cpu["isa"] == {"avx2": True, "avx512": True, "amx": True, "bf16": True}
+    assert cpu["isa"] == {"avx": True, "avx2": True, "avx512": True, "amx": True, "bf16": True}
     assert {"avx512f", "amx_tile", "amx_bf16"} <= set(cpu["flags"]) and "fpu" not in cpu["flags"]
     assert cpu["caches"] == {"L1d": 48 * 2**10, "L2": 2 * 2**20, "L3": 105 * 2**20}
     assert (cpu["base_mhz"], cpu["max_mhz"], cpu["current_mhz"]) == (2000, 3800, 3100)
