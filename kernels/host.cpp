@@ -338,7 +338,8 @@ int pb_host_lstm_gates_isa() {
 
 void pb_host_lstm_gates(const float* gates, const float* bias, const float* c, long long ldc,
                         float* h_out, float* c_out, int batch, int hidden, int isa, int threads) {
-  isa = isa < pb_host_lstm_gates_isa() ? isa : pb_host_lstm_gates_isa();
+  const int widest = pb_host_lstm_gates_isa();
+  if (isa > widest) isa = widest;
   split_rows(batch, threads, 1024, [=](i64 lo, i64 hi) {
 #if PB_X86
     if (isa >= 2)

@@ -171,8 +171,8 @@ def widest_simd() -> int:
 def _simd_level(lib: ctypes.CDLL) -> int:
     from appliance.sysinfo.cpu import cpu_kind
 
-    kind = 2 if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else 0 if cpu_kind() == "older" else 1
-    return min(kind, widest_simd())
+    allowed = 2 if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else 0 if cpu_kind() == "older" else 1
+    return min(allowed, widest_simd())
 
 
 def lstm_gates(
