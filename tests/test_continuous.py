@@ -155,7 +155,10 @@ def test_a_learn_item_whose_module_is_missing_is_skipped_and_said_so():
     assert items["mpe2.simple_spread_v3:parallel_env"]["requires"] == ["mpe2"]
     item = {"env": "squared", "metric": "perf", "target": 1, "max_timesteps": 9}
     data = suite.validate(
-        {"name": "t", "time_to_score": [{**item, "requires": ["no_such_module_here"]}, item]}
+        {
+            "name": "t",
+            "time_to_score": [{**item, "requires": ["no_such_module_here"], "label": "other"}, item],
+        }
     )
 
     class Report:
@@ -169,7 +172,60 @@ def test_a_learn_item_whose_module_is_missing_is_skipped_and_said_so():
     runner = SuiteRunner(data, "cpu", report, 1)
     assert [s.label for s in runner.steps] == ["time to perf >= 1 on squared"]
     assert report.data["skipped"] == [
-        {"what": "time to perf >= 1 on squared", "why": "needs no_such_module_here (not installed)"}
+        {"what": "time to perf >= 1 on squared (other)", "why": "needs no_such_module_here (not installed)"}
     ]
     with pytest.raises(ConfigError, match=r"requires: must be a list of module names"):
         suite.validate({"name": "t", "time_to_score": [{**item, "requires": "mujoco"}]})
+
+
+def test_time_to_score_items_on_one_env_keep_their_own_metrics(monkeypatch):
+    """Two time_to_score items for one env, metric and target (a suite's variants) are named by their
+    labels, so the second does not replace the first's metrics and curves in the report; without
+    labels the suite is refused, naming both items."""
+    from appliance.bench.report.schema import Report
+    from appliance.bench.suite import definition as suite
+    from appliance.bench.suite import training
+    from appliance.bench.suite.steps import SuiteRunner
+    from appliance.errors import ConfigError
+
+    item = {"env": "squared", "metric": "perf", "target": 1, "max_timesteps": 9, "repeats": 1}
+    with pytest.raises(ConfigError, match=r"time_to_score\[1\]: .*as time_to_score\[0\] does; give each"):
+        suite.validate({"name": "t", "time_to_score": [item, {**item, "overrides": {"train.seed": 3}}]})
+    with pytest.raises(ConfigError, match=r"label: must be a non-empty name without '/'"):
+        suite.validate({"name": "t", "time_to_score": [{**item, "label": "a/b"}]})
+
+    seen = []
+
+    def fake(cfg, metric, target, max_timesteps, min_epochs=1):
+        seen.append(cfg.train.bptt_horizon)
+        steps = float(100 * cfg.train.bptt_horizon)
+        return {
+            "seconds": 1.0,
+            "steps": steps,
+            "final": 1.0,
+            "reached": True,
+            "last": 1.0,
+            "curve": {"steps": [steps], "seconds": [1.0], "score": [1.0]},
+        }
+
+    monkeypatch.setattr(training, "time_to_score", fake)
+    data = suite.validate(
+        {
+            "name": "t",
+            "time_to_score": [item, {**item, "label": "h8", "overrides": {"train.bptt_horizon": 8}}],
+        }
+    )
+    report = Report({"name": "t"}, {"name": "cpu"}, {}, {}, seed=0, repeats=1)
+    runner = SuiteRunner(data, "cpu", report, 1)
+    assert [s.label for s in runner.steps] == [
+        "time to perf >= 1 on squared",
+        "time to perf >= 1 on squared (h8)",
+    ]
+    for step in runner.steps:
+        step.run()
+    metrics = report.data["metrics"]
+    default = metrics["time_to_score/squared/perf>=1/steps"]["samples"]
+    assert default == [100.0 * seen[0]] and seen[1] == 8
+    assert metrics["time_to_score/squared/h8/perf>=1/steps"]["samples"] == [800.0]
+    assert metrics["time_to_score/squared/h8/perf>=1/steps"]["labels"]["variant"] == "h8"
+    assert set(report.data["analysis"]["learning_curves"]) == {"squared", "squared/h8"}

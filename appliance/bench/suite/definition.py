@@ -17,7 +17,10 @@ suite definitions. Suite keys::
                   num_envs}]
     train_sps: {envs: [...], seconds: 8, variants: {label: {section.key: value}}}
     time_to_score: [{env, metric, target, max_timesteps, repeats, min_epochs, overrides: {section.key: value},
-                     requires: [module, ...]}]  # requires: skipped (and said so) where one is not installed
+                     label, requires: [module, ...]}]  # requires: skipped (and said so) where one is not
+                                         # installed; label: the item's name in the report's metrics
+                                         # (time_to_score/<env>/<label>/...), needed where two items
+                                         # share an env, metric and target
 """
 
 from __future__ import annotations
@@ -206,18 +209,31 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
     scores = data.get("time_to_score", [])
     if not isinstance(scores, list):
         raise _fail("time_to_score", "must be a list")
+    named: dict[tuple[Any, ...], int] = {}
     for i, item in enumerate(scores):
         where = f"time_to_score[{i}]"
         need = {"env", "metric", "target", "max_timesteps"}
-        optional = {"repeats", "min_epochs", "overrides", "requires"}
+        optional = {"repeats", "min_epochs", "overrides", "label", "requires"}
         if not isinstance(item, dict) or not need <= set(item) or set(item) - need - optional:
             raise _fail(
                 where,
-                f"needs {sorted(need)} (and optional repeats, min_epochs, overrides, requires), got {item!r}",
+                f"needs {sorted(need)} (and optional repeats, min_epochs, overrides, label, requires), got {item!r}",
             )
+        label = item.get("label")
+        if label is not None and (not isinstance(label, str) or not label.strip() or "/" in label):
+            raise _fail(where + ".label", f"must be a non-empty name without '/', got {label!r}")
         requires = item.get("requires", [])
         if not isinstance(requires, list) or not all(isinstance(m, str) and m for m in requires):
             raise _fail(where + ".requires", f"must be a list of module names, got {requires!r}")
+        # what the report names the item's metrics by: an item named as an earlier one would replace them
+        key = (str(item["env"]), str(item["metric"]), str(item["target"]), label)
+        if key in named:
+            raise _fail(
+                where,
+                f"measures {item['metric']} >= {item['target']} on {item['env']} as time_to_score[{named[key]}] "
+                "does; give each of them its own label",
+            )
+        named[key] = i
         if missing_modules(requires):
             continue  # the runner skips it and says why; its env may not even be registered here
         _env_list(where + ".env", [item["env"]], gymnasium_ok=True)

@@ -162,18 +162,13 @@ class SuiteRunner:
             if not self.wanted(item["env"]):
                 continue
             missing = missing_modules(item.get("requires", []))
+            what = f"time to {item['metric']} >= {item['target']} on {item['env']}" + (
+                f" ({item['label']})" if item.get("label") else ""
+            )
             if missing:
-                self.report.skip(
-                    f"time to {item['metric']} >= {item['target']} on {item['env']}",
-                    f"needs {', '.join(missing)} (not installed)",
-                )
+                self.report.skip(what, f"needs {', '.join(missing)} (not installed)")
             else:
-                self.steps.append(
-                    Step(
-                        f"time to {item['metric']} >= {item['target']} on {item['env']}",
-                        lambda item=item: self.run_time_to_score(item),
-                    )
-                )
+                self.steps.append(Step(what, lambda item=item: self.run_time_to_score(item)))
         for family in reg.produced():  # a registered family measured by its own producer
             for item in self.suite.get(family.suite_key) or []:
                 if self.wanted(str(item.get("env", ""))) or "env" not in item:
@@ -385,8 +380,12 @@ class SuiteRunner:
                     min_epochs=int(item.get("min_epochs", 1)),
                 )
             )
-        where = (item["env"], f"{item['metric']}>={item['target']}")
+        label = item.get("label")
+        # a labelled item (a variant: its own overrides) is named below the env, as train_sps's variants
+        where = (item["env"], *([label] if label else []), f"{item['metric']}>={item['target']}")
         labels = {"env": item["env"], "metric": item["metric"], "target": item["target"]}
+        if label:
+            labels["variant"] = label
         score = reg.TIME_TO_SCORE
         self.report.record(score, (*where, "seconds"), [r["seconds"] for r in runs], "s", "lower", **labels)
         self.report.record(
@@ -395,12 +394,13 @@ class SuiteRunner:
         self.report.record(
             score, (*where, "final"), [r["final"] for r in runs], item["metric"], "higher", **labels
         )
-        self.report.analyse("learning_curves", {**labels, "runs": [r["curve"] for r in runs]}, item["env"])
+        curves = {**labels, "runs": [r["curve"] for r in runs]}
+        self.report.analyse("learning_curves", curves, "/".join([item["env"], *([label] if label else [])]))
         missed = [r for r in runs if not r["reached"]]
         if missed:
             last = ", ".join("-" if r["last"] is None else f"{r['last']:.3g}" for r in missed)
             self.report.warn(
-                f"{item['env']}: {len(missed)} of {repeats} runs did not reach {item['metric']} >= {item['target']} "
+                f"{'/'.join([item['env'], *([label] if label else [])])}: {len(missed)} of {repeats} runs did not reach {item['metric']} >= {item['target']} "
                 f"within {item['max_timesteps']:,} steps (last {item['metric']}: {last})"
             )
 
