@@ -58,6 +58,14 @@ def _fail(where: str, message: str) -> ConfigError:
     return ConfigError(f"{where}: {message}" if where.startswith("-") else f"suite {where}: {message}")
 
 
+def score_parts(item: dict[str, Any]) -> tuple[str, ...]:
+    """What names a ``time_to_score`` item's metrics below ``time_to_score/``: its env, its label where
+    it has one (as ``train_sps``'s variants), then ``metric>=target``; all but the last, joined by
+    ``/``, name its learning curves."""
+    label = item.get("label")
+    return (str(item["env"]), *([label] if label else []), f"{item['metric']}>={item['target']}")
+
+
 def missing_modules(names: list[str]) -> list[str]:
     """The modules of ``names`` that are not installed (a ``time_to_score`` item's ``requires``)."""
     import importlib.util
@@ -209,7 +217,7 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
     scores = data.get("time_to_score", [])
     if not isinstance(scores, list):
         raise _fail("time_to_score", "must be a list")
-    named: dict[tuple[Any, ...], int] = {}
+    named: dict[tuple[str, ...], int] = {}
     for i, item in enumerate(scores):
         where = f"time_to_score[{i}]"
         need = {"env", "metric", "target", "max_timesteps"}
@@ -225,8 +233,7 @@ def validate(data: Any, source: str = "suite") -> dict[str, Any]:
         requires = item.get("requires", [])
         if not isinstance(requires, list) or not all(isinstance(m, str) and m for m in requires):
             raise _fail(where + ".requires", f"must be a list of module names, got {requires!r}")
-        # what the report names the item's metrics by: an item named as an earlier one would replace them
-        key = (str(item["env"]), str(item["metric"]), str(item["target"]), label)
+        key = score_parts(item)  # an item named as an earlier one would replace its metrics
         if key in named:
             raise _fail(
                 where,

@@ -14,7 +14,7 @@ from typing import Any
 
 from appliance.bench import metrics as reg
 from appliance.bench.suite import training
-from appliance.bench.suite.definition import _env_list, missing_modules
+from appliance.bench.suite.definition import _env_list, missing_modules, score_parts
 from appliance.errors import ConfigError, DeviceError
 
 
@@ -380,12 +380,11 @@ class SuiteRunner:
                     min_epochs=int(item.get("min_epochs", 1)),
                 )
             )
-        label = item.get("label")
-        # a labelled item (a variant: its own overrides) is named below the env, as train_sps's variants
-        where = (item["env"], *([label] if label else []), f"{item['metric']}>={item['target']}")
+        where = score_parts(item)
+        who = "/".join(where[:-1])  # the env, and the label where the item has one
         labels = {"env": item["env"], "metric": item["metric"], "target": item["target"]}
-        if label:
-            labels["variant"] = label
+        if item.get("label"):
+            labels["variant"] = item["label"]
         score = reg.TIME_TO_SCORE
         self.report.record(score, (*where, "seconds"), [r["seconds"] for r in runs], "s", "lower", **labels)
         self.report.record(
@@ -394,13 +393,12 @@ class SuiteRunner:
         self.report.record(
             score, (*where, "final"), [r["final"] for r in runs], item["metric"], "higher", **labels
         )
-        curves = {**labels, "runs": [r["curve"] for r in runs]}
-        self.report.analyse("learning_curves", curves, "/".join([item["env"], *([label] if label else [])]))
+        self.report.analyse("learning_curves", {**labels, "runs": [r["curve"] for r in runs]}, who)
         missed = [r for r in runs if not r["reached"]]
         if missed:
             last = ", ".join("-" if r["last"] is None else f"{r['last']:.3g}" for r in missed)
             self.report.warn(
-                f"{'/'.join([item['env'], *([label] if label else [])])}: {len(missed)} of {repeats} runs did not reach {item['metric']} >= {item['target']} "
+                f"{who}: {len(missed)} of {repeats} runs did not reach {item['metric']} >= {item['target']} "
                 f"within {item['max_timesteps']:,} steps (last {item['metric']}: {last})"
             )
 
