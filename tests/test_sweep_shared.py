@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 
 import pytest
 import yaml
@@ -137,6 +138,33 @@ def test_two_journal_workers_share_a_study_and_a_killed_ones_trial_runs_again(tm
 @pytest.mark.slow
 def test_two_postgres_workers_share_a_study_and_a_killed_ones_trial_runs_again(tmp_path, space, postgres):
     _two_workers_one_killed(tmp_path, space, postgres)
+
+
+@pytest.mark.parametrize("kind", ["journal", "postgresql"])
+def test_a_trial_whose_worker_died_before_its_first_heartbeat_runs_again(tmp_path, space, kind, request):
+    """A worker killed between asking for a trial and recording its first heartbeat leaves it
+    RUNNING with no beat at all. Optuna's RDBStorage never calls such a trial stale, so the other
+    workers waited for it for ever (CI: a 240 s timeout). Another worker fails it and runs it again."""
+    url = f"journal://{tmp_path / 'study.log'}" if kind == "journal" else request.getfixturevalue("postgres")
+    first = _worker(tmp_path / "a", space, url, 1)  # makes the study, as a real worker does
+    assert first.wait(120) == 0, first.communicate()[0]
+    study = sw.open_study("unused", st.parse(url), sw.STUDY)
+    with warnings.catch_warnings():  # Optuna: a heartbeat is meant for Study.optimize
+        warnings.simplefilter("ignore", UserWarning)
+        orphan = study.ask()  # asked, never beaten: its worker is gone
+    worker = _worker(tmp_path / "b", space, url, 3)
+    try:
+        output = worker.communicate(timeout=120)[0]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0 and "Traceback" not in output, output
+    study, states, TrialState = _states(url)
+    assert study.trials[orphan.number].state == TrialState.FAIL, states
+    assert study.user_attrs[f"stale:{orphan.number}"].startswith("its worker stopped sending heartbeats")
+    assert any(t.user_attrs.get("rerun_of") == orphan.number for t in study.trials)
+    assert TrialState.RUNNING not in states and len(sw.rows(study)) == 3
 
 
 def _cli(*args):

@@ -13,7 +13,10 @@ for PostgreSQL (RDBStorage ``heartbeat_interval``, ``grace_period``; the databas
 as Optuna 5's JournalStorage has none, a trial system attribute with the worker's clock for the journal
 (the machines' clocks must agree to well within the grace period). A worker that stops beating (it was
 SIGKILLed, its machine was lost) leaves its trials RUNNING only until another worker sees them stale:
-they fail, and their settings run again once (:func:`appliance.sweep.study.requeue_dead`).
+they fail, and their settings run again once (:func:`appliance.sweep.study.requeue_dead`). Optuna's
+RDBStorage never calls a trial stale that has no heartbeat at all (its worker died between asking for
+it and beating), so a PostgreSQL worker marks each trial once its first beat is in (``puffer_beating``),
+and another worker fails a RUNNING trial that it has seen unmarked for longer than the grace period.
 
 Errors (a bad URL, a missing driver, an unreachable server) are one line naming what to fix; a URL's
 password is never shown (:attr:`Shared.shown`).
@@ -37,6 +40,7 @@ from appliance.errors import ConfigError
 
 HEARTBEAT = 30  # seconds between a worker's heartbeats; a trial is stale after two missed ones
 BEAT = "puffer_heartbeat"  # the journal's heartbeat: a trial system attribute (the time, in seconds)
+BEATING = "puffer_beating"  # PostgreSQL: a trial system attribute, set once its first beat is in
 FORMS = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or journal:///PATH/study.log"
 
 
@@ -307,6 +311,7 @@ class Heartbeat:
     def __init__(self, study: Any, shared: Shared, on_stale: Callable[[Any, Any], None]) -> None:
         self.study, self.shared, self.on_stale = study, shared, on_stale
         self.ids: set[int] = set()
+        self.unbeaten: dict[int, float] = {}  # PostgreSQL: unmarked RUNNING trials, when first seen
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="sweep-heartbeat", daemon=True)
@@ -314,6 +319,8 @@ class Heartbeat:
 
     def add(self, trial: Any) -> None:
         self._beat(trial._trial_id)
+        if self.shared.kind != "journal":
+            self.study._storage.set_trial_system_attr(trial._trial_id, BEATING, True)
         with self.lock:
             self.ids.add(trial._trial_id)
 
@@ -349,19 +356,34 @@ class Heartbeat:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(self.study)  # RDBStorage calls on_stale itself
-            return
-        storage, now = self.study._storage, time.time()
+        now = time.time()
         with self.lock:
             ours = set(self.ids)
+        seen, unbeaten = time.monotonic(), {}
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if t._trial_id in ours:
                 continue
-            last = t.system_attrs.get(BEAT, t.datetime_start.timestamp() if t.datetime_start else now)
-            if now - last <= self.shared.grace:
+            if self.shared.kind == "journal":
+                last = t.system_attrs.get(BEAT, t.datetime_start.timestamp() if t.datetime_start else now)
+            elif BEATING in t.system_attrs:
+                continue  # Optuna's heartbeat judges it
+            else:  # never beaten: timed from when this worker first saw it, on its own clock
+                first = unbeaten[t._trial_id] = self.unbeaten.get(t._trial_id, seen)
+                if seen - first > self.shared.grace:
+                    self._fail(t._trial_id)
                 continue
-            try:
-                if not storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
-                    continue
-            except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it first
-                continue
-            self.on_stale(self.study, storage.get_trial(t._trial_id))
+            if now - last > self.shared.grace:
+                self._fail(t._trial_id)
+        self.unbeaten = unbeaten
+
+    def _fail(self, trial_id: int) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        storage = self.study._storage
+        try:
+            if not storage.set_trial_state_values(trial_id, state=TrialState.FAIL):
+                return
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it first
+            return
+        self.on_stale(self.study, storage.get_trial(trial_id))
