@@ -251,19 +251,23 @@ def test_a_real_tiny_tuning_is_kept_and_reused(tmp_path: Path) -> None:
         assert cfg2.data[section][key] == value
 
 
-def _fake_tune(calls: list[int], chosen: dict[str, int]) -> Any:
+def _fake_tune(calls: list[int], chosen: dict[str, int], busy: list[bool] | None = None) -> Any:
+    """A tuning that takes no time; ``busy`` says, call by call, whether it found the machine busy
+    (busy: the profile's settings, as the rule keeps them)."""
+
     def tune(cfg: Any, budget_s: float, progress: Any, cores: int, **_: Any) -> dict[str, Any]:
         calls.append(1)
+        was_busy = bool(busy and busy[len(calls) - 1])
         return {
-            "chosen": chosen,
+            "chosen": {} if was_busy else chosen,
             "candidate": chosen,
             "screen": [],
             "profile_sps": [1.0, 1.0, 1.0],
             "candidate_sps": [2.0, 2.0, 2.0],
             "ratio": 2.0,
             "interval": [1.9, 2.1],
-            "busy": False,
-            "busy_reasons": [],
+            "busy": was_busy,
+            "busy_reasons": ["other processes used 1.02 cores on average"] if was_busy else [],
             "seconds": 0.0,
         }
 
@@ -306,6 +310,39 @@ def test_redo_tunes_again_and_off_does_nothing(tmp_path: Path, monkeypatch: pyte
     lines: list[str] = []
     selftune.autotune_run(small_config("squared"), "off", lines.append, environ=environ)
     assert lines == [] and len(calls) == 2
+
+
+def test_a_tuning_that_found_the_machine_busy_is_timed_again_by_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy tuning keeps the profile's settings without having compared them: it used to be kept
+    for good, so one busy first run pinned the machine to the profile's settings. The next run times
+    again; after BUSY_TRIES busy tunings in a row the last is reused (a machine always busy is not
+    timed on every run), and a quiet tuning is reused at once."""
+    environ = {"PUFFER_AUTOTUNE": "on", "PUFFER_BENCH_DATA": str(tmp_path)}
+    calls: list[int] = []
+    monkeypatch.setattr(selftune, "tune", _fake_tune(calls, {"train.buffers": 2}, busy=[True, False]))
+    first: list[str] = []
+    selftune.autotune_run(small_config("squared"), None, first.append, environ=environ)
+    assert first[-1].startswith("autotune: kept the profile's settings (the machine was busy"), first
+    second: list[str] = []
+    cfg = small_config("squared")
+    selftune.autotune_run(cfg, None, second.append, environ=environ)
+    assert len(calls) == 2 and "found the machine busy, so it decided nothing: timing again" in second[0]
+    assert second[-1].startswith("autotune: chose train.buffers 2") and cfg.data["train"]["buffers"] == 2
+    third: list[str] = []
+    selftune.autotune_run(small_config("squared"), None, third.append, environ=environ)
+    assert len(calls) == 2 and len(third) == 1 and third[0].startswith("autotune: reused train.buffers 2")
+
+    always: list[int] = []
+    monkeypatch.setattr(selftune, "tune", _fake_tune(always, {"train.buffers": 2}, busy=[True] * 5))
+    for _ in range(autotune.BUSY_TRIES + 2):
+        lines: list[str] = []
+        selftune.autotune_run(
+            small_config("squared"), "redo" if not always else None, lines.append, environ=environ
+        )
+    assert len(always) == autotune.BUSY_TRIES
+    assert lines == [lines[0]] and f"busy {autotune.BUSY_TRIES} times running" in lines[0], lines
 
 
 def test_a_store_that_is_a_link_is_not_written_through(

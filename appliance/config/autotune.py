@@ -14,7 +14,8 @@ The timing itself needs the trainer and the statistics above this layer; it live
   within the usable cores, one key at a time;
 * the rule (:func:`keep_candidate`): a candidate replaces the profile's settings only where its
   interleaved ratio's interval lies wholly above 1 and no sample was taken on a busy machine, so the
-  tuned settings are never slower than the profile's at that threshold;
+  tuned settings are never slower than the profile's at that threshold; a tuning that found the
+  machine busy is timed again by the next run, up to :data:`BUSY_TRIES` in a row (:func:`busy_tries`);
 * the store (:func:`load`, :func:`save`): one JSON file per machine fingerprint (:func:`machine`)
   under the data folder (:func:`data_dir`), an entry per recipe (:func:`recipe_key`), written
   atomically; a file that cannot be read is one warning and the run tunes again.
@@ -189,6 +190,20 @@ def keep_candidate(ratio: float, interval: list[float] | None, busy: bool) -> bo
     """The rule: a candidate's settings replace the profile's only where its speed over the profile's,
     measured in turns, has an interval wholly above 1 and none of those samples was taken busy."""
     return not busy and interval is not None and interval[0] > 1.0 and ratio > 1.0
+
+
+BUSY_TRIES = 2  # tunings in a row that found the machine busy before the last one is reused
+
+
+def busy_tries(entry: Mapping[str, Any] | None) -> int:
+    """How many tunings in a row found the machine busy, for a kept ``entry`` (0: the last one was
+    quiet, or there is none). A busy tuning keeps the profile's settings without having compared
+    them, so the next run times again, up to :data:`BUSY_TRIES` tunings in a row."""
+    measured = entry.get("measured") if entry is not None else None
+    if not isinstance(measured, dict) or not measured.get("busy"):
+        return 0
+    tries = entry.get("busy_tries", 1)
+    return tries if type(tries) is int and tries >= 1 else 1
 
 
 def apply(cfg: Config, choice: Mapping[str, Any], origin: str) -> None:

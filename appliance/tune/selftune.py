@@ -259,12 +259,20 @@ def autotune_run(
     recipe = autotune.recipe_key(cfg)
     keys = {f"{s}.{k}" for s, k in autotune.tunable(cfg)}
     entry = store["entries"].get(recipe) if mode == "on" else None
+    tries = autotune.busy_tries(entry)
+    if entry is not None and 0 < tries < autotune.BUSY_TRIES:
+        echo(
+            f"autotune: the tuning of {entry['when']} found the machine busy, so it decided nothing: "
+            "timing again (--autotune off skips it)"
+        )
+        entry = None
     if entry is not None:
         chosen = {k: v for k, v in entry["chosen"].items() if k in keys}
         autotune.apply(cfg, chosen, f"autotune ({path})")
+        busy = f", busy {tries} times running" if tries else ""
         echo(
             f"autotune: reused {autotune.describe(chosen)} for {cfg.env_name} on this machine, "
-            f"tuned {entry['when']} ({path}; --autotune redo measures again, off skips it)"
+            f"tuned {entry['when']}{busy} ({path}; --autotune redo measures again, off skips it)"
         )
         return
     if not autotune.axes(cfg, cores):
@@ -288,6 +296,8 @@ def autotune_run(
             k: result[k] for k in ("screen", "profile_sps", "candidate_sps", "ratio", "interval", "busy")
         },
     }
+    if result["busy"]:  # counted, so that a machine that is always busy is not timed on every run
+        entry["busy_tries"] = tries + 1
     failed = autotune.save(path, store, facts, recipe, entry)
     echo(line)
     if failed:
