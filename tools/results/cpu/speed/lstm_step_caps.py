@@ -12,12 +12,12 @@ what the caps cost each. docs/lab/cpu-speed.md, "The older kind with MKL capped"
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
 
 from appliance.gpu import host
+from appliance.sysinfo.cpu import library_caps
 
 
 def main() -> None:
@@ -53,11 +53,7 @@ def main() -> None:
             step()
         return (time.perf_counter() - start) / args.calls * 1e3
 
-    caps = {
-        k: os.environ[k]
-        for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-        if k in os.environ
-    }
+    caps = library_caps()
     if not host.available():
         raise SystemExit("the host extension is not built: python setup.py build_ext --inplace")
     print(
