@@ -214,6 +214,53 @@ def test_a_fingerprint_records_the_isa_caps_its_libraries_ran_under(monkeypatch)
     assert rows["ISA caps"] == "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"  # puffer-bench info's row
 
 
+@pytest.mark.parametrize(
+    ("vendor", "kind", "warned"),
+    [
+        ("AuthenticAMD", "older", True),
+        ("AuthenticAMD", "avx", True),
+        ("AuthenticAMD", "avx2", False),  # MKL's own code on an AMD CPU is AVX2's: no wider
+        ("GenuineIntel", "older", False),  # MKL honours its cap on Intel's CPUs
+        (None, "older", False),  # a vendor unknown: nothing claimed
+    ],
+)
+def test_emulating_a_kind_below_avx2_on_a_cpu_not_intels_says_mkl_runs_wider(
+    cpu_of, monkeypatch, vendor, kind, warned
+):
+    """On AMD hosts MKL ignored MKL_ENABLE_INSTRUCTIONS, so the emulated older kind ran its rollout's
+    products at AVX2 and took 522-668 s to breakout's perf 0.9 where a faithful emulation on an Intel
+    CPU ran about 1.3-1.7x slower: train's first line says so where it happens, and the fingerprint
+    marks MKL's cap as ignored."""
+    from appliance.sysinfo import machine_facts
+
+    cpu_of("bf16")
+    monkeypatch.setattr(syscpu, "_REAL_VENDOR", [vendor])
+    monkeypatch.setenv("PUFFER_CPU_KIND", kind)
+    resolve(env="breakout", profile="cpu")
+    line = hardware.why("cpu")
+    assert f"a CPU of the {kind} kind" in line
+    assert ("MKL ignores its cap on a CPU that is not Intel's" in line) == warned, line
+    monkeypatch.delenv("PUFFER_CPU_KIND")
+    assert "MKL ignores" not in hardware.why("cpu")  # its own kind: nothing capped
+
+    caps = {"MKL_ENABLE_INSTRUCTIONS": syscpu.TORCH_CAPS["MKL_ENABLE_INSTRUCTIONS"][kind]}
+    ignored = syscpu.mkl_cap_ignored(caps, vendor)
+    assert ignored == (vendor == "AuthenticAMD")
+    assert syscpu.mkl_cap_ignored({}, vendor) is False  # no cap set: none to ignore
+    facts = machine_facts({"cpu": {"library_caps": caps, "mkl_cap_ignored": ignored}})
+    assert facts["ISA caps (torch's libraries)"].endswith("(MKL's ignored: not an Intel CPU)") == ignored
+
+
+def test_the_fingerprint_says_whether_mkl_honoured_its_cap_on_this_cpu(monkeypatch):
+    from appliance.sysinfo.cpu import cpu_details
+
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    details = cpu_details()
+    assert details["mkl_cap_ignored"] == (details["vendor"] not in (None, "GenuineIntel"))
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS")
+    assert cpu_details()["mkl_cap_ignored"] is False
+
+
 def test_a_parity_config_is_the_peers_settings_on_every_kind_of_cpu():
     """A learning comparison with PufferLib runs its settings whatever the CPU: no kind's section of an
     env YAML may show through a bench/parity config (PufferLib 3.0's breakout trained half of each

@@ -355,11 +355,26 @@ CPU_KIND_WORDS = {
 
 def cpu_kind_words() -> str:
     """This CPU's kind in words, and whether it is emulated (``PUFFER_CPU_KIND``)."""
-    from appliance.sysinfo.cpu import KIND_VARIABLE, cpu_kind, real_kind
+    from appliance.sysinfo.cpu import (
+        KIND_VARIABLE,
+        TORCH_CAPS,
+        cpu_kind,
+        mkl_cap_ignored,
+        real_kind,
+        real_vendor,
+    )
 
     kind, real = cpu_kind(), real_kind()
     emulated = f", emulated by {KIND_VARIABLE} on a CPU of the {real} kind" if kind != real else ""
-    return f"a CPU of the {kind} kind ({CPU_KIND_WORDS[kind]}{emulated})"
+    line = f"a CPU of the {kind} kind ({CPU_KIND_WORDS[kind]}{emulated})"
+    capped = {"MKL_ENABLE_INSTRUCTIONS": TORCH_CAPS["MKL_ENABLE_INSTRUCTIONS"][kind]} if emulated else {}
+    if kind in ("avx", "older") and mkl_cap_ignored(capped, vendor := real_vendor()):
+        line += (
+            f"; MKL ignores its cap on a CPU that is not Intel's (this one is {vendor}), so the matrix "
+            "products run wider and faster than on a real CPU of that kind: emulate it on an Intel CPU "
+            "to time it"
+        )
+    return line
 
 
 def detected_why() -> str:

@@ -161,6 +161,7 @@ def _asked(environ: Any = None) -> str:
 
 
 _REAL_KIND: str | None = None
+_REAL_VENDOR: list[str | None] = []
 
 
 def real_kind() -> str:
@@ -170,6 +171,21 @@ def real_kind() -> str:
         flags = set((_proc_cpuinfo(ROOT).get("flags") or "").split()) or set(_py_cpuinfo().get("flags") or [])
         _REAL_KIND = kind_of(headline_isa(flags))
     return _REAL_KIND
+
+
+def real_vendor() -> str | None:
+    """This CPU's vendor id (GenuineIntel, AuthenticAMD, ...; None where /proc and py-cpuinfo have
+    none); read once."""
+    if not _REAL_VENDOR:
+        _REAL_VENDOR.append(_proc_cpuinfo(ROOT).get("vendor_id") or _py_cpuinfo().get("vendor_id_raw"))
+    return _REAL_VENDOR[0]
+
+
+def mkl_cap_ignored(caps: dict[str, str], vendor: str | None) -> bool:
+    """Whether MKL runs past its cap in ``caps`` (:func:`library_caps`) on a CPU of ``vendor``: it
+    honours ``MKL_ENABLE_INSTRUCTIONS`` on Intel's CPUs only, so on another vendor's an emulated
+    kind's matrix products run MKL's own choice of code for that CPU, not the kind's."""
+    return "MKL_ENABLE_INSTRUCTIONS" in caps and vendor is not None and vendor != "GenuineIntel"
 
 
 _ACTING: list[str] = []
@@ -335,6 +351,7 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
         "kind": kind,  # the CPU's own kind; emulated_kind: the one PUFFER_CPU_KIND made it act as
         "emulated_kind": emulated_kind(kind),
         "library_caps": library_caps(),
+        "mkl_cap_ignored": mkl_cap_ignored(library_caps(), vendor),
         "flags": sorted(f for f in ISA_FLAGS if f in flags),
         "caches": _caches(root),
         "base_mhz": base_khz / 1000 if base_khz else None,

@@ -20,9 +20,11 @@ def _yes(value: Any) -> str | None:
     return None if value is None else ("yes" if value else "no")
 
 
-def _caps(caps: dict[str, str]) -> str:
-    """``sysinfo.cpu.library_caps`` as ``VARIABLE=value`` words ("" for none)."""
-    return " ".join(f"{k}={v}" for k, v in caps.items())
+def _caps(caps: dict[str, str], mkl_ignored: bool = False) -> str:
+    """``sysinfo.cpu.library_caps`` as ``VARIABLE=value`` words ("" for none), and whether MKL ran
+    past its cap (``sysinfo.cpu.mkl_cap_ignored``)."""
+    words = " ".join(f"{k}={v}" for k, v in caps.items())
+    return f"{words} (MKL's ignored: not an Intel CPU)" if words and mkl_ignored else words
 
 
 def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +60,9 @@ def machine_facts(fp: dict[str, Any]) -> dict[str, Any]:
             else cpu.get("kind")
         ),
         "ISA caps (torch's libraries)": (
-            (_caps(cpu["library_caps"]) or "none") if cpu.get("library_caps") is not None else None
+            (_caps(cpu["library_caps"], bool(cpu.get("mkl_cap_ignored"))) or "none")
+            if cpu.get("library_caps") is not None
+            else None
         ),
         "ISA flags": " ".join(cpu["flags"]) if cpu.get("flags") is not None else None,
         "caches": ", ".join(f"{k} {_size(v)}" for k, v in sorted(caches.items()) if v) or None,
@@ -157,7 +161,7 @@ def summary(fp: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     caps = cpu.get("library_caps")
     if caps:  # set by PUFFER_CPU_KIND or the user: torch's libraries run capped here
-        rows.append(("ISA caps", _caps(caps)))
+        rows.append(("ISA caps", _caps(caps, bool(cpu.get("mkl_cap_ignored")))))
     image = fp.get("image")
     if image:  # inside a puffer-bench Docker image: the locked wheels it was built from
         wheels = image.get("error") or f"{len(image['wheels'])} locked, sha256 {image['sha256'][:12]}"
