@@ -115,12 +115,38 @@ def test_lstm_core_host_step_is_the_cell_at_the_rollouts_sizes(monkeypatch):
         h, (h_next, c_next) = core.step(x, state)
         assert calls == [1] and h is h_next
         torch.testing.assert_close((h, c_next), want, rtol=1e-6, atol=2e-6)
-        for dtype in (torch.float64, torch.bfloat16):  # other dtypes step the cell
-            twin = LSTM(96).to(dtype)
-            twin.step(x.to(dtype), tuple(s.to(dtype) for s in state))
-        with torch.autocast("cpu", torch.bfloat16):  # so does autocast
-            core.step(x, state)
+        twin = LSTM(96).double()  # other dtypes step the cell (bf16 its own step, below)
+        twin.step(x.double(), tuple(s.double() for s in state))
     assert calls == [1]
+
+
+def test_lstm_core_bf16_step_keeps_the_cell_state_in_float32(monkeypatch):
+    """The bf16 CPU rollout's step (the rollout's bf16 copy of the weights under autocast, as
+    ``Trainer.policy_step`` runs it): one bf16 product of ``[x, h]`` and the gates in float32 through
+    the host pass. ``h`` within bf16 rounding of the float32 cell, and ``c`` kept in float32, nearer
+    the float32 cell than ``nn.LSTMCell``'s under autocast (which takes ``c`` in bf16); without
+    autocast a bf16 ``h`` for the next bf16 layer."""
+    from appliance.gpu import host
+
+    torch.manual_seed(0)
+    core = LSTM(96)
+    twin = LSTM(96).to(torch.bfloat16)
+    twin.load_state_dict(core.state_dict())
+    x, state = torch.randn(512, 96), (torch.randn(512, 96) * 0.5, torch.randn(512, 96))
+    calls, orig = [], host.lstm_gates
+    monkeypatch.setattr(host, "lstm_gates", lambda *a: calls.append(1) or orig(*a))
+    with torch.no_grad():
+        want_h, want_c = core.cell(x, state)
+        with torch.autocast("cpu", torch.bfloat16):
+            h, (_, c) = twin.step(x.bfloat16(), state)
+            _, cell_c = twin.cell(x.bfloat16(), state)
+        assert calls == ([1] if host.use_host(want_c) else [])
+        assert h.dtype == c.dtype == torch.float32
+        torch.testing.assert_close(h, want_h, rtol=0, atol=0.01)
+        assert (c - want_c).abs().mean() < 0.75 * (cell_c.float() - want_c).abs().mean()
+        h_plain, (_, c_plain) = twin.step(x.bfloat16(), state)  # no autocast: bf16 weights alone
+        assert h_plain.dtype == torch.bfloat16 and c_plain.dtype == torch.float32
+        torch.testing.assert_close(c_plain, c, rtol=0, atol=0)
 
 
 def test_lstm_core_kernel_path_is_the_cell(monkeypatch):

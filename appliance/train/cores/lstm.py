@@ -36,8 +36,8 @@ class LSTM(nn.LSTM):
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """``nn.LSTMCell``; in inference on CUDA its two GEMMs and ``kernels.lstm_step`` (the gate
-        math fused into one kernel; the reference is tested equal to the cell), and in float32 on the
-        CPU :meth:`_host_step`."""
+        math fused into one kernel; the reference is tested equal to the cell), and on the CPU
+        :meth:`_host_step` in float32 and :meth:`_bf16_step` in bfloat16."""
         if torch.is_grad_enabled():
             h, c = self.cell(x, state)
         elif kernels.use_cuda(x):
@@ -47,9 +47,28 @@ class LSTM(nn.LSTM):
             h, c = kernels.lstm_step(gx.contiguous(), gh.contiguous(), c.float().contiguous())
         elif _plain_float32_cpu(x, *state):
             h, c = self._host_step(x, state)
+        elif _bf16_cpu(x, self.cell.weight_ih):
+            h, c = self._bf16_step(x, state)
         else:
             h, c = self.cell(x, state)
         return h, (h, c)
+
+    def _bf16_step(self, x: torch.Tensor, state: State) -> State:
+        """The cell in bfloat16 for the CPU rollout (its bf16 weights, or autocast's): ``[x, h]``
+        against both weights in one bf16 product (one GEMM of twice the depth, which the CPU's bf16
+        units run faster than two), then the biases and the gate math in float32 in one pass,
+        ``host.lstm_gates``. ``c`` comes out in float32 (and ``h`` under autocast): the cell under
+        autocast rounds both to bf16 each step, this keeps the cell state's precision (without the extension, the
+        gate math in torch ops). Within bf16 rounding of the float32 cell (tests/test_cores.py); its
+        speed: docs/lab/cpu-speed.md."""
+        h, c = state
+        cell = self.cell
+        bf16 = torch.bfloat16
+        weight = torch.cat([cell.weight_ih, cell.weight_hh], 1).to(bf16).t().contiguous()
+        gates = torch.mm(torch.cat([x.to(bf16), h.to(bf16)], 1), weight).float()
+        h, c = self._gate_pass(gates, c.float(), cell.bias_ih.float() + cell.bias_hh.float())
+        # without autocast the next layer's bf16 weights take h in their dtype
+        return (h, c) if torch.is_autocast_enabled("cpu") else (h.to(x.dtype), c)
 
     def _host_step(self, x: torch.Tensor, state: State) -> State:
         """The cell's arithmetic for the CPU rollout in fewer passes over memory: both products
@@ -63,6 +82,11 @@ class LSTM(nn.LSTM):
         bias = cell.bias_ih + cell.bias_hh
         gates = torch.mm(x, cell.weight_ih.t().contiguous())
         gates.addmm_(h, cell.weight_hh.t().contiguous())
+        return self._gate_pass(gates, c, bias)
+
+    def _gate_pass(self, gates: torch.Tensor, c: torch.Tensor, bias: torch.Tensor) -> State:
+        """``(h, c')`` from float32 pre-activations ``gates [B, 4H]`` (both products in), the cell
+        state and both biases' sum: ``host.lstm_gates``, or torch ops in place without it."""
         if host.use_host(gates, c):
             return host.lstm_gates(gates, c, bias)
         gates += bias
@@ -78,6 +102,16 @@ class LSTM(nn.LSTM):
         h0, c0 = state
         h, _ = self(x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
         return h
+
+
+def _bf16_cpu(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """A CPU step whose products run in bfloat16: bf16 weights (the rollout's copy), or bf16 CPU
+    autocast over float32 ones."""
+    if x.device.type != "cpu":
+        return False
+    if torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu") == torch.bfloat16
+    return weight.dtype == torch.bfloat16 and x.dtype == torch.bfloat16
 
 
 def _plain_float32_cpu(*tensors: torch.Tensor) -> bool:
