@@ -1,5 +1,5 @@
 """The ``lstm`` core: an ``nn.LSTM`` for whole sequences in training and an ``nn.LSTMCell`` that
-shares its weights for per-step inference."""
+shares its weights for per-step inference (on the CPU its products and the extension's gate pass)."""
 
 from __future__ import annotations
 
