@@ -55,12 +55,11 @@ class LSTM(nn.LSTM):
 
     def _bf16_step(self, x: torch.Tensor, state: State) -> State:
         """The cell in bfloat16 for the CPU rollout (its bf16 weights, or autocast's): ``[x, h]``
-        against both weights in one bf16 product (one GEMM of twice the depth, which the CPU's bf16
-        units run faster than two), then the biases and the gate math in float32 in one pass,
-        ``host.lstm_gates``. ``c`` comes out in float32 (and ``h`` under autocast): the cell under
-        autocast rounds both to bf16 each step, this keeps the cell state's precision (without the extension, the
-        gate math in torch ops). Within bf16 rounding of the float32 cell (tests/test_cores.py); its
-        speed: docs/lab/cpu-speed.md."""
+        against both weights in one bf16 product (one GEMM of twice the depth), then the biases and
+        the gate math in float32 in one pass, ``host.lstm_gates`` (torch ops without the extension).
+        ``c`` comes out in float32, as ``h`` does under autocast: the cell state keeps its precision
+        from step to step, where the cell under autocast takes it in bf16. Within bf16 rounding of
+        the float32 cell (tests/test_cores.py); its speed: docs/lab/cpu-speed.md."""
         h, c = state
         cell = self.cell
         bf16 = torch.bfloat16
