@@ -367,8 +367,10 @@ def cpu_kind_words() -> str:
     kind, real = cpu_kind(), real_kind()
     emulated = f", emulated by {KIND_VARIABLE} on a CPU of the {real} kind" if kind != real else ""
     line = f"a CPU of the {kind} kind ({CPU_KIND_WORDS[kind]}{emulated})"
-    capped = {"MKL_ENABLE_INSTRUCTIONS": TORCH_CAPS["MKL_ENABLE_INSTRUCTIONS"][kind]} if emulated else {}
-    if kind in ("avx", "older") and mkl_cap_ignored(capped, vendor := real_vendor()):
+    if not (emulated and kind in ("avx", "older")):  # the kinds whose MKL cap is below AVX2
+        return line
+    vendor = real_vendor()
+    if mkl_cap_ignored({"MKL_ENABLE_INSTRUCTIONS": TORCH_CAPS["MKL_ENABLE_INSTRUCTIONS"][kind]}, vendor):
         line += (
             f"; MKL ignores its cap on a CPU that is not Intel's (this one is {vendor}), so the matrix "
             "products run wider and faster than on a real CPU of that kind: emulate it on an Intel CPU "

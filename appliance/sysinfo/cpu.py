@@ -339,6 +339,7 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
     smt_active = _read(root, "sys/devices/system/cpu/smt/active")
     isa = headline_isa(flags)
     kind = kind_of(isa)
+    caps = library_caps()
     return {
         "vendor": vendor,
         "family": family,
@@ -350,8 +351,8 @@ def cpu_details(root: Path = ROOT, pycpu: dict[str, Any] | None = None) -> dict[
         "isa": isa,
         "kind": kind,  # the CPU's own kind; emulated_kind: the one PUFFER_CPU_KIND made it act as
         "emulated_kind": emulated_kind(kind),
-        "library_caps": library_caps(),
-        "mkl_cap_ignored": mkl_cap_ignored(library_caps(), vendor),
+        "library_caps": caps,
+        "mkl_cap_ignored": mkl_cap_ignored(caps, vendor),
         "flags": sorted(f for f in ISA_FLAGS if f in flags),
         "caches": _caches(root),
         "base_mhz": base_khz / 1000 if base_khz else None,
