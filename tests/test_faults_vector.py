@@ -498,7 +498,10 @@ def _native_sps(num_threads: int, seconds: float, num_envs: int = 1024) -> float
 def test_oversubscribed_native_threads_cost_little():
     """4x more threads than usable cores: the old pool spun 20,000 times before sleeping and starved the
     threads holding work (88x slower when idle, 3x on a loaded machine); now whoever runs takes the work.
-    Interleaved A B A B so load from other processes hits both alike."""
+    Interleaved A B A B so load from other processes hits both alike. The healthy pool measured 0.74-0.81
+    on an idle Xeon model 167 and 0.52 once in CI on another host, so the bar sits at 0.25: far below
+    what a host's scheduling moves it to, far above the spinning pool's 0.01 on the idle machine a test
+    runs on."""
     from appliance.vector.sizes import usable_cores
 
     cores = usable_cores()
@@ -507,7 +510,7 @@ def test_oversubscribed_native_threads_cost_little():
         fair.append(_native_sps(cores, 0.2))
         over.append(_native_sps(4 * cores, 0.2))
     ratio = float(np.median(over) / np.median(fair))
-    assert ratio > 0.6, f"{4 * cores} threads on {cores} cores: {ratio:.2f}x the speed of {cores} threads"
+    assert ratio > 0.25, f"{4 * cores} threads on {cores} cores: {ratio:.2f}x the speed of {cores} threads"
 
 
 def _serial_step_that_never_returns(timeout):
