@@ -8,6 +8,8 @@
 #include <Python.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -217,6 +219,27 @@ inline void gates_scalar(const float* g, const float* bias, const float* cp, flo
   co[j] = cn;
   ho[j] = o * tanhf(cn);
 }
+
+// bfloat16 is float32's upper half: widening it is exact.
+inline float bf16_float(uint16_t v) {
+  const uint32_t bits = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// The same for bfloat16 pre-activations (the bf16 rollout's product, not widened first).
+inline void gates_scalar(const uint16_t* g, const float* bias, const float* cp, float* ho, float* co,
+                         int hidden, int j) {
+  const float wide[4] = {bf16_float(g[j]), bf16_float(g[hidden + j]), bf16_float(g[2 * hidden + j]),
+                         bf16_float(g[3 * hidden + j])};
+  const float i = sigmoidf(wide[0] + bias[j]), f = sigmoidf(wide[1] + bias[hidden + j]);
+  const float gg = tanhf(wide[2] + bias[2 * hidden + j]);
+  const float o = sigmoidf(wide[3] + bias[3 * hidden + j]);
+  const float cn = f * cp[j] + i * gg;
+  co[j] = cn;
+  ho[j] = o * tanhf(cn);
+}
 }  // namespace
 
 #if PB_X86
@@ -240,19 +263,20 @@ namespace {
 
 // Two passes over a row: c' (and 1 + e_o, parked in h_out), then h. Each pass's iterations are
 // independent of one another, so the CPU overlaps them.
-#define PB_GATES_BODY(V, W, LOAD, STORE, SET, ADD, SUB, MUL, FMADD, DIV, EXP, SCALAR)             \
+// GLOAD reads W pre-activations (float32, or bfloat16 widened).
+#define PB_GATES_BODY(V, W, LOAD, GLOAD, STORE, SET, ADD, SUB, MUL, FMADD, DIV, EXP, SCALAR)      \
   for (i64 b = lo; b < hi; ++b) {                                                                     \
-    const float* g = gates + b * 4 * hidden;                                                          \
+    const auto* g = gates + b * 4 * hidden;                                                           \
     const float* cp = c + b * ldc;                                                                    \
     float* ho = h_out + b * hidden;                                                                   \
     float* co = c_out + b * hidden;                                                                   \
     const int vec = hidden - hidden % W;                                                              \
     for (int j = 0; j < vec; j += W) {                                                                \
       const V one = SET(1.0f), minus_one = SET(-1.0f), minus_two = SET(-2.0f);                        \
-      const V ei = EXP(MUL(ADD(LOAD(g + j), LOAD(bias + j)), minus_one));                             \
-      const V ef = EXP(MUL(ADD(LOAD(g + hidden + j), LOAD(bias + hidden + j)), minus_one));           \
-      const V eg = EXP(MUL(ADD(LOAD(g + 2 * hidden + j), LOAD(bias + 2 * hidden + j)), minus_two));   \
-      const V eo = EXP(MUL(ADD(LOAD(g + 3 * hidden + j), LOAD(bias + 3 * hidden + j)), minus_one));   \
+      const V ei = EXP(MUL(ADD(GLOAD(g + j), LOAD(bias + j)), minus_one));                            \
+      const V ef = EXP(MUL(ADD(GLOAD(g + hidden + j), LOAD(bias + hidden + j)), minus_one));          \
+      const V eg = EXP(MUL(ADD(GLOAD(g + 2 * hidden + j), LOAD(bias + 2 * hidden + j)), minus_two));  \
+      const V eo = EXP(MUL(ADD(GLOAD(g + 3 * hidden + j), LOAD(bias + 3 * hidden + j)), minus_one));  \
       const V ig = DIV(SUB(one, eg), MUL(ADD(one, ei), ADD(one, eg)));                                \
       STORE(co + j, ADD(DIV(LOAD(cp + j), ADD(one, ef)), ig));                                        \
       STORE(ho + j, ADD(one, eo));                                                                    \
@@ -275,7 +299,7 @@ inline __m128 sse_exp(__m128 x) {
 }
 void gates_sse2(const float* gates, const float* bias, const float* c, i64 ldc, float* h_out,
                 float* c_out, int hidden, i64 lo, i64 hi) {
-  PB_GATES_BODY(__m128, 4, _mm_loadu_ps, _mm_storeu_ps, _mm_set1_ps, _mm_add_ps, _mm_sub_ps,
+  PB_GATES_BODY(__m128, 4, _mm_loadu_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_set1_ps, _mm_add_ps, _mm_sub_ps,
                 _mm_mul_ps, sse_fmadd, _mm_div_ps, sse_exp, gates_scalar)
 }
 
@@ -289,8 +313,20 @@ PB_AVX2 inline __m256 avx_exp(__m256 x) {
 }
 PB_AVX2 void gates_avx2(const float* gates, const float* bias, const float* c, i64 ldc,
                         float* h_out, float* c_out, int hidden, i64 lo, i64 hi) {
-  PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps,
-                _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_div_ps, avx_exp, gates_scalar)
+  PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+                _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_div_ps, avx_exp,
+                gates_scalar)
+}
+// Eight bfloat16 pre-activations widened to float32: each one's bits moved to the upper half.
+PB_AVX2 inline __m256 bf16_load8(const uint16_t* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+PB_AVX2 void gates_avx2_bf16(const uint16_t* gates, const float* bias, const float* c, i64 ldc,
+                             float* h_out, float* c_out, int hidden, i64 lo, i64 hi) {
+  PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, bf16_load8, _mm256_storeu_ps, _mm256_set1_ps,
+                _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_div_ps, avx_exp,
+                gates_scalar)
 }
 
 // AVX without AVX2 or FMA (Sandy Bridge, Bulldozer): eight float lanes, the integer steps of exp on
@@ -317,8 +353,9 @@ PB_AVX inline __m256 avx1_exp(__m256 x) {
 }
 PB_AVX void gates_avx(const float* gates, const float* bias, const float* c, i64 ldc, float* h_out,
                       float* c_out, int hidden, i64 lo, i64 hi) {
-  PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps,
-                _mm256_sub_ps, _mm256_mul_ps, avx1_fmadd, _mm256_div_ps, avx1_exp, gates_scalar)
+  PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
+                _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, avx1_fmadd, _mm256_div_ps, avx1_exp,
+                gates_scalar)
 }
 
 }  // namespace
@@ -354,6 +391,28 @@ void pb_host_lstm_gates(const float* gates, const float* bias, const float* c, l
         gates_scalar(gates + b * 4 * hidden, bias, c + b * ldc, h_out + b * hidden,
                      c_out + b * hidden, hidden, j);
 #endif
+  });
+}
+
+// The same from bfloat16 pre-activations (the bf16 rollout's product as it comes), so that they
+// are not widened to a float32 copy first: the AVX2 build (every CPU with bf16 units has AVX2), a
+// scalar loop elsewhere. The float32 results equal pb_host_lstm_gates' on the widened gates.
+void pb_host_lstm_gates_bf16(const uint16_t* gates, const float* bias, const float* c, long long ldc,
+                             float* h_out, float* c_out, int batch, int hidden, int isa,
+                             int threads) {
+  const int widest = pb_host_lstm_gates_isa();
+  if (isa > widest) isa = widest;
+  split_rows(batch, threads, 1024, [=](i64 lo, i64 hi) {
+#if PB_X86
+    if (isa >= 2) {
+      gates_avx2_bf16(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
+      return;
+    }
+#endif
+    for (i64 b = lo; b < hi; ++b)
+      for (int j = 0; j < hidden; ++j)
+        gates_scalar(gates + b * 4 * hidden, bias, c + b * ldc, h_out + b * hidden,
+                     c_out + b * hidden, hidden, j);
   });
 }
 

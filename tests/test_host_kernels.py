@@ -211,6 +211,52 @@ def test_lstm_gates_avx_build_is_the_sse2_builds_arithmetic_to_the_bit(monkeypat
     torch.testing.assert_close(out[1], out[0], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("simd", [2, 1, 0], ids=["avx2", "avx", "sse2"])
+@pytest.mark.parametrize("batch,hidden", [(2049, 96), (7, 13)])
+def test_lstm_gates_read_bf16_gates_as_their_float32_widening(
+    threads: int, simd: int, batch: int, hidden: int, monkeypatch
+) -> None:
+    """The bf16 rollout hands its product to the gate pass unwidened: the AVX2 build widens each
+    value as it loads it (the scalar tail too), the other builds get ``gates.float()``; h and c equal
+    the float32 pass's on the widened gates to the bit, NaN and saturation included."""
+    if simd > host.widest_simd():
+        pytest.skip("this CPU has no such SIMD build (AVX2 and FMA: 2, AVX: 1)")
+    monkeypatch.setattr(host, "simd_level", lambda: simd)
+    g = torch.Generator().manual_seed(hidden)
+    gates = (torch.randn(batch, 4 * hidden, generator=g) * 6).bfloat16()
+    gates[0, 1], gates[1, :] = float("nan"), float("inf")
+    c, bias = torch.randn(batch, hidden, generator=g) * 3, torch.randn(4 * hidden, generator=g)
+    got, want = host.lstm_gates(gates, c, bias), host.lstm_gates(gates.float(), c, bias)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+def test_lstm_gates_refuse_other_dtypes_in_one_line() -> None:
+    if host._lib() is None:
+        pytest.skip("the host extension is not built")
+    with pytest.raises(ValueError, match="float32 or bfloat16 gates and a float32 c"):
+        host.lstm_gates(torch.zeros(2, 8, dtype=torch.float16), torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="float32 or bfloat16 gates and a float32 c"):
+        host.lstm_gates(torch.zeros(2, 8), torch.zeros(2, 2, dtype=torch.float64))
+
+
+def test_lstm_gates_bf16_entry_without_simd_is_the_scalar_cell(threads: int) -> None:
+    """The bf16 entry's loop for a build below AVX2 (a CPU that is not x86): the cell's scalar text on
+    the widened values, the float32 pass's results within an ulp."""
+    if host._lib() is None:
+        pytest.skip("the host extension is not built")
+    g = torch.Generator().manual_seed(3)
+    batch, hidden = 33, 24
+    gates = (torch.randn(batch, 4 * hidden, generator=g) * 4).bfloat16()
+    c, bias = torch.randn(batch, hidden, generator=g), torch.randn(4 * hidden, generator=g)
+    h, c_new = torch.empty(batch, hidden), torch.empty(batch, hidden)
+    host._call(
+        "pb_host_lstm_gates_bf16", gates.data_ptr(), bias.data_ptr(), c.data_ptr(), hidden,
+        h.data_ptr(), c_new.data_ptr(), batch, hidden, 0,
+    )  # fmt: skip
+    want_h, want_c = host.lstm_gates(gates.float(), c, bias)
+    torch.testing.assert_close((h, c_new), (want_h, want_c), rtol=2e-6, atol=2e-6)
+
+
 @pytest.mark.parametrize(
     ("kind", "capability", "want"),
     [("avx2", "AVX2", 2), ("avx2", "DEFAULT", 1), ("avx", "DEFAULT", 1), ("older", "DEFAULT", 0)],

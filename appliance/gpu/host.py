@@ -35,6 +35,7 @@ SIGNATURES = {
     "pb_host_muon_momentum": [_P, _P, _P, _L, _F, _I],
     "pb_host_muon_apply": [_P, _P, _L, _P, _I],
     "pb_host_lstm_gates": [_P, _P, _P, _L, _P, _P, _I, _I, _I, _I],
+    "pb_host_lstm_gates_bf16": [_P, _P, _P, _L, _P, _P, _I, _I, _I, _I],
 }
 
 
@@ -180,20 +181,30 @@ def lstm_gates(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The LSTM cell's output from its pre-activations: ``gates [B, 4H]`` (torch's i, f, g, o order,
     both products in), ``bias [4H]`` (both biases' sum; none: zero) and ``c [B, H]`` -> ``(h, c')``,
-    float32 CPU tensors; the cell's arithmetic to float32 rounding (tests/test_host_kernels.py)."""
+    float32 CPU tensors; the cell's arithmetic to float32 rounding (tests/test_host_kernels.py).
+    ``gates`` may be bfloat16 (the bf16 rollout's product): read as it is where the AVX2 build runs,
+    the same results as on ``gates.float()``, which other builds are given."""
+    if gates.dtype not in (torch.float32, torch.bfloat16) or c.dtype != torch.float32:
+        raise ValueError(
+            f"lstm_gates: gates {gates.dtype} and c {c.dtype}; it takes float32 or bfloat16 gates and "
+            "a float32 c"
+        )
+    if gates.dtype == torch.bfloat16 and simd_level() < 2:
+        gates = gates.float()
     gates = gates.contiguous()
     if c.stride(1) != 1:
         c = c.contiguous()
     batch, hidden = c.shape
-    bias = torch.zeros(4 * hidden) if bias is None else bias.contiguous()
+    bias = torch.zeros(4 * hidden) if bias is None else bias.float().contiguous()
     if bias.shape != (4 * hidden,) or gates.shape != (batch, 4 * hidden):
         raise ValueError(
             f"lstm_gates: gates {tuple(gates.shape)}, bias {tuple(bias.shape)} and c {tuple(c.shape)} "
             f"do not fit one cell of {hidden} units (gates [B, {4 * hidden}], bias [{4 * hidden}])"
         )
     h_out, c_out = torch.empty(batch, hidden), torch.empty(batch, hidden)
+    name = "pb_host_lstm_gates_bf16" if gates.dtype == torch.bfloat16 else "pb_host_lstm_gates"
     _call(
-        "pb_host_lstm_gates", _ptr(gates), _ptr(bias), _ptr(c), c.stride(0), _ptr(h_out), _ptr(c_out),
+        name, _ptr(gates), _ptr(bias), _ptr(c), c.stride(0), _ptr(h_out), _ptr(c_out),
         batch, hidden, simd_level(),
     )  # fmt: skip
     return h_out, c_out

@@ -56,7 +56,8 @@ class LSTM(nn.LSTM):
     def _bf16_step(self, x: torch.Tensor, state: State) -> State:
         """The cell in bfloat16 for the CPU rollout (its bf16 weights, or autocast's): ``[x, h]``
         against both weights in one bf16 product (one GEMM of twice the depth), then the biases and
-        the gate math in float32 in one pass, ``host.lstm_gates`` (torch ops without the extension).
+        the gate math in float32 in one pass, ``host.lstm_gates``, which widens the bf16 product as
+        it reads it (torch ops on a float32 copy without the extension).
         ``c`` comes out in float32, as ``h`` does under autocast: the cell state keeps its precision
         from step to step, where the cell under autocast takes it in bf16. Within bf16 rounding of
         the float32 cell (tests/test_cores.py); its speed: docs/lab/cpu-speed.md."""
@@ -64,8 +65,11 @@ class LSTM(nn.LSTM):
         cell = self.cell
         bf16 = torch.bfloat16
         weight = torch.cat([cell.weight_ih, cell.weight_hh], 1).to(bf16).t().contiguous()
-        gates = torch.mm(torch.cat([x.to(bf16), h.to(bf16)], 1), weight).float()
-        h, c = self._gate_pass(gates, c.float(), cell.bias_ih.float() + cell.bias_hh.float())
+        gates = torch.mm(torch.cat([x.to(bf16), h.to(bf16)], 1), weight)
+        bias = cell.bias_ih.float() + cell.bias_hh.float()
+        c = c.float()
+        # the extension reads the bf16 product as it is; torch's ops take it widened
+        h, c = self._gate_pass(gates if host.use_host(c) else gates.float(), c, bias)
         # without autocast the next layer's bf16 weights take h in their dtype
         return (h, c) if torch.is_autocast_enabled("cpu") else (h.to(x.dtype), c)
 
@@ -84,9 +88,10 @@ class LSTM(nn.LSTM):
         return self._gate_pass(gates, c, bias)
 
     def _gate_pass(self, gates: torch.Tensor, c: torch.Tensor, bias: torch.Tensor) -> State:
-        """``(h, c')`` from float32 pre-activations ``gates [B, 4H]`` (both products in), the cell
-        state and both biases' sum: ``host.lstm_gates``, or torch ops in place without it."""
-        if host.use_host(gates, c):
+        """``(h, c')`` from pre-activations ``gates [B, 4H]`` (both products in; float32, or bf16 for
+        the extension), the float32 cell state and both biases' sum: ``host.lstm_gates``, or torch
+        ops in place without it."""
+        if host.use_host(c) and gates.dtype in (torch.float32, torch.bfloat16):
             return host.lstm_gates(gates, c, bias)
         gates += bias
         n = self.hidden_size
