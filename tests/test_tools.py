@@ -353,6 +353,18 @@ def test_perturb_run_is_the_plain_run_to_its_epoch_and_another_after(tmp_path):
     assert same(1) and not same(2)
 
 
+def test_train_ab_calls_windows_with_the_hypervisors_steal_busy():
+    """A window whose vCPUs the hypervisor gave away (0.37-0.50 cores of 2 in every window of one
+    comparison) was reported idle, as only other processes' load was checked."""
+    ab = tool("train_ab")
+    quiet = {"others_cores": 0.0, "steal_cores": 0.0}
+    assert ab.busy_reason({"A": [quiet], "B": [quiet]}) is None
+    stolen = ab.busy_reason({"A": [quiet], "B": [{"others_cores": 0.01, "steal_cores": 0.46}]})
+    assert stolen is not None and "the hypervisor stole" in stolen and "other processes" not in stolen
+    both = ab.busy_reason({"A": [{"others_cores": 0.9, "steal_cores": 0.3}], "B": [{"others_cores": None}]})
+    assert both is not None and "other processes were busy" in both and "the hypervisor stole" in both
+
+
 def test_train_ab_gives_each_variant_its_own_train_options_and_both_the_shared_ones(tmp_path, monkeypatch):
     """--a-arg/--b-arg reach their own side's windows alone (the rounds alternate sides, so a mix-up
     would time A's size as B's), --train-arg both, and the report names them. Without revisions no

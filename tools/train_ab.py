@@ -138,6 +138,22 @@ def window(
             "steal_cores": load.get("steal_cores")}  # fmt: skip
 
 
+def busy_reason(windows: dict[str, list[dict]]) -> str | None:
+    """Why the windows do not make an idle figure, by the noise guard's thresholds: other processes'
+    load or the hypervisor's steal (a vCPU given to another guest slows a window as much) over its
+    limit in any window; None where neither was."""
+    from appliance.measure.noise import thresholds
+
+    limits = dict(zip(("others_cores", "steal_cores"), thresholds(), strict=True))
+    words = {"others_cores": "other processes were busy", "steal_cores": "the hypervisor stole CPU time"}
+    reasons = []
+    for key, limit in limits.items():
+        seen = [w[key] for ws in windows.values() for w in ws if w.get(key) is not None]
+        if seen and max(seen) > limit:
+            reasons.append(f"{words[key]} (up to {max(seen):.2f} cores, the limit {limit:.2f})")
+    return "; ".join(reasons) or None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = tool_cli.Parser(description=__doc__.splitlines()[0])
     ap.add_argument("env")
@@ -169,7 +185,6 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
     }
     sys.path.insert(0, str(REPO))
     from appliance.errors import ApplianceError
-    from appliance.measure.noise import thresholds
     from appliance.safe_files import check_output, write_or_keep
     from appliance.sysinfo import fingerprint
 
@@ -194,7 +209,8 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
                 )
                 windows[side].append(w)
                 print(f"round {r + 1}/{a.rounds} {side}: {w['sps']:,.0f} agent-steps/s "
-                      f"(others' load {w['others_cores'] or 0:.2f} cores)", flush=True)  # fmt: skip
+                      f"(others' load {w['others_cores'] or 0:.2f} cores, the hypervisor's steal "
+                      f"{w.get('steal_cores') or 0:.2f})", flush=True)  # fmt: skip
     finally:
         for side in ("A", "B"):
             if commits[side] is not None:
@@ -206,8 +222,8 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
         if any(commits.values()):  # only worktrees need git: a machine without it times variants too
             subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], capture_output=True)
     ratios = [b["sps"] / a_["sps"] for a_, b in zip(windows["A"], windows["B"], strict=True)]
-    others = [w["others_cores"] for ws in windows.values() for w in ws if w["others_cores"] is not None]
-    busy = bool(others) and max(others) > thresholds()[0]
+    why_busy = busy_reason(windows)
+    busy = why_busy is not None
     result = {
         "command": "python tools/train_ab.py " + shlex.join(sys.argv[1:] if argv is None else argv),
         "env": a.env, "variants": variants, "commits": commits, "train_args": train_args, "variant_args": own_args, "stop_steps": a.stop_steps,
@@ -221,7 +237,7 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> None:
     except ApplianceError as e:
         raise SystemExit(f"error: {e}") from None
     print(f"B/A per round {', '.join(f'{x:.3f}' for x in ratios)}; median {result['median_ratio']:.3f}"
-          f"{' (other processes were busy: not an idle figure)' if busy else ''}; wrote {a.out}")  # fmt: skip
+          f"{f' ({why_busy}: not an idle figure)' if busy else ''}; wrote {a.out}")  # fmt: skip
 
 
 if __name__ == "__main__":
