@@ -365,6 +365,14 @@ def test_train_ab_calls_windows_with_the_hypervisors_steal_busy():
     assert both is not None and "other processes were busy" in both and "the hypervisor stole" in both
 
 
+def test_pufferlib_peer_speed_windows_warn_of_the_hypervisors_steal():
+    peer = tool("pufferlib_peer")
+    quiet = {"others_cores": 0.0, "steal_cores": 0.0}
+    assert peer.busy_warnings([quiet, {"others_cores": None}], (0.25, 0.10)) == []
+    warnings = peer.busy_warnings([quiet, {"others_cores": 0.01, "steal_cores": 0.5}], (0.25, 0.10))
+    assert len(warnings) == 1 and warnings[0].startswith("the hypervisor stole up to 0.50 cores")
+
+
 def test_train_ab_gives_each_variant_its_own_train_options_and_both_the_shared_ones(tmp_path, monkeypatch):
     """--a-arg/--b-arg reach their own side's windows alone (the rounds alternate sides, so a mix-up
     would time A's size as B's), --train-arg both, and the report names them. Without revisions no

@@ -1142,12 +1142,20 @@ def speed(cache: Path, env: str, rounds: int, seconds: float, warmup: float, out
     ]
     report.add(f"train_sps_ratio/{env}/puffer-bench_over_{system}", ratios, "x", "higher", env=env)
     report.data["analysis"]["speed_checks"] = checks
-    others = [c["others_cores"] for c in checks if c["others_cores"] is not None]
-    if others and max(others) > noise.thresholds()[0]:
-        report.warn(
-            f"other processes used up to {max(others):.2f} cores during the windows: figures are not idle ones"
-        )
+    for warning in busy_warnings(checks, noise.thresholds()):
+        report.warn(warning)
     return report.data
+
+
+def busy_warnings(checks: list[dict], limits: tuple[float, float]) -> list[str]:
+    """The speed windows' noise by the noise guard's (others, steal) limits: other processes' load
+    and the hypervisor's steal, each a warning where some window passed its limit."""
+    out = []
+    for key, limit, who in (("others_cores", limits[0], "other processes used"), ("steal_cores", limits[1], "the hypervisor stole")):  # fmt: skip
+        seen = [c[key] for c in checks if c.get(key) is not None]
+        if seen and max(seen) > limit:
+            out.append(f"{who} up to {max(seen):.2f} cores during the windows: figures are not idle ones")
+    return out
 
 
 # ---------------------------------------------------------------------- config
