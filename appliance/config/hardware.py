@@ -348,7 +348,7 @@ CPU_KIND_WORDS = {
     "bf16": "AVX512-BF16 or AMX",
     "avx512": "AVX-512, no bf16 units",
     "avx2": "AVX2, no AVX-512",
-    "avx": "AVX, no AVX2: an x86 CPU of about 2011-2014",
+    "avx": "AVX, no AVX2: an x86 CPU of about 2011-2014, where MKL runs its SSE4.2 code",
     "older": "no AVX: SSE4 at most, or not x86",
 }
 
