@@ -299,8 +299,8 @@ inline __m128 sse_exp(__m128 x) {
 }
 void gates_sse2(const float* gates, const float* bias, const float* c, i64 ldc, float* h_out,
                 float* c_out, int hidden, i64 lo, i64 hi) {
-  PB_GATES_BODY(__m128, 4, _mm_loadu_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_set1_ps, _mm_add_ps, _mm_sub_ps,
-                _mm_mul_ps, sse_fmadd, _mm_div_ps, sse_exp, gates_scalar)
+  PB_GATES_BODY(__m128, 4, _mm_loadu_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_set1_ps, _mm_add_ps,
+                _mm_sub_ps, _mm_mul_ps, sse_fmadd, _mm_div_ps, sse_exp, gates_scalar)
 }
 
 // AVX2 with FMA.

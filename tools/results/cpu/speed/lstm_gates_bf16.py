@@ -3,7 +3,7 @@
 torch at two intra-op threads) with its bf16 product widened to a float32 copy before the gate pass
 (the step until this change) and read as it is by the gate pass (the lstm core's step now), in turns;
 then the gate pass alone both ways. The two give the same ``h`` and ``c`` to the bit.
-docs/lab/cpu-speed.md, "The gate pass reads the bf16 product".
+docs/lab/cpu-speed.md, "The avx kind on an Intel host, and the gate pass reads the bf16 product".
 
     python tools/results/cpu/speed/lstm_gates_bf16.py [--rounds 5] [--calls 50]
 """
