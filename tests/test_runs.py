@@ -527,6 +527,39 @@ EARLY = (
 )
 
 
+CTRL_C_IN_AN_IMPORT = """
+import os, signal, sys
+
+class SendsCtrlC:  # Ctrl-C in the middle of the command line's imports, as on a slow machine
+    def find_spec(self, name, path=None, target=None):
+        if name == "appliance.cli.bench":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, SendsCtrlC())
+sys.argv = ["puffer-bench", *sys.argv[1:]]
+from appliance.cli import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_command_line_is_imported_is_one_line(tmp_path):
+    """A Ctrl-C 0.5 s after ``train`` started landed in the imports of appliance.cli on a slow host,
+    before the command line had its handler: a KeyboardInterrupt traceback. Now it is held until the
+    imports are done and answered in one line."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CTRL_C_IN_AN_IMPORT, "train", "squared", "--no-dashboard",
+         "--train.data-dir", str(tmp_path), "--train.total-timesteps", "1e9"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in proc.stderr and "Aborted" not in proc.stderr, proc.stderr
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        EARLY + r"|error: interrupted \(SIGINT\) before the command started: nothing was done", last
+    ), proc.stderr
+
+
 @pytest.mark.slow
 @needs_two_cores
 @pytest.mark.parametrize("delay", [0.5, 2.0, 5.0])

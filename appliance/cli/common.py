@@ -24,6 +24,23 @@ class _Group(click.Group):
     """A click group that turns ApplianceError, bad option values and Ctrl-C into a one-line message
     and an exit code (2 for a bad value, as click gives it, without the usage text; 128 + the signal)."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        """The group's own options parsed: a Ctrl-C held while the command line was imported may land
+        here, which click would answer with a bare "Aborted!"."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt as e:
+            import signal
+            import sys
+
+            signum = getattr(e, "signum", signal.SIGINT)
+            click.echo(
+                f"error: interrupted ({signal.Signals(signum).name}) before the command started: "
+                "nothing was done",
+                err=True,
+            )
+            sys.exit(128 + signum)
+
     def invoke(self, ctx: click.Context) -> Any:
         hide_in_process_title()  # what ps shows of a --storage URL's password
         _never_fail_to_print()
