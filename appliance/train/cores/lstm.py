@@ -66,10 +66,7 @@ class LSTM(nn.LSTM):
         bf16 = torch.bfloat16
         weight = torch.cat([cell.weight_ih, cell.weight_hh], 1).to(bf16).t().contiguous()
         gates = torch.mm(torch.cat([x.to(bf16), h.to(bf16)], 1), weight)
-        bias = cell.bias_ih.float() + cell.bias_hh.float()
-        c = c.float()
-        # the extension reads the bf16 product as it is; torch's ops take it widened
-        h, c = self._gate_pass(gates if host.use_host(c) else gates.float(), c, bias)
+        h, c = self._gate_pass(gates, c.float(), cell.bias_ih.float() + cell.bias_hh.float())
         # without autocast the next layer's bf16 weights take h in their dtype
         return (h, c) if torch.is_autocast_enabled("cpu") else (h.to(x.dtype), c)
 
@@ -88,11 +85,12 @@ class LSTM(nn.LSTM):
         return self._gate_pass(gates, c, bias)
 
     def _gate_pass(self, gates: torch.Tensor, c: torch.Tensor, bias: torch.Tensor) -> State:
-        """``(h, c')`` from pre-activations ``gates [B, 4H]`` (both products in; float32, or bf16 for
-        the extension), the float32 cell state and both biases' sum: ``host.lstm_gates``, or torch
-        ops in place without it."""
-        if host.use_host(c) and gates.dtype in (torch.float32, torch.bfloat16):
+        """``(h, c')`` from pre-activations ``gates [B, 4H]`` (both products in; float32 or bf16),
+        the float32 cell state and both biases' sum: ``host.lstm_gates``, which reads either, or
+        without it torch ops in place on float32 gates."""
+        if host.use_host(c):
             return host.lstm_gates(gates, c, bias)
+        gates = gates.float()  # a bf16 product widened (float32: itself)
         gates += bias
         n = self.hidden_size
         gates[:, : 2 * n].sigmoid_()  # input and forget gates
