@@ -242,6 +242,89 @@ inline void gates_scalar(const uint16_t* g, const float* bias, const float* cp, 
 }
 }  // namespace
 
+namespace {
+
+// The largest int16 magnitude for a depth of `depth`: depth * limit^2 sums stay inside int32.
+int i16_limit(int depth) {
+  const double q = std::floor(std::sqrt(2147483647.0 / (depth > 0 ? depth : 1)));
+  return q > 16383 ? 16383 : (int)q;
+}
+
+// n values to int16 at a scale that maps their largest magnitude to `limit` (zero-padded to
+// `depth`); *scale is the value of one step (0 for an all-zero row, NaN if any is not finite).
+void i16_quantize(const float* src, int n, int depth, int limit, int16_t* dst, float* scale) {
+  float m = 0.0f;
+  bool finite = true;
+  int j = 0;
+#if PB_X86
+  // four lanes at a time (SSE2, every x86-64 CPU): the magnitude's maximum, and whether any lane
+  // is NaN or infinite (x - x is NaN exactly then)
+  const __m128 sign = _mm_set1_ps(-0.0f);
+  __m128 vmax = _mm_setzero_ps(), bad = _mm_setzero_ps();
+  for (; j + 4 <= n; j += 4) {
+    const __m128 v = _mm_loadu_ps(src + j);
+    vmax = _mm_max_ps(vmax, _mm_andnot_ps(sign, v));
+    bad = _mm_or_ps(bad, _mm_cmpunord_ps(_mm_sub_ps(v, v), _mm_sub_ps(v, v)));
+  }
+  alignas(16) float lanes[4];
+  _mm_store_ps(lanes, vmax);
+  for (float l : lanes) m = l > m ? l : m;
+  finite = _mm_movemask_ps(bad) == 0;
+#endif
+  for (; j < n; ++j) {
+    const float a = std::fabs(src[j]);
+    finite &= src[j] - src[j] == 0.0f;
+    m = a > m ? a : m;
+  }
+  if (!finite || m == 0.0f) {
+    *scale = finite ? 0.0f : NAN;
+    std::memset(dst, 0, sizeof(int16_t) * depth);
+    return;
+  }
+  const float inv = (float)limit / m;
+  *scale = m / (float)limit;
+  j = 0;
+#if PB_X86
+  // round to nearest (the default MXCSR mode) and pack eight at a time; |value| <= limit < 2^15
+  const __m128 vinv = _mm_set1_ps(inv);
+  for (; j + 8 <= n; j += 8) {
+    const __m128i lo = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(src + j), vinv));
+    const __m128i hi = _mm_cvtps_epi32(_mm_mul_ps(_mm_loadu_ps(src + j + 4), vinv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j), _mm_packs_epi32(lo, hi));
+  }
+#endif
+  for (; j < n; ++j) dst[j] = (int16_t)std::nearbyint(src[j] * inv);
+  for (; j < depth; ++j) dst[j] = 0;
+}
+
+// One operand of the products, quantized: `rows` [n_rows, depth] (depth even, zero-padded) with a
+// scale a row, and the weights packed [depth / 2, cols, 2] with a scale a column.
+struct I16Part {
+  const int16_t* rows;
+  const float* row_scale;
+  const int16_t* packed;
+  const float* col_scale;
+  int depth;
+};
+
+// Weights w [n_out, k] (row-major) packed as [depth / 2, cols, 2]: for each pair of depths, each
+// column's two values side by side; columns past n_out and depths past k are zero.
+void i16_pack_weights(const float* w, int k, int depth, int n_out, int cols, int limit,
+                      int16_t* packed, float* col_scale) {
+  std::vector<int16_t> row(depth);
+  std::memset(packed, 0, sizeof(int16_t) * (size_t)depth * cols);
+  for (int c = 0; c < cols; ++c) {
+    if (c >= n_out) {
+      col_scale[c] = 0.0f;
+      continue;
+    }
+    i16_quantize(w + (i64)c * k, k, depth, limit, row.data(), &col_scale[c]);
+    for (int d = 0; d < depth; ++d) packed[((i64)(d / 2) * cols + c) * 2 + d % 2] = row[d];
+  }
+}
+
+}  // namespace
+
 #if PB_X86
 namespace {
 
@@ -358,6 +441,108 @@ PB_AVX void gates_avx(const float* gates, const float* bias, const float* c, i64
                 gates_scalar)
 }
 
+// The rollout's LSTM products in 16-bit integers (pb_host_lstm_products_i16, below), in blocks of
+// four rows by 2W columns, W int32 lanes a vector. A block's rows are first written out as
+// broadcasts (each pair of int16 values repeated across a vector, once a row block, read by all its
+// column blocks); the packed weights hold, for each pair of depths, the columns' two values side by
+// side, so one multiply-add (pmaddwd) sums two depths of W columns, and its row operand comes from
+// memory. Each part (x, then h) has its own scales:
+// out = sum_x * sx[row] * wx[col] + sum_h * sh[row] * wh[col].
+#define PB_I16_KERNEL(VI, VF, W, LOADI, LOADA, MADD, ADDI, ZEROI, CVT, MULF, ADDF, LOADF,        \
+                      SET1F, STOREF)                                                                  \
+  const I16Part* parts[2] = {&px, &ph};                                                               \
+  std::vector<int32_t> bcast((size_t)4 * (px.depth + ph.depth) / 2 * W);                               \
+  for (i64 i0 = lo; i0 < hi; i0 += 4) {                                                               \
+    const int rows = hi - i0 < 4 ? int(hi - i0) : 4;                                                  \
+    i64 row[4];                                                                                       \
+    for (int r = 0; r < 4; ++r) row[r] = i0 - lo + (r < rows ? r : 0);                                \
+    int32_t* bc = bcast.data();                                                                       \
+    for (const I16Part* q : parts)                                                                    \
+      for (int p = 0; p < q->depth / 2; ++p)                                                          \
+        for (int r = 0; r < 4; ++r, bc += W) {                                                        \
+          const int32_t pair = reinterpret_cast<const int32_t*>(q->rows + row[r] * q->depth)[p];      \
+          for (int l = 0; l < W; ++l) bc[l] = pair;                                                   \
+        }                                                                                             \
+    for (int n = 0; n < cols; n += 2 * W) {                                                           \
+      VF out[4][2];                                                                                   \
+      const int32_t* b = bcast.data();                                                                \
+      for (int part = 0; part < 2; ++part) {                                                          \
+        const I16Part& q = *parts[part];                                                              \
+        const int pairs = q.depth / 2;                                                                \
+        VI acc[4][2];                                                                                 \
+        for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = ZEROI();                                  \
+        const int16_t* w = q.packed + 2 * n;                                                          \
+        for (int p = 0; p < pairs; ++p, w += 2 * cols, b += 4 * W) {                                  \
+          const VI w0 = LOADI(w), w1 = LOADI(w + 2 * W);                                              \
+          for (int r = 0; r < 4; ++r) {                                                               \
+            acc[r][0] = ADDI(acc[r][0], MADD(LOADA(b + r * W), w0));                                  \
+            acc[r][1] = ADDI(acc[r][1], MADD(LOADA(b + r * W), w1));                                  \
+          }                                                                                           \
+        }                                                                                             \
+        const VF s0 = LOADF(q.col_scale + n), s1 = LOADF(q.col_scale + n + W);                        \
+        for (int r = 0; r < 4; ++r) {                                                                 \
+          const VF rs = SET1F(q.row_scale[row[r]]);                                                   \
+          const VF f0 = MULF(MULF(CVT(acc[r][0]), s0), rs), f1 = MULF(MULF(CVT(acc[r][1]), s1), rs);  \
+          out[r][0] = part == 0 ? f0 : ADDF(out[r][0], f0);                                           \
+          out[r][1] = part == 0 ? f1 : ADDF(out[r][1], f1);                                           \
+        }                                                                                             \
+      }                                                                                               \
+      alignas(32) float tile[2 * W];                                                                  \
+      for (int r = 0; r < rows; ++r) {                                                                \
+        const bool whole = n + 2 * W <= n_out;                                                        \
+        float* o = whole ? gates + (i0 + r) * n_out + n : tile;                                       \
+        STOREF(o, out[r][0]);                                                                         \
+        STOREF(o + W, out[r][1]);                                                                     \
+        if (!whole)                                                                                   \
+          for (int j = n; j < n_out; ++j) gates[(i0 + r) * n_out + j] = tile[j - n];                  \
+      }                                                                                               \
+    }                                                                                                 \
+  }
+
+inline __m128i i16_load128(const int16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+// the broadcasts' buffer is malloc's (16-byte aligned) and read at multiples of 16 bytes
+inline __m128i i16_load128a(const int32_t* p) { return _mm_load_si128(reinterpret_cast<const __m128i*>(p)); }
+void i16_sse2(const I16Part& px, const I16Part& ph, float* gates, int n_out, int cols, i64 lo,
+              i64 hi) {
+  constexpr int W = 4;
+  PB_I16_KERNEL(__m128i, __m128, W, i16_load128, i16_load128a, _mm_madd_epi16,
+                _mm_add_epi32, _mm_setzero_si128, _mm_cvtepi32_ps, _mm_mul_ps, _mm_add_ps,
+                _mm_loadu_ps, _mm_set1_ps, _mm_storeu_ps)
+}
+
+PB_AVX2 inline __m256i i16_load256(const int16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+PB_AVX2 inline __m256i i16_load256a(const int32_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+PB_AVX2 void i16_avx2(const I16Part& px, const I16Part& ph, float* gates, int n_out, int cols,
+                      i64 lo, i64 hi) {
+  constexpr int W = 8;
+  PB_I16_KERNEL(__m256i, __m256, W, i16_load256, i16_load256a, _mm256_madd_epi16,
+                _mm256_add_epi32, _mm256_setzero_si256, _mm256_cvtepi32_ps, _mm256_mul_ps,
+                _mm256_add_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_storeu_ps)
+}
+
+}  // namespace
+#endif
+
+#if !PB_X86
+namespace {
+void i16_scalar(const I16Part& px, const I16Part& ph, float* gates, int n_out, int cols, i64 lo,
+                i64 hi) {
+  for (i64 i = lo; i < hi; ++i)
+    for (int c = 0; c < n_out; ++c) {
+      float total = 0.0f;
+      for (const I16Part* q : {&px, &ph}) {
+        const int16_t* a = q->rows + (i - lo) * q->depth;
+        int32_t sum = 0;
+        for (int d = 0; d < q->depth; ++d) sum += (int32_t)a[d] * q->packed[((i64)(d / 2) * cols + c) * 2 + d % 2];
+        total += (float)sum * q->col_scale[c] * q->row_scale[i - lo];
+      }
+      gates[i * n_out + c] = total;
+    }
+}
 }  // namespace
 #endif
 
@@ -413,6 +598,48 @@ void pb_host_lstm_gates_bf16(const uint16_t* gates, const float* bias, const flo
       for (int j = 0; j < hidden; ++j)
         gates_scalar(gates + b * 4 * hidden, bias, c + b * ldc, h_out + b * hidden,
                      c_out + b * hidden, hidden, j);
+  });
+}
+
+
+// The CPU rollout's LSTM products in 16-bit integers: gates [batch, 4 * hidden] (float32, no
+// biases) = x [batch, in] @ w_ih^T + h [batch, hidden] @ w_hh^T, the weights in torch's layout
+// ([4 * hidden, in] and [4 * hidden, hidden], row-major). Each row of x and of h, and each weight
+// row (a gate unit), is scaled so that its largest magnitude maps to the part's limit, rounded to
+// int16 and summed in int32 (pmaddwd: two depths a multiply-add), then scaled back: about 1e-4 of
+// the largest term (tests/test_host_kernels.py). A row or weight with a NaN or infinity gives NaN
+// in the gates it reaches. The AVX2 build (isa 2) runs eight int32 lanes, the SSE2 build four.
+void pb_host_lstm_products_i16(const float* x, long long ldx, const float* h, long long ldh,
+                               const float* w_ih, const float* w_hh, float* gates, int batch,
+                               int in, int hidden, int isa, int threads) {
+  const int n_out = 4 * hidden;
+  const bool wide = isa >= 2 && pb_host_lstm_gates_isa() >= 2;
+  const int block = wide ? 16 : 8;
+  const int cols = (n_out + block - 1) / block * block;
+  const int dx = in + (in & 1), dh = hidden + (hidden & 1);
+  const int lx = i16_limit(dx), lh = i16_limit(dh);
+  std::vector<int16_t> wx((size_t)dx * cols), wh((size_t)dh * cols);
+  std::vector<float> cx(cols), ch(cols);
+  i16_pack_weights(w_ih, in, dx, n_out, cols, lx, wx.data(), cx.data());
+  i16_pack_weights(w_hh, hidden, dh, n_out, cols, lh, wh.data(), ch.data());
+  split_rows(batch, threads, 256, [&](i64 lo, i64 hi) {
+    const i64 n = hi - lo;
+    std::vector<int16_t> qx((size_t)n * dx), qh((size_t)n * dh);
+    std::vector<float> rx(n), rh(n);
+    for (i64 i = 0; i < n; ++i) {
+      i16_quantize(x + (lo + i) * ldx, in, dx, lx, qx.data() + i * dx, &rx[i]);
+      i16_quantize(h + (lo + i) * ldh, hidden, dh, lh, qh.data() + i * dh, &rh[i]);
+    }
+    const I16Part px{qx.data(), rx.data(), wx.data(), cx.data(), dx};
+    const I16Part ph{qh.data(), rh.data(), wh.data(), ch.data(), dh};
+#if PB_X86
+    if (wide)
+      i16_avx2(px, ph, gates, n_out, cols, lo, hi);
+    else
+      i16_sse2(px, ph, gates, n_out, cols, lo, hi);
+#else
+    i16_scalar(px, ph, gates, n_out, cols, lo, hi);
+#endif
   });
 }
 

@@ -120,6 +120,49 @@ def test_lstm_core_host_step_is_the_cell_at_the_rollouts_sizes(monkeypatch):
     assert calls == [1]
 
 
+def test_lstm_core_int16_step_is_the_cell_within_the_products_rounding():
+    """``train.rollout_int16``: the float32 CPU rollout's step with its products in int16 stays
+    within about 1e-3 of the cell (the gates' bound, tests/test_host_kernels.py), and the update's
+    forward (gradients on) is the cell exactly; a trainer turns it on only for a float32 CPU run."""
+    import warnings
+
+    from conftest import small_config
+
+    from appliance import vector
+    from appliance.gpu import host
+    from appliance.train import Trainer
+
+    if not host.available():
+        pytest.skip("appliance._hostkernels is not built")
+    torch.manual_seed(0)
+    core = LSTM(64)
+    core.rollout_int16 = True
+    x, state = torch.randn(515, 64) * 2, (torch.rand(515, 64) * 2 - 1, torch.randn(515, 64))
+    with torch.no_grad():
+        want = core.cell(x, state)
+        h, (_, c_next) = core.step(x, state)
+    assert not torch.equal(h, want[0])  # the int16 products, not the float32 ones
+    torch.testing.assert_close((h, c_next), want, rtol=0, atol=2e-3)
+    assert torch.equal(core.step(x, state)[0], core.cell(x, state)[0])  # with gradients: the cell
+    for precision, on in (("float32", True), ("bfloat16", False)):
+        cfg = small_config(
+            "squared",
+            "--policy.core",
+            "lstm",
+            "--train.rollout-int16",
+            "true",
+            "--train.precision",
+            precision,
+        )
+        vec = vector.make_from_config(cfg)
+        try:
+            with warnings.catch_warnings():  # bf16 on a CPU without bf16 units warns; not the point here
+                warnings.simplefilter("ignore")
+                assert Trainer(cfg, vec).policy.core.rollout_int16 is on
+        finally:
+            vec.close()
+
+
 def test_lstm_core_bf16_step_keeps_the_cell_state_in_float32(monkeypatch):
     """The bf16 CPU rollout's step (the rollout's bf16 copy of the weights under autocast, as
     ``Trainer.policy_step`` runs it): one bf16 product of ``[x, h]`` and the gates in float32 through

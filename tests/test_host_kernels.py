@@ -314,3 +314,64 @@ def test_lstm_gates_add_the_bias_to_every_row(simd: int, monkeypatch) -> None:
     torch.testing.assert_close((h.double(), c_new.double()), (exact_h, exact_c), rtol=0, atol=2e-6)
     with pytest.raises(ValueError, match="do not fit one cell of 13 units"):
         host.lstm_gates(gates, c, bias[:-1])
+
+
+def _i16_bound(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The most the int16 products may be off from ``a @ w.T`` in each element: with a row scaled
+    so that its largest magnitude A is the limit q, and a weight row's W likewise, each of the depth
+    K's terms is off by at most A W / q (half a step of each factor, and their product), so the sum
+    by K A W / q; float32 rounding of the scaling adds a hair (the 1 % margin)."""
+    depth = a.shape[1] + a.shape[1] % 2
+    q = min(16383.0, float(int(((2**31 - 1) / depth) ** 0.5)))
+    rows, cols = a.abs().amax(1, keepdim=True), w.abs().amax(1)[None, :]
+    return 1.01 * depth * rows * cols / q + 1e-6 * rows * cols
+
+
+@pytest.mark.parametrize("simd", [2, 1, 0], ids=["avx2", "avx", "sse2"])
+@pytest.mark.parametrize("batch,inputs,hidden", [(1029, 64, 64), (7, 5, 3), (33, 118, 96), (4, 2, 1)])
+def test_int16_lstm_products_are_the_float_products_within_their_rounding(
+    threads: int, simd: int, batch: int, inputs: int, hidden: int, monkeypatch
+) -> None:
+    """``x @ w_ih.T + h @ w_hh.T`` in 16-bit integers, every build, split over threads at rows that
+    are not a multiple of the kernel's four, odd depths (zero-padded) and gate counts that are not a
+    multiple of its column block: each element within the quantization's bound of the float64
+    product, where rows and weights of very different magnitudes share a call."""
+    if simd > host.widest_simd():
+        pytest.skip("this CPU has no such SIMD build (AVX2 and FMA: 2, AVX: 1)")
+    monkeypatch.setattr(host, "simd_level", lambda: simd)
+    g = torch.Generator().manual_seed(batch + inputs)
+    scale = torch.tensor([1e-3, 1.0, 30.0])
+    x = torch.randn(batch, inputs, generator=g) * scale[torch.randint(3, (batch, 1), generator=g)]
+    h = torch.rand(batch, hidden, generator=g) * 2 - 1
+    w_ih = (
+        torch.randn(4 * hidden, inputs, generator=g) * scale[torch.randint(3, (4 * hidden, 1), generator=g)]
+    )
+    w_hh = torch.randn(4 * hidden, hidden, generator=g) * 0.3
+    x[0] = 0.0  # an all-zero row: its part adds nothing
+    exact = x.double() @ w_ih.double().T + h.double() @ w_hh.double().T
+    got = host.lstm_products_i16(x, h, w_ih, w_hh)
+    assert got.shape == (batch, 4 * hidden)
+    bound = _i16_bound(x.double(), w_ih.double()) + _i16_bound(h.double(), w_hh.double())
+    assert ((got.double() - exact).abs() <= bound).all(), ((got.double() - exact).abs() / bound).max()
+    # and far nearer than the bound on typical rows: the rounding errors cancel
+    assert (got.double() - exact).abs().max() <= 1e-3 * exact.abs().max()
+    wide = torch.cat([x, torch.randn(batch, 3, generator=g)], 1)  # x at a row stride of its own
+    assert torch.equal(host.lstm_products_i16(wide[:, :inputs], h, w_ih, w_hh), got)
+
+
+def test_int16_lstm_products_keep_nan_and_refuse_bad_input_in_one_line() -> None:
+    """A NaN or infinite input row, or weight row, makes NaN of what it reaches (so the trainer's
+    checks still see it), and nothing else; other dtypes and shapes are refused in one line."""
+    g = torch.Generator().manual_seed(3)
+    x, h = torch.randn(6, 8, generator=g), torch.randn(6, 4, generator=g)
+    w_ih, w_hh = torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)
+    x[1, 2], h[3, 0] = float("nan"), float("inf")
+    w_hh[5, 1] = float("nan")
+    got = host.lstm_products_i16(x, h, w_ih, w_hh)
+    assert got[1].isnan().all() and got[3].isnan().all() and got[:, 5].isnan().all()
+    others = [r for r in range(6) if r not in (1, 3)]
+    assert torch.isfinite(got[others][:, [c for c in range(16) if c != 5]]).all()
+    with pytest.raises(ValueError, match="float32 CPU tensors only"):
+        host.lstm_products_i16(x.double(), h, w_ih, w_hh)
+    with pytest.raises(ValueError, match="do not fit one cell"):
+        host.lstm_products_i16(x, h, w_ih[:, :7], w_hh)

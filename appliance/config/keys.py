@@ -383,6 +383,12 @@ class TrainConfig(Keys):
         "float32, or bfloat16 (bf16 rollout weights, bf16 autocast over float32 masters); auto: bf16 "
         "where the hardware has it (CUDA sm80+, AVX512-BF16 or AMX)",
     )
+    rollout_int16: bool = key(
+        False,
+        "float32 on a CPU: the lstm core's rollout step takes its two matrix products in 16-bit integers "
+        "(a scale per row and per weight row, sums in int32: about 1e-4 of the float32 product); the "
+        "update stays float32",
+    )
     compile: bool = key(False, "torch.compile the policy's step and sequence")
     engine: EngineMode = key(
         AUTO,

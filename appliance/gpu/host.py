@@ -36,6 +36,7 @@ SIGNATURES = {
     "pb_host_muon_apply": [_P, _P, _L, _P, _I],
     "pb_host_lstm_gates": [_P, _P, _P, _L, _P, _P, _I, _I, _I, _I],
     "pb_host_lstm_gates_bf16": [_P, _P, _P, _L, _P, _P, _I, _I, _I, _I],
+    "pb_host_lstm_products_i16": [_P, _L, _P, _L, _P, _P, _P, _I, _I, _I, _I, _I],
 }
 
 
@@ -208,6 +209,37 @@ def lstm_gates(
         batch, hidden, simd_level(),
     )  # fmt: skip
     return h_out, c_out
+
+
+def lstm_products_i16(
+    x: torch.Tensor, h: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor
+) -> torch.Tensor:
+    """The LSTM cell's two products, ``x @ w_ih.T + h @ w_hh.T`` (``[B, 4H]``, no biases), in 16-bit
+    integers: each row of ``x`` and of ``h`` and each weight row scaled to the int16 range, summed in
+    int32 and scaled back, about 1e-4 of the largest term from the float32 product
+    (tests/test_host_kernels.py). Float32 CPU tensors, the weights in ``nn.LSTMCell``'s layout
+    (``[4H, in]``, ``[4H, H]``). For the float32 CPU rollout (``train.rollout_int16``), where the
+    integer multiply-add sums twice the pairs a float one does (docs/lab/cpu-speed.md)."""
+    tensors = (x, h, w_ih, w_hh)
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
+        raise ValueError(
+            "lstm_products_i16: float32 CPU tensors only, got "
+            + ", ".join(f"{t.dtype} on {t.device}" for t in tensors)
+        )
+    batch, hidden = h.shape
+    if x.shape[0] != batch or w_ih.shape != (4 * hidden, x.shape[1]) or w_hh.shape != (4 * hidden, hidden):
+        raise ValueError(
+            f"lstm_products_i16: x {tuple(x.shape)}, h {tuple(h.shape)}, w_ih {tuple(w_ih.shape)} and "
+            f"w_hh {tuple(w_hh.shape)} do not fit one cell (w_ih [4H, in], w_hh [4H, H])"
+        )
+    x, h = (t if t.stride(1) == 1 else t.contiguous() for t in (x, h))
+    w_ih, w_hh = w_ih.contiguous(), w_hh.contiguous()
+    gates = torch.empty(batch, 4 * hidden)
+    _call(
+        "pb_host_lstm_products_i16", _ptr(x), x.stride(0), _ptr(h), h.stride(0), _ptr(w_ih), _ptr(w_hh),
+        _ptr(gates), batch, x.shape[1], hidden, simd_level(),
+    )  # fmt: skip
+    return gates
 
 
 class Scan:

@@ -39,6 +39,7 @@ from appliance.config.build import batch_for_agents, draws_transitions
 from appliance.errors import ConfigError, TrainingError
 from appliance.gpu import kernels
 from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
+from appliance.train.cores.lstm import LSTM
 from appliance.train.episodes import Episodes
 from appliance.train.exploration import BoxNoise
 from appliance.train.make import make_policy, native_bf16, resolve_device, resolve_precision
@@ -108,6 +109,13 @@ class Trainer:
         # bfloat16: the rollout steps a bfloat16 copy of the weights (refreshed before each rollout);
         # the update trains the float32 master weights under bf16 autocast
         self.rollout_policy = inference_copy(self.policy, torch.bfloat16) if self.amp else self.policy
+        if (
+            hp.rollout_int16
+            and not self.amp
+            and self.device.type == "cpu"
+            and isinstance(self.policy.core, LSTM)
+        ):
+            self.policy.core.rollout_int16 = True
         step = self.rollout_policy.step
         self.forward_step = torch.compile(step) if hp.compile else step
         self.forward_sequence = torch.compile(self.policy.sequence) if hp.compile else self.policy.sequence

@@ -13,6 +13,8 @@ from appliance.train.cores.base import State
 
 class LSTM(nn.LSTM):
     recurrent = True
+    # the float32 CPU rollout's products in int16 (``train.rollout_int16``; the trainer sets it)
+    rollout_int16 = False
 
     def __init__(self, size: int, num_layers: int = 1) -> None:
         if num_layers != 1:
@@ -76,12 +78,16 @@ class LSTM(nn.LSTM):
         faster layout for these shapes; a copy a step, as the update may change the weights in
         place), then the biases and the gate math in one pass, ``host.lstm_gates`` (or, without the
         extension, torch ops in place). The cell's result to float32 rounding (tests/test_cores.py);
-        its speed: docs/lab/cpu-speed.md."""
+        with ``rollout_int16`` the products come from ``host.lstm_products_i16`` instead, in 16-bit
+        integers. Its speed: docs/lab/cpu-speed.md."""
         h, c = state
         cell = self.cell
         bias = cell.bias_ih + cell.bias_hh
-        gates = torch.mm(x, cell.weight_ih.t().contiguous())
-        gates.addmm_(h, cell.weight_hh.t().contiguous())
+        if self.rollout_int16 and host.use_host(x, h, c):
+            gates = host.lstm_products_i16(x, h, cell.weight_ih, cell.weight_hh)
+        else:
+            gates = torch.mm(x, cell.weight_ih.t().contiguous())
+            gates.addmm_(h, cell.weight_hh.t().contiguous())
         return self._gate_pass(gates, c, bias)
 
     def _gate_pass(self, gates: torch.Tensor, c: torch.Tensor, bias: torch.Tensor) -> State:
