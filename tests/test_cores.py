@@ -131,6 +131,7 @@ def test_lstm_core_int16_step_is_the_cell_within_the_products_rounding():
     from appliance import vector
     from appliance.gpu import host
     from appliance.train import Trainer
+    from appliance.train.session import header
 
     if not host.available():
         pytest.skip("appliance._hostkernels is not built")
@@ -158,7 +159,9 @@ def test_lstm_core_int16_step_is_the_cell_within_the_products_rounding():
         try:
             with warnings.catch_warnings():  # bf16 on a CPU without bf16 units warns; not the point here
                 warnings.simplefilter("ignore")
-                assert Trainer(cfg, vec).policy.core.rollout_int16 is on
+                trainer = Trainer(cfg, vec)
+                assert trainer.policy.core.rollout_int16 is on
+                assert ("products in int16" in header(cfg, trainer)) is on  # the run's first line says so
         finally:
             vec.close()
 

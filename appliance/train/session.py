@@ -172,9 +172,12 @@ def header(cfg: Config, trainer: Any) -> str:
     """The run's first line: env, the hardware profile (detected or --gpu) and why, what it gave."""
     from appliance.config import hardware
 
+    precision = trainer.precision
+    if getattr(trainer, "rollout_int16", False):
+        precision += "; the rollout's LSTM products in int16"
     return (
         f"train {cfg.env_name}: {hardware.why(cfg.profile)} (--gpu NAME to change); "
-        f"device {trainer.device} ({trainer.precision}), {trainer.vec.num_agents} agents, batch {trainer.batch_size}, "
+        f"device {trainer.device} ({precision}), {trainer.vec.num_agents} agents, batch {trainer.batch_size}, "
         f"{cfg.policy.core} core, {cfg.train.optimizer}"
     )
 

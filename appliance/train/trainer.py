@@ -109,12 +109,14 @@ class Trainer:
         # bfloat16: the rollout steps a bfloat16 copy of the weights (refreshed before each rollout);
         # the update trains the float32 master weights under bf16 autocast
         self.rollout_policy = inference_copy(self.policy, torch.bfloat16) if self.amp else self.policy
-        if (
+        # train.rollout_int16: the float32 CPU rollout's LSTM products in int16 (the run's first line says so)
+        self.rollout_int16 = bool(
             hp.rollout_int16
             and not self.amp
             and self.device.type == "cpu"
             and isinstance(self.policy.core, LSTM)
-        ):
+        )
+        if self.rollout_int16:
             self.policy.core.rollout_int16 = True
         step = self.rollout_policy.step
         self.forward_step = torch.compile(step) if hp.compile else step
