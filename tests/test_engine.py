@@ -337,6 +337,7 @@ def test_per_buffer_timings_reach_the_metrics_record():
         record = trainer.log_metrics()
         assert record["time/buffer1/env"] == buffers[1]["env"]
         assert {"time/buffer0/policy", "time/buffer0/gil"} <= set(record)
+        assert record["host/steal_cores"] >= 0 and record["host/others_cores"] >= 0  # the machine's others
         reporter = Reporter(trainer, "breakout", live=False)
         assert "buffers policy/env s:" in reporter.line()
         console = Console(record=True, width=160)

@@ -52,6 +52,29 @@ def test_readings_subtract_our_own_cpu_and_count_steal():
     assert summary["busy"] and any("stole" in r for r in summary["reasons"])
 
 
+def test_a_runs_load_is_read_since_the_last_record_and_over_the_whole_run():
+    script = Script([(2.0, 3.0, 0.0, 2.0), (2.0, 4.0, 0.8, 3.0)])
+    load = noise.RunLoad(stat=lambda: (script.busy, script.steal), own=lambda: script.own, clock=script.clock)
+    assert load.since_last() == {"others_cores": 0.5, "steal_cores": 0.0}
+    assert load.since_last() == {"others_cores": 0.5, "steal_cores": 0.4}
+    assert load.whole() == {"others_cores": 0.5, "steal_cores": 0.2}  # 4 s: 2 cores' seconds and 0.8
+
+    def unreadable():
+        raise OSError("no /proc here")
+
+    assert noise.RunLoad(stat=unreadable).since_last() == {}  # no figure, and never a failed run
+
+
+def test_a_run_on_a_busy_machine_says_so_in_its_last_line():
+    from appliance.train.session import busy_words
+
+    assert busy_words({"others_cores": 0.05, "steal_cores": 0.02}, cores=2) == ""
+    said = busy_words({"others_cores": 0.05, "steal_cores": 0.3}, cores=2)
+    assert "busy machine" in said and "hypervisor took 0.30 cores" in said
+    assert "other processes 1.00" in busy_words({"others_cores": 1.0}, cores=2)
+    assert busy_words({}, cores=2) == ""  # the counters could not be read
+
+
 def test_quiet_readings_are_not_busy_and_gpu_findings_are():
     quiet = [{"t": 1.0, "others_cores": 0.05, "steal_cores": 0.0, "own_cores": 2.0}]
     assert noise.summarize(quiet)["busy"] is False

@@ -192,11 +192,13 @@ def _summary(
 ) -> list[tuple[str, bool]]:
     """Rank 0's closing lines, as one process's: the stop, the report, steps and speed."""
     lines = []
+    # the hypervisor's steal only: rank 0 would count the other ranks on its machine as others' load
+    load = {k: v for k, v in trainer.load.whole().items() if k == "steal_cores"}
     if result.reason == "interrupted":
         lines.append((f"interrupted ({result.signal}): saved a checkpoint", True))
     if options.report:
         try:
-            session._write_report(options.report, cfg, trainer, result)
+            session._write_report(options.report, cfg, trainer, result, load)
         except OSError as e:  # the checkpoint is saved; say so in one line
             raise runs.CheckpointWriteError(
                 f"cannot write --report {options.report}: {e.strerror or e}; saved {result.checkpoint}"
@@ -207,7 +209,8 @@ def _summary(
     lines.append(
         (
             f"{result.steps:,} steps in {result.seconds:.0f} s on {world} ranks "
-            f"({result.sps:,.0f} SPS; per rank {per_rank}){total}; saved {result.checkpoint}",
+            f"({result.sps:,.0f} SPS; per rank {per_rank}){total}{session.busy_words(load)}; "
+            f"saved {result.checkpoint}",
             False,
         )
     )

@@ -107,6 +107,7 @@ class RankTrainer(Trainer):
             record = super().log_metrics()
         finally:
             self.run_dir = run_dir
+        record.pop("host/others_cores", None)  # it would count the other ranks on this machine
         record.update({f"sps/rank{i}": s for i, s in enumerate(self.rank_sps)})
         record["time/allreduce"] = self.allreduce_seconds
         if run_dir is not None:

@@ -147,20 +147,21 @@ def _train_with(
         finally:
             reporter.update(force=True)
             reporter.close()
+        load = trainer.load.whole()  # others' load and the hypervisor's steal over the run
         if result.reason == "interrupted":
             if not result.epochs:
                 raise loop.Interrupted(signal.Signals[result.signal or "SIGINT"])
             yield f"interrupted ({result.signal}): saved a checkpoint", True
         if options.report:
             try:  # a report that does not fit goes to the temp folder, named in the error
-                _write_report(options.report, cfg, trainer, result)
+                _write_report(options.report, cfg, trainer, result, load)
             except ApplianceError as e:  # the checkpoint is saved; say so in the same line
                 raise runs.CheckpointWriteError(f"{e}; saved {result.checkpoint}") from None
             yield f"wrote {options.report}", False
         total = f", {trainer.global_step:,} in all" if trainer.global_step != result.steps else ""
         yield (
-            f"{result.steps:,} steps in {result.seconds:.0f} s ({result.sps:,.0f} SPS){total}; "
-            f"saved {result.checkpoint}",
+            f"{result.steps:,} steps in {result.seconds:.0f} s ({result.sps:,.0f} SPS){total}"
+            f"{busy_words(load)}; saved {result.checkpoint}",
             False,
         )
     finally:
@@ -191,7 +192,22 @@ def defaults_chosen(cfg: Config, trainer: Any) -> list[str]:
     return [*lines, *([note] if note else []), trainer.policy.describe_encoder()]
 
 
-def _write_report(path: str, cfg: Config, trainer: Any, result: loop.Result) -> None:
+def busy_words(load: dict[str, float], cores: int | None = None) -> str:
+    """What the machine's others took from the run, where it passed the noise guard's limits
+    (``thresholds``): the run's speed is then the busy machine's, not the run's alone. "" else."""
+    from appliance.measure.noise.readings import thresholds
+
+    others_limit, steal_limit = thresholds(cores)
+    others, steal = load.get("others_cores", 0.0), load.get("steal_cores", 0.0)
+    if others < others_limit and steal < steal_limit:
+        return ""
+    return (
+        f" on a busy machine (on average the hypervisor took {steal:.2f} cores' worth and other "
+        f"processes {others:.2f}; the noise guard's limits {steal_limit:.2f} and {others_limit:.2f})"
+    )
+
+
+def _write_report(path: str, cfg: Config, trainer: Any, result: loop.Result, load: dict[str, float]) -> None:
     import json
 
     from appliance.safe_files import write_or_keep
@@ -211,6 +227,7 @@ def _write_report(path: str, cfg: Config, trainer: Any, result: loop.Result) -> 
         "sps": result.sps,
         "stopped": result.reason,
         "phases": trainer.timings.breakdown(),
+        "host_load": load,  # cores' worth others and the hypervisor's steal took, mean over the run
         "losses": trainer.losses,
         "env_stats": trainer.last_env_stats,  # the last epoch's that ended episodes
         "env_stats_step": trainer.last_env_step,  # the global_step they were reported at

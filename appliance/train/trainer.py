@@ -38,6 +38,7 @@ from appliance.config import Config, families
 from appliance.config.build import batch_for_agents, draws_transitions
 from appliance.errors import ConfigError, TrainingError
 from appliance.gpu import kernels
+from appliance.measure.noise.readings import RunLoad
 from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
 from appliance.train.cores.lstm import LSTM
 from appliance.train.episodes import Episodes
@@ -181,6 +182,7 @@ class Trainer:
         self.timings = Timings(sync=profile)
         self.global_step, self.epoch = 0, 0
         self.start_time, self._start_step = time.time(), 0
+        self.load = RunLoad()  # others' load and the hypervisor's steal, in each record and over the run
         self.losses: dict[str, float] = {}
         self.episodes = Episodes()
         self.last_env_stats: dict[str, float] = {}  # the latest epoch's that ended episodes, for display
@@ -544,6 +546,7 @@ class Trainer:
             "sps": self.sps,
             "uptime": time.time() - self.start_time,
             "threads": torch.get_num_threads(),  # torch's intra-op pool now (a run may resize it)
+            **{f"host/{k}": v for k, v in self.load.since_last().items()},  # since the record before
             **{f"loss/{k}": v for k, v in self.losses.items()},
             **{f"env/{k}": v for k, v in self.episodes.take_window().items()},
             **self.timings.metrics(),

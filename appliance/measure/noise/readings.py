@@ -197,6 +197,51 @@ class Sampler:
             self.sample()  # the tail since the last tick
 
 
+class RunLoad:
+    """Others' load and the hypervisor's steal over a training run, read when asked (no thread of
+    its own; each read is a line of /proc/stat and this process tree's CPU times): :meth:`since_last`
+    over the time since the read before, :meth:`whole` since the start. Cores' worth of the whole
+    machine, as :class:`Sampler`'s readings. Where the counters cannot be read (no /proc), both
+    return {}."""
+
+    def __init__(
+        self,
+        stat: Callable[[], tuple[float, float]] = read_stat,
+        own: Callable[[], float] = own_cpu_seconds,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stat, self.own, self.clock = stat, own, clock
+        self._start = self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float, float] | None:
+        try:
+            now = self.clock()
+            busy, steal = self.stat()
+            return now, busy, steal, self.own()
+        except Exception:  # psutil or /proc unreadable here: no figure, never a failed run
+            return None
+
+    @staticmethod
+    def _between(a: tuple[float, ...] | None, b: tuple[float, ...] | None) -> dict[str, float]:
+        if a is None or b is None or b[0] - a[0] <= 0:
+            return {}
+        dt = b[0] - a[0]
+        return {
+            "others_cores": round(max(0.0, (b[1] - a[1]) - (b[3] - a[3])) / dt, 3),
+            "steal_cores": round(max(0.0, b[2] - a[2]) / dt, 3),
+        }
+
+    def since_last(self) -> dict[str, float]:
+        now = self._read()
+        reading = self._between(self._last, now)
+        if now is not None:
+            self._last = now
+        return reading
+
+    def whole(self) -> dict[str, float]:
+        return self._between(self._start, self._read())
+
+
 def summarize(readings: list[dict[str, Any]], cores: int | None = None) -> dict[str, Any]:
     """Mean and max load of others and steal, GPU findings, and whether that makes the figure busy."""
     if not readings:
