@@ -277,6 +277,43 @@ def test_a_resumed_runs_seconds_go_on_from_its_checkpoint_and_retrained_epochs_r
     assert [r["perf"] for r in rows][3:] == pytest.approx([0.8, 1.0, 1.2])
 
 
+def test_our_report_says_where_a_runs_seconds_went_a_million_agent_steps(peer, tmp_path):
+    # time/ counters count from each process's start: a resumed run's phases are its last process's
+    first = [{"global_step": e * 1e6, "uptime": 10.0 * e, "env/perf": 0.1 * e,
+              "time/evaluate.forward": 4.0 * e, "time/train.learn": 2.0 * e} for e in range(1, 4)]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in first) + "\n")
+    assert peer.phase_seconds(tmp_path) == pytest.approx({"evaluate.forward": 4.0, "train.learn": 2.0})
+    again = [{"global_step": s, "uptime": u, "env/perf": 0.5, "time/evaluate.forward": f, "time/train.learn": 1.0}
+             for s, u, f in ((3e6, 5.0, 3.0), (5e6, 15.0, 9.0))]  # fmt: skip
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write("\n".join(json.dumps(r) for r in again) + "\n")
+    assert peer.phase_seconds(tmp_path) == pytest.approx({"evaluate.forward": 3.0, "train.learn": 0.0})
+    out = tmp_path / "r.json"
+    assert peer.main(["ours", str(tmp_path), "--env", "breakout", "--target", "0.9", "--out", str(out)]) == 0
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["time_per_million/evaluate.forward"]["median"] == pytest.approx(3.0)
+    assert metrics["time_per_million/evaluate.forward"]["unit"] == "s per million agent-steps"
+    (tmp_path / "metrics.jsonl").write_text(
+        json.dumps({"global_step": 1e6, "uptime": 1.0, "env/perf": 0.1}) + "\n"
+    )
+    assert peer.phase_seconds(tmp_path) == {}  # a run that logged no counters
+    assert peer.host_load(tmp_path) == {}
+
+
+def test_our_report_says_what_the_machines_others_took_from_the_run(peer, tmp_path):
+    # each record's reading covers the seconds since the record before; a resume starts them again
+    rows = [(1e6, 2.0, 0.5), (2e6, 4.0, 0.1), (3e6, 1.0, 0.1)]
+    lines = [json.dumps({"global_step": s, "uptime": u, "env/perf": 0.1, "host/steal_cores": c,
+                         "host/others_cores": 0.0}) for s, u, c in rows]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert peer.host_load(tmp_path) == pytest.approx({"steal_cores": 1.3 / 5, "others_cores": 0.0})
+    out = tmp_path / "r.json"
+    assert peer.main(["ours", str(tmp_path), "--env", "breakout", "--target", "0.9", "--out", str(out)]) == 0
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["host_load/steal_cores"]["median"] == pytest.approx(0.26)
+    assert metrics["host_load/steal_cores"]["unit"] == "cores"
+
+
 def test_speed_runs_our_side_on_the_parity_config_or_on_our_defaults(peer, tmp_path, monkeypatch):
     # `speed --ours-defaults` times `puffer-bench train ENV` as a user runs it (no --config), so the
     # main job's speed can be put beside PufferLib's on its own settings

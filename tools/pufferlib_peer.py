@@ -635,7 +635,9 @@ def finite_at(curve: dict[str, list[float]], step: float) -> float | None:
 
 def make_report(system: str, env: str, metric: str, target: float, rows: list[dict[str, float]],
                 config: dict[str, Any], command: str, seed: int | None, at: list[float],
-                device: str = "cpu", window: int = WINDOW) -> dict[str, Any]:  # fmt: skip
+                device: str = "cpu", window: int = WINDOW,
+                phases: dict[str, float] | None = None,
+                load: dict[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
     use_our_package()
     from appliance.bench.report import Report
     from appliance.sysinfo import fingerprint
@@ -666,6 +668,10 @@ def make_report(system: str, env: str, metric: str, target: float, rows: list[di
             report.add(
                 f"score_at/{env}/{metric}/{step / 1e6:g}M", [value], metric, "higher", **labels, step=step
             )
+    for phase, seconds in (phases or {}).items():  # where the run's time went (phase_seconds)
+        report.add(f"time_per_million/{phase}", [seconds], "s per million agent-steps", "lower", phase=phase)
+    for who, cores in (load or {}).items():  # what the machine's others took from the run (host_load)
+        report.add(f"host_load/{who}", [cores], "cores", "lower")
     report.data["analysis"]["learning_curves"] = {env: {**labels, "runs": [curve]}}
     report.data["analysis"]["system"] = system
     report.data["duration_s"] = curve["seconds"][-1]
@@ -784,6 +790,52 @@ def our_rows(run_dir: Path) -> tuple[list[dict[str, float]], dict[str, Any]]:
         except ConfigError as e:
             raise PeerError(str(e)) from None
     return rows, config
+
+
+# the trainer's time counters (train/timings.py) that say where a run's seconds went; the per-buffer
+# ones (time/buffer0/...) split the same seconds again
+PHASES = ("evaluate.forward", "evaluate.env", "evaluate.copy", "evaluate.graphed", "evaluate.misc",
+          "train.forward", "train.learn", "train.copy", "train.graphed", "train.misc")  # fmt: skip
+
+
+def phase_seconds(run_dir: Path) -> dict[str, float]:
+    """Seconds a million agent-steps in each phase of the run's last process (its ``time/`` counters
+    count from that process's start, so a resumed run's are measured from its first record); {} where
+    the run logged no counters or one record only after a resume."""
+    records = [r for r in json_lines(run_dir / "metrics.jsonl", "run's metrics") if "global_step" in r]
+    start = 0
+    for i in range(1, len(records)):
+        if float(records[i].get("uptime", 0.0)) < float(records[i - 1].get("uptime", 0.0)):
+            start = i  # a --resume: a new process, its counters from 0 again
+    last = records[-1] if records else {}
+    base = records[start] if start else {}
+    steps = float(last.get("global_step", 0.0)) - float(base.get("global_step", 0.0))
+    if steps <= 0:
+        return {}
+    return {
+        phase: (float(last[f"time/{phase}"]) - float(base.get(f"time/{phase}", 0.0))) / steps * 1e6
+        for phase in PHASES
+        if f"time/{phase}" in last
+    }
+
+
+def host_load(run_dir: Path) -> dict[str, float]:
+    """Cores' worth the hypervisor's steal and other processes took over the run, on average: each
+    record's ``host/`` reading (since the record before) weighted by the seconds it covers; {} for a
+    run from before the trainer logged them."""
+    sums: dict[str, float] = {}
+    seconds, last = 0.0, 0.0
+    for r in json_lines(run_dir / "metrics.jsonl", "run's metrics"):
+        uptime = float(r.get("uptime", 0.0))
+        dt = uptime - last if uptime >= last else uptime  # a --resume counts its uptime from 0 again
+        last = uptime
+        keys = [k for k in ("steal_cores", "others_cores") if f"host/{k}" in r]
+        if not keys or dt <= 0:
+            continue
+        seconds += dt
+        for k in keys:
+            sums[k] = sums.get(k, 0.0) + float(r[f"host/{k}"]) * dt
+    return {k: v / seconds for k, v in sums.items()} if seconds else {}
 
 
 def write_report(data: dict[str, Any], out: Path) -> None:
@@ -1567,7 +1619,8 @@ def run_command(a: argparse.Namespace) -> None:
 
             this = ["python", "tools/pufferlib_peer.py", *redact_args(a.argv)]
             data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
-                               shlex.join(this), a.seed, at, window=a.window)  # fmt: skip
+                               shlex.join(this), a.seed, at, window=a.window,
+                               phases=phase_seconds(a.run_dir), load=host_load(a.run_dir))  # fmt: skip
         write_report(data, a.out)
 
 
