@@ -229,11 +229,11 @@ def _store_file(root: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_real_tiny_tuning_is_kept_and_reused(tmp_path: Path, monkeypatch) -> None:
-    from appliance.measure.noise import readings
+    from appliance.sysinfo import load
 
     # a shared host's steal (0.2-0.9 of 2 vCPUs on one CI-like host) made the tuning decide nothing;
     # what a busy tuning does is other tests here; this one is about keeping and reusing a real one
-    monkeypatch.setattr(readings, "STEAL_BUSY_CORES", float("inf"))
+    monkeypatch.setattr(load, "STEAL_BUSY_CORES", float("inf"))
     environ = {"PUFFER_AUTOTUNE": "on", "PUFFER_BENCH_DATA": str(tmp_path)}
     lines: list[str] = []
     cfg = small_config("squared")

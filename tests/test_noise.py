@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from appliance.bench import report as rpt
 from appliance.cli import cli
 from appliance.measure import noise
+from appliance.sysinfo.load import RunLoad
 
 
 class Script:
@@ -54,7 +55,7 @@ def test_readings_subtract_our_own_cpu_and_count_steal():
 
 def test_a_runs_load_is_read_since_the_last_record_and_over_the_whole_run():
     script = Script([(2.0, 3.0, 0.0, 2.0), (2.0, 4.0, 0.8, 3.0)])
-    load = noise.RunLoad(stat=lambda: (script.busy, script.steal), own=lambda: script.own, clock=script.clock)
+    load = RunLoad(stat=lambda: (script.busy, script.steal), own=lambda: script.own, clock=script.clock)
     assert load.since_last() == {"others_cores": 0.5, "steal_cores": 0.0}
     assert load.since_last() == {"others_cores": 0.5, "steal_cores": 0.4}
     assert load.whole() == {"others_cores": 0.5, "steal_cores": 0.2}  # 4 s: 2 cores' seconds and 0.8
@@ -62,7 +63,7 @@ def test_a_runs_load_is_read_since_the_last_record_and_over_the_whole_run():
     def unreadable():
         raise OSError("no /proc here")
 
-    assert noise.RunLoad(stat=unreadable).since_last() == {}  # no figure, and never a failed run
+    assert RunLoad(stat=unreadable).since_last() == {}  # no figure, and never a failed run
 
 
 def test_a_run_on_a_busy_machine_says_so_in_its_last_line():

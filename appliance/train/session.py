@@ -195,7 +195,7 @@ def defaults_chosen(cfg: Config, trainer: Any) -> list[str]:
 def busy_words(load: dict[str, float], cores: int | None = None) -> str:
     """What the machine's others took from the run, where it passed the noise guard's limits
     (``thresholds``): the run's speed is then the busy machine's, not the run's alone. "" else."""
-    from appliance.measure.noise.readings import thresholds
+    from appliance.sysinfo.load import thresholds
 
     others_limit, steal_limit = thresholds(cores)
     others, steal = load.get("others_cores", 0.0), load.get("steal_cores", 0.0)

@@ -38,7 +38,7 @@ from appliance.config import Config, families
 from appliance.config.build import batch_for_agents, draws_transitions
 from appliance.errors import ConfigError, TrainingError
 from appliance.gpu import kernels
-from appliance.measure.noise.readings import RunLoad
+from appliance.sysinfo.load import RunLoad
 from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
 from appliance.train.cores.lstm import LSTM
 from appliance.train.episodes import Episodes

@@ -55,7 +55,6 @@ from appliance.measure.noise.guard import finish, flag_slow_steps, start, step_g
 from appliance.measure.noise.readings import (
     INTERVAL,
     GpuWatch,
-    RunLoad,
     Sampler,
     own_cpu_seconds,
     read_stat,
@@ -78,7 +77,6 @@ __all__ = [
     "SPREAD_CHECKS",
     "SPREAD_Z",
     "GpuWatch",
-    "RunLoad",
     "Sampler",
     "SpeedGate",
     "finish",
