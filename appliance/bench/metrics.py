@@ -120,6 +120,11 @@ KERNEL = Family(
 UPDATE = Family("update/", "ms", "lower", producer="appliance.gpucheck.check")
 TRAIN_SPS_RATIO = Family("train_sps_ratio/", "x", producer="tools/pufferlib_peer.py (speed)")
 SCORE_AT = Family("score_at/", "", producer="tools/pufferlib_peer.py (learning curves beside a peer)")
+TIME_PER_MILLION = Family(
+    "time_per_million/", "s per million agent-steps", "lower",
+    producer="tools/pufferlib_peer.py (ours: a run's time counters by phase)",
+)  # fmt: skip
+HOST_LOAD = Family("host_load/", "cores", "lower", producer="tools/pufferlib_peer.py (ours: a run's host load)")
 
 FAMILIES: list[Family] = [
     PROBE_CPU_COPY,
@@ -136,6 +141,8 @@ FAMILIES: list[Family] = [
     UPDATE,
     TRAIN_SPS_RATIO,
     SCORE_AT,
+    TIME_PER_MILLION,
+    HOST_LOAD,
 ]
 
 
