@@ -124,7 +124,9 @@ TIME_PER_MILLION = Family(
     "time_per_million/", "s per million agent-steps", "lower",
     producer="tools/pufferlib_peer.py (ours: a run's time counters by phase)",
 )  # fmt: skip
-HOST_LOAD = Family("host_load/", "cores", "lower", producer="tools/pufferlib_peer.py (ours: a run's host load)")
+HOST_LOAD = Family(
+    "host_load/", "cores", "lower", producer="tools/pufferlib_peer.py (ours: a run's host load)"
+)
 
 FAMILIES: list[Family] = [
     PROBE_CPU_COPY,
