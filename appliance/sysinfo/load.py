@@ -76,6 +76,18 @@ def own_cpu_seconds(process: psutil.Process | None = None) -> float:
     return total
 
 
+def load_between(a: tuple[float, ...], b: tuple[float, ...]) -> dict[str, float]:
+    """Cores' worth of the whole machine between two readings ``(time, busy, steal, own)``: others'
+    load (the machine's busy time less this process tree's), the hypervisor's steal and this tree's
+    own. ``b`` must come after ``a``."""
+    dt = b[0] - a[0]
+    return {
+        "others_cores": round(max(0.0, (b[1] - a[1]) - (b[3] - a[3])) / dt, 3),
+        "steal_cores": round(max(0.0, b[2] - a[2]) / dt, 3),
+        "own_cores": round(max(0.0, b[3] - a[3]) / dt, 3),
+    }
+
+
 class RunLoad:
     """Others' load and the hypervisor's steal over a training run, read when asked (no thread of
     its own; each read is a line of /proc/stat and this process tree's CPU times): :meth:`since_last`
@@ -104,11 +116,8 @@ class RunLoad:
     def _between(a: tuple[float, ...] | None, b: tuple[float, ...] | None) -> dict[str, float]:
         if a is None or b is None or b[0] - a[0] <= 0:
             return {}
-        dt = b[0] - a[0]
-        return {
-            "others_cores": round(max(0.0, (b[1] - a[1]) - (b[3] - a[3])) / dt, 3),
-            "steal_cores": round(max(0.0, b[2] - a[2]) / dt, 3),
-        }
+        reading = load_between(a, b)
+        return {key: reading[key] for key in ("others_cores", "steal_cores")}
 
     def since_last(self) -> dict[str, float]:
         now = self._read()

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 # the counters and the busy limits, shared with training runs (sysinfo sits below train and measure)
-from appliance.sysinfo.load import own_cpu_seconds, read_stat, thresholds
+from appliance.sysinfo.load import load_between, own_cpu_seconds, read_stat, thresholds
 
 INTERVAL = 0.5  # seconds between readings
 QUIET_WINDOW = 3.0  # seconds of quiet that --wait-quiet asks for
@@ -108,12 +108,7 @@ class Sampler:
         if dt < self.interval / 4:
             return None  # too short for /proc/stat's 10 ms ticks: wait for more time to pass
         self._last = (now, busy, steal, own)
-        reading = {
-            "t": round(now - self._t0, 3),
-            "others_cores": round(max(0.0, (busy - last[1]) - (own - last[3])) / dt, 3),
-            "steal_cores": round(max(0.0, steal - last[2]) / dt, 3),
-            "own_cores": round(max(0.0, own - last[3]) / dt, 3),
-        }
+        reading = {"t": round(now - self._t0, 3), **load_between(last, self._last)}
         if self.gpu is not None and (g := self.gpu.read()) is not None:
             reading.update(g)
         self.readings.append(reading)
