@@ -166,6 +166,39 @@ def test_lstm_core_int16_step_is_the_cell_within_the_products_rounding():
             vec.close()
 
 
+@pytest.mark.parametrize("where", ["aarch64", "reference"])
+def test_rollout_int16_is_left_off_where_its_products_have_no_simd_code(where, monkeypatch, capsys):
+    """``train.rollout_int16`` (breakout's older-kind profile, which an Arm CPU also gets) has SIMD
+    code for x86 only: on another CPU, or under ``PUFFER_KERNELS=reference``, the trainer leaves it
+    off and says why in one line, so the rollout keeps torch's float32 products (a scalar int16 loop
+    would be slower) and the first line does not claim int16."""
+    import platform
+
+    from conftest import small_config
+
+    from appliance import vector
+    from appliance.gpu import host
+    from appliance.train import Trainer
+    from appliance.train.session import header
+
+    if where == "reference":
+        monkeypatch.setenv("PUFFER_KERNELS", "reference")
+    else:
+        monkeypatch.setattr(platform, "machine", lambda: where)
+    cfg = small_config("squared", "--policy.core", "lstm", "--train.rollout-int16", "true")
+    vec = vector.make_from_config(cfg)
+    try:
+        trainer = Trainer(cfg, vec)
+        assert trainer.rollout_int16 is False and trainer.policy.core.rollout_int16 is False
+        assert "int16" not in header(cfg, trainer)
+    finally:
+        vec.close()
+    err = capsys.readouterr().err
+    assert "note: train.rollout_int16 left off" in err
+    assert (where if where != "reference" else "PUFFER_KERNELS=reference") in err
+    assert host.i16_missing() is not None
+
+
 def test_lstm_core_bf16_step_keeps_the_cell_state_in_float32(monkeypatch):
     """The bf16 CPU rollout's step (the rollout's bf16 copy of the weights under autocast, as
     ``Trainer.policy_step`` runs it): one bf16 product of ``[x, h]`` and the gates in float32 through

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import platform
 from typing import Any
 
 import torch
@@ -147,6 +148,21 @@ def mingru_step(kv: torch.Tensor, h: torch.Tensor, done: torch.Tensor | None = N
     out = torch.empty_like(h)
     _call("pb_host_mingru_step", _ptr(kv), _ptr(h), _ptr(done), batch, hidden, _ptr(out))
     return out
+
+
+def i16_missing() -> str | None:
+    """Why :func:`lstm_products_i16` would not run as SIMD code in this process, in words (None
+    where it would): its SSE2 and AVX2 builds are x86's, and elsewhere (an Arm CPU, say) it is a
+    scalar loop, slower than torch's float32 products; so the trainer leaves
+    ``train.rollout_int16`` off where this says why."""
+    if mode() == "reference":
+        return "PUFFER_KERNELS=reference runs torch's own ops"
+    if not available():
+        return "appliance._hostkernels, which holds them, is not built"
+    machine = platform.machine()
+    if machine.lower() not in ("x86_64", "amd64"):
+        return f"they have SIMD code for x86 CPUs only, and this one is {machine or 'not x86'}"
+    return None
 
 
 def simd_level() -> int:

@@ -37,7 +37,7 @@ import torch
 from appliance.config import Config, families
 from appliance.config.build import batch_for_agents, draws_transitions
 from appliance.errors import ConfigError, TrainingError
-from appliance.gpu import kernels
+from appliance.gpu import host, kernels
 from appliance.sysinfo.load import RunLoad
 from appliance.train import advantage, checkpoint, engine, graphs, losses, runs
 from appliance.train.cores.lstm import LSTM
@@ -117,6 +117,13 @@ class Trainer:
             and self.device.type == "cpu"
             and isinstance(self.policy.core, LSTM)
         )
+        if self.rollout_int16 and (why := host.i16_missing()):
+            self.rollout_int16 = False
+            print(
+                f"note: train.rollout_int16 left off ({why}): the rollout's LSTM products stay float32",
+                file=sys.stderr,
+                flush=True,
+            )
         if self.rollout_int16:
             self.policy.core.rollout_int16 = True
         step = self.rollout_policy.step
