@@ -198,7 +198,7 @@ def test_a_neighbour_that_comes_mid_run_takes_a_thread_after_two_looks():
     look, counters, applied = watch([1.0, 1.0, 1.0])
     assert step(look, counters) == [] and applied == [] and look.want == 2  # one look is not enough
     assert step(look, counters) == [
-        "threads: torch 1 intra-op from now, was 2 (others used 1.0 of 2 usable cores over the last 20 s)"
+        "threads: torch 1 intra-op from now, was 2 (others and the hypervisor used 1.0 of 2 usable cores over the last 20 s)"
     ]
     assert applied == [1] and look.want == 1
     assert step(look, counters) == [] and applied == [1]  # the same load: no change
@@ -209,7 +209,7 @@ def test_a_load_gone_gives_the_thread_back_and_a_burst_changes_nothing():
     assert step(look, counters) == []  # the cores free once: pending
     assert step(look, counters) == []  # busy again: the change waits for two looks in a row
     assert step(look, counters) == []
-    assert "torch 2 intra-op from now, was 1 (others used 0.0" in step(look, counters)[0]
+    assert "torch 2 intra-op from now, was 1 (others and the hypervisor used 0.0" in step(look, counters)[0]
     assert applied == [2]
 
 

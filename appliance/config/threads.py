@@ -248,7 +248,7 @@ class Watch:
             self._apply(want)
         with self._lock:
             self._lines.append(
-                f"threads: torch {want} intra-op from now, was {was} (others used {busy:.1f} of "
+                f"threads: torch {want} intra-op from now, was {was} (others and the hypervisor used {busy:.1f} of "
                 f"{self.cores} usable core{'s' * (self.cores != 1)} over the last {seconds:.0f} s)"
             )
 
