@@ -18,6 +18,11 @@ os.environ["PUFFER_AUTOTUNE"] = "off"
 # contradict it); tests/test_cpu_kinds.py sets it where it is what is tested
 os.environ.pop("PUFFER_CPU_KIND", None)
 
+# importing the command line installs its SIGINT handler (appliance.signals.hold_during_imports): done
+# here, before any test, every run sees the signal state the whole suite sees once a test module has
+# imported it, so a test that imports it in its body also passes alone (signals_left_as_found below)
+import appliance.cli  # noqa: F401
+
 SMALL = (
     "--train.device",
     "cpu",

@@ -306,3 +306,20 @@ def test_a_missing_argument_is_named_in_one_line(args, missing):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert result.output.strip() == f"error: {missing} (see puffer-bench {args[0]} --help)", result.output
+
+
+def test_a_test_that_imports_the_command_line_in_its_body_passes_alone():
+    """Importing ``appliance.cli`` installs its SIGINT handler. Run alone, a test whose body made that
+    first import failed the suite's signal check at teardown, though it passed in the whole suite,
+    where a test module had imported it before any test ran."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    test = "tests/test_docs.py::test_the_sweep_recipes_are_commands_the_cli_takes"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
