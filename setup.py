@@ -58,15 +58,16 @@ ocean = Extension(
     libraries=["dl"],  # the engine resolves the CUDA driver at run time (dlopen), never at link time
 )
 
-# The kernels' bodies (kernels/*.cuh) compiled for the CPU: appliance/gpu/host.py calls them.
+# The kernels' bodies (kernels/*.cuh) compiled for the CPU: appliance/gpu/host.py calls them, after
+# torch is loaded, so the library's libgomp.so.1 is torch's own and its threads are torch's team.
 hostkernels = Extension(
     "appliance._hostkernels",
     sources=["kernels/host.cpp"],
     include_dirs=["kernels"],
     depends=[str(p.relative_to(ROOT)) for p in sorted((ROOT / "kernels").glob("*.cuh"))],
-    extra_compile_args=["-O3", "-std=c++17", "-Wall", "-frecord-gcc-switches"]
+    extra_compile_args=["-O3", "-std=c++17", "-Wall", "-fopenmp", "-frecord-gcc-switches"]
     + (["-march=native"] if os.environ.get("PUFFER_NATIVE", "0") not in ("", "0") else []),
-    extra_link_args=["-pthread"],
+    extra_link_args=["-pthread", "-fopenmp"],
     language="c++",
 )
 

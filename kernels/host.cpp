@@ -1,7 +1,7 @@
 // The kernels' bodies (kernels/*.cuh) compiled for the CPU: the extension appliance._hostkernels.
 //
 // Each pb_host_* function runs over a range of rows what a CUDA kernel runs as one thread per row
-// (or per row and channel), split over `threads` std::threads by rows, on float32 CPU tensors that
+// (or per row and channel), split over `threads` OpenMP threads by rows, on float32 CPU tensors that
 // appliance/gpu/host.py passes as raw pointers through ctypes (which releases the GIL for the call).
 // The bodies are the very text the GPU compiles, so the CPU trainer and the GPU one share their math;
 // appliance.gpu.kernels dispatches here for CPU tensors (PUFFER_KERNELS=reference: torch instead).
@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -29,8 +28,10 @@ using namespace pb;
 
 namespace {
 
-// Rows [0, rows) in `threads` contiguous parts, the last on the calling thread. Below `min_rows`
-// rows a part, fewer threads: a thread's start costs tens of microseconds.
+// Rows [0, rows) in `threads` contiguous parts, run by OpenMP's team on the calling thread: the
+// one torch's own ops use (torch loads libgomp first and this library shares it), so no thread is
+// started and none of torch's workers is left spinning beside ours. Below `min_rows` rows a part,
+// fewer threads.
 template <typename F>
 void split_rows(i64 rows, int threads, i64 min_rows, F body) {
   i64 parts = threads < 1 ? 1 : threads;
@@ -39,20 +40,12 @@ void split_rows(i64 rows, int threads, i64 min_rows, F body) {
     body((i64)0, rows);
     return;
   }
-  std::vector<std::thread> pool;
   const i64 step = (rows + parts - 1) / parts;
-  for (i64 p = 0; p + 1 < parts; ++p) {
+#pragma omp parallel for num_threads((int)parts) schedule(static, 1)
+  for (i64 p = 0; p < parts; ++p) {
     const i64 lo = p * step, hi = lo + step < rows ? lo + step : rows;
-    if (lo >= hi) continue;
-    try {
-      pool.emplace_back(body, lo, hi);
-    } catch (...) {  // no thread to be had (a process limit): this part on the calling thread
-      body(lo, hi);
-    }
+    if (lo < hi) body(lo, hi);
   }
-  const i64 lo = (parts - 1) * step;
-  if (lo < rows) body(lo, rows);
-  for (auto& t : pool) t.join();
 }
 
 }  // namespace
@@ -299,6 +292,9 @@ void i16_quantize(const float* src, int n, int depth, int limit, int16_t* dst, f
 
 // One operand of the products, quantized: `rows` [n_rows, depth] (depth even, zero-padded) with a
 // scale a row, and the weights packed [depth / 2, cols, 2] with a scale a column.
+// Rows a block of the int16 products: each weight vector loaded is used this many times.
+constexpr int kI16Rows = 4;
+
 struct I16Part {
   const int16_t* rows;
   const float* row_scale;
@@ -346,10 +342,11 @@ namespace {
 
 // Two passes over a row: c' (and 1 + e_o, parked in h_out), then h. Each pass's iterations are
 // independent of one another, so the CPU overlaps them.
-// GLOAD reads W pre-activations (float32, or bfloat16 widened).
+// GLOAD reads W pre-activations (float32, or bfloat16 widened). Row b's are at gates' row b - g0
+// (0 for a whole batch's; a tile's first row for the fused int16 step).
 #define PB_GATES_BODY(V, W, LOAD, GLOAD, STORE, SET, ADD, SUB, MUL, FMADD, DIV, EXP, SCALAR)      \
   for (i64 b = lo; b < hi; ++b) {                                                                     \
-    const auto* g = gates + b * 4 * hidden;                                                           \
+    const auto* g = gates + (b - g0) * 4 * hidden;                                                    \
     const float* cp = c + b * ldc;                                                                    \
     float* ho = h_out + b * hidden;                                                                   \
     float* co = c_out + b * hidden;                                                                   \
@@ -381,7 +378,7 @@ inline __m128 sse_exp(__m128 x) {
               _mm_cvtepi32_ps, _mm_slli_epi32, sse_addi, _mm_castsi128_ps, _mm_min_ps, _mm_max_ps)
 }
 void gates_sse2(const float* gates, const float* bias, const float* c, i64 ldc, float* h_out,
-                float* c_out, int hidden, i64 lo, i64 hi) {
+                float* c_out, int hidden, i64 lo, i64 hi, i64 g0 = 0) {
   PB_GATES_BODY(__m128, 4, _mm_loadu_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_set1_ps, _mm_add_ps,
                 _mm_sub_ps, _mm_mul_ps, sse_fmadd, _mm_div_ps, sse_exp, gates_scalar)
 }
@@ -395,7 +392,7 @@ PB_AVX2 inline __m256 avx_exp(__m256 x) {
               _mm256_castsi256_ps, _mm256_min_ps, _mm256_max_ps)
 }
 PB_AVX2 void gates_avx2(const float* gates, const float* bias, const float* c, i64 ldc,
-                        float* h_out, float* c_out, int hidden, i64 lo, i64 hi) {
+                        float* h_out, float* c_out, int hidden, i64 lo, i64 hi, i64 g0 = 0) {
   PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
                 _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_div_ps, avx_exp,
                 gates_scalar)
@@ -406,7 +403,7 @@ PB_AVX2 inline __m256 bf16_load8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 PB_AVX2 void gates_avx2_bf16(const uint16_t* gates, const float* bias, const float* c, i64 ldc,
-                             float* h_out, float* c_out, int hidden, i64 lo, i64 hi) {
+                             float* h_out, float* c_out, int hidden, i64 lo, i64 hi, i64 g0 = 0) {
   PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, bf16_load8, _mm256_storeu_ps, _mm256_set1_ps,
                 _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_div_ps, avx_exp,
                 gates_scalar)
@@ -435,7 +432,7 @@ PB_AVX inline __m256 avx1_exp(__m256 x) {
               _mm256_min_ps, _mm256_max_ps)
 }
 PB_AVX void gates_avx(const float* gates, const float* bias, const float* c, i64 ldc, float* h_out,
-                      float* c_out, int hidden, i64 lo, i64 hi) {
+                      float* c_out, int hidden, i64 lo, i64 hi, i64 g0 = 0) {
   PB_GATES_BODY(__m256, 8, _mm256_loadu_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps,
                 _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, avx1_fmadd, _mm256_div_ps, avx1_exp,
                 gates_scalar)
@@ -448,39 +445,41 @@ PB_AVX void gates_avx(const float* gates, const float* bias, const float* c, i64
 // side, so one multiply-add (pmaddwd) sums two depths of W columns, and its row operand comes from
 // memory. Each part (x, then h) has its own scales:
 // out = sum_x * sx[row] * wx[col] + sum_h * sh[row] * wh[col].
+// Row i goes to gates' row i, or with TILED to row i - i0 of a four-row tile, and `epi(i0, rows)`
+// follows each block of rows (the fused step's gate pass over the tile while it is in L1).
 #define PB_I16_KERNEL(VI, VF, W, LOADI, LOADA, MADD, ADDI, ZEROI, CVT, MULF, ADDF, LOADF,        \
                       SET1F, STOREF)                                                                  \
   const I16Part* parts[2] = {&px, &ph};                                                               \
-  std::vector<int32_t> bcast((size_t)4 * (px.depth + ph.depth) / 2 * W);                               \
-  for (i64 i0 = lo; i0 < hi; i0 += 4) {                                                               \
-    const int rows = hi - i0 < 4 ? int(hi - i0) : 4;                                                  \
-    i64 row[4];                                                                                       \
-    for (int r = 0; r < 4; ++r) row[r] = i0 - lo + (r < rows ? r : 0);                                \
+  std::vector<int32_t> bcast((size_t)R * (px.depth + ph.depth) / 2 * W);                               \
+  for (i64 i0 = lo; i0 < hi; i0 += R) {                                                               \
+    const int rows = hi - i0 < R ? int(hi - i0) : R;                                                  \
+    i64 row[R];                                                                                       \
+    for (int r = 0; r < R; ++r) row[r] = i0 - lo + (r < rows ? r : 0);                                \
     int32_t* bc = bcast.data();                                                                       \
     for (const I16Part* q : parts)                                                                    \
       for (int p = 0; p < q->depth / 2; ++p)                                                          \
-        for (int r = 0; r < 4; ++r, bc += W) {                                                        \
+        for (int r = 0; r < R; ++r, bc += W) {                                                        \
           const int32_t pair = reinterpret_cast<const int32_t*>(q->rows + row[r] * q->depth)[p];      \
           for (int l = 0; l < W; ++l) bc[l] = pair;                                                   \
         }                                                                                             \
     for (int n = 0; n < cols; n += 2 * W) {                                                           \
-      VF out[4][2];                                                                                   \
+      VF out[R][2];                                                                                   \
       const int32_t* b = bcast.data();                                                                \
       for (int part = 0; part < 2; ++part) {                                                          \
         const I16Part& q = *parts[part];                                                              \
         const int pairs = q.depth / 2;                                                                \
-        VI acc[4][2];                                                                                 \
-        for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = ZEROI();                                  \
+        VI acc[R][2];                                                                                 \
+        for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = ZEROI();                                  \
         const int16_t* w = q.packed + 2 * n;                                                          \
-        for (int p = 0; p < pairs; ++p, w += 2 * cols, b += 4 * W) {                                  \
+        for (int p = 0; p < pairs; ++p, w += 2 * cols, b += R * W) {                                  \
           const VI w0 = LOADI(w), w1 = LOADI(w + 2 * W);                                              \
-          for (int r = 0; r < 4; ++r) {                                                               \
+          for (int r = 0; r < R; ++r) {                                                               \
             acc[r][0] = ADDI(acc[r][0], MADD(LOADA(b + r * W), w0));                                  \
             acc[r][1] = ADDI(acc[r][1], MADD(LOADA(b + r * W), w1));                                  \
           }                                                                                           \
         }                                                                                             \
         const VF s0 = LOADF(q.col_scale + n), s1 = LOADF(q.col_scale + n + W);                        \
-        for (int r = 0; r < 4; ++r) {                                                                 \
+        for (int r = 0; r < R; ++r) {                                                                 \
           const VF rs = SET1F(q.row_scale[row[r]]);                                                   \
           const VF f0 = MULF(MULF(CVT(acc[r][0]), s0), rs), f1 = MULF(MULF(CVT(acc[r][1]), s1), rs);  \
           out[r][0] = part == 0 ? f0 : ADDF(out[r][0], f0);                                           \
@@ -490,21 +489,24 @@ PB_AVX void gates_avx(const float* gates, const float* bias, const float* c, i64
       alignas(32) float tile[2 * W];                                                                  \
       for (int r = 0; r < rows; ++r) {                                                                \
         const bool whole = n + 2 * W <= n_out;                                                        \
-        float* o = whole ? gates + (i0 + r) * n_out + n : tile;                                       \
+        float* dst = gates + (TILED ? r : i0 + r) * n_out;                                            \
+        float* o = whole ? dst + n : tile;                                                            \
         STOREF(o, out[r][0]);                                                                         \
         STOREF(o + W, out[r][1]);                                                                     \
         if (!whole)                                                                                   \
-          for (int j = n; j < n_out; ++j) gates[(i0 + r) * n_out + j] = tile[j - n];                  \
+          for (int j = n; j < n_out; ++j) dst[j] = tile[j - n];                                       \
       }                                                                                               \
     }                                                                                                 \
+    epi(i0, rows);                                                                                    \
   }
 
 inline __m128i i16_load128(const int16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 // the broadcasts' buffer is malloc's (16-byte aligned) and read at multiples of 16 bytes
 inline __m128i i16_load128a(const int32_t* p) { return _mm_load_si128(reinterpret_cast<const __m128i*>(p)); }
+template <bool TILED, class Epi>
 void i16_sse2(const I16Part& px, const I16Part& ph, float* gates, int n_out, int cols, i64 lo,
-              i64 hi) {
-  constexpr int W = 4;
+              i64 hi, Epi epi) {
+  constexpr int W = 4, R = kI16Rows;
   PB_I16_KERNEL(__m128i, __m128, W, i16_load128, i16_load128a, _mm_madd_epi16,
                 _mm_add_epi32, _mm_setzero_si128, _mm_cvtepi32_ps, _mm_mul_ps, _mm_add_ps,
                 _mm_loadu_ps, _mm_set1_ps, _mm_storeu_ps)
@@ -516,9 +518,10 @@ PB_AVX2 inline __m256i i16_load256(const int16_t* p) {
 PB_AVX2 inline __m256i i16_load256a(const int32_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
+template <bool TILED, class Epi>
 PB_AVX2 void i16_avx2(const I16Part& px, const I16Part& ph, float* gates, int n_out, int cols,
-                      i64 lo, i64 hi) {
-  constexpr int W = 8;
+                      i64 lo, i64 hi, Epi epi) {
+  constexpr int W = 8, R = kI16Rows;
   PB_I16_KERNEL(__m256i, __m256, W, i16_load256, i16_load256a, _mm256_madd_epi16,
                 _mm256_add_epi32, _mm256_setzero_si256, _mm256_cvtepi32_ps, _mm256_mul_ps,
                 _mm256_add_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_storeu_ps)
@@ -546,10 +549,9 @@ void i16_scalar(const I16Part& px, const I16Part& ph, float* gates, int n_out, i
 }  // namespace
 #endif
 
-extern "C" {
-
+namespace {
 // The widest build of the gate math this CPU can run: 2 (AVX2 and FMA), 1 (AVX), 0 (SSE2, or not x86).
-int pb_host_lstm_gates_isa() {
+int gates_isa() {
 #if PB_X86
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
   return __builtin_cpu_supports("avx") ? 1 : 0;
@@ -557,6 +559,79 @@ int pb_host_lstm_gates_isa() {
   return 0;
 #endif
 }
+
+// pb_host_lstm_products_i16 (gates given: the products alone) and pb_host_lstm_step_i16 (gates
+// null: the products a tile at a time, then the gate math on bias, c into h_out, c_out).
+void i16_cell(const float* x, i64 ldx, const float* h, i64 ldh, const float* w_ih, const float* w_hh,
+              float* gates, const float* bias, const float* c, i64 ldc, float* h_out, float* c_out,
+              int batch, int in, int hidden, int isa, int threads) {
+  const int n_out = 4 * hidden;
+  const int widest = gates_isa();
+  if (isa > widest) isa = widest;
+  const bool wide = isa >= 2;
+  const int block = wide ? 16 : 8;
+  const int cols = (n_out + block - 1) / block * block;
+  const int dx = in + (in & 1), dh = hidden + (hidden & 1);
+  const int lx = i16_limit(dx), lh = i16_limit(dh);
+  std::vector<int16_t> wx((size_t)dx * cols), wh((size_t)dh * cols);
+  std::vector<float> cx(cols), ch(cols);
+  i16_pack_weights(w_ih, in, dx, n_out, cols, lx, wx.data(), cx.data());
+  i16_pack_weights(w_hh, hidden, dh, n_out, cols, lh, wh.data(), ch.data());
+  split_rows(batch, threads, 256, [&](i64 lo, i64 hi) {
+    const i64 n = hi - lo;
+    std::vector<int16_t> qx((size_t)n * dx), qh((size_t)n * dh);
+    std::vector<float> rx(n), rh(n);
+    for (i64 i = 0; i < n; ++i) {
+      i16_quantize(x + (lo + i) * ldx, in, dx, lx, qx.data() + i * dx, &rx[i]);
+      i16_quantize(h + (lo + i) * ldh, hidden, dh, lh, qh.data() + i * dh, &rh[i]);
+    }
+    const I16Part px{qx.data(), rx.data(), wx.data(), cx.data(), dx};
+    const I16Part ph{qh.data(), rh.data(), wh.data(), ch.data(), dh};
+#if PB_X86
+    if (gates != nullptr) {
+      const auto none = [](i64, int) {};
+      if (wide)
+        i16_avx2<false>(px, ph, gates, n_out, cols, lo, hi, none);
+      else
+        i16_sse2<false>(px, ph, gates, n_out, cols, lo, hi, none);
+      return;
+    }
+    std::vector<float> tile((size_t)kI16Rows * n_out);
+    float* t = tile.data();
+    const auto pass = [=](i64 i0, int rows) {
+      if (isa >= 2)
+        gates_avx2(t, bias, c, ldc, h_out, c_out, hidden, i0, i0 + rows, i0);
+      else if (isa == 1)
+        gates_avx(t, bias, c, ldc, h_out, c_out, hidden, i0, i0 + rows, i0);
+      else
+        gates_sse2(t, bias, c, ldc, h_out, c_out, hidden, i0, i0 + rows, i0);
+    };
+    if (wide)
+      i16_avx2<true>(px, ph, t, n_out, cols, lo, hi, pass);
+    else
+      i16_sse2<true>(px, ph, t, n_out, cols, lo, hi, pass);
+#else
+    std::vector<float> own;
+    float* g = gates;
+    if (g == nullptr) {
+      own.resize((size_t)batch * n_out);  // rows lo..hi of it: the scalar build indexes by row
+      g = own.data();
+    }
+    i16_scalar(px, ph, g, n_out, cols, lo, hi);
+    if (gates == nullptr)
+      for (i64 b = lo; b < hi; ++b)
+        for (int j = 0; j < hidden; ++j)
+          gates_scalar(g + b * n_out, bias, c + b * ldc, h_out + b * hidden, c_out + b * hidden,
+                       hidden, j);
+#endif
+  });
+}
+}  // namespace
+
+extern "C" {
+
+// The widest build of the gate math this CPU can run (gates_isa).
+int pb_host_lstm_gates_isa() { return gates_isa(); }
 
 void pb_host_lstm_gates(const float* gates, const float* bias, const float* c, long long ldc,
                         float* h_out, float* c_out, int batch, int hidden, int isa, int threads) {
@@ -612,35 +687,21 @@ void pb_host_lstm_gates_bf16(const uint16_t* gates, const float* bias, const flo
 void pb_host_lstm_products_i16(const float* x, long long ldx, const float* h, long long ldh,
                                const float* w_ih, const float* w_hh, float* gates, int batch,
                                int in, int hidden, int isa, int threads) {
-  const int n_out = 4 * hidden;
-  const bool wide = isa >= 2 && pb_host_lstm_gates_isa() >= 2;
-  const int block = wide ? 16 : 8;
-  const int cols = (n_out + block - 1) / block * block;
-  const int dx = in + (in & 1), dh = hidden + (hidden & 1);
-  const int lx = i16_limit(dx), lh = i16_limit(dh);
-  std::vector<int16_t> wx((size_t)dx * cols), wh((size_t)dh * cols);
-  std::vector<float> cx(cols), ch(cols);
-  i16_pack_weights(w_ih, in, dx, n_out, cols, lx, wx.data(), cx.data());
-  i16_pack_weights(w_hh, hidden, dh, n_out, cols, lh, wh.data(), ch.data());
-  split_rows(batch, threads, 256, [&](i64 lo, i64 hi) {
-    const i64 n = hi - lo;
-    std::vector<int16_t> qx((size_t)n * dx), qh((size_t)n * dh);
-    std::vector<float> rx(n), rh(n);
-    for (i64 i = 0; i < n; ++i) {
-      i16_quantize(x + (lo + i) * ldx, in, dx, lx, qx.data() + i * dx, &rx[i]);
-      i16_quantize(h + (lo + i) * ldh, hidden, dh, lh, qh.data() + i * dh, &rh[i]);
-    }
-    const I16Part px{qx.data(), rx.data(), wx.data(), cx.data(), dx};
-    const I16Part ph{qh.data(), rh.data(), wh.data(), ch.data(), dh};
-#if PB_X86
-    if (wide)
-      i16_avx2(px, ph, gates, n_out, cols, lo, hi);
-    else
-      i16_sse2(px, ph, gates, n_out, cols, lo, hi);
-#else
-    i16_scalar(px, ph, gates, n_out, cols, lo, hi);
-#endif
-  });
+  i16_cell(x, ldx, h, ldh, w_ih, w_hh, gates, nullptr, nullptr, 0, nullptr, nullptr, batch, in,
+           hidden, isa, threads);
+}
+
+// The whole rollout step of the cell on those products: (h_out, c_out) [batch, hidden] from x, h, c
+// (row stride ldc) and both biases' sum `bias` [4 * hidden], each block of four rows' products
+// kept in a tile in L1 and put through pb_host_lstm_gates' arithmetic (the `isa` build) at once,
+// so that the gates never go out to memory. Equal to pb_host_lstm_gates on
+// pb_host_lstm_products_i16's gates (tests/test_host_kernels.py).
+void pb_host_lstm_step_i16(const float* x, long long ldx, const float* h, long long ldh,
+                           const float* w_ih, const float* w_hh, const float* bias, const float* c,
+                           long long ldc, float* h_out, float* c_out, int batch, int in, int hidden,
+                           int isa, int threads) {
+  i16_cell(x, ldx, h, ldh, w_ih, w_hh, nullptr, bias, c, ldc, h_out, c_out, batch, in, hidden, isa,
+           threads);
 }
 
 }  // extern "C"

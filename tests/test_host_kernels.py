@@ -6,6 +6,7 @@ that picks them."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +31,23 @@ def threads(request: pytest.FixtureRequest):
 
 def test_the_extension_is_built() -> None:
     assert host.available(), "appliance._hostkernels did not load: the CPU trainer would fall back to torch"
+
+
+def test_the_extension_runs_on_torchs_own_openmp_runtime() -> None:
+    """The kernels split their rows over OpenMP's team, which is torch's only if the process holds
+    one OpenMP runtime: a second (another libgomp, LLVM's or Intel's) would start threads of its
+    own beside torch's workers, which spin on the same cores after each of torch's ops."""
+    assert host.available()
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        pytest.skip("no /proc/self/maps on this system")
+    names = ("libgomp", "libomp", "libiomp")
+    runtimes = {
+        line.split()[-1]
+        for line in maps.read_text().splitlines()
+        if any(n in line.rsplit("/", 1)[-1] for n in names)
+    }
+    assert len(runtimes) == 1, f"OpenMP runtimes in this process: {sorted(runtimes)}"
 
 
 def rollout_like(segments: int, horizon: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -357,6 +375,55 @@ def test_int16_lstm_products_are_the_float_products_within_their_rounding(
     assert (got.double() - exact).abs().max() <= 1e-3 * exact.abs().max()
     wide = torch.cat([x, torch.randn(batch, 3, generator=g)], 1)  # x at a row stride of its own
     assert torch.equal(host.lstm_products_i16(wide[:, :inputs], h, w_ih, w_hh), got)
+
+
+@pytest.mark.parametrize("simd", [2, 1, 0], ids=["avx2", "avx", "sse2"])
+@pytest.mark.parametrize("batch,inputs,hidden", [(1029, 64, 64), (7, 5, 3), (33, 118, 96), (4, 2, 1)])
+def test_the_fused_int16_lstm_step_is_the_products_then_the_gate_pass(
+    threads: int, simd: int, batch: int, inputs: int, hidden: int, monkeypatch
+) -> None:
+    """``lstm_step_i16`` runs the gate pass on each block of rows' products while they sit in a
+    tile: the same numbers to the bit as ``lstm_gates(lstm_products_i16(...))``, every build and
+    thread split, with blocks cut short at the batch's end and a cell state at a row stride of its
+    own."""
+    if simd > host.widest_simd():
+        pytest.skip("this CPU has no such SIMD build (AVX2 and FMA: 2, AVX: 1)")
+    monkeypatch.setattr(host, "simd_level", lambda: simd)
+    g = torch.Generator().manual_seed(batch * 7 + hidden)
+    x, h = torch.randn(batch, inputs, generator=g), torch.rand(batch, hidden, generator=g) * 2 - 1
+    c = torch.randn(batch, hidden + 2, generator=g)[:, 1 : hidden + 1]  # a view, rows 2 apart
+    w_ih, w_hh = (
+        torch.randn(4 * hidden, inputs, generator=g) * 0.3,
+        torch.randn(4 * hidden, hidden, generator=g) * 0.3,
+    )
+    bias = torch.randn(4 * hidden, generator=g)
+    want = host.lstm_gates(host.lstm_products_i16(x, h, w_ih, w_hh), c, bias)
+    got = host.lstm_step_i16(x, h, c, w_ih, w_hh, bias)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    exact_h, exact_c = _cell(x.double() @ w_ih.double().T + h.double() @ w_hh.double().T + bias.double(), c)
+    torch.testing.assert_close((got[0].double(), got[1].double()), (exact_h, exact_c), rtol=0, atol=1e-2)
+
+
+def test_the_fused_int16_lstm_step_keeps_nan_and_refuses_bad_input_in_one_line() -> None:
+    """A NaN input row comes out as a NaN row of ``h`` and ``c``; other rows stay finite; a cell
+    state or bias that does not fit, or another dtype, is refused in one line."""
+    g = torch.Generator().manual_seed(4)
+    x, h, c = torch.randn(9, 8, generator=g), torch.randn(9, 4, generator=g), torch.randn(9, 4, generator=g)
+    w_ih, w_hh, bias = (
+        torch.randn(16, 8, generator=g),
+        torch.randn(16, 4, generator=g),
+        torch.randn(16, generator=g),
+    )
+    x[6, 3] = float("nan")
+    h_new, c_new = host.lstm_step_i16(x, h, c, w_ih, w_hh, bias)
+    assert h_new[6].isnan().all() and c_new[6].isnan().all()
+    assert torch.isfinite(h_new[[r for r in range(9) if r != 6]]).all()
+    with pytest.raises(ValueError, match="float32 CPU tensors only"):
+        host.lstm_step_i16(x, h.double(), c, w_ih, w_hh, bias)
+    with pytest.raises(ValueError, match="do not fit h"):
+        host.lstm_step_i16(x, h, c[:, :3], w_ih, w_hh, bias)
+    with pytest.raises(ValueError, match="do not fit h"):
+        host.lstm_step_i16(x, h, c, w_ih, w_hh, bias[:-1])
 
 
 def test_int16_lstm_products_keep_nan_and_refuse_bad_input_in_one_line() -> None:

@@ -38,6 +38,7 @@ SIGNATURES = {
     "pb_host_lstm_gates": [_P, _P, _P, _L, _P, _P, _I, _I, _I, _I],
     "pb_host_lstm_gates_bf16": [_P, _P, _P, _L, _P, _P, _I, _I, _I, _I],
     "pb_host_lstm_products_i16": [_P, _L, _P, _L, _P, _P, _P, _I, _I, _I, _I, _I],
+    "pb_host_lstm_step_i16": [_P, _L, _P, _L, _P, _P, _P, _P, _L, _P, _P, _I, _I, _I, _I, _I],
 }
 
 
@@ -227,6 +228,26 @@ def lstm_gates(
     return h_out, c_out
 
 
+def _i16_operands(
+    name: str, x: torch.Tensor, h: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """The int16 products' operands checked (float32 CPU tensors that fit one cell) and made
+    contiguous where the kernels need it; a clear error names ``name`` otherwise."""
+    tensors = (x, h, w_ih, w_hh)
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
+        raise ValueError(
+            f"{name}: float32 CPU tensors only, got " + ", ".join(f"{t.dtype} on {t.device}" for t in tensors)
+        )
+    batch, hidden = h.shape
+    if x.shape[0] != batch or w_ih.shape != (4 * hidden, x.shape[1]) or w_hh.shape != (4 * hidden, hidden):
+        raise ValueError(
+            f"{name}: x {tuple(x.shape)}, h {tuple(h.shape)}, w_ih {tuple(w_ih.shape)} and "
+            f"w_hh {tuple(w_hh.shape)} do not fit one cell (w_ih [4H, in], w_hh [4H, H])"
+        )
+    x, h = (t if t.stride(1) == 1 else t.contiguous() for t in (x, h))
+    return x, h, w_ih.contiguous(), w_hh.contiguous()
+
+
 def lstm_products_i16(
     x: torch.Tensor, h: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor
 ) -> torch.Tensor:
@@ -236,26 +257,46 @@ def lstm_products_i16(
     (tests/test_host_kernels.py). Float32 CPU tensors, the weights in ``nn.LSTMCell``'s layout
     (``[4H, in]``, ``[4H, H]``). For the float32 CPU rollout (``train.rollout_int16``), where the
     integer multiply-add sums twice the pairs a float one does (docs/lab/cpu-speed.md)."""
-    tensors = (x, h, w_ih, w_hh)
-    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
-        raise ValueError(
-            "lstm_products_i16: float32 CPU tensors only, got "
-            + ", ".join(f"{t.dtype} on {t.device}" for t in tensors)
-        )
+    x, h, w_ih, w_hh = _i16_operands("lstm_products_i16", x, h, w_ih, w_hh)
     batch, hidden = h.shape
-    if x.shape[0] != batch or w_ih.shape != (4 * hidden, x.shape[1]) or w_hh.shape != (4 * hidden, hidden):
-        raise ValueError(
-            f"lstm_products_i16: x {tuple(x.shape)}, h {tuple(h.shape)}, w_ih {tuple(w_ih.shape)} and "
-            f"w_hh {tuple(w_hh.shape)} do not fit one cell (w_ih [4H, in], w_hh [4H, H])"
-        )
-    x, h = (t if t.stride(1) == 1 else t.contiguous() for t in (x, h))
-    w_ih, w_hh = w_ih.contiguous(), w_hh.contiguous()
     gates = torch.empty(batch, 4 * hidden)
     _call(
         "pb_host_lstm_products_i16", _ptr(x), x.stride(0), _ptr(h), h.stride(0), _ptr(w_ih), _ptr(w_hh),
         _ptr(gates), batch, x.shape[1], hidden, simd_level(),
     )  # fmt: skip
     return gates
+
+
+def lstm_step_i16(
+    x: torch.Tensor,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    w_ih: torch.Tensor,
+    w_hh: torch.Tensor,
+    bias: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LSTM cell's step with :func:`lstm_products_i16`'s products and :func:`lstm_gates`'
+    arithmetic in one pass: ``(h', c')`` from ``x``, ``(h, c)`` and both biases' sum ``bias [4H]``,
+    each block of rows' pre-activations kept in a small tile while the gate math reads them, never
+    written out whole. The same values as ``lstm_gates(lstm_products_i16(...), c, bias)``
+    (tests/test_host_kernels.py)."""
+    x, h, w_ih, w_hh = _i16_operands("lstm_step_i16", x, h, w_ih, w_hh)
+    batch, hidden = h.shape
+    if c.dtype != torch.float32 or c.shape != (batch, hidden) or bias.shape != (4 * hidden,):
+        raise ValueError(
+            f"lstm_step_i16: c {c.dtype} {tuple(c.shape)} and bias {tuple(bias.shape)} do not fit h "
+            f"{tuple(h.shape)} (c float32 [B, H], bias [4H])"
+        )
+    if c.stride(1) != 1:
+        c = c.contiguous()
+    bias = bias.float().contiguous()
+    h_out, c_out = torch.empty(batch, hidden), torch.empty(batch, hidden)
+    _call(
+        "pb_host_lstm_step_i16", _ptr(x), x.stride(0), _ptr(h), h.stride(0), _ptr(w_ih), _ptr(w_hh),
+        _ptr(bias), _ptr(c), c.stride(0), _ptr(h_out), _ptr(c_out), batch, x.shape[1], hidden,
+        simd_level(),
+    )  # fmt: skip
+    return h_out, c_out
 
 
 class Scan:

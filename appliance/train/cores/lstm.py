@@ -78,16 +78,15 @@ class LSTM(nn.LSTM):
         faster layout for these shapes; a copy a step, as the update may change the weights in
         place), then the biases and the gate math in one pass, ``host.lstm_gates`` (or, without the
         extension, torch ops in place). The cell's result to float32 rounding (tests/test_cores.py);
-        with ``rollout_int16`` the products come from ``host.lstm_products_i16`` instead, in 16-bit
-        integers. Its speed: docs/lab/cpu-speed.md."""
+        with ``rollout_int16`` the products are in 16-bit integers and the gate math follows them a
+        few rows at a time, ``host.lstm_step_i16``. Its speed: docs/lab/cpu-speed.md."""
         h, c = state
         cell = self.cell
         bias = cell.bias_ih + cell.bias_hh
         if self.rollout_int16 and host.use_host(x, h, c):
-            gates = host.lstm_products_i16(x, h, cell.weight_ih, cell.weight_hh)
-        else:
-            gates = torch.mm(x, cell.weight_ih.t().contiguous())
-            gates.addmm_(h, cell.weight_hh.t().contiguous())
+            return host.lstm_step_i16(x, h, c, cell.weight_ih, cell.weight_hh, bias)
+        gates = torch.mm(x, cell.weight_ih.t().contiguous())
+        gates.addmm_(h, cell.weight_hh.t().contiguous())
         return self._gate_pass(gates, c, bias)
 
     def _gate_pass(self, gates: torch.Tensor, c: torch.Tensor, bias: torch.Tensor) -> State:
