@@ -290,11 +290,11 @@ void i16_quantize(const float* src, int n, int depth, int limit, int16_t* dst, f
   for (; j < depth; ++j) dst[j] = 0;
 }
 
-// One operand of the products, quantized: `rows` [n_rows, depth] (depth even, zero-padded) with a
-// scale a row, and the weights packed [depth / 2, cols, 2] with a scale a column.
 // Rows a block of the int16 products: each weight vector loaded is used this many times.
 constexpr int kI16Rows = 4;
 
+// One operand of the products, quantized: `rows` [n_rows, depth] (depth even, zero-padded) with a
+// scale a row, and the weights packed [depth / 2, cols, 2] with a scale a column.
 struct I16Part {
   const int16_t* rows;
   const float* row_scale;
