@@ -560,6 +560,25 @@ int gates_isa() {
 #endif
 }
 
+// pb_host_lstm_gates' arithmetic over rows [lo, hi) in the `isa` build (a scalar loop off x86),
+// row b's pre-activations at gates' row b - g0.
+void gates_rows(int isa, const float* gates, const float* bias, const float* c, i64 ldc, float* h_out,
+                float* c_out, int hidden, i64 lo, i64 hi, i64 g0) {
+#if PB_X86
+  if (isa >= 2)
+    gates_avx2(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi, g0);
+  else if (isa == 1)
+    gates_avx(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi, g0);
+  else
+    gates_sse2(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi, g0);
+#else
+  for (i64 b = lo; b < hi; ++b)
+    for (int j = 0; j < hidden; ++j)
+      gates_scalar(gates + (b - g0) * 4 * hidden, bias, c + b * ldc, h_out + b * hidden,
+                   c_out + b * hidden, hidden, j);
+#endif
+}
+
 // pb_host_lstm_products_i16 (gates given: the products alone) and pb_host_lstm_step_i16 (gates
 // null: the products a tile at a time, then the gate math on bias, c into h_out, c_out).
 void i16_cell(const float* x, i64 ldx, const float* h, i64 ldh, const float* w_ih, const float* w_hh,
@@ -599,12 +618,7 @@ void i16_cell(const float* x, i64 ldx, const float* h, i64 ldh, const float* w_i
     std::vector<float> tile((size_t)kI16Rows * n_out);
     float* t = tile.data();
     const auto pass = [=](i64 i0, int rows) {
-      if (isa >= 2)
-        gates_avx2(t, bias, c, ldc, h_out, c_out, hidden, i0, i0 + rows, i0);
-      else if (isa == 1)
-        gates_avx(t, bias, c, ldc, h_out, c_out, hidden, i0, i0 + rows, i0);
-      else
-        gates_sse2(t, bias, c, ldc, h_out, c_out, hidden, i0, i0 + rows, i0);
+      gates_rows(isa, t, bias, c, ldc, h_out, c_out, hidden, i0, i0 + rows, i0);
     };
     if (wide)
       i16_avx2<true>(px, ph, t, n_out, cols, lo, hi, pass);
@@ -618,11 +632,7 @@ void i16_cell(const float* x, i64 ldx, const float* h, i64 ldh, const float* w_i
       g = own.data();
     }
     i16_scalar(px, ph, g, n_out, cols, lo, hi);
-    if (gates == nullptr)
-      for (i64 b = lo; b < hi; ++b)
-        for (int j = 0; j < hidden; ++j)
-          gates_scalar(g + b * n_out, bias, c + b * ldc, h_out + b * hidden, c_out + b * hidden,
-                       hidden, j);
+    if (gates == nullptr) gates_rows(isa, g, bias, c, ldc, h_out, c_out, hidden, lo, hi, 0);
 #endif
   });
 }
@@ -638,19 +648,7 @@ void pb_host_lstm_gates(const float* gates, const float* bias, const float* c, l
   const int widest = pb_host_lstm_gates_isa();
   if (isa > widest) isa = widest;
   split_rows(batch, threads, 1024, [=](i64 lo, i64 hi) {
-#if PB_X86
-    if (isa >= 2)
-      gates_avx2(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
-    else if (isa == 1)
-      gates_avx(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
-    else
-      gates_sse2(gates, bias, c, ldc, h_out, c_out, hidden, lo, hi);
-#else
-    for (i64 b = lo; b < hi; ++b)
-      for (int j = 0; j < hidden; ++j)
-        gates_scalar(gates + b * 4 * hidden, bias, c + b * ldc, h_out + b * hidden,
-                     c_out + b * hidden, hidden, j);
-#endif
+    gates_rows(isa, gates, bias, c, ldc, h_out, c_out, hidden, lo, hi, 0);
   });
 }
 
