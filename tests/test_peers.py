@@ -1280,3 +1280,46 @@ def test_every_parity_config_is_one_our_trainer_runs():
         for section in ("train", "policy"):
             for key, value in written.get(section, {}).items():
                 assert cfg[section][key] == value, (path, section, key)
+
+
+def test_our_report_names_the_machine_and_kind_the_run_trained_on_not_the_readers(peer, tmp_path, capsys):
+    # an emulated kind's run read later (no PUFFER_CPU_KIND in the reader) carried the reader's
+    # fingerprint: kind bf16, not emulated; the run's machines.jsonl says what the trainer saw
+    from appliance.sysinfo import fingerprint
+    from appliance.train import runs
+
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(
+            json.dumps({"global_step": e * 1e6, "uptime": 10.0 * e, "env/perf": 0.2 * e}) for e in range(1, 8)
+        )
+        + "\n"
+    )
+    out = tmp_path / "r.json"
+    args = ["ours", str(tmp_path), "--env", "breakout", "--target", "0.9", "--out", str(out)]
+    assert peer.main(args) == 0
+    assert "has no machines.jsonl: the report carries this machine's fingerprint" in capsys.readouterr().err
+    mine = fingerprint(calibration=False)
+    assert json.loads(out.read_text())["fingerprint"]["host_hash"] == mine["host_hash"]
+
+    def session(host, kind, step):
+        fp = json.loads(json.dumps(mine))
+        fp["host_hash"], fp["cpu"]["emulated_kind"] = host, kind
+        fp["cpu"]["library_caps"] = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+        return json.dumps({"utc": "2026-12-02T06:00:00Z", "global_step": step, "fingerprint": fp}) + "\n"
+
+    (tmp_path / runs.MACHINES).write_text(session("0123456789ab", "older", 0))
+    assert peer.main(args) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("[peer] wrote") and err.count("\n") == 1, err  # no warning beside it
+    data = json.loads(out.read_text())
+    assert data["fingerprint"]["host_hash"] == "0123456789ab"
+    assert data["fingerprint"]["cpu"]["emulated_kind"] == "older"
+    assert data["analysis"]["run_machines"][0]["kind"] == "older"
+    assert data["analysis"]["run_machines"][0]["emulated"] is True
+    with (tmp_path / runs.MACHINES).open("a") as f:  # resumed on another host
+        f.write(session("ba9876543210", "older", 3e6))
+    assert peer.main(args) == 0
+    assert "trained on 2 machines or CPU kinds" in capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert data["fingerprint"]["host_hash"] == "0123456789ab"
+    assert [m["host_hash"] for m in data["analysis"]["run_machines"]] == ["0123456789ab", "ba9876543210"]

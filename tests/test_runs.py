@@ -78,6 +78,56 @@ def test_a_named_folder_with_metrics_but_no_checkpoint_is_refused_too(tmp_path):
     assert (run / runs.METRICS).read_text() == '{"epoch": 1}\n'
 
 
+def test_a_run_records_each_sessions_machine_with_the_cpu_kind_it_emulated(tmp_path, monkeypatch):
+    # a report read from the folder later, on another machine or without PUFFER_CPU_KIND, must still
+    # say where and as which kind the run trained: the reader's own fingerprint said neither
+    from appliance.sysinfo.cpu import TORCH_CAPS
+
+    monkeypatch.setenv("PUFFER_CPU_KIND", "older")
+    for variable, caps in TORCH_CAPS.items():  # as the command line sets them, restored after the test
+        monkeypatch.setenv(variable, caps["older"])
+    data = tmp_path / "exp"
+    assert train(data, "--run-id", "r1").exit_code == 0
+    assert train(data, "--resume", "r1", "--train.total-timesteps", "192").exit_code == 0
+    sessions = runs.machines(data / "r1")
+    assert [s["global_step"] for s in sessions] == [0, 128]  # the resumed session from its checkpoint
+    for s in sessions:
+        cpu = s["fingerprint"]["cpu"]
+        assert s["fingerprint"]["host_hash"] and cpu["kind"] and cpu["emulated_kind"] in ("older", None)
+        assert (
+            cpu["library_caps"]["MKL_ENABLE_INSTRUCTIONS"] == TORCH_CAPS["MKL_ENABLE_INSTRUCTIONS"]["older"]
+        )
+    if sessions[0]["fingerprint"]["cpu"]["kind"] != "older":  # None only on a CPU of that kind itself
+        assert sessions[0]["fingerprint"]["cpu"]["emulated_kind"] == "older"
+
+
+def test_the_machine_record_is_read_before_the_runs_clock_starts(tmp_path, monkeypatch):
+    # py-cpuinfo takes about a second: read after the trainer was built, it counted in the run's uptime,
+    # the seconds every time-to-score figure is read from
+    import appliance.sysinfo as sysinfo
+    from appliance.train.trainer import Trainer
+
+    calls, at_init = [], []
+    real, init = sysinfo.fingerprint, Trainer.__init__
+    monkeypatch.setattr(sysinfo, "fingerprint", lambda *a, **k: calls.append(k) or real(*a, **k))
+
+    def spy(self, *args, **kwargs):
+        at_init.append(len(calls))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "__init__", spy)
+    assert train(tmp_path / "exp", "--run-id", "r1").exit_code == 0
+    assert at_init == [1] and calls == [{"calibration": False}]  # read once, before the trainer
+    [session] = runs.machines(tmp_path / "exp" / "r1")
+    assert session["fingerprint"]["versions"]["torch_threads"] >= 1  # as chosen for the run
+
+
+def test_a_run_folder_without_a_machines_record_reads_as_none_and_a_torn_line_is_skipped(tmp_path):
+    assert runs.machines(tmp_path) == []  # a run from before the trainer wrote it
+    (tmp_path / runs.MACHINES).write_text('{"global_step": 0, "fingerprint": {"host_hash": "a"}}\n{"glob')
+    assert [s["fingerprint"]["host_hash"] for s in runs.machines(tmp_path)] == ["a"]
+
+
 @pytest.mark.parametrize("run_id", ["a/b", "../up", "latest", ".hidden", "x:y"])
 def test_a_run_id_that_is_not_one_safe_folder_name_is_refused(tmp_path, run_id):
     result = train(tmp_path / "exp", "--run-id", run_id)

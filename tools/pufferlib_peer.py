@@ -637,7 +637,11 @@ def make_report(system: str, env: str, metric: str, target: float, rows: list[di
                 config: dict[str, Any], command: str, seed: int | None, at: list[float],
                 device: str = "cpu", window: int = WINDOW,
                 phases: dict[str, float] | None = None,
-                load: dict[str, float] | None = None) -> dict[str, Any]:  # fmt: skip
+                load: dict[str, float] | None = None,
+                sessions: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The report of one run's curve. ``sessions``: the machines our run trained on (its
+    ``machines.jsonl``, :func:`run_machines`); the report then carries the first one's fingerprint
+    and lists them all, else the fingerprint of the machine reading."""
     use_our_package()
     from appliance.bench.report import Report
     from appliance.sysinfo import fingerprint
@@ -649,7 +653,7 @@ def make_report(system: str, env: str, metric: str, target: float, rows: list[di
         )
     hit = next((i for i, s in enumerate(curve["score"]) if s >= target), None)
     suite = {"name": f"parity-{system}", "path": None, "definition": {"system": system, "env": env}}
-    machine = fingerprint()
+    machine = sessions[0]["fingerprint"] if sessions else fingerprint()
     gpus = machine.get("gpus") or [{}]
     profile = (
         {"name": "cpu", "gpu": ""} if device == "cpu" else {"name": device, "gpu": gpus[0].get("name", "")}
@@ -674,6 +678,8 @@ def make_report(system: str, env: str, metric: str, target: float, rows: list[di
         report.add(f"host_load/{who}", [cores], "cores", "lower")
     report.data["analysis"]["learning_curves"] = {env: {**labels, "runs": [curve]}}
     report.data["analysis"]["system"] = system
+    if sessions:  # where the run trained, session by session (a resumed run may have moved)
+        report.data["analysis"]["run_machines"] = [session_line(r) for r in sessions]
     report.data["duration_s"] = curve["seconds"][-1]
     return report.data
 
@@ -756,6 +762,53 @@ def curve_rows(jsonl: Path, limit: float = float("inf")) -> list[dict[str, float
         if row["steps"] <= limit:
             rows.append(row)
     return rows
+
+
+def session_line(record: dict[str, Any]) -> dict[str, Any]:
+    """One session of a run (a ``machines.jsonl`` record) in brief: when, from which step, the host
+    and the CPU's kind as the trainer ran it."""
+    fp = record["fingerprint"]
+    cpu = fp.get("cpu") or {}
+    return {
+        "utc": record.get("utc"),
+        "global_step": record.get("global_step"),
+        "host_hash": fp.get("host_hash"),
+        "kind": cpu.get("emulated_kind") or cpu.get("kind"),
+        "emulated": bool(cpu.get("emulated_kind")),
+        "library_caps": cpu.get("library_caps") or {},
+        "gpus": [g.get("name") for g in fp.get("gpus") or []],
+    }
+
+
+def run_machines(run_dir: Path) -> list[dict[str, Any]]:
+    """The machines our run trained on (its ``machines.jsonl``), with a warning on stderr where its
+    sessions differ in host or CPU kind (the report carries the first) or the folder has none (a run
+    from before the trainer wrote it: the report carries the reader's machine)."""
+    use_our_package()
+    from appliance.errors import ApplianceError
+    from appliance.train.runs import MACHINES, machines
+
+    try:
+        records = machines(run_dir)
+    except ApplianceError as e:
+        raise PeerError(str(e)) from None
+    if not records:
+        print(
+            f"[peer] {run_dir} has no {MACHINES}: the report carries this machine's fingerprint",
+            file=sys.stderr,
+        )
+        return []
+    seen = {
+        (r["host_hash"], r["kind"], json.dumps(r["library_caps"], sort_keys=True))
+        for r in map(session_line, records)
+    }
+    if len(seen) > 1:
+        print(
+            f"[peer] {run_dir} trained on {len(seen)} machines or CPU kinds (analysis.run_machines lists "
+            "them); the report's fingerprint is its first session's",
+            file=sys.stderr,
+        )
+    return records
 
 
 def our_rows(run_dir: Path) -> tuple[list[dict[str, float]], dict[str, Any]]:
@@ -1620,7 +1673,8 @@ def run_command(a: argparse.Namespace) -> None:
             this = ["python", "tools/pufferlib_peer.py", *redact_args(a.argv)]
             data = make_report("puffer-bench", a.env, a.metric, a.target, rows, config,
                                shlex.join(this), a.seed, at, window=a.window,
-                               phases=phase_seconds(a.run_dir), load=host_load(a.run_dir))  # fmt: skip
+                               phases=phase_seconds(a.run_dir), load=host_load(a.run_dir),
+                               sessions=run_machines(a.run_dir))  # fmt: skip
         write_report(data, a.out)
 
 

@@ -137,8 +137,12 @@ def _train_rank(
         if device.type == "cuda":
             cfg.data["train"]["device"] = "cuda"  # the current device is this rank's GPU
         lead = rank == 0
+        ahead = runs.MachineAhead() if lead and run_dir is not None else None  # read while the envs start
         vec = vector.make_from_config(cfg)
         try:
+            machine = (
+                ahead.result() if ahead else None
+            )  # before the trainer, whose clock the run's seconds are
             trainer = RankTrainer(cfg, vec, run_dir=run_dir if lead else None, stop=stop)
         except BaseException:
             vec.close()
@@ -154,9 +158,11 @@ def _train_rank(
             trainer.broadcast_weights()
             # the metric sinks (TensorBoard, W&B) are the lead's, closed on every exit as one process's
             sinks = session.Sinks(options, cfg, run_dir) if lead and run_dir else None
+            set_aside = None
             try:
                 if lead and run_dir is not None:
-                    runs.start_run(base, run_dir)  # the config as given: train.seed is rank 0's
+                    # the config as given: train.seed is rank 0's
+                    set_aside = runs.start_run(base, run_dir, trainer.global_step, machine)
                     trainer.latest_pointer = Path(base.train.data_dir) / runs.LATEST  # as one process
                 reporter = Reporter(trainer, cfg.env_name, live=options.dashboard) if lead else None
                 try:
@@ -180,7 +186,8 @@ def _train_rank(
                 return {}
             if result.reason == "interrupted" and not result.epochs:
                 return {"nothing_trained": int(signal.Signals[result.signal or "SIGINT"])}
-            return {"lines": _summary(options, cfg, trainer, result, world)}
+            warning = [(f"warning: {set_aside}", True)] if set_aside else []
+            return {"lines": warning + _summary(options, cfg, trainer, result, world)}
         finally:
             trainer.close()
     finally:

@@ -1,7 +1,8 @@
 """Run folders: where a run lives, who holds it, and which run is the newest.
 
 A run folder (``train.data_dir/<run id>``) holds ``model.pt`` (the newest checkpoint),
-``model_<epoch>.pt`` snapshots, ``config.yaml`` and ``metrics.jsonl``; ``train.data_dir/latest``
+``model_<epoch>.pt`` snapshots, ``config.yaml``, ``metrics.jsonl`` and ``machines.jsonl`` (the
+machine each session of the run trained on, its CPU kind as emulated); ``train.data_dir/latest``
 names the newest run that has a checkpoint. Every run takes its folder through :func:`claim`:
 locked (``.lock``, fcntl) while it trains, never one that holds another run, named from the env
 spec with characters safe in a shell, and removed again if the run trains nothing. What goes into
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from appliance.config import Config
 
 MODEL, LATEST, LOCK, METRICS = "model.pt", "latest", ".lock", "metrics.jsonl"
+MACHINES = "machines.jsonl"
 SNAPSHOT = re.compile(r"model_(\d+)\.pt$")
 
 
@@ -172,8 +174,13 @@ def require_checkpoint_room(run_dir: Path, policy: Any) -> None:
         raise ConfigError(f"run folder: {problem} (two checkpoints of this policy: {size_text(need)})")
 
 
-def start_run(cfg: Config, run_dir: Path) -> None:
-    """Create the folder and write the resolved config (``latest`` moves at the first checkpoint)."""
+def start_run(
+    cfg: Config, run_dir: Path, global_step: int = 0, machine: dict[str, Any] | None = None
+) -> str | None:
+    """Create the folder, write the resolved config and add this session's machine (``machine``: its
+    fingerprint read ahead, :class:`MachineAhead`) to ``machines.jsonl`` (``latest`` moves at the
+    first checkpoint). Returns the note when a cut-short last line of ``machines.jsonl`` was set
+    aside."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         import yaml
@@ -182,8 +189,73 @@ def start_run(cfg: Config, run_dir: Path) -> None:
         # asks for what was left out (train.resume.resume_config)
         saved = yaml.safe_dump(redact_tree(cfg.to_dict()), sort_keys=False, default_flow_style=False)
         write_bytes_atomic(run_dir / "config.yaml", saved.encode())
+        return record_machine(run_dir, global_step, machine)
     except OSError as e:
         raise CheckpointWriteError(f"cannot write into the run folder {run_dir}: {e.strerror or e}") from None
+
+
+class MachineAhead:
+    """This machine's fingerprint (no calibration loops), read on a thread while the envs are built:
+    py-cpuinfo runs a subprocess for about a second, and a run's clock (its uptime) starts with its
+    trainer. :meth:`result` waits for it; call it before the trainer is built."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._fingerprint: dict[str, Any] | None = None
+        self._thread = threading.Thread(target=self._read, name="puffer-bench-machine", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        from appliance.sysinfo import fingerprint
+
+        with contextlib.suppress(Exception):  # then record_machine reads it again, where a failure shows
+            self._fingerprint = fingerprint(calibration=False)
+
+    def result(self) -> dict[str, Any] | None:
+        self._thread.join()
+        return self._fingerprint
+
+
+def record_machine(run_dir: Path, global_step: int, machine: dict[str, Any] | None = None) -> str | None:
+    """Append the machine this session trains on to the run's ``machines.jsonl``: the UTC time, the
+    step it starts from and the fingerprint as the trainer sees it (the CPU kind ``PUFFER_CPU_KIND``
+    emulates and the libraries' ISA caps included, torch's threads as chosen for the run; no
+    calibration loops). ``machine``: the fingerprint read ahead, else it is read here. A report read
+    from the folder later names this machine, not the reader's; a resumed run adds a line."""
+    import datetime as dt
+    import json
+
+    import torch
+
+    from appliance.sysinfo import fingerprint
+
+    machine = dict(machine if machine is not None else fingerprint(calibration=False))
+    machine["versions"] = {**(machine.get("versions") or {}), "torch_threads": torch.get_num_threads()}
+    record = {
+        "utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "global_step": int(global_step),
+        "fingerprint": machine,
+    }
+    return append_line(run_dir / MACHINES, json.dumps(record) + "\n", "the run's machines")
+
+
+def machines(run_dir: Path) -> list[dict[str, Any]]:
+    """The sessions' records in ``machines.jsonl``, oldest first ([] for a run from before it was
+    written); a line that is no JSON object is skipped."""
+    import json
+
+    path = run_dir / MACHINES
+    if not path.is_file():
+        return []
+    text = read_bounded(path, "the run's machines", CheckpointError, 1 << 24).decode("utf-8", "replace")
+    out = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and isinstance(record.get("fingerprint"), dict):
+                out.append(record)
+    return out
 
 
 @dataclass(frozen=True)
@@ -270,7 +342,7 @@ def _new_folder(data_dir: Path, name: str) -> tuple[Path, bool]:
 
 
 # what a run folder holds before its run trains (a run killed while starting leaves these too)
-_STARTING = {LOCK, "config.yaml"}
+_STARTING = {LOCK, "config.yaml", MACHINES}
 
 
 def _run_files(run_dir: Path) -> list[str]:

@@ -102,9 +102,11 @@ def _train_with(
     from appliance.train.trainer import Trainer
 
     t = cfg.train
+    ahead = runs.MachineAhead()  # the run's machine record, read while the envs start
     cores, busy, chosen_env_threads = _choose_env_threads(cfg)  # before the vector: its threads or workers
     vec = vector.make_from_config(cfg)
     try:
+        machine = ahead.result()  # before the trainer, whose clock the run's seconds are
         trainer = Trainer(cfg, vec, run_dir=run_dir, profile=bool(options.profile_trace))
     except BaseException:
         vec.close()
@@ -121,10 +123,12 @@ def _train_with(
         elif options.load_model_path:
             trainer.load_checkpoint(runs.find_checkpoint(t.data_dir, options.load_model_path), resume=False)
         runs.require_checkpoint_room(run_dir, trainer.policy)
-        runs.start_run(cfg, run_dir)
+        set_aside = runs.start_run(cfg, run_dir, trainer.global_step, machine)
         trainer.latest_pointer = Path(t.data_dir) / runs.LATEST  # moves at the first checkpoint
         if superseded:
             yield f"warning: {superseded}", True
+        if set_aside:
+            yield f"warning: {set_aside}", True
         for line in options.notes:
             yield line, False
         yield header(cfg, trainer), False
