@@ -58,8 +58,8 @@ def test_explain_one_key_and_all_keys():
 
 @pytest.fixture
 def bf16_cpu(monkeypatch):
-    """A CPU of the bf16 kind, which breakout's cpu profile does not refine (an AVX2 one takes its
-    LSTM size from profiles.cpu.avx2): what these tests read must not depend on the CPU they run on."""
+    """A CPU of the bf16 kind, which breakout's cpu profile does not refine (an AVX one takes its
+    rollout_int16 from profiles.cpu.avx): what these tests read must not depend on the CPU they run on."""
     from appliance.sysinfo import cpu as syscpu
 
     monkeypatch.setattr(syscpu, "_REAL_KIND", "bf16")
@@ -70,7 +70,7 @@ def test_explain_with_an_env_adds_the_value_it_resolves_to_and_its_layer(bf16_cp
     result = run("config", "breakout", "--gpu", "cpu", "--explain", "policy.hidden-size")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-1] == (
-        "  breakout (profile cpu): 96, set by env YAML for the profile "
+        "  breakout (profile cpu): 64, set by env YAML for the profile "
         "(appliance/defaults/envs/breakout.yaml, profiles.cpu)"
     )
     result = run("config", "squared", "--gpu", "4090", "--explain", "vec.num_envs", "--vec.num-envs", "512")

@@ -128,21 +128,19 @@ def test_breakouts_cpu_profile_takes_the_settings_of_the_cpus_kind(cpu_of, kind)
 
 
 def test_an_emulated_kind_takes_that_kinds_settings_and_says_so(cpu_of, monkeypatch):
-    """What a user emulating an AVX2 CPU on a bf16 one gets: the avx2 section, and the profile's line
+    """What a user emulating an AVX CPU on a bf16 one gets: the avx section, and the profile's line
     says the kind is emulated."""
     cpu_of("bf16")
     profiles = breakout_profiles()
-    monkeypatch.setenv("PUFFER_CPU_KIND", "avx2")
+    monkeypatch.setenv("PUFFER_CPU_KIND", "avx")
     cfg = resolve(env="breakout", profile="cpu")
-    for section, values in profiles["cpu.avx2"].items():
+    for section, values in profiles["cpu.avx"].items():
         for key, value in values.items():
             assert cfg.data[section][key] == value
-            assert cfg.origin(section, key).endswith("breakout.yaml, profiles.cpu.avx2)")
+            assert cfg.origin(section, key).endswith("breakout.yaml, profiles.cpu.avx)")
     line = hardware.why("cpu")
-    assert (
-        "a CPU of the avx2 kind (AVX2, no AVX-512, emulated by PUFFER_CPU_KIND on a CPU of the bf16 kind)"
-        in line
-    )
+    assert "a CPU of the avx kind (AVX, no AVX2" in line
+    assert "emulated by PUFFER_CPU_KIND on a CPU of the bf16 kind" in line
 
 
 def test_a_bad_kind_is_one_line_from_the_command_line(cpu_of, monkeypatch):
@@ -165,10 +163,10 @@ def test_an_unknown_cpu_kind_section_in_an_env_yaml_is_refused(tmp_path, monkeyp
 
 
 def test_the_config_audit_resolves_the_cpu_profile_on_every_kind(cpu_of):
-    """A value of profiles.cpu that a kind's section replaces is live on the other kinds, and each
-    kind's section is checked too: were the audit to resolve only this CPU's kind, an AVX2 machine
-    would call breakout's cpu minibatch dead (tests/test_config_dead_values.py) and a bf16 one would
-    never check cpu.avx2."""
+    """A value that a kind's section replaces is live on the other kinds, and each kind's section is
+    checked too: were the audit to resolve only this CPU's kind, an AVX machine would call the
+    default rollout_int16 dead (tests/test_config_dead_values.py) and a bf16 one would never check
+    cpu.avx."""
     from appliance.config import audit
 
     cpu_of("avx2")
@@ -176,8 +174,9 @@ def test_the_config_audit_resolves_the_cpu_profile_on_every_kind(cpu_of):
     configs = {audit._name(*r): audit._resolve(*r) for r in runs}
     names = [audit._name(*r) for r in runs if r[1] == "cpu"]
     assert names == [f"breakout --gpu cpu (a CPU of the {k} kind)" for k in syscpu.CPU_KINDS]
-    assert configs[names[0]].train.replay_ratio == "auto"
-    assert configs[names[2]].train.replay_ratio == breakout_profiles()["cpu.avx2"]["train"]["replay_ratio"]
+    int16 = {name: configs[name].train.rollout_int16 for name in names}
+    assert list(int16.values()) == [k in ("avx", "older") for k in syscpu.CPU_KINDS], int16
+    assert configs[names[3]].train.rollout_int16 == breakout_profiles()["cpu.avx"]["train"]["rollout_int16"]
 
 
 def test_a_fingerprint_says_whether_the_kind_was_emulated():
