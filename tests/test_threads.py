@@ -288,6 +288,17 @@ def test_a_run_started_beside_a_passing_job_takes_the_core_back_when_it_ends(
 
     monkeypatch.setattr(threads, "Watch", KillsTheNeighbour)
     monkeypatch.setattr(threads, "RELOOK_S", 0.2)
+    from appliance.train.trainer import Trainer
+
+    evaluate = Trainer.evaluate
+
+    def slower(self, *args, **kwargs):
+        # the watch calls for the core after three looks (0.6 s); on a fast host the whole run took 1 s
+        # and ended before the line was said: every epoch at least 20 ms, so 94 epochs outlast them anywhere
+        time.sleep(0.02)
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "evaluate", slower)
     args = ["train", "squared", *SMALL, "--train.total-timesteps", "6000", "--policy.hidden-size", "16"]
     before = torch.get_num_threads()
     try:
