@@ -122,6 +122,29 @@ def test_the_machine_record_is_read_before_the_runs_clock_starts(tmp_path, monke
     assert session["fingerprint"]["versions"]["torch_threads"] >= 1  # as chosen for the run
 
 
+def test_a_machine_read_that_failed_ahead_is_read_again_and_a_foreign_record_file_is_refused(
+    tmp_path, monkeypatch
+):
+    import appliance.sysinfo as sysinfo
+
+    real, calls = sysinfo.fingerprint, []
+
+    def flaky(*args, **kwargs):  # fails on the thread that reads ahead, works when read again
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("no counters")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sysinfo, "fingerprint", flaky)
+    data = tmp_path / "exp"
+    assert train(data, "--run-id", "r1").exit_code == 0
+    assert len(calls) == 2 and len(runs.machines(data / "r1")) == 1
+    (data / "r1" / runs.MACHINES).write_text("not a record\n")  # not ours: never appended to
+    result = train(data, "--resume", "r1", "--train.total-timesteps", "192")
+    assert result.exit_code == 2 and "machines.jsonl is not a JSON-lines file" in one_line(result)
+    assert (data / "r1" / runs.MACHINES).read_text() == "not a record\n"
+
+
 def test_a_run_folder_without_a_machines_record_reads_as_none_and_a_torn_line_is_skipped(tmp_path):
     assert runs.machines(tmp_path) == []  # a run from before the trainer wrote it
     (tmp_path / runs.MACHINES).write_text('{"global_step": 0, "fingerprint": {"host_hash": "a"}}\n{"glob')
