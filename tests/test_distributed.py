@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from procs import children, command_line
 
 from appliance import vector
 from appliance.config import resolve
@@ -235,13 +236,9 @@ def test_killing_one_rank_ends_the_job_and_leaves_no_process(tmp_path):
         while not (tmp_path / "kill" / "config.yaml").exists():  # rank 0 is training
             assert proc.poll() is None and time.time() < deadline, proc.communicate()
             time.sleep(0.2)
-        ranks = [
-            c
-            for c in psutil.Process(proc.pid).children(recursive=True)
-            if "spawn_main" in " ".join(c.cmdline())
-        ]
-        ranks = [r for r in ranks if "resource_tracker" not in " ".join(r.cmdline())]
-        assert len(ranks) == 2, [r.cmdline() for r in ranks]
+        ranks = [c for c in children(proc.pid) if "spawn_main" in command_line(c)]
+        ranks = [r for r in ranks if "resource_tracker" not in command_line(r)]
+        assert len(ranks) == 2, [command_line(r) for r in ranks]
         os.kill(ranks[-1].pid, signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode != 0
@@ -257,11 +254,9 @@ def test_killing_one_rank_ends_the_job_and_leaves_no_process(tmp_path):
 
 def _spawned(pid: int) -> tuple[list, list]:
     """The ranks and the resource tracker under ``pid``."""
-    import psutil
-
     ranks, trackers = [], []
-    for c in psutil.Process(pid).children(recursive=True):
-        line = " ".join(c.cmdline())
+    for c in children(pid):
+        line = command_line(c)
         (trackers if "resource_tracker" in line else ranks if "spawn_main" in line else []).append(c)
     return ranks, trackers
 
@@ -290,7 +285,7 @@ def test_ranks_and_their_semaphores_die_with_a_launcher_killed_outright(tmp_path
         proc.kill()
         proc.wait()
         _, alive = psutil.wait_procs([*ranks, *trackers], timeout=10)
-        assert not alive, [(p.pid, p.cmdline()) for p in alive]
+        assert not alive, [(p.pid, command_line(p)) for p in alive]
         deadline = time.time() + 10
         while _semaphores() - before and time.time() < deadline:
             time.sleep(0.1)

@@ -12,6 +12,7 @@ import time
 import pytest
 import yaml
 from click.testing import CliRunner
+from procs import children, command_line
 
 from appliance import sweep as sw
 from appliance.cli import cli
@@ -425,15 +426,6 @@ def test_a_stop_signal_puts_the_running_trial_back_and_is_one_line(tmp_path, spa
     ].params
 
 
-def _children(pid):
-    import psutil
-
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_trial_processes_die_with_the_driver_and_leave_nothing_behind(tmp_path, sig):
@@ -452,10 +444,10 @@ def test_trial_processes_die_with_the_driver_and_leave_nothing_behind(tmp_path, 
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     deadline = time.time() + 120
-    while len([p for p in _children(driver.pid) if "spawn_main" in " ".join(p.cmdline())]) < 2:
+    while len([p for p in children(driver.pid) if "spawn_main" in command_line(p)]) < 2:
         assert driver.poll() is None and time.time() < deadline, driver.stdout.read()
         time.sleep(0.5)
-    trials = [p for p in _children(driver.pid) if "spawn_main" in " ".join(p.cmdline())]
+    trials = [p for p in children(driver.pid) if "spawn_main" in command_line(p)]
     time.sleep(5)  # training by now (or still importing torch: either way they must go)
     driver.send_signal(sig)
     output = driver.communicate(timeout=60)[0]
