@@ -2,14 +2,19 @@
 """How close the trainer's matrix work runs to what this CPU can do: GFLOP/s of a large GEMM (the
 machine's practical ceiling) beside the same torch calls the breakout parity settings make.
 
-    python tools/cpu_roofline.py [--dtype bfloat16] [--seconds 2] [--out results/cpu/roofline.json]
+    python tools/cpu_roofline.py [--dtype bfloat16] [--seconds 2] [--hidden 128] [--segments 512]
+        [--out results/cpu/roofline.json]
 
-Shapes are those of bench/parity/breakout.yaml (LSTM 128, 4,096 agents a rollout step, minibatches
-of 32,768 agent-steps as 512 segments of 64): the rollout's one policy step (encoder, LSTM cell,
-heads) and the update's LSTM over a minibatch, forward and backward. Each is timed for
-``--seconds`` after a warm-up, all threads torch has; FLOPs are counted as 2 per multiply-add of the
-matrix products only (element-wise gate math is not counted), so the figures are a lower bound on
-the work done. docs/lab/cpu-speed.md reads them.
+Shapes default to those of bench/parity/breakout.yaml (LSTM 128, 4,096 agents a rollout step,
+minibatches of 32,768 agent-steps as 512 segments of 64); ``--hidden 64 --segments 128`` are
+breakout's cpu profile (an LSTM of 64, minibatches of 8,192 as 128 segments). Timed: the rollout's
+one policy step (encoder, LSTM cell, heads; with ``--int16`` also the trainer's own LSTM step with
+its products in int16, its multiply-adds counted as the float ones they stand for) and the update's
+LSTM over a minibatch, forward and backward. Each is timed for ``--seconds`` after a warm-up, all threads torch has; FLOPs are counted
+as 2 per multiply-add of the matrix products only (element-wise gate math is not counted), so the
+figures are a lower bound on the work done. Under ``PUFFER_CPU_KIND`` torch's libraries are capped
+to that kind's ISA, as ``puffer-bench`` caps them, so the ceiling is the emulated kind's. The
+output names the fingerprint (host, CPU kind, caps). docs/lab/cpu-speed.md reads them.
 """
 
 from __future__ import annotations
@@ -21,14 +26,17 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
+from appliance.sysinfo.cpu import cap_torch  # imports no torch
+
+cap_torch()  # PUFFER_CPU_KIND: the libraries capped before torch loads them, as the command line does
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tool_cli  # a sibling script, not a package
+import tool_cli  # a sibling script, not a package  # noqa: E402
 
-HIDDEN, OBS, ACTIONS = 128, 118, 3
-AGENTS, SEGMENTS, HORIZON = 4096, 512, 64
+OBS, ACTIONS, AGENTS, HORIZON = 118, 3, 4096, 64
 
 
 def timed(fn, seconds: float) -> float:
@@ -46,6 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = tool_cli.Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     ap.add_argument("--seconds", type=tool_cli.number(0, 1e4, low_open=True), default=2.0)
+    ap.add_argument(
+        "--hidden", type=tool_cli.number(1, 4096, integer=True), default=128, help="the LSTM's size"
+    )
+    ap.add_argument(
+        "--int16",
+        action="store_true",
+        help="also time the trainer's LSTM step with its products in int16 (train.rollout_int16), float32 only",
+    )
+    ap.add_argument(
+        "--segments",
+        type=tool_cli.number(1, 65536, integer=True),
+        default=512,
+        help="segments of 64 steps a minibatch",
+    )
     ap.add_argument("--out", type=tool_cli.path, default=None)
     a = ap.parse_args(argv)
     return tool_cli.guarded(lambda: run_command(a, argv))
@@ -55,6 +77,11 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
     if a.out is not None:
         tool_cli.check_output(a.out, ours=tool_cli.written_by("cpu_roofline"))
     dtype = getattr(torch, a.dtype)
+    if a.int16 and dtype != torch.float32:
+        raise tool_cli.ToolError(
+            "--int16 times the float32 rollout's int16 products: give --dtype float32 with it"
+        )
+    HIDDEN, SEGMENTS = a.hidden, a.segments
     torch.manual_seed(0)
     rows: dict[str, dict[str, float]] = {}
 
@@ -67,9 +94,14 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
         big_a = torch.randn(4096, 4096, dtype=dtype)
         big_b = torch.randn(4096, 4096, dtype=dtype)
         record("gemm 4096x4096x4096 (ceiling)", 2 * 4096**3, lambda: big_a @ big_b)
-        gx = torch.randn(AGENTS * 8, HIDDEN, dtype=dtype)
+        rows_in = SEGMENTS * HORIZON
+        gx = torch.randn(rows_in, HIDDEN, dtype=dtype)
         w = torch.randn(4 * HIDDEN, HIDDEN, dtype=dtype)
-        record("gemm 32768x128 @ 128x512", 2 * AGENTS * 8 * HIDDEN * 4 * HIDDEN, lambda: gx @ w.T)
+        record(
+            f"gemm {rows_in}x{HIDDEN} @ {HIDDEN}x{4 * HIDDEN}",
+            2 * rows_in * HIDDEN * 4 * HIDDEN,
+            lambda: gx @ w.T,
+        )
 
         encoder = nn.Sequential(nn.Linear(OBS, HIDDEN), nn.GELU()).to(dtype)
         cell = nn.LSTMCell(HIDDEN, HIDDEN).to(dtype)
@@ -84,6 +116,19 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
             lambda: heads(cell(encoder(obs), (h, c))[0]),
         )
         record("rollout step: LSTM cell alone", 2 * AGENTS * 2 * HIDDEN * 4 * HIDDEN, lambda: cell(h, (h, c)))
+        if a.int16:
+            from appliance.gpu import host
+            from appliance.train.cores.lstm import LSTM
+
+            if (why := host.i16_missing()) is not None:
+                raise tool_cli.ToolError(f"--int16: the extension's int16 products cannot run here ({why})")
+            core = LSTM(HIDDEN)
+            core.rollout_int16 = True
+            record(
+                "rollout step: the trainer's LSTM core, int16 products",
+                2 * AGENTS * 2 * HIDDEN * 4 * HIDDEN,
+                lambda: core.step(h, (h, c)),
+            )
 
     lstm = nn.LSTM(HIDDEN, HIDDEN, batch_first=True)
     x = torch.randn(SEGMENTS, HORIZON, HIDDEN, requires_grad=True)
@@ -103,8 +148,15 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
     record("update LSTM forward (a minibatch)", 2 * seq_macs, forward)
     record("update LSTM forward+backward", 3 * 2 * seq_macs, forward_backward)
 
+    from appliance.sysinfo import fingerprint
+
+    seen = fingerprint(calibration=False)
     data = {
         "dtype": a.dtype,
+        "hidden": HIDDEN,
+        "segments": SEGMENTS,
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "fingerprint": {k: v for k, v in seen.items() if k in ("cpu", "git", "load", "host_hash")},
         "threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
