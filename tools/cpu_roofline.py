@@ -10,9 +10,9 @@ minibatches of 32,768 agent-steps as 512 segments of 64); ``--hidden 64 --segmen
 breakout's cpu profile (an LSTM of 64, minibatches of 8,192 as 128 segments). Timed: the rollout's
 one policy step (encoder, LSTM cell, heads; with ``--int16`` also the trainer's own LSTM step with
 its products in int16, its multiply-adds counted as the float ones they stand for) and the update's
-LSTM over a minibatch, forward and backward. Each is timed for ``--seconds`` after a warm-up, all threads torch has; FLOPs are counted
-as 2 per multiply-add of the matrix products only (element-wise gate math is not counted), so the
-figures are a lower bound on the work done. Under ``PUFFER_CPU_KIND`` torch's libraries are capped
+LSTM over a minibatch, forward and backward. Each is timed for ``--seconds`` after a warm-up, all
+threads torch has; FLOPs are counted as 2 per multiply-add of the matrix products only (element-wise
+gate math is not counted), so the figures are a lower bound on the work done. Under ``PUFFER_CPU_KIND`` torch's libraries are capped
 to that kind's ISA, as ``puffer-bench`` caps them, so the ceiling is the emulated kind's. The
 output names the fingerprint (host, CPU kind, caps). docs/lab/cpu-speed.md reads them.
 """
@@ -81,7 +81,7 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
         raise tool_cli.ToolError(
             "--int16 times the float32 rollout's int16 products: give --dtype float32 with it"
         )
-    HIDDEN, SEGMENTS = a.hidden, a.segments
+    hidden, segments = a.hidden, a.segments
     torch.manual_seed(0)
     rows: dict[str, dict[str, float]] = {}
 
@@ -94,46 +94,46 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
         big_a = torch.randn(4096, 4096, dtype=dtype)
         big_b = torch.randn(4096, 4096, dtype=dtype)
         record("gemm 4096x4096x4096 (ceiling)", 2 * 4096**3, lambda: big_a @ big_b)
-        rows_in = SEGMENTS * HORIZON
-        gx = torch.randn(rows_in, HIDDEN, dtype=dtype)
-        w = torch.randn(4 * HIDDEN, HIDDEN, dtype=dtype)
+        rows_in = segments * HORIZON
+        gx = torch.randn(rows_in, hidden, dtype=dtype)
+        w = torch.randn(4 * hidden, hidden, dtype=dtype)
         record(
-            f"gemm {rows_in}x{HIDDEN} @ {HIDDEN}x{4 * HIDDEN}",
-            2 * rows_in * HIDDEN * 4 * HIDDEN,
+            f"gemm {rows_in}x{hidden} @ {hidden}x{4 * hidden}",
+            2 * rows_in * hidden * 4 * hidden,
             lambda: gx @ w.T,
         )
 
-        encoder = nn.Sequential(nn.Linear(OBS, HIDDEN), nn.GELU()).to(dtype)
-        cell = nn.LSTMCell(HIDDEN, HIDDEN).to(dtype)
-        heads = nn.Linear(HIDDEN, ACTIONS + 1).to(dtype)
+        encoder = nn.Sequential(nn.Linear(OBS, hidden), nn.GELU()).to(dtype)
+        cell = nn.LSTMCell(hidden, hidden).to(dtype)
+        heads = nn.Linear(hidden, ACTIONS + 1).to(dtype)
         obs = torch.rand(AGENTS, OBS, dtype=dtype)
-        h = torch.zeros(AGENTS, HIDDEN, dtype=dtype)
-        c = torch.zeros(AGENTS, HIDDEN, dtype=dtype)
-        step_macs = AGENTS * (OBS * HIDDEN + 2 * HIDDEN * 4 * HIDDEN + HIDDEN * (ACTIONS + 1))
+        h = torch.zeros(AGENTS, hidden, dtype=dtype)
+        c = torch.zeros(AGENTS, hidden, dtype=dtype)
+        step_macs = AGENTS * (OBS * hidden + 2 * hidden * 4 * hidden + hidden * (ACTIONS + 1))
         record(
             "rollout step: encoder, LSTM cell, heads",
             2 * step_macs,
             lambda: heads(cell(encoder(obs), (h, c))[0]),
         )
-        record("rollout step: LSTM cell alone", 2 * AGENTS * 2 * HIDDEN * 4 * HIDDEN, lambda: cell(h, (h, c)))
+        record("rollout step: LSTM cell alone", 2 * AGENTS * 2 * hidden * 4 * hidden, lambda: cell(h, (h, c)))
         if a.int16:
             from appliance.gpu import host
             from appliance.train.cores.lstm import LSTM
 
             if (why := host.i16_missing()) is not None:
                 raise tool_cli.ToolError(f"--int16: the extension's int16 products cannot run here ({why})")
-            core = LSTM(HIDDEN)
+            core = LSTM(hidden)
             core.rollout_int16 = True
             record(
                 "rollout step: the trainer's LSTM core, int16 products",
-                2 * AGENTS * 2 * HIDDEN * 4 * HIDDEN,
+                2 * AGENTS * 2 * hidden * 4 * hidden,
                 lambda: core.step(h, (h, c)),
             )
 
-    lstm = nn.LSTM(HIDDEN, HIDDEN, batch_first=True)
-    x = torch.randn(SEGMENTS, HORIZON, HIDDEN, requires_grad=True)
-    state = (torch.zeros(1, SEGMENTS, HIDDEN), torch.zeros(1, SEGMENTS, HIDDEN))
-    seq_macs = SEGMENTS * HORIZON * 2 * HIDDEN * 4 * HIDDEN
+    lstm = nn.LSTM(hidden, hidden, batch_first=True)
+    x = torch.randn(segments, HORIZON, hidden, requires_grad=True)
+    state = (torch.zeros(1, segments, hidden), torch.zeros(1, segments, hidden))
+    seq_macs = segments * HORIZON * 2 * hidden * 4 * hidden
     autocast = torch.autocast("cpu", torch.bfloat16, enabled=dtype == torch.bfloat16)
 
     def forward():
@@ -153,8 +153,8 @@ def run_command(a: argparse.Namespace, argv: list[str] | None) -> int:
     seen = fingerprint(calibration=False)
     data = {
         "dtype": a.dtype,
-        "hidden": HIDDEN,
-        "segments": SEGMENTS,
+        "hidden": hidden,
+        "segments": segments,
         "capability": torch.backends.cpu.get_cpu_capability(),
         "fingerprint": {k: v for k, v in seen.items() if k in ("cpu", "git", "load", "host_hash")},
         "threads": torch.get_num_threads(),
