@@ -252,6 +252,22 @@ def test_profile_trace_writes_a_chrome_trace(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "traceEvents" in trace.read_text()[:2000]
+    ops = (tmp_path / "trace.json.ops.txt").read_text()
+    assert "ops by self CPU time" in ops and "device time" not in ops  # no GPU profiled here
+
+
+def test_a_profile_with_the_gpu_gets_a_table_by_device_time_too():
+    """A GPU run's profile is read by its kernels' device time (the graphed update's among them):
+    the second table's sort key must be one this torch knows, which a CPU profile checks too."""
+    import torch
+
+    from appliance.train.session import ops_tables
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.ones(64, 64) @ torch.ones(64, 64)
+    text = ops_tables(prof.key_averages(), device=True)
+    cpu, _, device = text.partition("ops and kernels by self device time")
+    assert "ops by self CPU time" in cpu and "aten::mm" in cpu and "aten::mm" in device
 
 
 def test_ctrl_c_during_an_import_is_taken_once_the_import_is_over(tmp_path, monkeypatch):

@@ -105,6 +105,14 @@ step h200 150 220 "$PB" run --suite tools/h200_suite.yaml --gpu "$GPU" --repeats
 #     the time to perf 0.9 with a horizon of 32, two seeds (its learning checked on a CPU first:
 #     results/cpu/gpu-update-learning/); each run to 0.9 trained 6.9-7.2 s on the H200 in its last call
 step update 150 220 "$PB" run --suite tools/gpu_update_suite.yaml --gpu "$GPU" --repeats 2 --out "$WORK/update" --no-plots
+# 4c. where the update's time goes on the GPU: three epochs of breakout on the profile's defaults under
+#     torch.profiler, its ops and kernels by their own device time (the .ops.txt, in the tarball; the
+#     trace itself stays on the machine: tens of MB). The update eager (graphs off): the same kernels,
+#     each one attributed, where a captured graph would show them under its replay
+mkdir -p "$WORK/profile" /tmp/gpu-owed-trace
+step profile 60 120 "$PB" train breakout --gpu "$GPU" --no-dashboard --autotune off --train.graphs false \
+    --train.data-dir /tmp/gpu-owed-trace --profile-trace /tmp/gpu-owed-trace/breakout.json
+cp /tmp/gpu-owed-trace/breakout.json.ops.txt "$WORK/profile/" 2>/dev/null
 # 5. (tools/fused_optimizer_suite.yaml, the fused optimizer's time to 0.9, ran on 2026-11-30: results/h200/;
 #    the h200 suite above times the switch on every call)
 # 6. breakout as a new user runs it: no flags, so the appliance tunes itself to this machine first

@@ -55,7 +55,7 @@ from appliance.errors import ConfigError
 @click.option(
     "--profile-trace",
     type=click.Path(dir_okay=False),
-    help="Run 3 epochs under torch.profiler, write a Chrome/Perfetto trace, stop.",
+    help="Run 3 epochs under torch.profiler, write a Chrome/Perfetto trace and FILE.ops.txt (ops by their own time; on a GPU by device time too), stop.",
 )
 @click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to the run folder.")
 @click.option(

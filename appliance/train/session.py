@@ -337,12 +337,23 @@ def _profile(trainer: Any, path: str) -> str:
     if not Path(path).is_file():  # torch's writer reports a failure in its log, not by raising
         raise ConfigError(f"--profile-trace {path}: the profiler could not write the trace there")
     ops = Path(path + ".ops.txt")
-    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40) + "\n"
-    write_or_keep(ops, table.encode(), "--profile-trace")
+    device = torch.profiler.ProfilerActivity.CUDA in activities
+    write_or_keep(ops, ops_tables(prof.key_averages(), device).encode(), "--profile-trace")
     return (
         f"wrote a trace of 3 epochs to {path} (open in https://ui.perfetto.dev or chrome://tracing) "
         f"and the ops' self times to {ops}"
     )
+
+
+def ops_tables(averages: Any, device: bool) -> str:
+    """torch.profiler's ops table (``key_averages()``), slowest first by their own time on the CPU;
+    where the GPU was profiled too, a second table slowest first by their own time on the device,
+    where a GPU run's kernels (its graphed ones among them) show what the steps cost there."""
+    text = "ops by self CPU time\n" + averages.table(sort_by="self_cpu_time_total", row_limit=40) + "\n"
+    if device:
+        text += "\nops and kernels by self device time\n"
+        text += averages.table(sort_by="self_device_time_total", row_limit=40) + "\n"
+    return text
 
 
 def _choose_env_threads(cfg: Config) -> tuple[int, float | None, tuple[str, int] | None]:
