@@ -162,6 +162,35 @@ def _start_at_once(url, barrier, answers):
         answers.put(f"{type(e).__name__}: {e}")
 
 
+def _wrapped(orig: Exception) -> Exception:
+    """``orig`` as SQLAlchemy raises a driver's error: its DBAPIError wrapper, raised from it."""
+    import sqlalchemy.exc
+
+    try:
+        try:
+            raise orig
+        except Exception as e:
+            raise sqlalchemy.exc.ProgrammingError("CREATE TYPE studydirection", {}, e) from e
+    except Exception as wrapper:
+        return wrapper
+
+
+def test_a_type_or_table_another_worker_created_first_is_waited_for_and_nothing_else():
+    """Seen in CI: of four workers creating a fresh database's tables at once, one was refused with
+    'type "studydirection" already exists' (PostgreSQL's duplicate_object, not the unique violation
+    it gives while both are still creating)."""
+    pytest.importorskip("psycopg")
+    import psycopg.errors as pg
+
+    assert st.created_meanwhile(_wrapped(pg.DuplicateObject('type "studydirection" already exists')))
+    assert st.created_meanwhile(_wrapped(pg.DuplicateTable('relation "studies" already exists')))
+    assert st.created_meanwhile(
+        _wrapped(pg.UniqueViolation("duplicate key value violates unique constraint"))
+    )
+    assert not st.created_meanwhile(_wrapped(pg.InsufficientPrivilege("permission denied for schema public")))
+    assert not st.created_meanwhile(ValueError("already exists"))
+
+
 @pytest.mark.slow
 def test_workers_starting_at_once_on_a_fresh_postgres_database_all_join(postgres_admin):
     """Four workers create the same study's tables at the same moment: none is refused with

@@ -255,24 +255,30 @@ def _warn(note: str | None) -> None:
 
 
 CREATION_TRIES = 8
+# PostgreSQL's SQLSTATEs for a thing another session created first: unique_violation (a row, or a
+# type's catalogue entry while both create it), duplicate_object (an enum type such as Optuna's
+# studydirection, once the other's creation has committed) and duplicate_table
+CREATED_STATES = frozenset({"23505", "42710", "42P07"})
+CREATED_ERRORS = frozenset({"UniqueViolation", "DuplicateObject", "DuplicateTable", "IntegrityError"})
 
 
 def created_meanwhile(error: BaseException) -> bool:
     """Whether ``error`` says another worker created the same thing (a table, its type, the study's
-    row) at the same moment: PostgreSQL's unique violation, however Optuna or SQLAlchemy wrap it."""
+    row) at the same moment: PostgreSQL's unique violation, or its "already exists" for a type or
+    table created between the check and the creation, however Optuna or SQLAlchemy wrap it."""
     seen: BaseException | None = error
     for _ in range(8):
         if seen is None:
             return False
-        text = str(seen)
+        state = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
         if (
-            "duplicate key value violates unique constraint" in text
-            or "UniqueViolation" in type(seen).__name__
+            "duplicate key value violates unique constraint" in str(seen)
+            or type(seen).__name__ in CREATED_ERRORS
+            or state in CREATED_STATES
         ):
             return True
-        if type(seen).__name__ == "IntegrityError":
-            return True
-        seen = seen.__cause__ or seen.__context__
+        # SQLAlchemy's wrapper holds the driver's error as .orig (and raises from it)
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
     return False
 
 

@@ -346,9 +346,9 @@ def _profile(trainer: Any, path: str) -> str:
 
 
 def ops_tables(averages: Any, device: bool) -> str:
-    """torch.profiler's ops table (``key_averages()``), slowest first by their own time on the CPU;
-    where the GPU was profiled too, a second table slowest first by their own time on the device,
-    where a GPU run's kernels (its graphed ones among them) show what the steps cost there."""
+    """torch.profiler's ops table (its averages by op name), slowest first by their own time on
+    the CPU; where the GPU was profiled too, a second table slowest first by their own time on the
+    device, where a GPU run's kernels (its graphed ones among them) show what the steps cost there."""
     text = "ops by self CPU time\n" + averages.table(sort_by="self_cpu_time_total", row_limit=40) + "\n"
     if device:
         text += "\nops and kernels by self device time\n"
