@@ -140,9 +140,8 @@ def _train_rank(
         ahead = runs.MachineAhead() if lead and run_dir is not None else None  # read while the envs start
         vec = vector.make_from_config(cfg)
         try:
-            machine = (
-                ahead.result() if ahead else None
-            )  # before the trainer, whose clock the run's seconds are
+            # before the trainer, whose clock the run's seconds are
+            machine = ahead.result() if ahead else None
             trainer = RankTrainer(cfg, vec, run_dir=run_dir if lead else None, stop=stop)
         except BaseException:
             vec.close()
